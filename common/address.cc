@@ -1,0 +1,134 @@
+#include "common/address.h"
+
+#include <arpa/inet.h>
+
+#include <charconv>
+#include <cstring>
+
+namespace rdmagw {
+
+namespace {
+
+bool parse_port(std::string_view text, uint16_t* port, std::string* error) {
+  unsigned value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+    *error = "port '" + std::string(text) + "' is not a number";
+    return false;
+  }
+  if (value == 0 || value > 65535) {
+    *error = "port " + std::string(text) + " is out of range 1-65535";
+    return false;
+  }
+  *port = static_cast<uint16_t>(value);
+  return true;
+}
+
+}  // namespace
+
+std::optional<Endpoint> make_tcp_endpoint(std::string_view ip, uint16_t port, std::string* error) {
+  Endpoint ep;
+  ep.kind = Endpoint::Kind::kTcp;
+  std::string host(ip);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&ep.addr);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ep.addr);
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+    ep.addr_len = sizeof(sockaddr_in);
+    return ep;
+  }
+  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
+    ep.addr_len = sizeof(sockaddr_in6);
+    return ep;
+  }
+  *error = "'" + std::string(ip) + "' is not a numeric IPv4 or IPv6 address";
+  return std::nullopt;
+}
+
+std::optional<Endpoint> parse_host_port(std::string_view text, std::string* error) {
+  size_t colon;
+  std::string_view host;
+  if (!text.empty() && text.front() == '[') {
+    size_t close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      *error = "'" + std::string(text) + "' must look like [IPv6]:PORT";
+      return std::nullopt;
+    }
+    host = text.substr(1, close - 1);
+    colon = close + 1;
+  } else {
+    colon = text.rfind(':');
+    if (colon == std::string_view::npos) {
+      *error = "'" + std::string(text) + "' must look like IP:PORT";
+      return std::nullopt;
+    }
+    host = text.substr(0, colon);
+    if (host.find(':') != std::string_view::npos) {
+      *error = "IPv6 address in '" + std::string(text) + "' must be in brackets: [IPv6]:PORT";
+      return std::nullopt;
+    }
+  }
+  uint16_t port = 0;
+  if (!parse_port(text.substr(colon + 1), &port, error)) return std::nullopt;
+  return make_tcp_endpoint(host, port, error);
+}
+
+std::optional<Endpoint> parse_endpoint(std::string_view text, std::string* error) {
+  if (text.starts_with("tcp:")) return parse_host_port(text.substr(4), error);
+  if (text.starts_with("unix:")) {
+    std::string_view path = text.substr(5);
+    Endpoint ep;
+    ep.kind = Endpoint::Kind::kUnix;
+    auto* un = reinterpret_cast<sockaddr_un*>(&ep.addr);
+    if (path.empty()) {
+      *error = "unix socket path is empty";
+      return std::nullopt;
+    }
+    if (path.size() >= sizeof(un->sun_path)) {
+      *error = "unix socket path is longer than " + std::to_string(sizeof(un->sun_path) - 1) +
+               " bytes";
+      return std::nullopt;
+    }
+    if (path.front() != '/') {
+      *error = "unix socket path '" + std::string(path) + "' must be absolute";
+      return std::nullopt;
+    }
+    un->sun_family = AF_UNIX;
+    std::memcpy(un->sun_path, path.data(), path.size());
+    ep.addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
+    return ep;
+  }
+  *error = "'" + std::string(text) + "' must start with tcp: or unix:";
+  return std::nullopt;
+}
+
+std::string sockaddr_to_string(const sockaddr* sa, socklen_t len) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET && len >= sizeof(sockaddr_in)) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf));
+    return std::string(buf) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  if (sa->sa_family == AF_INET6 && len >= sizeof(sockaddr_in6)) {
+    auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof(buf));
+    return "[" + std::string(buf) + "]:" + std::to_string(ntohs(in6->sin6_port));
+  }
+  if (sa->sa_family == AF_UNIX) {
+    auto* un = reinterpret_cast<const sockaddr_un*>(sa);
+    size_t max = len > offsetof(sockaddr_un, sun_path) ? len - offsetof(sockaddr_un, sun_path) : 0;
+    return "unix:" + std::string(un->sun_path, strnlen(un->sun_path, max));
+  }
+  return "unknown";
+}
+
+std::string Endpoint::to_string() const {
+  if (kind == Kind::kUnix) return sockaddr_to_string(reinterpret_cast<const sockaddr*>(&addr), addr_len);
+  return "tcp:" + sockaddr_to_string(reinterpret_cast<const sockaddr*>(&addr), addr_len);
+}
+
+}  // namespace rdmagw

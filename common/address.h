@@ -1,0 +1,40 @@
+#pragma once
+// Endpoint strings used in config and on the wire: "tcp:IP:PORT" (IPv6 as
+// "tcp:[::1]:PORT") and "unix:PATH". Parsing is strict so that the allowlist
+// can compare canonical text.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace rdmagw {
+
+struct Endpoint {
+  enum class Kind { kTcp, kUnix };
+  Kind kind = Kind::kTcp;
+  sockaddr_storage addr{};
+  socklen_t addr_len = 0;
+
+  // Canonical text form, e.g. "tcp:127.0.0.1:6379" or "unix:/run/x.sock".
+  std::string to_string() const;
+  bool operator==(const Endpoint& other) const { return to_string() == other.to_string(); }
+};
+
+// Parses "tcp:HOST:PORT" or "unix:PATH". HOST must be a numeric IPv4 or
+// bracketed IPv6 address. On failure returns nullopt and sets *error.
+std::optional<Endpoint> parse_endpoint(std::string_view text, std::string* error);
+
+// Parses a numeric IP address plus port (no scheme) into a TCP endpoint.
+std::optional<Endpoint> make_tcp_endpoint(std::string_view ip, uint16_t port, std::string* error);
+
+// Parses "IP:PORT" / "[IPv6]:PORT" (used for the admin bind address).
+std::optional<Endpoint> parse_host_port(std::string_view text, std::string* error);
+
+// Formats any socket address as text for logs ("127.0.0.1:5000", "unix:...").
+std::string sockaddr_to_string(const sockaddr* sa, socklen_t len);
+
+}  // namespace rdmagw

@@ -1,0 +1,99 @@
+#include "common/log.h"
+
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <mutex>
+
+namespace rdmagw::log {
+
+namespace {
+std::string g_node = "-";
+std::atomic<int> g_level{static_cast<int>(Level::kInfo)};
+thread_local int t_worker = -1;
+
+const char* level_name(Level level) {
+  switch (level) {
+    case Level::kDebug: return "debug";
+    case Level::kInfo: return "info";
+    case Level::kWarn: return "warn";
+    case Level::kError: return "error";
+  }
+  return "?";
+}
+
+// Values with spaces or quotes are quoted so that the line stays parseable.
+void append_value(std::string& out, std::string_view value) {
+  bool plain = !value.empty();
+  for (char c : value) {
+    if (c == ' ' || c == '"' || c == '=' || c == '\n' || c == '\\') { plain = false; break; }
+  }
+  if (plain) { out.append(value); return; }
+  out.push_back('"');
+  for (char c : value) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c == '\n' ? ' ' : c);
+  }
+  out.push_back('"');
+}
+}  // namespace
+
+void set_node(std::string_view node) { g_node = std::string(node); }
+void set_level(Level level) { g_level.store(static_cast<int>(level)); }
+bool enabled(Level level) { return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed); }
+void set_thread_worker(int worker) { t_worker = worker; }
+
+Line::Line(Level level, std::string_view event) : active_(enabled(level)) {
+  if (!active_) return;
+  timeval tv;
+  gettimeofday(&tv, nullptr);
+  tm utc;
+  gmtime_r(&tv.tv_sec, &utc);
+  char stamp[64];
+  snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ ", utc.tm_year + 1900,
+           utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
+           static_cast<int>(tv.tv_usec / 1000));
+  text_.reserve(160);
+  text_.append(stamp);
+  text_.append(level_name(level));
+  text_.append(" node=");
+  append_value(text_, g_node);
+  if (t_worker >= 0) {
+    text_.append(" worker=");
+    text_.append(std::to_string(t_worker));
+  }
+  text_.append(" event=");
+  append_value(text_, event);
+}
+
+Line::~Line() {
+  if (!active_) return;
+  text_.push_back('\n');
+  // One write keeps concurrent lines whole; a short write to stderr is ignored.
+  ssize_t ignored = ::write(STDERR_FILENO, text_.data(), text_.size());
+  (void)ignored;
+}
+
+Line& Line::kv(std::string_view key, std::string_view value) {
+  if (!active_) return *this;
+  text_.push_back(' ');
+  text_.append(key);
+  text_.push_back('=');
+  append_value(text_, value);
+  return *this;
+}
+
+Line& Line::kv(std::string_view key, int64_t value) {
+  if (active_) kv(key, std::string_view(std::to_string(value)));
+  return *this;
+}
+
+Line& Line::kv(std::string_view key, uint64_t value) {
+  if (active_) kv(key, std::string_view(std::to_string(value)));
+  return *this;
+}
+
+}  // namespace rdmagw::log
