@@ -1,0 +1,39 @@
+#include "common/buffer_pool.h"
+
+#include <sys/mman.h>
+
+#include <cassert>
+#include <new>
+
+namespace rdmagw {
+
+BufferPool::BufferPool(size_t buffer_size, size_t buffer_count)
+    : buffer_size_((buffer_size + 63) & ~size_t{63}), buffer_count_(buffer_count) {
+  void* p = mmap(nullptr, slab_bytes(), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  base_ = static_cast<uint8_t*>(p);
+  free_.reserve(buffer_count_);
+}
+
+BufferPool::~BufferPool() {
+  if (base_) munmap(base_, slab_bytes());
+}
+
+uint8_t* BufferPool::acquire() {
+  if (!free_.empty()) {
+    uint8_t* b = free_.back();
+    free_.pop_back();
+    return b;
+  }
+  if (next_fresh_ < buffer_count_) return base_ + buffer_size_ * next_fresh_++;
+  return nullptr;
+}
+
+void BufferPool::release(uint8_t* buffer) {
+  assert(buffer >= base_ && buffer < base_ + slab_bytes());
+  assert((buffer - base_) % buffer_size_ == 0);
+  free_.push_back(buffer);
+}
+
+}  // namespace rdmagw
