@@ -1,0 +1,774 @@
+// YAML -> Config. Every problem found is collected as a ConfigError with its
+// position and key path; a Config is only returned when there are none.
+//
+// yaml-cpp 0.7 notes that shape this file:
+//  - Node::Mark() is 0-based; errors are 1-based.
+//  - A mapping keeps every pair of a duplicated key when iterated, so mappings
+//    are always walked pair by pair (never looked up with operator[]), which is
+//    how duplicates are found.
+//  - A null value's Mark() points at the token after it (often the next line),
+//    so errors about an empty value are reported at its key instead.
+#include <fcntl.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <system_error>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "config/config.h"
+
+namespace rdmagw {
+
+std::string ConfigError::to_string() const {
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + key_path + ": " +
+         message;
+}
+
+namespace {
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+constexpr uint64_t kGiB = 1024 * kMiB;
+constexpr uint64_t kU32Max = std::numeric_limits<uint32_t>::max();
+constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
+constexpr uint16_t kDefaultPeerRdmaPort = 7472;
+constexpr unsigned kMaxWorkers = 256;
+
+using Keys = std::vector<std::string_view>;
+
+const Keys kTopKeys = {"node",    "admin",     "workers", "tunnel",
+                           "peers",   "listeners", "targets", "shutdown_timeout_ms",
+                           "log_level"};
+const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port",
+                              "transport",         "buffer_size",        "stream_window",
+                              "session_budget",    "keepalive_interval_ms",
+                              "keepalive_timeout_ms", "connect_timeout_ms", "reconnect_max_ms"};
+const Keys kPeerKeys = {"name", "address", "tcp_port", "rdma_port"};
+const Keys kListenerKeys = {"name", "listen", "peer", "target"};
+
+// A YAML value together with where it lives: its key path, the position to
+// report problems with the value at, and the position of its key.
+struct Value {
+  YAML::Node node;
+  YAML::Mark mark;      // the value's own position, or its key's when the value is null
+  YAML::Mark key_mark;  // the key's position (for list items: the list's position)
+  std::string path;
+};
+
+Value make_value(const YAML::Node& node, const YAML::Mark& fallback, std::string path) {
+  return Value{node, node.IsNull() ? fallback : node.Mark(), fallback, std::move(path)};
+}
+
+std::string join_path(const std::string& path, std::string_view key) {
+  if (path.empty()) return std::string(key);
+  return path + "." + std::string(key);
+}
+
+std::string index_path(const std::string& path, size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
+
+std::string quote(std::string_view text) {
+  constexpr size_t kMaxShown = 80;
+  if (text.size() > kMaxShown) return "'" + std::string(text.substr(0, kMaxShown)) + "...'";
+  return "'" + std::string(text) + "'";
+}
+
+// How a node is named in messages: the scalar itself, or its kind.
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return quote(node.Scalar());
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Null:
+      return "an empty value";
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+std::string join_words(const Keys& words) {
+  std::string out;
+  for (auto w : words) {
+    if (!out.empty()) out += ", ";
+    out += w;
+  }
+  return out;
+}
+
+std::string join_words(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) {
+    if (!out.empty()) out += ", ";
+    out += w;
+  }
+  return out;
+}
+
+bool contains(const Keys& keys, std::string_view key) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+// Decimal digits only (no sign, no base prefix). Sets *overflow when the digits
+// do not fit in 64 bits.
+std::optional<uint64_t> parse_decimal(std::string_view text, bool* overflow) {
+  *overflow = false;
+  if (text.empty()) return std::nullopt;
+  for (char c : text)
+    if (c < '0' || c > '9') return std::nullopt;
+  uint64_t value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range) {
+    *overflow = true;
+    return std::nullopt;
+  }
+  if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// 262144 -> "256KiB"; sizes that are not a whole number of KiB stay in bytes.
+std::string format_size(uint64_t bytes) {
+  if (bytes != 0 && bytes % kGiB == 0) return std::to_string(bytes / kGiB) + "GiB";
+  if (bytes != 0 && bytes % kMiB == 0) return std::to_string(bytes / kMiB) + "MiB";
+  if (bytes != 0 && bytes % kKiB == 0) return std::to_string(bytes / kKiB) + "KiB";
+  return std::to_string(bytes) + " bytes";
+}
+
+unsigned default_workers() {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n < 1) return 1;
+  if (n > static_cast<long>(kMaxWorkers)) return kMaxWorkers;
+  return static_cast<unsigned>(n);
+}
+
+// A tcp listen address used by some part of the config, for clash checks.
+struct ListenUse {
+  Endpoint endpoint;
+  YAML::Mark mark;
+  std::string path;
+  std::string owner;  // e.g. "listeners[0] (redis)"
+};
+
+class Parser {
+ public:
+  explicit Parser(std::string file) : file_(std::move(file)) {}
+
+  void error(const YAML::Mark& mark, const std::string& path, std::string message) {
+    ConfigError e;
+    e.file = file_;
+    e.line = mark.line >= 0 ? mark.line + 1 : 0;
+    e.column = mark.column >= 0 ? mark.column + 1 : 0;
+    e.key_path = path.empty() ? "(root)" : path;
+    e.message = std::move(message);
+    errors_.push_back(std::move(e));
+  }
+
+  std::vector<ConfigError> take_errors() {
+    std::stable_sort(errors_.begin(), errors_.end(), [](const ConfigError& a, const ConfigError& b) {
+      return std::tie(a.line, a.column) < std::tie(b.line, b.column);
+    });
+    return std::move(errors_);
+  }
+
+  void parse(const YAML::Node& root, Config* cfg);
+
+ private:
+  using Fields = std::map<std::string, Value, std::less<>>;
+
+  static const Value* find(const Fields& fields, std::string_view key) {
+    auto it = fields.find(key);
+    return it == fields.end() ? nullptr : &it->second;
+  }
+
+  std::optional<Fields> read_map(const Value& v, const Keys& allowed, bool null_is_empty);
+  bool require(const Fields& fields, const Value& map, std::string_view key);
+  std::optional<std::vector<Value>> read_list(const Value& v);
+
+  std::optional<std::string> get_string(const Value& v);
+  std::optional<uint64_t> get_uint(const Value& v, uint64_t min, uint64_t max);
+  std::optional<uint64_t> get_size(const Value& v, uint64_t min, uint64_t max);
+  std::optional<uint16_t> get_port(const Value& v);
+  std::optional<std::string> get_ip(const Value& v);
+  std::optional<Endpoint> get_endpoint(const Value& v);
+  std::optional<std::string> get_choice(const Value& v, const Keys& choices);
+
+  // Returns the tunnel's TCP listen address when address and tcp_port are valid.
+  std::optional<ListenUse> parse_tunnel(const Value* v, TunnelConfig* t);
+  std::vector<std::string> parse_peers(const Value& v, Config* cfg);
+  std::vector<ListenUse> parse_listeners(const Value& v, const std::vector<std::string>& peer_names,
+                                         Config* cfg);
+  void parse_targets(const Value& v, Config* cfg);
+
+  std::string file_;
+  std::vector<ConfigError> errors_;
+};
+
+std::optional<Parser::Fields> Parser::read_map(const Value& v, const Keys& allowed, bool null_is_empty) {
+  if (v.node.IsNull() && null_is_empty) return Fields{};
+  if (!v.node.IsMap()) {
+    error(v.mark, v.path, "must be a mapping, got " + describe(v.node));
+    return std::nullopt;
+  }
+  Fields fields;
+  for (auto it = v.node.begin(); it != v.node.end(); ++it) {
+    const YAML::Node& key = it->first;
+    if (!key.IsScalar()) {
+      error(key.Mark(), v.path, "mapping keys must be plain strings, got " + describe(key));
+      continue;
+    }
+    const std::string& name = key.Scalar();
+    std::string path = join_path(v.path, name);
+    if (!contains(allowed, name)) {
+      error(key.Mark(), path,
+            "unknown key " + quote(name) + "; allowed keys here: " + join_words(allowed));
+      continue;
+    }
+    auto [pos, inserted] = fields.try_emplace(name, make_value(it->second, key.Mark(), path));
+    if (!inserted) {
+      error(key.Mark(), path,
+            "duplicate key " + quote(name) + " (first given at line " +
+                std::to_string(pos->second.key_mark.line + 1) + ", column " +
+                std::to_string(pos->second.key_mark.column + 1) + ")");
+    }
+  }
+  return fields;
+}
+
+bool Parser::require(const Fields& fields, const Value& map, std::string_view key) {
+  if (fields.count(key)) return true;
+  error(map.mark, join_path(map.path, key), "required key " + quote(key) + " is missing");
+  return false;
+}
+
+std::optional<std::vector<Value>> Parser::read_list(const Value& v) {
+  std::vector<Value> items;
+  if (v.node.IsNull()) return items;  // "key:" with nothing after it: an empty list
+  if (!v.node.IsSequence()) {
+    error(v.mark, v.path, "must be a list, got " + describe(v.node));
+    return std::nullopt;
+  }
+  size_t index = 0;
+  for (const auto& item : v.node) {
+    items.push_back(make_value(item, v.mark, index_path(v.path, index)));
+    ++index;
+  }
+  return items;
+}
+
+std::optional<std::string> Parser::get_string(const Value& v) {
+  if (!v.node.IsScalar() || v.node.Scalar().empty()) {
+    error(v.mark, v.path, "must be a non-empty string, got " + describe(v.node));
+    return std::nullopt;
+  }
+  return v.node.Scalar();
+}
+
+std::optional<uint64_t> Parser::get_uint(const Value& v, uint64_t min, uint64_t max) {
+  if (!v.node.IsScalar()) {
+    error(v.mark, v.path, "must be an integer, got " + describe(v.node));
+    return std::nullopt;
+  }
+  const std::string& text = v.node.Scalar();
+  std::string_view digits = text;
+  bool negative = !digits.empty() && digits.front() == '-';
+  if (negative) digits.remove_prefix(1);
+  bool overflow = false;
+  auto value = parse_decimal(digits, &overflow);
+  if (!value && !overflow) {
+    error(v.mark, v.path, "must be an integer, got " + quote(text));
+    return std::nullopt;
+  }
+  if (negative || overflow || *value < min || *value > max) {
+    error(v.mark, v.path,
+          "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " + text);
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<uint64_t> Parser::get_size(const Value& v, uint64_t min, uint64_t max) {
+  static const std::string kWhat =
+      "must be a byte size (an integer, or a number with suffix KiB, MiB or GiB), got ";
+  if (!v.node.IsScalar()) {
+    error(v.mark, v.path, kWhat + describe(v.node));
+    return std::nullopt;
+  }
+  const std::string& text = v.node.Scalar();
+  std::string_view rest = text;
+  size_t n_digits = 0;
+  while (n_digits < rest.size() && rest[n_digits] >= '0' && rest[n_digits] <= '9') ++n_digits;
+  std::string_view digits = rest.substr(0, n_digits);
+  std::string_view suffix = rest.substr(n_digits);
+  if (!suffix.empty() && suffix.front() == ' ') suffix.remove_prefix(1);
+  uint64_t unit = 0;
+  if (digits.size() == text.size()) {
+    unit = 1;
+  } else if (suffix == "KiB") {
+    unit = kKiB;
+  } else if (suffix == "MiB") {
+    unit = kMiB;
+  } else if (suffix == "GiB") {
+    unit = kGiB;
+  }
+  bool overflow = false;
+  auto number = parse_decimal(digits, &overflow);
+  if (unit == 0 || (!number && !overflow)) {
+    error(v.mark, v.path, kWhat + quote(text));
+    return std::nullopt;
+  }
+  if (number && *number > kU64Max / unit) overflow = true;
+  uint64_t bytes = overflow ? 0 : *number * unit;
+  if (overflow || bytes < min || bytes > max) {
+    std::string range = max == kU64Max ? "must be at least " + format_size(min)
+                                       : "must be between " + format_size(min) + " and " +
+                                             format_size(max);
+    std::string got = overflow ? quote(text) + " (too large)"
+                    : unit == 1 ? text
+                                : quote(text) + " (" + std::to_string(bytes) + " bytes)";
+    error(v.mark, v.path, range + ", got " + got);
+    return std::nullopt;
+  }
+  return bytes;
+}
+
+std::optional<uint16_t> Parser::get_port(const Value& v) {
+  auto value = get_uint(v, 1, 65535);
+  if (!value) return std::nullopt;
+  return static_cast<uint16_t>(*value);
+}
+
+std::optional<std::string> Parser::get_ip(const Value& v) {
+  if (!v.node.IsScalar() || v.node.Scalar().empty()) {
+    error(v.mark, v.path, "must be a numeric IPv4 or IPv6 address, got " + describe(v.node));
+    return std::nullopt;
+  }
+  std::string text = v.node.Scalar();
+  std::string err;
+  if (!make_tcp_endpoint(text, 1, &err)) {
+    error(v.mark, v.path, "must be a numeric IPv4 or IPv6 address, got " + quote(text));
+    return std::nullopt;
+  }
+  if (text.size() >= 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
+  return text;
+}
+
+std::optional<Endpoint> Parser::get_endpoint(const Value& v) {
+  if (!v.node.IsScalar() || v.node.Scalar().empty()) {
+    error(v.mark, v.path,
+          "must be an endpoint (tcp:IP:PORT or unix:/path), got " + describe(v.node));
+    return std::nullopt;
+  }
+  std::string err;
+  auto ep = parse_endpoint(v.node.Scalar(), &err);
+  if (!ep) {
+    error(v.mark, v.path, "invalid endpoint " + quote(v.node.Scalar()) + ": " + err);
+    return std::nullopt;
+  }
+  return ep;
+}
+
+std::optional<std::string> Parser::get_choice(const Value& v, const Keys& choices) {
+  if (!v.node.IsScalar() || !contains(choices, v.node.Scalar())) {
+    error(v.mark, v.path, "must be one of " + join_words(choices) + ", got " + describe(v.node));
+    return std::nullopt;
+  }
+  return v.node.Scalar();
+}
+
+void Parser::parse(const YAML::Node& root, Config* cfg) {
+  if (!root.IsMap()) {
+    error(root.Mark(), "",
+          "the top level must be a mapping of configuration keys, got " + describe(root));
+    return;
+  }
+  Value top{root, root.Mark(), root.Mark(), ""};
+  auto fields = *read_map(top, kTopKeys, false);
+
+  if (require(fields, top, "node")) {
+    if (auto s = get_string(*find(fields, "node"))) cfg->node = *s;
+  }
+
+  std::string ignored;
+  std::optional<Endpoint> admin = parse_host_port(cfg->admin, &ignored);
+  const Value* admin_value = find(fields, "admin");
+  if (admin_value) {
+    admin.reset();
+    if (auto s = get_string(*admin_value)) {
+      std::string err;
+      admin = parse_host_port(*s, &err);
+      if (admin)
+        cfg->admin = *s;
+      else
+        error(admin_value->mark, admin_value->path,
+              "invalid address " + quote(*s) + " (expected IP:PORT or [IPv6]:PORT): " + err);
+    }
+  }
+
+  cfg->workers = default_workers();
+  if (const Value* v = find(fields, "workers")) {
+    if (auto n = get_uint(*v, 1, kMaxWorkers)) cfg->workers = static_cast<unsigned>(*n);
+  }
+
+  std::optional<ListenUse> tunnel_listen = parse_tunnel(find(fields, "tunnel"), &cfg->tunnel);
+
+  std::vector<std::string> peer_names;
+  if (const Value* v = find(fields, "peers")) peer_names = parse_peers(*v, cfg);
+
+  std::vector<ListenUse> listens;
+  if (const Value* v = find(fields, "listeners")) listens = parse_listeners(*v, peer_names, cfg);
+
+  if (const Value* v = find(fields, "targets")) parse_targets(*v, cfg);
+
+  if (const Value* v = find(fields, "shutdown_timeout_ms")) {
+    if (auto n = get_uint(*v, 0, 600000)) cfg->shutdown_timeout_ms = static_cast<uint32_t>(*n);
+  }
+  if (const Value* v = find(fields, "log_level")) {
+    if (auto s = get_choice(*v, {"debug", "info", "warn", "error"})) cfg->log_level = *s;
+  }
+
+  // Nothing may listen on the tunnel's own TCP address.
+  if (tunnel_listen) {
+    for (const auto& l : listens) {
+      if (l.endpoint == tunnel_listen->endpoint)
+        error(l.mark, l.path,
+              quote(l.endpoint.to_string()) + " is also the tunnel's own listen address (" +
+                  tunnel_listen->owner + ")");
+    }
+  }
+  // The admin address must not clash with the listeners or the tunnel either.
+  if (admin) {
+    std::vector<ListenUse> others = listens;
+    if (tunnel_listen) others.push_back(*tunnel_listen);
+    for (const auto& l : others) {
+      if (!(l.endpoint == *admin)) continue;
+      if (admin_value)
+        error(admin_value->mark, admin_value->path,
+              quote(cfg->admin) + " is also the listen address of " + l.owner);
+      else
+        error(l.mark, l.path,
+              quote(l.endpoint.to_string()) + " is also the admin address (default " + cfg->admin +
+                  ")");
+    }
+  }
+}
+
+std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
+  std::optional<Fields> maybe = v ? read_map(*v, kTunnelKeys, true) : std::optional<Fields>(Fields{});
+  if (!maybe) return std::nullopt;
+  const Fields& f = *maybe;
+  bool listen_ok = true;
+
+  if (const Value* x = find(f, "address")) {
+    auto ip = get_ip(*x);
+    if (ip) t->address = *ip;
+    listen_ok = listen_ok && ip.has_value();
+  }
+  const Value* tcp_port = find(f, "tcp_port");
+  if (tcp_port) {
+    auto p = get_port(*tcp_port);
+    if (p) t->tcp_port = *p;
+    listen_ok = listen_ok && p.has_value();
+  }
+  const Value* rdma_port = find(f, "rdma_port");
+  bool rdma_port_ok = true;
+  if (rdma_port) {
+    auto p = get_port(*rdma_port);
+    if (p) t->rdma_port = *p;
+    rdma_port_ok = p.has_value();
+  }
+  bool transport_ok = true;
+  if (const Value* x = find(f, "transport")) {
+    auto s = get_choice(*x, {"auto", "rdma", "tcp"});
+    transport_ok = s.has_value();
+    if (s == "auto") t->transport = TransportMode::kAuto;
+    if (s == "rdma") t->transport = TransportMode::kRdma;
+    if (s == "tcp") t->transport = TransportMode::kTcp;
+  }
+
+  // Reads one numeric field; returns whether the field's value (given or default) is valid.
+  auto number = [&](std::string_view key, auto* out, uint64_t min, uint64_t max, bool size) {
+    const Value* x = find(f, key);
+    if (!x) return true;
+    auto n = size ? get_size(*x, min, max) : get_uint(*x, min, max);
+    if (n) *out = static_cast<std::remove_reference_t<decltype(*out)>>(*n);
+    return n.has_value();
+  };
+  bool buffer_ok = number("buffer_size", &t->buffer_size, kKiB, kMiB, true);
+  bool window_ok = number("stream_window", &t->stream_window, kKiB, 64 * kMiB, true);
+  bool budget_ok = number("session_budget", &t->session_budget, kKiB, kU64Max, true);
+  bool interval_ok = number("keepalive_interval_ms", &t->keepalive_interval_ms, 100, 3600000, false);
+  bool timeout_ok = number("keepalive_timeout_ms", &t->keepalive_timeout_ms, 1, kU32Max, false);
+  number("connect_timeout_ms", &t->connect_timeout_ms, 100, 600000, false);
+  number("reconnect_max_ms", &t->reconnect_max_ms, 100, 600000, false);
+
+  // Cross-field rules. Reported at the dependent key when it was given,
+  // otherwise at the key whose value broke the rule against a default.
+  std::string prefix = v ? v->path : "tunnel";
+  auto relation = [&](std::string_view later, uint64_t later_value, std::string_view earlier,
+                      uint64_t earlier_value, const std::string& rule, bool sizes) {
+    const Value* at = find(f, later) ? find(f, later) : find(f, earlier);
+    if (!at) return;  // both defaults: always consistent
+    auto show = [&](std::string_view key, uint64_t n) {
+      std::string s = std::string(key) + " " + (sizes ? format_size(n) : std::to_string(n));
+      return find(f, key) ? s : s + " (default)";
+    };
+    error(at->mark, at->path, show(later, later_value) + " " + rule + " " + show(earlier, earlier_value));
+  };
+  if (buffer_ok && window_ok && t->stream_window < t->buffer_size)
+    relation("stream_window", t->stream_window, "buffer_size", t->buffer_size,
+             "must be at least", true);
+  if (window_ok && budget_ok && t->session_budget < t->stream_window)
+    relation("session_budget", t->session_budget, "stream_window", t->stream_window,
+             "must be at least", true);
+  if (interval_ok && timeout_ok && t->keepalive_timeout_ms <= t->keepalive_interval_ms)
+    relation("keepalive_timeout_ms", t->keepalive_timeout_ms, "keepalive_interval_ms",
+             t->keepalive_interval_ms, "must be greater than", false);
+  // RDMA CM on iWARP-style devices (eRDMA) listens in the TCP port space, so
+  // the two tunnel ports would collide whenever RDMA is in use.
+  if (listen_ok && rdma_port_ok && transport_ok && t->transport != TransportMode::kTcp &&
+      t->tcp_port == t->rdma_port)
+  {
+    const Value* at = rdma_port ? rdma_port : tcp_port;
+    if (at)
+      error(at->mark, at->path,
+            "tcp_port and rdma_port are both " + std::to_string(t->tcp_port) +
+                "; they must differ unless transport is tcp (RDMA CM listens in the TCP port "
+                "space on iWARP devices such as eRDMA)");
+  }
+
+  if (!listen_ok) return std::nullopt;
+  std::string err;
+  auto ep = make_tcp_endpoint(t->address, t->tcp_port, &err);
+  if (!ep) return std::nullopt;
+  const Value* at = tcp_port ? tcp_port : find(f, "address");
+  ListenUse use;
+  use.endpoint = *ep;
+  use.mark = at ? at->mark : (v ? v->key_mark : YAML::Mark());
+  use.path = at ? at->path : join_path(prefix, "tcp_port");
+  use.owner = "tunnel.address + tunnel.tcp_port";
+  return use;
+}
+
+std::vector<std::string> Parser::parse_peers(const Value& v, Config* cfg) {
+  std::vector<std::string> names;           // every syntactically valid name, for references
+  std::map<std::string, std::string> seen;  // name -> path of its first use
+  auto items = read_list(v);
+  if (!items) return names;
+  for (const auto& item : *items) {
+    auto maybe = read_map(item, kPeerKeys, false);
+    if (!maybe) continue;
+    const Fields& f = *maybe;
+    bool ok = require(f, item, "name");
+    ok = require(f, item, "address") && ok;
+    ok = require(f, item, "tcp_port") && ok;
+    PeerConfig peer;
+    peer.rdma_port = kDefaultPeerRdmaPort;
+    if (const Value* x = find(f, "name")) {
+      auto name = get_string(*x);
+      ok = ok && name.has_value();
+      if (name) {
+        auto [pos, inserted] = seen.try_emplace(*name, item.path);
+        if (!inserted) {
+          error(x->mark, x->path, "duplicate peer name " + quote(*name) + " (also " + pos->second + ")");
+          ok = false;
+        } else {
+          names.push_back(*name);
+        }
+        peer.name = *name;
+      }
+    }
+    if (const Value* x = find(f, "address")) {
+      auto ip = get_ip(*x);
+      ok = ok && ip.has_value();
+      if (ip) peer.address = *ip;
+    }
+    if (const Value* x = find(f, "tcp_port")) {
+      auto p = get_port(*x);
+      ok = ok && p.has_value();
+      if (p) peer.tcp_port = *p;
+    }
+    if (const Value* x = find(f, "rdma_port")) {
+      auto p = get_port(*x);
+      ok = ok && p.has_value();
+      if (p) peer.rdma_port = *p;
+    }
+    if (!ok) continue;
+    std::string err;
+    auto ep = make_tcp_endpoint(peer.address, peer.tcp_port, &err);
+    if (!ep) {
+      error(item.mark, item.path, err);
+      continue;
+    }
+    peer.tcp_endpoint = *ep;
+    cfg->peers.push_back(std::move(peer));
+  }
+  return names;
+}
+
+std::vector<ListenUse> Parser::parse_listeners(const Value& v,
+                                               const std::vector<std::string>& peer_names,
+                                               Config* cfg) {
+  std::vector<ListenUse> listens;
+  std::map<std::string, std::string> seen_names;  // name -> path of its first use
+  auto items = read_list(v);
+  if (!items) return listens;
+  for (const auto& item : *items) {
+    auto maybe = read_map(item, kListenerKeys, false);
+    if (!maybe) continue;
+    const Fields& f = *maybe;
+    bool ok = require(f, item, "name");
+    ok = require(f, item, "listen") && ok;
+    ok = require(f, item, "peer") && ok;
+    ok = require(f, item, "target") && ok;
+    ListenerConfig listener;
+    if (const Value* x = find(f, "name")) {
+      auto name = get_string(*x);
+      ok = ok && name.has_value();
+      if (name) {
+        auto [pos, inserted] = seen_names.try_emplace(*name, item.path);
+        if (!inserted) {
+          error(x->mark, x->path,
+                "duplicate listener name " + quote(*name) + " (also " + pos->second + ")");
+          ok = false;
+        }
+        listener.name = *name;
+      }
+    }
+    if (const Value* x = find(f, "listen")) {
+      auto ep = get_endpoint(*x);
+      ok = ok && ep.has_value();
+      if (ep) {
+        listener.listen = *ep;
+        std::string owner = item.path + (listener.name.empty() ? "" : " (" + listener.name + ")");
+        for (const auto& other : listens) {
+          if (other.endpoint == *ep) {
+            error(x->mark, x->path,
+                  quote(x->node.Scalar()) + " is already the listen address of " + other.owner);
+            ok = false;
+            break;
+          }
+        }
+        listens.push_back(ListenUse{*ep, x->mark, x->path, owner});
+      }
+    }
+    if (const Value* x = find(f, "peer")) {
+      auto peer = get_string(*x);
+      ok = ok && peer.has_value();
+      if (peer) {
+        listener.peer = *peer;
+        if (std::find(peer_names.begin(), peer_names.end(), *peer) == peer_names.end()) {
+          error(x->mark, x->path,
+                "unknown peer " + quote(*peer) +
+                    (peer_names.empty() ? "; no peers are defined"
+                                        : "; defined peers: " + join_words(peer_names)));
+          ok = false;
+        }
+      }
+    }
+    if (const Value* x = find(f, "target")) {
+      auto ep = get_endpoint(*x);
+      ok = ok && ep.has_value();
+      if (ep) listener.target = *ep;
+    }
+    if (ok) cfg->listeners.push_back(std::move(listener));
+  }
+  return listens;
+}
+
+void Parser::parse_targets(const Value& v, Config* cfg) {
+  auto items = read_list(v);
+  if (!items) return;
+  for (const auto& item : *items) {
+    if (auto ep = get_endpoint(item)) cfg->targets.push_back(*ep);
+  }
+}
+
+}  // namespace
+
+ConfigResult parse_config_text(const std::string& text, const std::string& file_name) {
+  Parser parser(file_name);
+  auto cfg = std::make_shared<Config>();
+  cfg->source_file = file_name;
+
+  ConfigResult result;
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::ParserException& e) {
+    parser.error(e.mark, "(yaml)", "syntax error: " + e.msg);
+    result.errors = parser.take_errors();
+    return result;
+  } catch (const YAML::Exception& e) {
+    parser.error(e.mark, "(yaml)", e.msg);
+    result.errors = parser.take_errors();
+    return result;
+  }
+
+  if (docs.empty() || docs[0].IsNull()) {
+    YAML::Mark start;  // line 0, column 0 -> reported as 1:1
+    parser.error(start, "",
+                 "the configuration is empty; expected a mapping with at least the key 'node'");
+  } else {
+    for (size_t i = 1; i < docs.size(); ++i) {
+      if (docs[i].IsNull()) continue;  // a trailing '---' with nothing after it
+      parser.error(docs[i].Mark(), "",
+                   "only one YAML document is allowed; found another one here");
+      break;
+    }
+    try {
+      parser.parse(docs[0], cfg.get());
+    } catch (const YAML::Exception& e) {  // not expected: nodes are only inspected, never converted
+      parser.error(e.mark, "(yaml)", e.msg);
+    }
+  }
+
+  result.errors = parser.take_errors();
+  if (result.errors.empty()) result.config = std::move(cfg);
+  return result;
+}
+
+ConfigResult load_config_file(const std::string& path) {
+  auto unreadable = [&](int err) {
+    ConfigResult result;
+    ConfigError e;
+    e.file = path;
+    e.key_path = "(file)";
+    e.message = "cannot read: " + std::error_code(err, std::generic_category()).message();
+    result.errors.push_back(std::move(e));
+    return result;
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return unreadable(errno);
+  std::string text;
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return unreadable(err);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return parse_config_text(text, path);
+}
+
+}  // namespace rdmagw

@@ -1,0 +1,673 @@
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+using rdmagw::Config;
+using rdmagw::ConfigError;
+using rdmagw::ConfigResult;
+using rdmagw::Endpoint;
+using rdmagw::TransportMode;
+using rdmagw::load_config_file;
+using rdmagw::parse_config_text;
+
+namespace {
+
+// Joins lines with '\n' so that each test's line numbers are easy to read off.
+std::string lines(std::initializer_list<const char*> ls) {
+  std::string out;
+  for (const char* l : ls) {
+    out += l;
+    out += '\n';
+  }
+  return out;
+}
+
+std::string dump(const ConfigResult& r) {
+  std::string out;
+  for (const auto& e : r.errors) out += e.to_string() + "\n";
+  return out;
+}
+
+struct Expected {
+  int line;
+  int column;
+  std::string key_path;
+  std::string fragment;  // must occur in the message
+};
+
+// The text must be rejected with exactly these errors, in this order.
+void expect_errors(const std::string& text, const std::vector<Expected>& expected) {
+  ConfigResult r = parse_config_text(text, "test.yaml");
+  INFO("input:\n" << text << "errors:\n" << dump(r));
+  CHECK(r.config == nullptr);
+  REQUIRE(r.errors.size() == expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const ConfigError& e = r.errors[i];
+    const Expected& x = expected[i];
+    INFO("error #" << i);
+    CHECK(e.file == "test.yaml");
+    CHECK(e.line == x.line);
+    CHECK(e.column == x.column);
+    CHECK(e.key_path == x.key_path);
+    CHECK_THAT(e.message, Catch::Contains(x.fragment));
+  }
+}
+
+std::shared_ptr<const Config> parse_ok(const std::string& text) {
+  ConfigResult r = parse_config_text(text, "ok.yaml");
+  INFO("input:\n" << text << "errors:\n" << dump(r));
+  REQUIRE(r.errors.empty());
+  REQUIRE(r.config != nullptr);
+  return r.config;
+}
+
+Endpoint ep(const std::string& text) {
+  std::string err;
+  auto e = rdmagw::parse_endpoint(text, &err);
+  REQUIRE(e.has_value());
+  return *e;
+}
+
+unsigned expected_default_workers() {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n < 1) return 1;
+  if (n > 256) return 256;
+  return static_cast<unsigned>(n);
+}
+
+// Repository root, from this file's (absolute, under CMake) path.
+std::string source_root() {
+  std::string here = __FILE__;
+  const std::string suffix = "tests/unit/config_test.cc";
+  REQUIRE(here.size() > suffix.size());
+  REQUIRE(here.compare(here.size() - suffix.size(), suffix.size(), suffix) == 0);
+  return here.substr(0, here.size() - suffix.size());
+}
+
+const std::string kFullExample = lines({
+    "node: host-a",                          // 1
+    "admin: 127.0.0.1:9911",                 // 2
+    "workers: 3",                            // 3
+    "tunnel:",                               // 4
+    "  address: 10.0.0.1",                   // 5
+    "  tcp_port: 7571",                      // 6
+    "  rdma_port: 7572",                     // 7
+    "  transport: rdma",                     // 8
+    "  buffer_size: 32KiB",                  // 9
+    "  stream_window: 512KiB",               // 10
+    "  session_budget: 64MiB",               // 11
+    "  keepalive_interval_ms: 1000",         // 12
+    "  keepalive_timeout_ms: 4000",          // 13
+    "  connect_timeout_ms: 2500",            // 14
+    "  reconnect_max_ms: 8000",              // 15
+    "peers:",                                // 16
+    "  - name: host-b",                      // 17
+    "    address: 10.0.0.2",                 // 18
+    "    tcp_port: 7481",                    // 19
+    "    rdma_port: 7482",                   // 20
+    "  - name: host-c",                      // 21
+    "    address: \"fd00::3\"",              // 22
+    "    tcp_port: 7491",                    // 23
+    "listeners:",                            // 24
+    "  - name: redis",                       // 25
+    "    listen: tcp:127.0.0.1:6380",        // 26
+    "    peer: host-b",                      // 27
+    "    target: tcp:127.0.0.1:6379",        // 28
+    "  - name: redis-unix",                  // 29
+    "    listen: unix:/run/rdmagw/redis.sock",  // 30
+    "    peer: host-c",                      // 31
+    "    target: unix:/run/redis/redis.sock",  // 32
+    "targets:",                              // 33
+    "  - tcp:127.0.0.1:6379",                // 34
+    "  - unix:/run/redis/redis.sock",        // 35
+    "  - tcp:[::1]:5432",                    // 36
+    "shutdown_timeout_ms: 2000",             // 37
+    "log_level: debug",                      // 38
+});
+
+// A peer to point listeners at; listeners start on line 6.
+const char* const kNode = "node: host-a";
+const char* const kPeers = "peers:";
+const char* const kPeerB1 = "  - name: host-b";
+const char* const kPeerB2 = "    address: 10.0.0.2";
+const char* const kPeerB3 = "    tcp_port: 7481";
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Valid configurations
+
+TEST_CASE("full example parses with every value", "[config]") {
+  auto c = parse_ok(kFullExample);
+  CHECK(c->source_file == "ok.yaml");
+  CHECK(c->node == "host-a");
+  CHECK(c->admin == "127.0.0.1:9911");
+  CHECK(c->workers == 3);
+
+  CHECK(c->tunnel.address == "10.0.0.1");
+  CHECK(c->tunnel.tcp_port == 7571);
+  CHECK(c->tunnel.rdma_port == 7572);
+  CHECK(c->tunnel.transport == TransportMode::kRdma);
+  CHECK(c->tunnel.buffer_size == 32u * 1024);
+  CHECK(c->tunnel.stream_window == 512u * 1024);
+  CHECK(c->tunnel.session_budget == 64ull * 1024 * 1024);
+  CHECK(c->tunnel.keepalive_interval_ms == 1000);
+  CHECK(c->tunnel.keepalive_timeout_ms == 4000);
+  CHECK(c->tunnel.connect_timeout_ms == 2500);
+  CHECK(c->tunnel.reconnect_max_ms == 8000);
+
+  REQUIRE(c->peers.size() == 2);
+  CHECK(c->peers[0].name == "host-b");
+  CHECK(c->peers[0].address == "10.0.0.2");
+  CHECK(c->peers[0].tcp_port == 7481);
+  CHECK(c->peers[0].rdma_port == 7482);
+  CHECK(c->peers[0].tcp_endpoint.to_string() == "tcp:10.0.0.2:7481");
+  CHECK(c->peers[1].name == "host-c");
+  CHECK(c->peers[1].address == "fd00::3");
+  CHECK(c->peers[1].tcp_port == 7491);
+  CHECK(c->peers[1].rdma_port == 7472);  // default
+  CHECK(c->peers[1].tcp_endpoint.to_string() == "tcp:[fd00::3]:7491");
+
+  REQUIRE(c->listeners.size() == 2);
+  CHECK(c->listeners[0].name == "redis");
+  CHECK(c->listeners[0].listen.to_string() == "tcp:127.0.0.1:6380");
+  CHECK(c->listeners[0].peer == "host-b");
+  CHECK(c->listeners[0].target.to_string() == "tcp:127.0.0.1:6379");
+  CHECK(c->listeners[1].name == "redis-unix");
+  CHECK(c->listeners[1].listen.kind == Endpoint::Kind::kUnix);
+  CHECK(c->listeners[1].listen.to_string() == "unix:/run/rdmagw/redis.sock");
+  CHECK(c->listeners[1].peer == "host-c");
+  CHECK(c->listeners[1].target.to_string() == "unix:/run/redis/redis.sock");
+
+  REQUIRE(c->targets.size() == 3);
+  CHECK(c->targets[0].to_string() == "tcp:127.0.0.1:6379");
+  CHECK(c->targets[1].to_string() == "unix:/run/redis/redis.sock");
+  CHECK(c->targets[2].to_string() == "tcp:[::1]:5432");
+  CHECK(c->shutdown_timeout_ms == 2000);
+  CHECK(c->log_level == "debug");
+
+  CHECK(c->find_peer("host-c") == &c->peers[1]);
+  CHECK(c->find_peer("host-z") == nullptr);
+  CHECK(c->target_allowed(ep("tcp:127.0.0.1:6379")));
+  CHECK(c->target_allowed(ep("tcp:[0::1]:5432")));
+  CHECK_FALSE(c->target_allowed(ep("tcp:127.0.0.1:6378")));
+}
+
+TEST_CASE("defaults apply to a minimal config", "[config]") {
+  auto c = parse_ok("node: host-a\n");
+  CHECK(c->node == "host-a");
+  CHECK(c->admin == "127.0.0.1:9901");
+  CHECK(c->workers == expected_default_workers());
+  CHECK(c->workers >= 1);
+  CHECK(c->tunnel.address == "127.0.0.1");
+  CHECK(c->tunnel.tcp_port == 7471);
+  CHECK(c->tunnel.rdma_port == 7472);
+  CHECK(c->tunnel.transport == TransportMode::kAuto);
+  CHECK(c->tunnel.buffer_size == 16384);
+  CHECK(c->tunnel.stream_window == 262144);
+  CHECK(c->tunnel.session_budget == 33554432);
+  CHECK(c->tunnel.keepalive_interval_ms == 5000);
+  CHECK(c->tunnel.keepalive_timeout_ms == 15000);
+  CHECK(c->tunnel.connect_timeout_ms == 3000);
+  CHECK(c->tunnel.reconnect_max_ms == 2000);
+  CHECK(c->peers.empty());
+  CHECK(c->listeners.empty());
+  CHECK(c->targets.empty());
+  CHECK_FALSE(c->target_allowed(ep("tcp:127.0.0.1:6379")));
+  CHECK(c->shutdown_timeout_ms == 10000);
+  CHECK(c->log_level == "info");
+}
+
+TEST_CASE("empty sections mean defaults / nothing", "[config]") {
+  auto c = parse_ok(lines({"node: host-a", "tunnel:", "peers:", "listeners: []", "targets:"}));
+  CHECK(c->tunnel.tcp_port == 7471);
+  CHECK(c->peers.empty());
+  CHECK(c->listeners.empty());
+  CHECK(c->targets.empty());
+}
+
+TEST_CASE("transport values and IPv6 tunnel address", "[config]") {
+  CHECK(parse_ok(lines({"node: a", "tunnel:", "  transport: tcp"}))->tunnel.transport ==
+        TransportMode::kTcp);
+  CHECK(parse_ok(lines({"node: a", "tunnel:", "  transport: auto"}))->tunnel.transport ==
+        TransportMode::kAuto);
+  auto c = parse_ok(lines({"node: a", "tunnel:", "  address: \"::1\"", "admin: \"[::1]:9901\""}));
+  CHECK(c->tunnel.address == "::1");
+  CHECK(c->admin == "[::1]:9901");
+}
+
+TEST_CASE("byte sizes accept integers and KiB/MiB/GiB suffixes", "[config]") {
+  auto c = parse_ok(lines({
+      "node: a",
+      "tunnel:",
+      "  buffer_size: 65536",
+      "  stream_window: \"1MiB\"",
+      "  session_budget: 2GiB",
+  }));
+  CHECK(c->tunnel.buffer_size == 65536);
+  CHECK(c->tunnel.stream_window == 1024u * 1024);
+  CHECK(c->tunnel.session_budget == 2ull * 1024 * 1024 * 1024);
+
+  c = parse_ok(lines({"node: a", "tunnel:", "  buffer_size: 1KiB", "  stream_window: 4 MiB",
+                      "  session_budget: 64MiB"}));
+  CHECK(c->tunnel.buffer_size == 1024);
+  CHECK(c->tunnel.stream_window == 4u * 1024 * 1024);
+  CHECK(c->tunnel.session_budget == 64ull * 1024 * 1024);
+
+  // Upper bounds are inclusive.
+  c = parse_ok(lines({"node: a", "tunnel:", "  buffer_size: 1MiB", "  stream_window: 64MiB",
+                      "  session_budget: 64MiB"}));
+  CHECK(c->tunnel.buffer_size == 1048576);
+  CHECK(c->tunnel.stream_window == 67108864);
+}
+
+TEST_CASE("byte sizes reject bad suffixes, fractions and out-of-range values", "[config][errors]") {
+  expect_errors(lines({"node: a", "tunnel:", "  buffer_size: 16KB"}),
+                {{3, 16, "tunnel.buffer_size", "byte size (an integer, or a number with suffix KiB, MiB or GiB), got '16KB'"}});
+  expect_errors(lines({"node: a", "tunnel:", "  buffer_size: 1.5KiB"}),
+                {{3, 16, "tunnel.buffer_size", "got '1.5KiB'"}});
+  expect_errors(lines({"node: a", "tunnel:", "  buffer_size: 16kib"}),
+                {{3, 16, "tunnel.buffer_size", "got '16kib'"}});
+  expect_errors(lines({"node: a", "tunnel:", "  buffer_size: MiB"}),
+                {{3, 16, "tunnel.buffer_size", "got 'MiB'"}});
+  expect_errors(lines({"node: a", "tunnel:", "  buffer_size: 512"}),
+                {{3, 16, "tunnel.buffer_size", "must be between 1KiB and 1MiB, got 512"}});
+  expect_errors(lines({"node: a", "tunnel:", "  buffer_size: 2MiB"}),
+                {{3, 16, "tunnel.buffer_size", "got '2MiB' (2097152 bytes)"}});
+  expect_errors(lines({"node: a", "tunnel:", "  stream_window: 128MiB"}),
+                {{3, 18, "tunnel.stream_window", "must be between 1KiB and 64MiB"}});
+  expect_errors(lines({"node: a", "tunnel:", "  session_budget: 99999999999GiB"}),
+                {{3, 19, "tunnel.session_budget", "too large"}});
+  expect_errors(lines({"node: a", "tunnel:", "  session_budget: [1]"}),
+                {{3, 19, "tunnel.session_budget", "got a list"}});
+}
+
+TEST_CASE("integers may be quoted", "[config]") {
+  auto c = parse_ok(lines({"node: a", "workers: \"4\"", "tunnel:", "  tcp_port: '7600'"}));
+  CHECK(c->workers == 4);
+  CHECK(c->tunnel.tcp_port == 7600);
+}
+
+TEST_CASE("rdma_port may equal tcp_port when transport is tcp", "[config]") {
+  auto c = parse_ok(lines({"node: a", "tunnel:", "  transport: tcp", "  tcp_port: 7000",
+                           "  rdma_port: 7000"}));
+  CHECK(c->tunnel.rdma_port == 7000);
+}
+
+TEST_CASE("example sidecar pair is valid and consistent", "[config]") {
+  std::string root = source_root();
+  ConfigResult a = load_config_file(root + "config/examples/two-sidecars-a.yaml");
+  ConfigResult b = load_config_file(root + "config/examples/two-sidecars-b.yaml");
+  INFO(dump(a) << dump(b));
+  REQUIRE(a.config);
+  REQUIRE(b.config);
+  CHECK(a.config->source_file == root + "config/examples/two-sidecars-a.yaml");
+  CHECK(a.config->node == "host-a");
+  CHECK(b.config->node == "host-b");
+  REQUIRE(a.config->listeners.size() == 1);
+  const auto& l = a.config->listeners[0];
+  CHECK(l.listen.to_string() == "tcp:127.0.0.1:6380");
+  CHECK(l.peer == "host-b");
+  CHECK(l.target.to_string() == "tcp:127.0.0.1:6379");
+  const auto* peer_b = a.config->find_peer("host-b");
+  REQUIRE(peer_b);
+  // a's view of b matches b's own tunnel...
+  CHECK(peer_b->address == b.config->tunnel.address);
+  CHECK(peer_b->tcp_port == b.config->tunnel.tcp_port);
+  CHECK(peer_b->rdma_port == b.config->tunnel.rdma_port);
+  // ...b allows the target a asks for, and the two sidecars use different ports.
+  CHECK(b.config->target_allowed(l.target));
+  CHECK(a.config->tunnel.tcp_port != b.config->tunnel.tcp_port);
+  CHECK(a.config->tunnel.rdma_port != b.config->tunnel.rdma_port);
+  CHECK(a.config->admin != b.config->admin);
+}
+
+// ---------------------------------------------------------------------------
+// Error reporting
+
+TEST_CASE("ConfigError::to_string format", "[config][errors]") {
+  ConfigResult r = parse_config_text(lines({"node: host-a", "worker: 4"}), "conf/a.yaml");
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].to_string() ==
+        "conf/a.yaml:2:1: worker: unknown key 'worker'; allowed keys here: node, admin, workers, "
+        "tunnel, peers, listeners, targets, shutdown_timeout_ms, log_level");
+}
+
+TEST_CASE("unknown top-level key", "[config][errors]") {
+  expect_errors(lines({"node: host-a", "worker: 4"}), {{2, 1, "worker", "unknown key 'worker'"}});
+}
+
+TEST_CASE("unknown key inside tunnel names the allowed keys", "[config][errors]") {
+  expect_errors(lines({"node: host-a", "tunnel:", "  port: 7471"}),
+                {{3, 3, "tunnel.port", "allowed keys here: address, tcp_port, rdma_port, transport"}});
+}
+
+TEST_CASE("duplicate top-level key is reported at the second occurrence", "[config][errors]") {
+  expect_errors(lines({"node: host-a", "workers: 2", "node: host-b"}),
+                {{3, 1, "node", "duplicate key 'node' (first given at line 1, column 1)"}});
+}
+
+TEST_CASE("duplicate key in a flow mapping", "[config][errors]") {
+  expect_errors(lines({"node: host-a", "tunnel: {tcp_port: 1000, tcp_port: 2000}"}),
+                {{2, 26, "tunnel.tcp_port", "duplicate key 'tcp_port' (first given at line 2, column 10)"}});
+}
+
+TEST_CASE("missing node", "[config][errors]") {
+  expect_errors(lines({"# a comment", "workers: 2"}), {{2, 1, "node", "required key 'node' is missing"}});
+}
+
+TEST_CASE("missing key in a listener is reported at the listener", "[config][errors]") {
+  expect_errors(lines({kNode, kPeers, kPeerB1, kPeerB2, kPeerB3,
+                       "listeners:",
+                       "  - name: redis",
+                       "    listen: tcp:127.0.0.1:6380",
+                       "    peer: host-b"}),
+                {{7, 5, "listeners[0].target", "required key 'target' is missing"}});
+}
+
+TEST_CASE("missing keys in a peer", "[config][errors]") {
+  expect_errors(lines({kNode, kPeers, "  - name: host-b"}),
+                {{3, 5, "peers[0].address", "required key 'address'"},
+                 {3, 5, "peers[0].tcp_port", "required key 'tcp_port'"}});
+}
+
+TEST_CASE("a list where a string is expected", "[config][errors]") {
+  expect_errors("node: [a, b]\n", {{1, 7, "node", "must be a non-empty string, got a list"}});
+}
+
+TEST_CASE("an empty value is reported at its key", "[config][errors]") {
+  expect_errors(lines({"node:", "workers: 2"}), {{1, 1, "node", "got an empty value"}});
+}
+
+TEST_CASE("a non-integer port", "[config][errors]") {
+  expect_errors(lines({"node: host-a", "tunnel:", "  tcp_port: seventy"}),
+                {{3, 13, "tunnel.tcp_port", "must be an integer, got 'seventy'"}});
+  expect_errors(lines({"node: host-a", "tunnel:", "  tcp_port: 0x1d2f"}),
+                {{3, 13, "tunnel.tcp_port", "must be an integer, got '0x1d2f'"}});
+}
+
+TEST_CASE("a port out of range", "[config][errors]") {
+  expect_errors(lines({kNode, kPeers, kPeerB1, kPeerB2, "    tcp_port: 70000"}),
+                {{5, 15, "peers[0].tcp_port", "must be between 1 and 65535, got 70000"}});
+  expect_errors(lines({kNode, kPeers, kPeerB1, kPeerB2, kPeerB3, "    rdma_port: 0"}),
+                {{6, 16, "peers[0].rdma_port", "must be between 1 and 65535, got 0"}});
+}
+
+TEST_CASE("a non-numeric peer address", "[config][errors]") {
+  expect_errors(lines({kNode, kPeers, kPeerB1, "    address: host-b.example", kPeerB3}),
+                {{4, 14, "peers[0].address",
+                  "must be a numeric IPv4 or IPv6 address, got 'host-b.example'"}});
+}
+
+TEST_CASE("a bad tunnel address", "[config][errors]") {
+  expect_errors(lines({kNode, "tunnel:", "  address: 10.0.0.300"}),
+                {{3, 12, "tunnel.address", "got '10.0.0.300'"}});
+}
+
+TEST_CASE("an invalid listener target endpoint", "[config][errors]") {
+  expect_errors(lines({kNode, kPeers, kPeerB1, kPeerB2, kPeerB3,
+                       "listeners:",
+                       "  - name: redis",
+                       "    listen: tcp:127.0.0.1:6380",
+                       "    peer: host-b",
+                       "    target: tcp:127.0.0.1"}),
+                {{10, 13, "listeners[0].target",
+                  "invalid endpoint 'tcp:127.0.0.1': '127.0.0.1' must look like IP:PORT"}});
+}
+
+TEST_CASE("an invalid listen endpoint scheme", "[config][errors]") {
+  expect_errors(lines({kNode, kPeers, kPeerB1, kPeerB2, kPeerB3,
+                       "listeners:",
+                       "  - name: redis",
+                       "    listen: udp:127.0.0.1:6380",
+                       "    peer: host-b",
+                       "    target: tcp:127.0.0.1:6379"}),
+                {{8, 13, "listeners[0].listen", "must start with tcp: or unix:"}});
+}
+
+TEST_CASE("an unknown peer reference", "[config][errors]") {
+  expect_errors(lines({kNode, kPeers, kPeerB1, kPeerB2, kPeerB3,
+                       "listeners:",
+                       "  - name: redis",
+                       "    listen: tcp:127.0.0.1:6380",
+                       "    peer: host-c",
+                       "    target: tcp:127.0.0.1:6379"}),
+                {{9, 11, "listeners[0].peer", "unknown peer 'host-c'; defined peers: host-b"}});
+  expect_errors(lines({kNode,
+                       "listeners:",
+                       "  - name: redis",
+                       "    listen: tcp:127.0.0.1:6380",
+                       "    peer: host-c",
+                       "    target: tcp:127.0.0.1:6379"}),
+                {{5, 11, "listeners[0].peer", "no peers are defined"}});
+}
+
+TEST_CASE("duplicate peer names", "[config][errors]") {
+  expect_errors(lines({kNode, kPeers, kPeerB1, kPeerB2, kPeerB3,
+                       "  - name: host-b",
+                       "    address: 10.0.0.3",
+                       "    tcp_port: 7481"}),
+                {{6, 11, "peers[1].name", "duplicate peer name 'host-b' (also peers[0])"}});
+}
+
+TEST_CASE("duplicate listener names", "[config][errors]") {
+  expect_errors(lines({kNode, kPeers, kPeerB1, kPeerB2, kPeerB3,
+                       "listeners:",
+                       "  - name: redis",
+                       "    listen: tcp:127.0.0.1:6380",
+                       "    peer: host-b",
+                       "    target: tcp:127.0.0.1:6379",
+                       "  - name: redis",
+                       "    listen: tcp:127.0.0.1:6381",
+                       "    peer: host-b",
+                       "    target: tcp:127.0.0.1:6379"}),
+                {{11, 11, "listeners[1].name", "duplicate listener name 'redis' (also listeners[0])"}});
+}
+
+TEST_CASE("duplicate listen addresses compare canonically", "[config][errors]") {
+  expect_errors(lines({kNode, kPeers, kPeerB1, kPeerB2, kPeerB3,
+                       "listeners:",
+                       "  - name: one",
+                       "    listen: tcp:[::1]:6380",
+                       "    peer: host-b",
+                       "    target: tcp:127.0.0.1:6379",
+                       "  - name: two",
+                       "    listen: tcp:[0:0::1]:6380",
+                       "    peer: host-b",
+                       "    target: tcp:127.0.0.1:6379"}),
+                {{12, 13, "listeners[1].listen",
+                  "'tcp:[0:0::1]:6380' is already the listen address of listeners[0] (one)"}});
+}
+
+TEST_CASE("a listener on the tunnel's own listen address", "[config][errors]") {
+  expect_errors(lines({kNode, kPeers, kPeerB1, kPeerB2, kPeerB3,
+                       "listeners:",
+                       "  - name: redis",
+                       "    listen: tcp:127.0.0.1:7471",
+                       "    peer: host-b",
+                       "    target: tcp:127.0.0.1:6379"}),
+                {{8, 13, "listeners[0].listen", "tunnel's own listen address"}});
+}
+
+TEST_CASE("admin clashing with a listener", "[config][errors]") {
+  expect_errors(lines({kNode, kPeers, kPeerB1, kPeerB2, kPeerB3,
+                       "listeners:",
+                       "  - name: redis",
+                       "    listen: tcp:127.0.0.1:6380",
+                       "    peer: host-b",
+                       "    target: tcp:127.0.0.1:6379",
+                       "admin: 127.0.0.1:6380"}),
+                {{11, 8, "admin", "is also the listen address of listeners[0] (redis)"}});
+}
+
+TEST_CASE("an invalid admin address", "[config][errors]") {
+  expect_errors(lines({kNode, "admin: localhost:9901"}),
+                {{2, 8, "admin", "invalid address 'localhost:9901'"}});
+  expect_errors(lines({kNode, "admin: 9901"}), {{2, 8, "admin", "invalid address '9901'"}});
+}
+
+TEST_CASE("an invalid transport value", "[config][errors]") {
+  expect_errors(lines({kNode, "tunnel:", "  transport: roce"}),
+                {{3, 14, "tunnel.transport", "must be one of auto, rdma, tcp, got 'roce'"}});
+}
+
+TEST_CASE("tcp_port equal to rdma_port while RDMA may be used", "[config][errors]") {
+  expect_errors(lines({kNode, "tunnel:", "  tcp_port: 7000", "  rdma_port: 7000"}),
+                {{4, 14, "tunnel.rdma_port", "tcp_port and rdma_port are both 7000"}});
+}
+
+TEST_CASE("workers out of range", "[config][errors]") {
+  expect_errors(lines({kNode, "workers: 0"}), {{2, 10, "workers", "must be between 1 and 256, got 0"}});
+  expect_errors(lines({kNode, "workers: 257"}), {{2, 10, "workers", "got 257"}});
+  expect_errors(lines({kNode, "workers: -2"}), {{2, 10, "workers", "got -2"}});
+}
+
+TEST_CASE("timeouts out of range", "[config][errors]") {
+  expect_errors(lines({kNode, "shutdown_timeout_ms: 600001"}),
+                {{2, 22, "shutdown_timeout_ms", "must be between 0 and 600000, got 600001"}});
+  expect_errors(lines({kNode, "tunnel:", "  connect_timeout_ms: 99"}),
+                {{3, 23, "tunnel.connect_timeout_ms", "must be between 100 and 600000, got 99"}});
+  expect_errors(lines({kNode, "tunnel:", "  keepalive_interval_ms: 3600001"}),
+                {{3, 26, "tunnel.keepalive_interval_ms", "must be between 100 and 3600000"}});
+}
+
+TEST_CASE("stream_window smaller than buffer_size", "[config][errors]") {
+  expect_errors(lines({kNode, "tunnel:", "  buffer_size: 64KiB", "  stream_window: 32KiB"}),
+                {{4, 18, "tunnel.stream_window",
+                  "stream_window 32KiB must be at least buffer_size 64KiB"}});
+  // With the window left at its default, the error is at the key that was given.
+  expect_errors(lines({kNode, "tunnel:", "  buffer_size: 1MiB"}),
+                {{3, 16, "tunnel.buffer_size",
+                  "stream_window 256KiB (default) must be at least buffer_size 1MiB"}});
+}
+
+TEST_CASE("session_budget smaller than stream_window", "[config][errors]") {
+  expect_errors(lines({kNode, "tunnel:", "  session_budget: 128KiB"}),
+                {{3, 19, "tunnel.session_budget",
+                  "session_budget 128KiB must be at least stream_window 256KiB (default)"}});
+}
+
+TEST_CASE("keepalive timeout not above the interval", "[config][errors]") {
+  expect_errors(lines({kNode, "tunnel:", "  keepalive_timeout_ms: 5000"}),
+                {{3, 25, "tunnel.keepalive_timeout_ms",
+                  "keepalive_timeout_ms 5000 must be greater than keepalive_interval_ms 5000 (default)"}});
+}
+
+TEST_CASE("a bad allowlist entry", "[config][errors]") {
+  expect_errors(lines({kNode, "targets:", "  - tcp:127.0.0.1:6379", "  - unix:redis.sock"}),
+                {{4, 5, "targets[1]", "unix socket path 'redis.sock' must be absolute"}});
+  expect_errors(lines({kNode, "targets: tcp:127.0.0.1:6379"}),
+                {{2, 10, "targets", "must be a list, got 'tcp:127.0.0.1:6379'"}});
+}
+
+TEST_CASE("an invalid log level", "[config][errors]") {
+  expect_errors(lines({kNode, "log_level: verbose"}),
+                {{2, 12, "log_level", "must be one of debug, info, warn, error, got 'verbose'"}});
+}
+
+TEST_CASE("list items and sections of the wrong shape", "[config][errors]") {
+  expect_errors(lines({kNode, kPeers, "  - host-b"}),
+                {{3, 5, "peers[0]", "must be a mapping, got 'host-b'"}});
+  expect_errors(lines({kNode, "peers:", "  host-b: 1"}), {{3, 3, "peers", "must be a list, got a mapping"}});
+  expect_errors(lines({kNode, "tunnel: 7471"}), {{2, 9, "tunnel", "must be a mapping, got '7471'"}});
+}
+
+TEST_CASE("YAML syntax error reports the parser's position", "[config][errors]") {
+  expect_errors(lines({"node: host-a", "tunnel:", "  tcp_port: 1", "    rdma_port: 2"}),
+                {{4, 14, "(yaml)", "syntax error: illegal map value"}});
+  expect_errors(lines({"node: host-a", "peers: [a,"}), {{3, 1, "(yaml)", "syntax error"}});
+}
+
+TEST_CASE("empty file and non-mapping top level", "[config][errors]") {
+  expect_errors("", {{1, 1, "(root)", "the configuration is empty"}});
+  expect_errors(lines({"# only a comment", ""}), {{1, 1, "(root)", "the configuration is empty"}});
+  expect_errors(lines({"- node: host-a"}), {{1, 1, "(root)", "must be a mapping of configuration keys, got a list"}});
+  expect_errors(lines({"host-a"}), {{1, 1, "(root)", "got 'host-a'"}});
+}
+
+TEST_CASE("more than one YAML document", "[config][errors]") {
+  expect_errors(lines({"node: a", "---", "node: b"}), {{3, 1, "(root)", "only one YAML document"}});
+}
+
+TEST_CASE("several errors are all reported, in file order", "[config][errors]") {
+  expect_errors(lines({
+                    "node: \"\"",                      // 1
+                    "workers: many",                   // 2
+                    "tunnel:",                         // 3
+                    "  transport: fast",               // 4
+                    "  bogus: 1",                      // 5
+                    "peers:",                          // 6
+                    "  - name: host-b",                // 7
+                    "    address: 10.0.0.256",         // 8
+                    "    tcp_port: 7481",              // 9
+                    "listeners:",                      // 10
+                    "  - name: redis",                 // 11
+                    "    listen: tcp:127.0.0.1:6380",  // 12
+                    "    peer: host-c",                // 13
+                    "    target: tcp:127.0.0.1:6379",  // 14
+                    "  - listen: tcp:127.0.0.1:6380",  // 15
+                    "    peer: host-b",                // 16
+                    "    target: tcp:127.0.0.1:6379",  // 17
+                    "log_level: loud",                 // 18
+                }),
+                {
+                    {1, 7, "node", "must be a non-empty string, got ''"},
+                    {2, 10, "workers", "must be an integer, got 'many'"},
+                    {4, 14, "tunnel.transport", "got 'fast'"},
+                    {5, 3, "tunnel.bogus", "unknown key 'bogus'"},
+                    {8, 14, "peers[0].address", "got '10.0.0.256'"},
+                    {13, 11, "listeners[0].peer", "unknown peer 'host-c'"},
+                    {15, 5, "listeners[1].name", "required key 'name' is missing"},
+                    {15, 13, "listeners[1].listen", "already the listen address of listeners[0] (redis)"},
+                    {18, 12, "log_level", "got 'loud'"},
+                });
+}
+
+// ---------------------------------------------------------------------------
+// Files
+
+TEST_CASE("load_config_file: unreadable files", "[config][errors]") {
+  ConfigResult r = load_config_file("/nonexistent-dir/rdmagw.yaml");
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.config == nullptr);
+  CHECK(r.errors[0].to_string() ==
+        "/nonexistent-dir/rdmagw.yaml:0:0: (file): cannot read: No such file or directory");
+
+  r = load_config_file("/");
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].to_string() == "/:0:0: (file): cannot read: Is a directory");
+}
+
+TEST_CASE("load_config_file: reads a file and names it in errors", "[config]") {
+  char path[] = "/tmp/rdmagw-config-test-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  {
+    std::ofstream out(path);
+    out << "node: host-a\nlog_level: warn\n";
+  }
+  ConfigResult r = load_config_file(path);
+  INFO(dump(r));
+  REQUIRE(r.config);
+  CHECK(r.config->source_file == path);
+  CHECK(r.config->log_level == "warn");
+
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << "node: host-a\nlog_level: loud\n";
+  }
+  r = load_config_file(path);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].to_string() == std::string(path) +
+                                       ":2:12: log_level: must be one of debug, info, warn, error, "
+                                       "got 'loud'");
+  std::remove(path);
+}
