@@ -1,0 +1,90 @@
+#include "common/byte_queue.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace rdmagw {
+
+void ByteQueue::adopt(uint8_t* buffer, uint32_t begin, uint32_t end) {
+  segments_.push_back({buffer, begin, end});
+  bytes_ += end - begin;
+}
+
+uint8_t* ByteQueue::append_contiguous(size_t len) {
+  size_t cap = pool_->buffer_size();
+  if (len > cap) return nullptr;
+  if (segments_.empty() || cap - segments_.back().end < len) {
+    uint8_t* b = pool_->acquire();
+    if (!b) return nullptr;
+    segments_.push_back({b, 0, 0});
+  }
+  Segment& tail = segments_.back();
+  uint8_t* out = tail.buffer + tail.end;
+  tail.end += static_cast<uint32_t>(len);
+  bytes_ += len;
+  return out;
+}
+
+bool ByteQueue::append(const void* data, size_t len) {
+  const uint8_t* src = static_cast<const uint8_t*>(data);
+  size_t cap = pool_->buffer_size();
+  // Check capacity first so that a failed append leaves the queue unchanged.
+  size_t tail_room = segments_.empty() ? 0 : cap - segments_.back().end;
+  if (len > tail_room) {
+    size_t needed = (len - tail_room + cap - 1) / cap;
+    if (pool_->capacity() - pool_->in_use() < needed) return false;
+  }
+  while (len > 0) {
+    if (segments_.empty() || segments_.back().end == cap) {
+      segments_.push_back({pool_->acquire(), 0, 0});
+    }
+    Segment& tail = segments_.back();
+    size_t n = std::min(len, cap - tail.end);
+    std::memcpy(tail.buffer + tail.end, src, n);
+    tail.end += static_cast<uint32_t>(n);
+    bytes_ += n;
+    src += n;
+    len -= n;
+  }
+  return true;
+}
+
+int ByteQueue::front_iovecs(iovec* iov, int max) const {
+  int n = 0;
+  for (const Segment& s : segments_) {
+    if (n == max) break;
+    if (s.end == s.begin) continue;
+    iov[n].iov_base = s.buffer + s.begin;
+    iov[n].iov_len = s.end - s.begin;
+    ++n;
+  }
+  return n;
+}
+
+void ByteQueue::consume(size_t n) {
+  bytes_ -= n;
+  while (!segments_.empty()) {
+    Segment& s = segments_.front();
+    size_t len = s.end - s.begin;
+    if (n < len) {
+      s.begin += static_cast<uint32_t>(n);
+      return;
+    }
+    n -= len;
+    // Keep the last buffer: later appends can still use its free room.
+    if (segments_.size() == 1 && s.end < pool_->buffer_size() && n == 0) {
+      s.begin = s.end = 0;
+      return;
+    }
+    pool_->release(s.buffer);
+    segments_.pop_front();
+  }
+}
+
+void ByteQueue::clear() {
+  for (const Segment& s : segments_) pool_->release(s.buffer);
+  segments_.clear();
+  bytes_ = 0;
+}
+
+}  // namespace rdmagw

@@ -1,0 +1,321 @@
+#include "proxy/local/local_stream.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace rdmagw::local {
+
+using tunnel::kBufferHeadroom;
+using tunnel::ResetCode;
+
+namespace {
+void set_nodelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // fails harmlessly on unix sockets
+}
+}  // namespace
+
+LocalStream::LocalStream(StreamHost& host, UniqueFd fd)
+    : host_(host), fd_(std::move(fd)), to_socket_(&host.pool) {
+  recv_op_ = IoOp::bind<&LocalStream::on_recv>(this);
+  send_op_ = IoOp::bind<&LocalStream::on_send>(this);
+  connect_op_ = IoOp::bind<&LocalStream::on_connect>(this);
+  timeout_op_ = IoOp::bind<&LocalStream::on_connect_timeout>(this);
+  ++host_.live_streams;
+}
+
+LocalStream::~LocalStream() {
+  if (recv_buffer_) host_.pool.release(recv_buffer_);
+  --host_.live_streams;
+}
+
+LocalStream* LocalStream::from_client(StreamHost& host, UniqueFd fd, std::string listener, std::string peer,
+                                      std::string target) {
+  set_nodelay(fd.get());
+  auto* s = new LocalStream(host, std::move(fd));
+  s->listener_ = std::move(listener);
+  s->peer_ = std::move(peer);
+  s->target_ = std::move(target);
+  return s;
+}
+
+LocalStream* LocalStream::to_target(StreamHost& host, tunnel::Session& session, uint32_t id,
+                                    const Endpoint& target, ResetCode* refuse) {
+  int fd = ::socket(target.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    log::warn("stream_refused")
+        .kv("peer", session.peer_node())
+        .kv("stream", id)
+        .kv("target", target.to_string())
+        .kv("reason", "socket-failed")
+        .kv("error", strerror(errno));
+    *refuse = ResetCode::kResource;
+    return nullptr;
+  }
+  auto* s = new LocalStream(host, UniqueFd(fd));
+  s->session_ = &session;
+  s->id_ = id;
+  s->peer_ = session.peer_node();
+  s->target_ = target.to_string();
+  s->start_connect(target);
+  return s;
+}
+
+// --- connecting to the target (far side) --------------------------------------
+
+void LocalStream::start_connect(const Endpoint& target) {
+  connecting_ = true;
+  target_addr_ = target.addr;
+  target_len_ = target.addr_len;
+  connect_timeout_.tv_sec = host_.connect_timeout_ms / 1000;
+  connect_timeout_.tv_nsec = (host_.connect_timeout_ms % 1000) * 1000000LL;
+  io_uring_sqe* c = host_.loop.sqe(&connect_op_);
+  io_uring_prep_connect(c, fd_.get(), reinterpret_cast<sockaddr*>(&target_addr_), target_len_);
+  c->flags |= IOSQE_IO_LINK;
+  io_uring_sqe* t = host_.loop.sqe(&timeout_op_);
+  io_uring_prep_link_timeout(t, &connect_timeout_, 0);
+  inflight_ += 2;
+}
+
+void LocalStream::on_connect_timeout(int, uint32_t) { finish_op(); }
+
+void LocalStream::on_connect(int res, uint32_t) {
+  connecting_ = false;
+  if (closing_) return finish_op();
+  if (res < 0) {
+    int err = res == -ECANCELED ? ETIMEDOUT : -res;
+    log::warn("stream_refused")
+        .kv("peer", peer_)
+        .kv("stream", id_)
+        .kv("target", target_)
+        .kv("reason", "connect-failed")
+        .kv("error", strerror(err));
+    if (session_) session_->reset_stream(id_, err == ECONNREFUSED ? ResetCode::kRefused : ResetCode::kConnectFailed);
+    session_ = nullptr;
+    terminate(false);
+    return finish_op();
+  }
+  set_nodelay(fd_.get());
+  log::debug("stream_connected").kv("peer", peer_).kv("stream", id_).kv("target", target_);
+  start_reading();
+  pump_send();
+  maybe_shutdown_write();
+  finish_op();
+}
+
+// --- dialing side: waiting for and opening on a session -----------------------
+
+void LocalStream::attach(tunnel::Session& session) {
+  if (closing_) return;
+  uint8_t* buffer = host_.pool.acquire();
+  if (!buffer) {
+    abort(ResetCode::kResource, "out of buffers");
+    return;
+  }
+  // 0-RTT: if the application already wrote, its first bytes ride in the OPEN.
+  uint32_t credit = std::min(session.open_credit(), host_.payload_size);
+  ssize_t n = 0;
+  bool eof = false;
+  if (credit > 0) {
+    n = ::recv(fd_.get(), buffer + kBufferHeadroom, credit, MSG_DONTWAIT);
+    if (n == 0) eof = true;
+    if (n < 0) n = 0;  // nothing yet (EAGAIN), or an error the first recv will report
+  }
+  session_ = &session;
+  peer_ = session.peer_node().empty() ? peer_ : session.peer_node();
+  id_ = session.open_stream(this, target_, buffer, static_cast<uint32_t>(n));
+  if (id_ == 0) {
+    session_ = nullptr;
+    terminate(true);
+    return;
+  }
+  bytes_up_ += static_cast<uint64_t>(n);
+  log::debug("stream_open").kv("listener", listener_).kv("peer", peer_).kv("stream", id_).kv("target", target_);
+  if (eof) {
+    read_closed_ = true;
+    session_->send_fin(id_);
+    maybe_done();
+    return;
+  }
+  start_reading();
+}
+
+void LocalStream::abort(ResetCode code, std::string_view reason) {
+  log::warn("stream_failed")
+      .kv("listener", listener_)
+      .kv("peer", peer_)
+      .kv("target", target_)
+      .kv("reason", reason)
+      .kv("code", tunnel::reset_code_name(code));
+  session_ = nullptr;
+  terminate(true);
+}
+
+// --- socket -> tunnel --------------------------------------------------------
+
+void LocalStream::start_reading() {
+  if (recv_posted_ || read_closed_ || closing_ || connecting_ || !session_) return;
+  uint32_t credit = session_->take_credit(id_, host_.payload_size);
+  if (credit == 0) return;  // on_send_credit() resumes us
+  uint8_t* buffer = host_.pool.acquire();
+  if (!buffer) {
+    session_->refund_credit(id_, credit);
+    log::warn("stream_reset").kv("peer", peer_).kv("stream", id_).kv("reason", "out of buffers");
+    session_->reset_stream(id_, ResetCode::kResource);
+    session_ = nullptr;
+    terminate(true);
+    return;
+  }
+  recv_buffer_ = buffer;
+  recv_credit_ = credit;
+  io_uring_sqe* s = host_.loop.sqe(&recv_op_);
+  io_uring_prep_recv(s, fd_.get(), buffer + kBufferHeadroom, credit, 0);
+  recv_posted_ = true;
+  ++inflight_;
+}
+
+void LocalStream::on_recv(int res, uint32_t) {
+  recv_posted_ = false;
+  uint8_t* buffer = recv_buffer_;
+  recv_buffer_ = nullptr;
+  if (closing_ || !session_) {
+    host_.pool.release(buffer);
+    return finish_op();
+  }
+  if (res > 0) {
+    session_->refund_credit(id_, recv_credit_ - static_cast<uint32_t>(res));
+    session_->send_data(id_, buffer, static_cast<uint32_t>(res));
+    bytes_up_ += static_cast<uint64_t>(res);
+    start_reading();
+    return finish_op();
+  }
+  session_->refund_credit(id_, recv_credit_);
+  host_.pool.release(buffer);
+  if (res == 0) {
+    read_closed_ = true;
+    session_->send_fin(id_);
+    maybe_done();
+  } else if (res == -EINTR || res == -EAGAIN) {
+    start_reading();
+  } else {
+    // The application reset its connection: abort the whole stream.
+    log::info("stream_reset").kv("peer", peer_).kv("stream", id_).kv("reason", "local-reset").kv("error", strerror(-res));
+    session_->reset_stream(id_, ResetCode::kCancel);
+    session_ = nullptr;
+    terminate(true);
+  }
+  finish_op();
+}
+
+// --- tunnel -> socket --------------------------------------------------------
+
+bool LocalStream::on_data(std::span<const uint8_t> bytes) {
+  if (closing_) return true;
+  if (!to_socket_.append(bytes.data(), bytes.size())) return false;
+  pump_send();
+  return true;
+}
+
+void LocalStream::pump_send() {
+  if (sending_ || closing_ || connecting_ || to_socket_.empty()) return;
+  int n = to_socket_.front_iovecs(iov_, kMaxIov);
+  msg_ = {};
+  msg_.msg_iov = iov_;
+  msg_.msg_iovlen = static_cast<size_t>(n);
+  io_uring_sqe* s = host_.loop.sqe(&send_op_);
+  io_uring_prep_sendmsg(s, fd_.get(), &msg_, MSG_NOSIGNAL);
+  sending_ = true;
+  ++inflight_;
+}
+
+void LocalStream::on_send(int res, uint32_t) {
+  sending_ = false;
+  if (closing_) return finish_op();
+  if (res < 0) {
+    if (res == -EINTR || res == -EAGAIN) {
+      pump_send();
+      return finish_op();
+    }
+    log::info("stream_reset").kv("peer", peer_).kv("stream", id_).kv("reason", "local-reset").kv("error", strerror(-res));
+    if (session_) session_->reset_stream(id_, ResetCode::kCancel);
+    session_ = nullptr;
+    terminate(true);
+    return finish_op();
+  }
+  to_socket_.consume(static_cast<size_t>(res));
+  bytes_down_ += static_cast<uint64_t>(res);
+  if (session_) session_->delivered(id_, static_cast<uint32_t>(res));
+  pump_send();
+  maybe_shutdown_write();
+  finish_op();
+}
+
+void LocalStream::on_fin() {
+  remote_fin_ = true;
+  maybe_shutdown_write();
+}
+
+void LocalStream::maybe_shutdown_write() {
+  if (!remote_fin_ || write_shut_ || sending_ || connecting_ || closing_ || !to_socket_.empty()) return;
+  ::shutdown(fd_.get(), SHUT_WR);
+  write_shut_ = true;
+  maybe_done();
+}
+
+// --- teardown --------------------------------------------------------------------
+
+void LocalStream::on_reset(ResetCode code) {
+  // The session has already forgotten the stream.
+  session_ = nullptr;
+  if (closing_) return;
+  log::info("stream_reset")
+      .kv("listener", listener_)
+      .kv("peer", peer_)
+      .kv("stream", id_)
+      .kv("target", target_)
+      .kv("reason", tunnel::reset_code_name(code));
+  terminate(true);
+}
+
+void LocalStream::on_send_credit() { start_reading(); }
+
+void LocalStream::maybe_done() {
+  if (!read_closed_ || !write_shut_ || closing_) return;
+  log::debug("stream_closed")
+      .kv("peer", peer_)
+      .kv("stream", id_)
+      .kv("bytes_up", bytes_up_)
+      .kv("bytes_down", bytes_down_);
+  if (session_) session_->stream_done(id_);
+  session_ = nullptr;
+  terminate(false);
+}
+
+void LocalStream::terminate(bool abortive) {
+  if (closing_) return;
+  closing_ = true;
+  to_socket_.clear();
+  if (abortive) {
+    // SO_LINGER 0: close() sends RST, so the application sees a reset
+    // rather than a clean EOF it could mistake for a complete reply.
+    linger lg{1, 0};
+    setsockopt(fd_.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  }
+  if (recv_posted_) host_.loop.cancel(&recv_op_);
+  if (sending_) host_.loop.cancel(&send_op_);
+  if (connecting_) host_.loop.cancel(&connect_op_);
+  if (inflight_ == 0) delete this;
+}
+
+void LocalStream::finish_op() {
+  --inflight_;
+  if (closing_ && inflight_ == 0) delete this;
+}
+
+}  // namespace rdmagw::local

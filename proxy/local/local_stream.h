@@ -1,0 +1,95 @@
+#pragma once
+// One application connection, joined to one tunnel stream. The same class
+// serves both ends: on the dialing host the socket is a client accepted on a
+// listener; on the far host it is a connection to the target.
+//
+// Per direction at most one operation is in flight, so bytes never reorder:
+//   socket --recv--> DATA frames (zero copy: recv lands in a slab buffer
+//                    with headroom for the frame header)
+//   DATA frames --copy--> to_socket_ queue --send--> socket
+// Reading stops while the stream has no send credit (backpressure).
+#include <linux/time_types.h>
+#include <sys/uio.h>
+
+#include <string>
+
+#include "common/address.h"
+#include "common/byte_queue.h"
+#include "common/unique_fd.h"
+#include "proxy/local/stream_host.h"
+#include "proxy/tunnel/peer_link.h"
+#include "proxy/tunnel/session.h"
+
+namespace rdmagw::local {
+
+class LocalStream final : public tunnel::StreamEndpoint, public tunnel::PendingStream {
+ public:
+  // An application connected to a listener; it waits for a session (attach).
+  static LocalStream* from_client(StreamHost& host, UniqueFd fd, std::string listener, std::string peer,
+                                  std::string target);
+  // The peer opened stream `id` to `target`: connect to it. Returns nullptr
+  // (and sets *refuse) if no socket could be created.
+  static LocalStream* to_target(StreamHost& host, tunnel::Session& session, uint32_t id,
+                                const Endpoint& target, tunnel::ResetCode* refuse);
+
+  // tunnel::PendingStream
+  void attach(tunnel::Session& session) override;
+  void abort(tunnel::ResetCode code, std::string_view reason) override;
+
+  // tunnel::StreamEndpoint
+  bool on_data(std::span<const uint8_t> bytes) override;
+  void on_fin() override;
+  void on_reset(tunnel::ResetCode code) override;
+  void on_send_credit() override;
+
+ private:
+  LocalStream(StreamHost& host, UniqueFd fd);
+  ~LocalStream() override;
+
+  void start_connect(const Endpoint& target);
+  void start_reading();
+  void pump_send();
+  void maybe_shutdown_write();
+  void maybe_done();
+  // Ends the stream; with `abortive` the socket closes with RST (SO_LINGER 0).
+  void terminate(bool abortive);
+  void finish_op();
+
+  void on_recv(int res, uint32_t flags);
+  void on_send(int res, uint32_t flags);
+  void on_connect(int res, uint32_t flags);
+  void on_connect_timeout(int res, uint32_t flags);
+
+  static constexpr int kMaxIov = 16;
+
+  StreamHost& host_;
+  UniqueFd fd_;
+  tunnel::Session* session_ = nullptr;
+  uint32_t id_ = 0;
+  std::string listener_;  // client side: listener name (logs)
+  std::string peer_;
+  std::string target_;
+
+  ByteQueue to_socket_;
+  uint8_t* recv_buffer_ = nullptr;
+  uint32_t recv_credit_ = 0;
+  iovec iov_[kMaxIov];
+  msghdr msg_{};
+  __kernel_timespec connect_timeout_{};
+  sockaddr_storage target_addr_{};
+  socklen_t target_len_ = 0;
+
+  IoOp recv_op_, send_op_, connect_op_, timeout_op_;
+  int inflight_ = 0;
+  bool recv_posted_ = false;
+  bool sending_ = false;
+  bool connecting_ = false;
+  bool read_closed_ = false;   // saw EOF from the socket and sent FIN
+  bool remote_fin_ = false;    // peer sent FIN
+  bool write_shut_ = false;    // shutdown(SHUT_WR) done
+  bool closing_ = false;
+  uint64_t bytes_up_ = 0;      // socket -> tunnel
+  uint64_t bytes_down_ = 0;    // tunnel -> socket
+};
+
+}  // namespace rdmagw::local

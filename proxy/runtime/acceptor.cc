@@ -1,0 +1,73 @@
+#include "proxy/runtime/acceptor.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace rdmagw {
+
+namespace {
+// Learned once per process: every ring runs on the same kernel.
+std::atomic<bool> g_multishot_accept{true};
+}  // namespace
+
+Acceptor::Acceptor(EventLoop& loop, int listen_fd, std::string name, Handler handler)
+    : loop_(loop), listen_fd_(listen_fd), name_(std::move(name)), handler_(std::move(handler)) {
+  op_ = IoOp::bind<&Acceptor::on_accept>(this);
+  multishot_ = g_multishot_accept.load(std::memory_order_relaxed);
+}
+
+Acceptor::~Acceptor() = default;
+
+void Acceptor::start() { arm(); }
+
+void Acceptor::arm() {
+  if (stopping_) return;
+  io_uring_sqe* s = loop_.sqe(&op_);
+  if (multishot_) io_uring_prep_multishot_accept(s, listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  else io_uring_prep_accept(s, listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  armed_ = true;
+}
+
+void Acceptor::stop() {
+  stopping_ = true;
+  if (armed_) loop_.cancel(&op_);
+}
+
+void Acceptor::on_accept(int res, uint32_t flags) {
+  bool more = multishot_ && (flags & IORING_CQE_F_MORE);
+  if (!more) armed_ = false;
+  if (res >= 0) {
+    consecutive_errors_ = 0;
+    if (stopping_) {
+      ::close(res);
+    } else {
+      handler_(UniqueFd(res));
+    }
+  } else if (res == -EINVAL && multishot_ && !stopping_) {
+    // Kernel without multishot accept: fall back for good.
+    multishot_ = false;
+    g_multishot_accept.store(false, std::memory_order_relaxed);
+    log::info("accept_fallback").kv("listener", name_).kv("reason", "multishot accept unsupported");
+  } else if (res != -ECANCELED && !stopping_) {
+    // EMFILE and friends: the connection stays in the backlog, so an
+    // immediate re-arm would fail again at once. Retry on the next tick.
+    if (++consecutive_errors_ <= 3 || consecutive_errors_ % 100 == 0)
+      log::warn("accept_failed").kv("listener", name_).kv("error", strerror(-res));
+    if (!armed_) {
+      rearm_on_tick_ = true;
+      return;
+    }
+  }
+  if (!armed_ && !stopping_) arm();
+}
+
+void Acceptor::tick() {
+  if (rearm_on_tick_ && !armed_ && !stopping_) {
+    rearm_on_tick_ = false;
+    arm();
+  }
+}
+
+}  // namespace rdmagw

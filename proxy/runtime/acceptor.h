@@ -1,0 +1,48 @@
+#pragma once
+// Accepts connections on a listening socket through io_uring. Uses multishot
+// accept where the kernel has it (5.19+) and falls back to one accept per
+// connection otherwise, so the same binary runs on 5.10.
+#include <sys/socket.h>
+
+#include <functional>
+#include <string>
+
+#include "common/unique_fd.h"
+#include "proxy/runtime/event_loop.h"
+
+namespace rdmagw {
+
+class Acceptor {
+ public:
+  using Handler = std::function<void(UniqueFd fd)>;
+  // Does not own `listen_fd` (it may be shared by several workers).
+  Acceptor(EventLoop& loop, int listen_fd, std::string name, Handler handler);
+  ~Acceptor();
+  Acceptor(const Acceptor&) = delete;
+  Acceptor& operator=(const Acceptor&) = delete;
+
+  void start();
+  // Stops accepting; safe to destroy once stopped() is true.
+  void stop();
+  bool stopped() const { return !armed_; }
+  // Re-arms after a resource error (EMFILE...) without spinning on it.
+  void tick();
+  const std::string& name() const { return name_; }
+
+ private:
+  void arm();
+  void on_accept(int res, uint32_t flags);
+
+  EventLoop& loop_;
+  int listen_fd_;
+  std::string name_;
+  Handler handler_;
+  IoOp op_;
+  bool armed_ = false;
+  bool stopping_ = false;
+  bool multishot_ = true;
+  unsigned consecutive_errors_ = 0;
+  bool rearm_on_tick_ = false;
+};
+
+}  // namespace rdmagw

@@ -1,0 +1,148 @@
+#include "proxy/runtime/event_loop.h"
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+namespace rdmagw {
+
+std::string LoopFeatures::describe() const {
+  if (defer_taskrun) return "single-issuer,defer-taskrun";
+  if (coop_taskrun) return "coop-taskrun";
+  return "basic";
+}
+
+EventLoop::~EventLoop() {
+  if (initialized_) io_uring_queue_exit(&ring_);
+}
+
+bool EventLoop::init(unsigned entries, std::string* error) {
+  // Newest flags first; each older kernel rejects the flags it lacks with
+  // EINVAL, and we retry with less.
+  const unsigned attempts[] = {
+      IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+      IORING_SETUP_COOP_TASKRUN,
+      0,
+  };
+  int rc = -EINVAL;
+  for (unsigned flags : attempts) {
+    io_uring_params params{};
+    params.flags = flags;
+    rc = io_uring_queue_init_params(entries, &ring_, &params);
+    if (rc == 0) {
+      features_.defer_taskrun = (flags & IORING_SETUP_DEFER_TASKRUN) != 0;
+      features_.coop_taskrun = (flags & IORING_SETUP_COOP_TASKRUN) != 0;
+      break;
+    }
+    if (rc != -EINVAL) break;
+  }
+  if (rc != 0) {
+    *error = std::string("io_uring_queue_init: ") + strerror(-rc);
+    return false;
+  }
+  initialized_ = true;
+
+  std::unique_ptr<io_uring_probe, void (*)(io_uring_probe*)> probe(io_uring_get_probe_ring(&ring_),
+                                                                   io_uring_free_probe);
+  if (!probe) {
+    *error = "io_uring probe failed (kernel older than 5.6?)";
+    return false;
+  }
+  struct Needed {
+    int op;
+    const char* name;
+  };
+  // All of these exist since 5.6; Alibaba Cloud Linux 3 (5.10) has them.
+  const Needed needed[] = {{IORING_OP_ACCEPT, "accept"},   {IORING_OP_CONNECT, "connect"},
+                           {IORING_OP_RECV, "recv"},       {IORING_OP_SEND, "send"},
+                           {IORING_OP_SENDMSG, "sendmsg"}, {IORING_OP_ASYNC_CANCEL, "cancel"}};
+  for (const auto& n : needed) {
+    if (!io_uring_opcode_supported(probe.get(), n.op)) {
+      *error = std::string("io_uring lacks opcode ") + n.name;
+      return false;
+    }
+  }
+  flush_queue_.reserve(1024);
+  flushing_.reserve(1024);
+  return true;
+}
+
+io_uring_sqe* EventLoop::sqe(IoOp* op) {
+  io_uring_sqe* s = io_uring_get_sqe(&ring_);
+  if (!s) {
+    io_uring_submit(&ring_);
+    s = io_uring_get_sqe(&ring_);
+  }
+  // The ring has room after a submit: completions live in the CQ, not the SQ.
+  io_uring_sqe_set_data(s, op);
+  return s;
+}
+
+void EventLoop::cancel(IoOp* op) {
+  io_uring_sqe* s = sqe(nullptr);
+  io_uring_prep_cancel(s, op, 0);
+  io_uring_sqe_set_data(s, nullptr);
+}
+
+Flushable::~Flushable() {
+  if (flush_loop_) flush_loop_->unqueue_flush(this);
+}
+
+void EventLoop::request_flush(Flushable* f) {
+  if (f->flush_loop_) return;
+  f->flush_loop_ = this;
+  flush_queue_.push_back(f);
+}
+
+void EventLoop::unqueue_flush(Flushable* f) {
+  // Rare (an object dying with output queued): a linear scan is fine.
+  for (auto* q : {&flush_queue_, &flushing_}) {
+    for (auto& entry : *q)
+      if (entry == f) entry = nullptr;
+  }
+  f->flush_loop_ = nullptr;
+}
+
+void EventLoop::run_flushes() {
+  // A flush may queue further flushes (a session writing a window update
+  // after a stream drained); loop until quiet.
+  while (!flush_queue_.empty()) {
+    flushing_.swap(flush_queue_);
+    for (size_t i = 0; i < flushing_.size(); ++i) {
+      Flushable* f = flushing_[i];
+      if (!f) continue;
+      f->flush_loop_ = nullptr;
+      f->flush();
+    }
+    flushing_.clear();
+  }
+}
+
+void EventLoop::wait_and_dispatch(std::chrono::milliseconds timeout) {
+  run_flushes();
+  __kernel_timespec ts{};
+  ts.tv_sec = timeout.count() / 1000;
+  ts.tv_nsec = (timeout.count() % 1000) * 1000000;
+  io_uring_cqe* cqe = nullptr;
+  int rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+  if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) return;
+  now_ = Clock::now();
+  // Drain everything that is ready, then flush once for the whole batch.
+  for (int round = 0; round < 4; ++round) {
+    unsigned head;
+    unsigned count = 0;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      ++count;
+      auto* op = static_cast<IoOp*>(io_uring_cqe_get_data(cqe));
+      int res = cqe->res;
+      uint32_t flags = cqe->flags;
+      if (op) op->fn(op->owner, res, flags);
+    }
+    if (count == 0) break;
+    io_uring_cq_advance(&ring_, count);
+    if (io_uring_cq_ready(&ring_) == 0) break;
+  }
+  run_flushes();
+}
+
+}  // namespace rdmagw

@@ -1,0 +1,197 @@
+#include "proxy/runtime/worker.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "proxy/local/local_stream.h"
+#include "proxy/transport/tcp/tcp_transport.h"
+
+namespace rdmagw {
+
+namespace {
+// Virtual size of a worker's slab, in buffers. Pages are touched only when
+// used, so this bounds memory without costing any up front.
+constexpr size_t kSlabBuffers = 65536;
+constexpr auto kTick = std::chrono::milliseconds(50);
+
+void close_unix_listener(int fd, const Endpoint& ep) {
+  ::close(fd);
+  if (ep.kind == Endpoint::Kind::kUnix) {
+    auto* un = reinterpret_cast<const sockaddr_un*>(&ep.addr);
+    ::unlink(un->sun_path);
+  }
+}
+}  // namespace
+
+void ListenSockets::close_shared() {
+  for (auto& l : locals) {
+    if (l.fds.size() == 1 && worker_count > 1) close_unix_listener(l.fds[0], l.config->listen);
+  }
+}
+
+Worker::Worker(unsigned index, std::shared_ptr<const Config> config, ListenSockets& sockets,
+               const std::atomic<int>& stop_level)
+    : index_(index), config_(std::move(config)), sockets_(sockets), stop_level_(stop_level) {}
+
+Worker::~Worker() {
+  // Order: streams and sessions reference the loop and the pool.
+  acceptors_.clear();
+  for (auto& link : links_) link->close_all("worker stopped");
+  links_.clear();
+  inbound_.clear();
+  graveyard_.clear();
+}
+
+bool Worker::init(std::string* error) {
+  log::set_thread_worker(static_cast<int>(index_));
+  if (!loop_.init(4096, error)) return false;
+  const TunnelConfig& t = config_->tunnel;
+  pool_ = std::make_unique<BufferPool>(tunnel::kBufferHeadroom + t.buffer_size, kSlabBuffers);
+  host_ = std::make_unique<local::StreamHost>(local::StreamHost{loop_, *pool_, t.buffer_size, t.connect_timeout_ms});
+
+  session_settings_.node = config_->node;
+  session_settings_.max_data = t.buffer_size;
+  session_settings_.stream_window = t.stream_window;
+  session_settings_.session_window = t.session_budget;
+  session_settings_.keepalive_interval_ms = t.keepalive_interval_ms;
+  session_settings_.keepalive_timeout_ms = t.keepalive_timeout_ms;
+  session_settings_.handshake_timeout_ms = t.connect_timeout_ms;
+
+  for (const PeerConfig& peer : config_->peers) {
+    links_.push_back(std::make_unique<tunnel::PeerLink>(loop_, *pool_, peer, session_settings_, t, graveyard_));
+  }
+  for (size_t i = 0; i < sockets_.locals.size(); ++i) {
+    const auto& local = sockets_.locals[i];
+    size_t link = 0;
+    for (size_t p = 0; p < config_->peers.size(); ++p)
+      if (config_->peers[p].name == local.config->peer) link = p;
+    listener_link_.push_back(link);
+    int fd = local.fds.size() == 1 ? local.fds[0] : local.fds[index_];
+    acceptors_.push_back(std::make_unique<Acceptor>(
+        loop_, fd, local.config->name, [this, i](UniqueFd client) { on_local_accept(i, std::move(client)); }));
+  }
+  acceptors_.push_back(std::make_unique<Acceptor>(loop_, sockets_.tunnel_fds[index_], "tunnel",
+                                                  [this](UniqueFd fd) { on_tunnel_accept(std::move(fd)); }));
+  return true;
+}
+
+void Worker::run() {
+  log::set_thread_worker(static_cast<int>(index_));
+  for (auto& a : acceptors_) a->start();
+  for (auto& link : links_) link->start();
+  loop_.run(kTick, [this] { tick(); });
+}
+
+void Worker::on_local_accept(size_t listener_index, UniqueFd fd) {
+  const ListenerConfig& l = *sockets_.locals[listener_index].config;
+  auto* stream = local::LocalStream::from_client(*host_, std::move(fd), l.name, l.peer, l.target.to_string());
+  links_[listener_link_[listener_index]]->submit(stream);
+}
+
+void Worker::on_tunnel_accept(UniqueFd fd) {
+  int one = 1;
+  setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  getpeername(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
+  std::string remote = sockaddr_to_string(reinterpret_cast<sockaddr*>(&ss), len);
+  auto* transport = new transport::TcpTransport(loop_, *pool_, std::move(fd), config_->tunnel.buffer_size, remote);
+  inbound_.push_back(std::make_unique<tunnel::Session>(loop_, *pool_, tunnel::Session::Role::kAcceptor,
+                                                       session_settings_, transport, this));
+  tunnel::Session* session = inbound_.back().get();
+  if (draining_) session->send_goaway();
+  session->start();
+}
+
+void Worker::on_session_open(tunnel::Session&) {}
+
+void Worker::on_session_closed(tunnel::Session& session, std::string_view) {
+  for (auto& s : inbound_) {
+    if (s.get() == &session) {
+      graveyard_.push_back(std::move(s));
+      break;
+    }
+  }
+  std::erase(inbound_, nullptr);
+}
+
+void Worker::on_goaway(tunnel::Session&) {
+  // The dialer drains: its open streams finish here, it opens no more.
+}
+
+tunnel::StreamEndpoint* Worker::on_stream_open(tunnel::Session& session, uint32_t id, std::string_view target,
+                                               tunnel::ResetCode* refuse) {
+  std::string error;
+  auto endpoint = parse_endpoint(target, &error);
+  if (!endpoint || !config_->target_allowed(*endpoint)) {
+    log::warn("stream_refused")
+        .kv("peer", session.peer_node())
+        .kv("stream", id)
+        .kv("target", target)
+        .kv("reason", "not-allowed")
+        .kv("detail", endpoint ? std::string("target is not in targets") : error);
+    *refuse = tunnel::ResetCode::kNotAllowed;
+    return nullptr;
+  }
+  return local::LocalStream::to_target(*host_, session, id, *endpoint, refuse);
+}
+
+void Worker::begin_drain() {
+  draining_ = true;
+  drain_deadline_ = loop_.now() + std::chrono::milliseconds(config_->shutdown_timeout_ms);
+  log::info("drain_started").kv("streams", host_->live_streams).kv("timeout_ms", config_->shutdown_timeout_ms);
+  for (auto& a : acceptors_) a->stop();
+  // Close this worker's own listening sockets now so that new connections
+  // are refused rather than left in a backlog nobody accepts from.
+  for (auto& local : sockets_.locals) {
+    if (local.fds.size() > 1 || sockets_.worker_count == 1) {
+      int& fd = local.fds.size() > 1 ? local.fds[index_] : local.fds[0];
+      close_unix_listener(fd, local.config->listen);
+      fd = -1;
+    }
+  }
+  ::close(sockets_.tunnel_fds[index_]);
+  sockets_.tunnel_fds[index_] = -1;
+  if (sockets_.drained_workers.fetch_add(1) + 1 == sockets_.worker_count) sockets_.close_shared();
+  for (auto& link : links_) link->begin_shutdown();
+  for (auto& s : inbound_) s->send_goaway();
+}
+
+void Worker::close_everything(std::string_view reason) {
+  for (auto& link : links_) link->close_all(reason);
+  std::vector<tunnel::Session*> inbound;
+  for (auto& s : inbound_) inbound.push_back(s.get());
+  for (auto* s : inbound) s->close(reason);
+}
+
+void Worker::tick() {
+  graveyard_.clear();
+  Clock::time_point now = loop_.now();
+  for (auto& a : acceptors_) a->tick();
+  for (auto& link : links_) link->tick(now);
+  std::vector<tunnel::Session*> inbound;
+  for (auto& s : inbound_) inbound.push_back(s.get());
+  for (auto* s : inbound) s->tick(now);
+
+  int level = stop_level_.load(std::memory_order_relaxed);
+  if (level >= static_cast<int>(StopLevel::kDrain) && !draining_) begin_drain();
+  if (!draining_) return;
+  if (!closed_all_) {
+    bool idle = host_->live_streams == 0;
+    bool forced = level >= static_cast<int>(StopLevel::kNow);
+    if (idle || forced || now >= drain_deadline_) {
+      if (!idle) log::warn("drain_timeout").kv("streams_reset", host_->live_streams);
+      close_everything(idle ? "shutdown" : "shutdown: drain timeout");
+      closed_all_ = true;
+      closed_at_ = now;
+    }
+    return;
+  }
+  // Give resets and closes a moment to reach the wire, then stop.
+  if (host_->live_streams == 0 || now - closed_at_ > std::chrono::seconds(1)) loop_.stop();
+}
+
+}  // namespace rdmagw

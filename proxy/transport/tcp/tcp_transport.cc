@@ -1,0 +1,136 @@
+#include "proxy/transport/tcp/tcp_transport.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace rdmagw::transport {
+
+TcpTransport::TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint32_t max_data,
+                           std::string remote)
+    : loop_(loop),
+      fd_(std::move(fd)),
+      remote_(std::move(remote)),
+      reader_(max_data),
+      outbound_(&pool),
+      // Room for several of the largest frames, so a full buffer always
+      // holds at least one whole frame to parse.
+      rx_capacity_(std::max<size_t>(256 * 1024, 4 * (tunnel::kHeaderSize + 2 + tunnel::kMaxTargetLength + max_data))) {
+  rx_ = std::make_unique<uint8_t[]>(rx_capacity_);
+  recv_op_ = IoOp::bind<&TcpTransport::on_recv>(this);
+  send_op_ = IoOp::bind<&TcpTransport::on_send>(this);
+}
+
+TcpTransport::~TcpTransport() = default;
+
+void TcpTransport::start(tunnel::TransportSink* sink) {
+  sink_ = sink;
+  post_recv();
+}
+
+void TcpTransport::post_recv() {
+  io_uring_sqe* s = loop_.sqe(&recv_op_);
+  io_uring_prep_recv(s, fd_.get(), rx_.get() + rx_len_, rx_capacity_ - rx_len_, 0);
+  ++inflight_;
+}
+
+void TcpTransport::request_send() {
+  if (!closed_) loop_.request_flush(this);
+}
+
+void TcpTransport::flush() {
+  if (closed_ || sending_ || outbound_.empty()) return;
+  int n = outbound_.front_iovecs(iov_, kMaxIov);
+  msg_ = {};
+  msg_.msg_iov = iov_;
+  msg_.msg_iovlen = static_cast<size_t>(n);
+  io_uring_sqe* s = loop_.sqe(&send_op_);
+  io_uring_prep_sendmsg(s, fd_.get(), &msg_, MSG_NOSIGNAL);
+  sending_ = true;
+  ++inflight_;
+}
+
+void TcpTransport::finish_op() {
+  --inflight_;
+  if (closed_ && inflight_ == 0) delete this;
+}
+
+void TcpTransport::fail(std::string reason) {
+  if (closed_) return;
+  tunnel::TransportSink* sink = sink_;
+  sink_ = nullptr;
+  // The sink closes us in response; if it does not, close anyway.
+  if (sink) sink->on_transport_closed(reason);
+  close();
+}
+
+void TcpTransport::on_recv(int res, uint32_t) {
+  if (closed_) return finish_op();
+  if (res <= 0) {
+    if (res == -EINTR || res == -EAGAIN) {
+      post_recv();
+      return finish_op();
+    }
+    fail(res == 0 ? "peer closed the connection" : std::string("recv: ") + strerror(-res));
+    return finish_op();
+  }
+  rx_len_ += static_cast<size_t>(res);
+  size_t offset = 0;
+  while (!closed_) {
+    tunnel::FrameHeader header;
+    std::span<const uint8_t> payload;
+    size_t consumed = 0;
+    std::string reason;
+    auto status = reader_.next(rx_.get() + offset, rx_len_ - offset, &header, &payload, &consumed, &reason);
+    if (status == tunnel::FrameReader::Status::kNeedMore) break;
+    if (status == tunnel::FrameReader::Status::kError) {
+      log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: " + reason);
+      fail("protocol error: " + reason);
+      break;
+    }
+    offset += consumed;
+    if (!sink_ || !sink_->on_frame(header, payload)) break;
+  }
+  if (!closed_) {
+    // Keep the partial frame at the front; it is at most one frame long.
+    if (offset > 0) {
+      std::memmove(rx_.get(), rx_.get() + offset, rx_len_ - offset);
+      rx_len_ -= offset;
+    }
+    post_recv();
+  }
+  finish_op();
+}
+
+void TcpTransport::on_send(int res, uint32_t) {
+  sending_ = false;
+  if (closed_) return finish_op();
+  if (res < 0) {
+    if (res == -EINTR || res == -EAGAIN) {
+      flush();
+      return finish_op();
+    }
+    fail(std::string("send: ") + strerror(-res));
+    return finish_op();
+  }
+  outbound_.consume(static_cast<size_t>(res));
+  flush();
+  finish_op();
+}
+
+void TcpTransport::close() {
+  if (closed_) return;
+  closed_ = true;
+  sink_ = nullptr;
+  // shutdown() completes the pending recv/send; cancel covers the rest.
+  ::shutdown(fd_.get(), SHUT_RDWR);
+  if (inflight_ > 0) {
+    loop_.cancel(&recv_op_);
+    if (sending_) loop_.cancel(&send_op_);
+  } else {
+    delete this;
+  }
+}
+
+}  // namespace rdmagw::transport

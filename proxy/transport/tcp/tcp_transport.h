@@ -1,0 +1,60 @@
+#pragma once
+// Tunnel frames over one TCP connection. Sends gather queued frames into one
+// sendmsg (one in flight at a time, so frames never reorder); receives land
+// in a per-connection buffer that is parsed in place.
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <memory>
+#include <string>
+
+#include "common/byte_queue.h"
+#include "common/unique_fd.h"
+#include "proxy/runtime/event_loop.h"
+#include "proxy/tunnel/transport.h"
+
+namespace rdmagw::transport {
+
+class TcpTransport final : public tunnel::Transport, public Flushable {
+ public:
+  // `max_data` bounds DATA frames accepted from the peer (our buffer size).
+  TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint32_t max_data, std::string remote);
+
+  std::string_view kind() const override { return "tcp"; }
+  void start(tunnel::TransportSink* sink) override;
+  ByteQueue& outbound() override { return outbound_; }
+  void request_send() override;
+  void close() override;
+  std::string remote_address() const override { return remote_; }
+
+  void flush() override;
+
+ private:
+  ~TcpTransport() override;
+  void post_recv();
+  void on_recv(int res, uint32_t flags);
+  void on_send(int res, uint32_t flags);
+  void fail(std::string reason);
+  void finish_op();
+
+  static constexpr int kMaxIov = 64;
+
+  EventLoop& loop_;
+  UniqueFd fd_;
+  std::string remote_;
+  tunnel::FrameReader reader_;
+  tunnel::TransportSink* sink_ = nullptr;
+  ByteQueue outbound_;
+  std::unique_ptr<uint8_t[]> rx_;
+  size_t rx_capacity_;
+  size_t rx_len_ = 0;
+  iovec iov_[kMaxIov];
+  msghdr msg_{};
+  IoOp recv_op_;
+  IoOp send_op_;
+  int inflight_ = 0;
+  bool sending_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace rdmagw::transport

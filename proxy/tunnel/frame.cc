@@ -1,0 +1,205 @@
+#include "proxy/tunnel/frame.h"
+
+namespace rdmagw::tunnel {
+
+std::string_view frame_type_name(FrameType type) {
+  switch (type) {
+    case FrameType::kHello: return "HELLO";
+    case FrameType::kOpen: return "OPEN";
+    case FrameType::kData: return "DATA";
+    case FrameType::kWindow: return "WINDOW";
+    case FrameType::kFin: return "FIN";
+    case FrameType::kReset: return "RESET";
+    case FrameType::kPing: return "PING";
+    case FrameType::kPong: return "PONG";
+    case FrameType::kGoaway: return "GOAWAY";
+  }
+  return "UNKNOWN";
+}
+
+std::string_view reset_code_name(ResetCode code) {
+  switch (code) {
+    case ResetCode::kCancel: return "cancel";
+    case ResetCode::kRefused: return "refused";
+    case ResetCode::kConnectFailed: return "connect-failed";
+    case ResetCode::kNotAllowed: return "not-allowed";
+    case ResetCode::kPeerGone: return "peer-gone";
+    case ResetCode::kProtocol: return "protocol";
+    case ResetCode::kResource: return "resource";
+    case ResetCode::kShutdown: return "shutdown";
+  }
+  return "unknown";
+}
+
+size_t encode_hello(uint8_t* out, const HelloPayload& hello) {
+  uint32_t len = static_cast<uint32_t>(kHelloFixedSize + hello.node.size());
+  encode_header(out, FrameType::kHello, 0, len);
+  uint8_t* p = out + kHeaderSize;
+  put_u16(p, hello.version);
+  put_u16(p + 2, 0);
+  put_u32(p + 4, hello.capabilities);
+  put_u32(p + 8, hello.max_data);
+  put_u32(p + 12, hello.stream_window);
+  put_u64(p + 16, hello.session_window);
+  p[24] = static_cast<uint8_t>(hello.node.size());
+  std::memcpy(p + 25, hello.node.data(), hello.node.size());
+  return kHeaderSize + len;
+}
+
+size_t encode_u32_frame(uint8_t* out, FrameType type, uint32_t stream_id, uint32_t value) {
+  encode_header(out, type, stream_id, 4);
+  put_u32(out + kHeaderSize, value);
+  return kHeaderSize + 4;
+}
+
+size_t encode_u64_frame(uint8_t* out, FrameType type, uint32_t stream_id, uint64_t value) {
+  encode_header(out, type, stream_id, 8);
+  put_u64(out + kHeaderSize, value);
+  return kHeaderSize + 8;
+}
+
+size_t encode_empty_frame(uint8_t* out, FrameType type, uint32_t stream_id) {
+  encode_header(out, type, stream_id, 0);
+  return kHeaderSize;
+}
+
+uint8_t* encode_open_before(uint8_t* payload_start, uint32_t stream_id, std::string_view target,
+                            uint32_t first_bytes) {
+  uint8_t* frame = payload_start - kHeaderSize - 2 - target.size();
+  encode_header(frame, FrameType::kOpen, stream_id,
+                static_cast<uint32_t>(2 + target.size() + first_bytes));
+  put_u16(frame + kHeaderSize, static_cast<uint16_t>(target.size()));
+  std::memcpy(frame + kHeaderSize + 2, target.data(), target.size());
+  return frame;
+}
+
+bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, std::string* reason) {
+  uint8_t type = raw[0];
+  if (type < static_cast<uint8_t>(FrameType::kHello) || type > static_cast<uint8_t>(FrameType::kGoaway)) {
+    *reason = "unknown frame type " + std::to_string(type);
+    return false;
+  }
+  if (get_u16(raw + 2) != 0) {
+    *reason = "reserved header bits set";
+    return false;
+  }
+  out->type = static_cast<FrameType>(type);
+  out->flags = raw[1];
+  out->stream_id = get_u32(raw + 4);
+  out->length = get_u32(raw + 8);
+  if (out->flags != 0) {
+    *reason = "unknown flags " + std::to_string(out->flags) + " on " + std::string(frame_type_name(out->type));
+    return false;
+  }
+  uint32_t limit = kMaxPayload;
+  bool needs_stream = true;
+  switch (out->type) {
+    case FrameType::kHello: limit = kHelloFixedSize + kMaxNodeNameLength; needs_stream = false; break;
+    case FrameType::kOpen: limit = 2 + kMaxTargetLength + max_data; break;
+    case FrameType::kData: limit = max_data; break;
+    case FrameType::kWindow: limit = 4; needs_stream = false; break;
+    case FrameType::kFin: limit = 0; break;
+    case FrameType::kReset: limit = 4; break;
+    case FrameType::kPing:
+    case FrameType::kPong: limit = 8; needs_stream = false; break;
+    case FrameType::kGoaway: limit = 4; needs_stream = false; break;
+  }
+  if (out->length > limit) {
+    *reason = std::string(frame_type_name(out->type)) + " payload of " + std::to_string(out->length) +
+              " bytes exceeds limit " + std::to_string(limit);
+    return false;
+  }
+  if (needs_stream && out->stream_id == 0) {
+    *reason = std::string(frame_type_name(out->type)) + " on stream 0";
+    return false;
+  }
+  bool session_only = out->type == FrameType::kHello || out->type == FrameType::kPing ||
+                      out->type == FrameType::kPong || out->type == FrameType::kGoaway;
+  if (session_only && out->stream_id != 0) {
+    *reason = std::string(frame_type_name(out->type)) + " on stream " + std::to_string(out->stream_id) +
+              " (must be 0)";
+    return false;
+  }
+  return true;
+}
+
+bool decode_hello(std::span<const uint8_t> payload, HelloPayload* out, std::string* reason) {
+  if (payload.size() < kHelloFixedSize) {
+    *reason = "HELLO shorter than " + std::to_string(kHelloFixedSize) + " bytes";
+    return false;
+  }
+  const uint8_t* p = payload.data();
+  out->version = get_u16(p);
+  out->capabilities = get_u32(p + 4);
+  out->max_data = get_u32(p + 8);
+  out->stream_window = get_u32(p + 12);
+  out->session_window = get_u64(p + 16);
+  size_t node_len = p[24];
+  if (payload.size() != kHelloFixedSize + node_len) {
+    *reason = "HELLO node name length " + std::to_string(node_len) + " does not match payload";
+    return false;
+  }
+  out->node.assign(reinterpret_cast<const char*>(p + 25), node_len);
+  if (out->version != kProtocolVersion) {
+    *reason = "unsupported protocol version " + std::to_string(out->version);
+    return false;
+  }
+  if (out->max_data < 1024 || out->max_data > 1024 * 1024) {
+    *reason = "HELLO max_data " + std::to_string(out->max_data) + " outside 1024..1048576";
+    return false;
+  }
+  if (out->stream_window < out->max_data || out->session_window < out->stream_window) {
+    *reason = "HELLO windows inconsistent (stream " + std::to_string(out->stream_window) +
+              ", session " + std::to_string(out->session_window) + ")";
+    return false;
+  }
+  return true;
+}
+
+bool decode_open(std::span<const uint8_t> payload, OpenPayload* out, std::string* reason) {
+  if (payload.size() < 2) {
+    *reason = "OPEN without target length";
+    return false;
+  }
+  size_t len = get_u16(payload.data());
+  if (len == 0 || len > kMaxTargetLength || 2 + len > payload.size()) {
+    *reason = "OPEN target length " + std::to_string(len) + " invalid";
+    return false;
+  }
+  out->target = std::string_view(reinterpret_cast<const char*>(payload.data() + 2), len);
+  out->first_bytes = payload.subspan(2 + len);
+  return true;
+}
+
+bool decode_u32(const FrameHeader& h, std::span<const uint8_t> payload, uint32_t* out,
+                std::string* reason) {
+  if (payload.size() != 4) {
+    *reason = std::string(frame_type_name(h.type)) + " payload must be 4 bytes";
+    return false;
+  }
+  *out = get_u32(payload.data());
+  return true;
+}
+
+bool decode_u64(const FrameHeader& h, std::span<const uint8_t> payload, uint64_t* out,
+                std::string* reason) {
+  if (payload.size() != 8) {
+    *reason = std::string(frame_type_name(h.type)) + " payload must be 8 bytes";
+    return false;
+  }
+  *out = get_u64(payload.data());
+  return true;
+}
+
+FrameReader::Status FrameReader::next(const uint8_t* data, size_t size, FrameHeader* header,
+                                      std::span<const uint8_t>* payload, size_t* consumed,
+                                      std::string* reason) const {
+  if (size < kHeaderSize) return Status::kNeedMore;
+  if (!validate_header(data, max_data_, header, reason)) return Status::kError;
+  if (size < kHeaderSize + header->length) return Status::kNeedMore;
+  *payload = std::span<const uint8_t>(data + kHeaderSize, header->length);
+  *consumed = kHeaderSize + header->length;
+  return Status::kFrame;
+}
+
+}  // namespace rdmagw::tunnel

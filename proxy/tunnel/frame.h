@@ -1,0 +1,146 @@
+#pragma once
+// Tunnel frames: the same bytes travel over the TCP and RDMA transports.
+// Layout and rules: docs/protocol.md. Every field of a received frame is
+// validated here before the session acts on it: frames are untrusted input.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace rdmagw::tunnel {
+
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr size_t kHeaderSize = 12;
+// Largest payload of any frame; DATA payloads are further limited by the
+// peer's advertised max_data (its buffer size).
+inline constexpr uint32_t kMaxPayload = 1024 * 1024 + 512;
+inline constexpr size_t kMaxTargetLength = 300;
+inline constexpr size_t kMaxNodeNameLength = 255;
+// Room a local-side buffer keeps in front of the payload so that an OPEN or
+// DATA header can be written in place, without copying the payload.
+inline constexpr size_t kBufferHeadroom = 512;
+
+enum class FrameType : uint8_t {
+  kHello = 1,
+  kOpen = 2,
+  kData = 3,
+  kWindow = 4,
+  kFin = 5,
+  kReset = 6,
+  kPing = 7,
+  kPong = 8,
+  kGoaway = 9,
+};
+std::string_view frame_type_name(FrameType type);
+
+// Why a stream was reset; carried in RESET frames and printed in logs.
+enum class ResetCode : uint32_t {
+  kCancel = 0,          // the local application reset its socket
+  kRefused = 1,         // target refused the connection
+  kConnectFailed = 2,   // target unreachable / timed out
+  kNotAllowed = 3,      // target not on the receiver's allowlist
+  kPeerGone = 4,        // the session carrying the stream died
+  kProtocol = 5,        // stream-level protocol violation
+  kResource = 6,        // receiver out of buffers
+  kShutdown = 7,        // sidecar shutting down past its drain timeout
+};
+std::string_view reset_code_name(ResetCode code);
+
+struct FrameHeader {
+  FrameType type;
+  uint8_t flags;
+  uint32_t stream_id;
+  uint32_t length;  // payload bytes following the header
+};
+
+// --- little-endian helpers -------------------------------------------------
+inline void put_u16(uint8_t* p, uint16_t v) { p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); }
+inline void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+inline void put_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+inline uint16_t get_u16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
+inline uint32_t get_u32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+inline uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+inline void encode_header(uint8_t* out, FrameType type, uint32_t stream_id, uint32_t length,
+                          uint8_t flags = 0) {
+  out[0] = static_cast<uint8_t>(type);
+  out[1] = flags;
+  put_u16(out + 2, 0);
+  put_u32(out + 4, stream_id);
+  put_u32(out + 8, length);
+}
+
+// --- payloads ----------------------------------------------------------------
+struct HelloPayload {
+  uint16_t version = kProtocolVersion;
+  uint32_t capabilities = 0;
+  uint32_t max_data = 0;        // largest DATA payload the sender accepts
+  uint32_t stream_window = 0;   // initial receive window of each stream the sender receives
+  uint64_t session_window = 0;  // receive budget of the whole session
+  std::string node;
+};
+inline constexpr size_t kHelloFixedSize = 2 + 2 + 4 + 4 + 4 + 8 + 1;
+
+// Writes a whole HELLO frame (header + payload); returns its size.
+// `out` must hold kHeaderSize + kHelloFixedSize + node.size().
+size_t encode_hello(uint8_t* out, const HelloPayload& hello);
+size_t encode_u32_frame(uint8_t* out, FrameType type, uint32_t stream_id, uint32_t value);
+size_t encode_u64_frame(uint8_t* out, FrameType type, uint32_t stream_id, uint64_t value);
+size_t encode_empty_frame(uint8_t* out, FrameType type, uint32_t stream_id);
+// OPEN header + target, written so that it ends exactly at `payload_start`
+// (the first bytes of the app, if any, follow there). Returns the frame's
+// first byte. Needs kHeaderSize + 2 + target.size() bytes of room before it.
+uint8_t* encode_open_before(uint8_t* payload_start, uint32_t stream_id, std::string_view target,
+                            uint32_t first_bytes);
+
+// Parse results carry an error text for the log when the frame is malformed.
+struct ParseError {
+  std::string reason;
+};
+
+// Validates a header read off the wire. `max_data` bounds DATA payloads.
+bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, std::string* reason);
+bool decode_hello(std::span<const uint8_t> payload, HelloPayload* out, std::string* reason);
+struct OpenPayload {
+  std::string_view target;
+  std::span<const uint8_t> first_bytes;
+};
+bool decode_open(std::span<const uint8_t> payload, OpenPayload* out, std::string* reason);
+bool decode_u32(const FrameHeader& h, std::span<const uint8_t> payload, uint32_t* out,
+                std::string* reason);
+bool decode_u64(const FrameHeader& h, std::span<const uint8_t> payload, uint64_t* out,
+                std::string* reason);
+
+// Incremental decoder for a byte stream (the TCP transport): feed bytes,
+// get whole frames. It never copies payloads; they point into the caller's
+// buffer and are valid until the caller reuses it.
+class FrameReader {
+ public:
+  explicit FrameReader(uint32_t max_data) : max_data_(max_data) {}
+  void set_max_data(uint32_t max_data) { max_data_ = max_data; }
+
+  enum class Status { kFrame, kNeedMore, kError };
+  // Looks at data[0..size): on kFrame sets *header and *payload and
+  // *consumed to the frame's full length.
+  Status next(const uint8_t* data, size_t size, FrameHeader* header,
+              std::span<const uint8_t>* payload, size_t* consumed, std::string* reason) const;
+
+ private:
+  uint32_t max_data_;
+};
+
+}  // namespace rdmagw::tunnel

@@ -1,0 +1,199 @@
+#include "proxy/tunnel/peer_link.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "proxy/transport/tcp/tcp_transport.h"
+
+namespace rdmagw::tunnel {
+
+PeerLink::PeerLink(EventLoop& loop, BufferPool& pool, const PeerConfig& peer, const SessionSettings& settings,
+                   const TunnelConfig& tunnel, SessionGraveyard& graveyard)
+    : loop_(loop), pool_(pool), peer_(peer), settings_(settings), tunnel_(tunnel), graveyard_(graveyard) {
+  connect_op_ = IoOp::bind<&PeerLink::on_connect>(this);
+  timeout_op_ = IoOp::bind<&PeerLink::on_connect_timeout>(this);
+}
+
+PeerLink::~PeerLink() {
+  // Workers destroy links only after their loop ends; nothing is in flight
+  // that could call back. Waiting streams are failed so they close.
+  for (auto& w : waiting_) w.stream->abort(ResetCode::kShutdown, "sidecar stopped");
+  waiting_.clear();
+}
+
+void PeerLink::start() { dial(); }
+
+void PeerLink::dial() {
+  if (dialing_ || shutting_down_ || active_) return;
+  const Endpoint& ep = peer_.tcp_endpoint;
+  int fd = ::socket(ep.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    connect_failed(std::string("socket: ") + strerror(errno));
+    return;
+  }
+  dial_fd_.reset(fd);
+  dialing_ = true;
+  dial_timeout_.tv_sec = tunnel_.connect_timeout_ms / 1000;
+  dial_timeout_.tv_nsec = (tunnel_.connect_timeout_ms % 1000) * 1000000LL;
+  io_uring_sqe* c = loop_.sqe(&connect_op_);
+  io_uring_prep_connect(c, fd, reinterpret_cast<const sockaddr*>(&ep.addr), ep.addr_len);
+  c->flags |= IOSQE_IO_LINK;
+  io_uring_sqe* t = loop_.sqe(&timeout_op_);
+  io_uring_prep_link_timeout(t, &dial_timeout_, 0);
+  dial_ops_ += 2;
+}
+
+void PeerLink::on_connect_timeout(int, uint32_t) { --dial_ops_; }
+
+void PeerLink::on_connect(int res, uint32_t) {
+  --dial_ops_;
+  dialing_ = false;
+  if (res < 0) {
+    dial_fd_.reset();
+    int err = res == -ECANCELED ? ETIMEDOUT : -res;
+    connect_failed(std::string("connect ") + peer_.tcp_endpoint.to_string() + ": " + strerror(err));
+    return;
+  }
+  if (shutting_down_) {
+    dial_fd_.reset();
+    return;
+  }
+  int one = 1;
+  setsockopt(dial_fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  auto* transport = new transport::TcpTransport(loop_, pool_, std::move(dial_fd_), settings_.max_data,
+                                                peer_.tcp_endpoint.to_string());
+  active_ = std::make_unique<Session>(loop_, pool_, Session::Role::kDialer, settings_, transport, this);
+  active_->start();
+}
+
+void PeerLink::connect_failed(std::string reason) {
+  ++failures_;
+  // Log the first failure and then every tenth, so a peer that stays down
+  // does not flood the log.
+  if (failures_ == 1 || failures_ % 10 == 0) {
+    log::warn("peer_connect_failed")
+        .kv("peer", peer_.name)
+        .kv("transport", "tcp")
+        .kv("attempt", failures_)
+        .kv("reason", reason);
+  }
+  schedule_retry();
+}
+
+void PeerLink::schedule_retry() {
+  backoff_ms_ = backoff_ms_ == 0 ? 50 : std::min<uint32_t>(backoff_ms_ * 2, tunnel_.reconnect_max_ms);
+  next_dial_ = loop_.now() + std::chrono::milliseconds(backoff_ms_);
+}
+
+void PeerLink::submit(PendingStream* stream) {
+  if (shutting_down_) {
+    stream->abort(ResetCode::kShutdown, "sidecar is shutting down");
+    return;
+  }
+  if (up()) {
+    stream->attach(*active_);
+    return;
+  }
+  waiting_.push_back({stream, loop_.now() + std::chrono::milliseconds(tunnel_.connect_timeout_ms)});
+  // A stream is waiting: do not sit out the rest of a long backoff.
+  if (!dialing_ && !active_) dial();
+}
+
+void PeerLink::tick(Clock::time_point now) {
+  if (active_) active_->tick(now);
+  // Closing a session removes it from draining_: walk a copy.
+  std::vector<Session*> draining;
+  for (auto& d : draining_) draining.push_back(d.get());
+  for (Session* d : draining) {
+    d->tick(now);
+    // A drained session with no streams left is done.
+    if (d->state() != Session::State::kClosed && d->stream_count() == 0) d->close("drained");
+  }
+  while (!waiting_.empty() && waiting_.front().deadline <= now) {
+    PendingStream* s = waiting_.front().stream;
+    waiting_.pop_front();
+    s->abort(ResetCode::kPeerGone, "no session to peer " + peer_.name + " within connect_timeout_ms");
+  }
+  if (!active_ && !dialing_ && !shutting_down_ && now >= next_dial_) dial();
+}
+
+void PeerLink::on_session_open(Session& session) {
+  if (&session != active_.get()) return;
+  if (was_up_ || failures_ > 0) {
+    log::info("peer_up").kv("peer", peer_.name).kv("transport", "tcp").kv("after_failures", failures_);
+  }
+  was_up_ = true;
+  failures_ = 0;
+  backoff_ms_ = 0;
+  // Attach in arrival order; attaching cannot close the session synchronously
+  // except on buffer exhaustion, which the loop below tolerates.
+  while (!waiting_.empty() && up()) {
+    PendingStream* s = waiting_.front().stream;
+    waiting_.pop_front();
+    s->attach(*active_);
+  }
+}
+
+void PeerLink::on_session_closed(Session& session, std::string_view reason) {
+  if (&session == active_.get()) {
+    graveyard_.push_back(std::move(active_));
+    if (!shutting_down_) connect_failed(std::string(reason));
+    return;
+  }
+  for (auto& d : draining_) {
+    if (d.get() == &session) {
+      graveyard_.push_back(std::move(d));
+      break;
+    }
+  }
+  std::erase(draining_, nullptr);
+}
+
+void PeerLink::on_goaway(Session& session) {
+  if (&session != active_.get()) return;
+  // The peer drains this session: finish its streams there, dial anew now.
+  draining_.push_back(std::move(active_));
+  backoff_ms_ = 0;
+  next_dial_ = loop_.now();
+  dial();
+}
+
+StreamEndpoint* PeerLink::on_stream_open(Session& session, uint32_t id, std::string_view target,
+                                         ResetCode* refuse) {
+  // Streams flow from the dialer to the acceptor; a peer opening one back on
+  // our dialed session is refused.
+  log::warn("stream_refused")
+      .kv("peer", session.peer_node())
+      .kv("stream", id)
+      .kv("target", target)
+      .kv("reason", "not-allowed")
+      .kv("detail", "streams may only be opened by the dialing side");
+  *refuse = ResetCode::kNotAllowed;
+  return nullptr;
+}
+
+void PeerLink::begin_shutdown() {
+  shutting_down_ = true;
+  if (dialing_) loop_.cancel(&connect_op_);
+  while (!waiting_.empty()) {
+    PendingStream* s = waiting_.front().stream;
+    waiting_.pop_front();
+    s->abort(ResetCode::kShutdown, "sidecar is shutting down");
+  }
+  if (active_) active_->send_goaway();
+}
+
+void PeerLink::close_all(std::string_view reason) {
+  if (active_) active_->close(reason);
+  std::vector<Session*> draining;
+  for (auto& d : draining_) draining.push_back(d.get());
+  for (Session* d : draining) d->close(reason);
+}
+
+}  // namespace rdmagw::tunnel

@@ -1,0 +1,181 @@
+#pragma once
+// A session multiplexes streams over one transport to one peer sidecar:
+// handshake, stream ids, flow control (per stream and per session),
+// keepalive, half-close, resets and drain. See docs/protocol.md.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/buffer_pool.h"
+#include "proxy/runtime/event_loop.h"
+#include "proxy/tunnel/frame.h"
+#include "proxy/tunnel/stream_window.h"
+#include "proxy/tunnel/transport.h"
+
+namespace rdmagw::tunnel {
+
+// The local end of a stream (a socket), as seen by the session.
+class StreamEndpoint {
+ public:
+  virtual ~StreamEndpoint() = default;
+  // Payload for the local socket. False: no buffer space; the session then
+  // resets the stream (the peer overran nothing, we ran out of memory).
+  virtual bool on_data(std::span<const uint8_t> bytes) = 0;
+  // The peer saw EOF: shut down our write side once queued bytes are out.
+  virtual void on_fin() = 0;
+  // The stream is gone (peer RESET, or the session died). The session has
+  // forgotten the stream id; the endpoint must not use it again.
+  virtual void on_reset(ResetCode code) = 0;
+  // Send credit became available after the endpoint found none.
+  virtual void on_send_credit() = 0;
+};
+
+class Session;
+
+class SessionOwner {
+ public:
+  virtual ~SessionOwner() = default;
+  virtual void on_session_open(Session& session) = 0;
+  // The session is closed; the owner destroys it later (never inside this call).
+  virtual void on_session_closed(Session& session, std::string_view reason) = 0;
+  virtual void on_goaway(Session& session) = 0;
+  // The peer opened a stream. Return its endpoint, or nullptr with *refuse set.
+  virtual StreamEndpoint* on_stream_open(Session& session, uint32_t id, std::string_view target,
+                                         ResetCode* refuse) = 0;
+};
+
+struct SessionSettings {
+  std::string node;
+  uint32_t max_data = 16 * 1024;
+  uint32_t stream_window = 256 * 1024;
+  uint64_t session_window = 32ull * 1024 * 1024;
+  uint32_t keepalive_interval_ms = 5000;
+  uint32_t keepalive_timeout_ms = 15000;
+  uint32_t handshake_timeout_ms = 3000;
+};
+
+struct SessionCounters {
+  uint64_t frames_in = 0, frames_out = 0;
+  uint64_t bytes_in = 0, bytes_out = 0;  // stream payload bytes
+  uint64_t streams_opened = 0, streams_refused = 0;
+  uint64_t credit_stalls = 0;
+};
+
+class Session {
+ public:
+  enum class Role { kDialer, kAcceptor };
+  enum class State { kHandshake, kOpen, kClosed };
+
+  // Takes the transport; it is closed (and frees itself) when the session closes.
+  Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSettings& settings,
+          Transport* transport, SessionOwner* owner);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  void start();
+  void tick(Clock::time_point now);
+  // Ends the session: every stream is reset with kPeerGone.
+  void close(std::string_view reason);
+  // Graceful drain: tell the peer to open no more streams here.
+  void send_goaway();
+
+  State state() const { return state_; }
+  Role role() const { return role_; }
+  bool open() const { return state_ == State::kOpen; }
+  bool goaway_received() const { return goaway_received_; }
+  const std::string& peer_node() const { return peer_node_; }
+  std::string_view transport_kind() const;
+  size_t stream_count() const { return streams_.size(); }
+  const SessionCounters& counters() const { return counters_; }
+  int64_t rtt_us() const { return rtt_us_; }
+
+  // --- used by stream endpoints -------------------------------------------
+  // Bytes a new stream may carry in its OPEN (min of stream and session credit).
+  uint32_t open_credit() const;
+  // Opens a stream. `buffer` (may be null) holds `first_len` payload bytes at
+  // kBufferHeadroom; it is adopted. first_len must be <= open_credit().
+  uint32_t open_stream(StreamEndpoint* endpoint, std::string_view target, uint8_t* buffer,
+                       uint32_t first_len);
+  // Takes up to `want` bytes of credit for stream `id`. Returns 0 and
+  // remembers to call on_send_credit() later when none is available.
+  uint32_t take_credit(uint32_t id, uint32_t want);
+  void refund_credit(uint32_t id, uint32_t n);
+  // Sends `len` payload bytes at buffer+kBufferHeadroom (credit taken before); adopts buffer.
+  void send_data(uint32_t id, uint8_t* buffer, uint32_t len);
+  void send_fin(uint32_t id);
+  // Resets the stream towards the peer and forgets it.
+  void reset_stream(uint32_t id, ResetCode code);
+  // `n` bytes of stream `id` left this host (written to the local socket).
+  void delivered(uint32_t id, uint32_t n);
+  // The endpoint finished both directions cleanly; forget the id.
+  void stream_done(uint32_t id);
+
+  // Called by the transport (through the sink adapter).
+  bool handle_frame(const FrameHeader& header, std::span<const uint8_t> payload);
+  void handle_transport_closed(std::string_view reason);
+
+ private:
+  struct StreamState {
+    StreamEndpoint* endpoint = nullptr;
+    SendCredit send;
+    ReceiveWindow receive;
+    bool fin_received = false;
+    bool wants_credit = false;
+  };
+  class Sink : public TransportSink {
+   public:
+    explicit Sink(Session* s) : session_(s) {}
+    bool on_frame(const FrameHeader& h, std::span<const uint8_t> p) override { return session_->handle_frame(h, p); }
+    void on_transport_closed(std::string_view reason) override { session_->handle_transport_closed(reason); }
+
+   private:
+    Session* session_;
+  };
+
+  bool protocol_error(std::string reason);
+  bool on_hello(std::span<const uint8_t> payload);
+  bool on_open(const FrameHeader& h, std::span<const uint8_t> payload);
+  bool on_data(const FrameHeader& h, std::span<const uint8_t> payload);
+  bool on_window(const FrameHeader& h, std::span<const uint8_t> payload);
+  bool is_remote_id(uint32_t id) const { return (id & 1u) == (role_ == Role::kDialer ? 0u : 1u); }
+  bool was_opened(uint32_t id) const;
+  void forget(std::unordered_map<uint32_t, StreamState>::iterator it);
+  void grant_session();
+  std::string peer_label() const;
+  void send_control(FrameType type, uint32_t id, uint64_t value, size_t value_size);
+  void grant(uint32_t id, StreamState* s, uint32_t n);
+  void notify_blocked_streams();
+
+  EventLoop& loop_;
+  BufferPool& pool_;
+  Role role_;
+  SessionSettings settings_;
+  Transport* transport_;
+  Sink sink_{this};
+  SessionOwner* owner_;
+  State state_ = State::kHandshake;
+  std::string peer_node_;
+  HelloPayload peer_hello_;
+
+  std::unordered_map<uint32_t, StreamState> streams_;
+  uint32_t next_local_id_;
+  uint32_t highest_remote_id_ = 0;
+  SendCredit session_send_;
+  ReceiveWindow session_receive_;
+  std::vector<uint32_t> blocked_streams_;
+  bool goaway_sent_ = false;
+  bool goaway_received_ = false;
+
+  Clock::time_point started_;
+  Clock::time_point last_receive_;
+  Clock::time_point last_ping_;
+  bool ping_outstanding_ = false;
+  int64_t rtt_us_ = -1;
+  SessionCounters counters_;
+};
+
+}  // namespace rdmagw::tunnel

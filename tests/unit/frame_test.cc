@@ -1,0 +1,194 @@
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <vector>
+
+#include "proxy/tunnel/frame.h"
+
+using namespace rdmagw::tunnel;
+
+namespace {
+// Runs the stream decoder over `bytes` and returns the frames it finds.
+struct Decoded {
+  std::vector<FrameHeader> headers;
+  std::vector<std::vector<uint8_t>> payloads;
+  FrameReader::Status last;
+  std::string reason;
+};
+Decoded decode_all(const std::vector<uint8_t>& bytes, uint32_t max_data = 16384) {
+  Decoded d;
+  FrameReader reader(max_data);
+  size_t off = 0;
+  while (true) {
+    FrameHeader h;
+    std::span<const uint8_t> p;
+    size_t used = 0;
+    d.last = reader.next(bytes.data() + off, bytes.size() - off, &h, &p, &used, &d.reason);
+    if (d.last != FrameReader::Status::kFrame) break;
+    d.headers.push_back(h);
+    d.payloads.emplace_back(p.begin(), p.end());
+    off += used;
+  }
+  return d;
+}
+}  // namespace
+
+TEST_CASE("HELLO round-trips every field") {
+  HelloPayload in;
+  in.max_data = 16384;
+  in.stream_window = 262144;
+  in.session_window = 1ull << 33;
+  in.capabilities = 0x5;
+  in.node = "host-a";
+  std::vector<uint8_t> buf(kHeaderSize + kHelloFixedSize + in.node.size());
+  REQUIRE(encode_hello(buf.data(), in) == buf.size());
+  auto d = decode_all(buf);
+  REQUIRE(d.headers.size() == 1);
+  CHECK(d.headers[0].type == FrameType::kHello);
+  HelloPayload out;
+  std::string reason;
+  REQUIRE(decode_hello(d.payloads[0], &out, &reason));
+  CHECK(out.version == kProtocolVersion);
+  CHECK(out.capabilities == 0x5);
+  CHECK(out.max_data == 16384);
+  CHECK(out.stream_window == 262144);
+  CHECK(out.session_window == (1ull << 33));
+  CHECK(out.node == "host-a");
+}
+
+TEST_CASE("OPEN carries target and first bytes written in place before the payload") {
+  std::vector<uint8_t> buf(kBufferHeadroom + 5);
+  std::memcpy(buf.data() + kBufferHeadroom, "hello", 5);
+  uint8_t* frame = encode_open_before(buf.data() + kBufferHeadroom, 7, "tcp:127.0.0.1:6379", 5);
+  std::vector<uint8_t> wire(frame, buf.data() + buf.size());
+  auto d = decode_all(wire);
+  REQUIRE(d.headers.size() == 1);
+  CHECK(d.headers[0].stream_id == 7);
+  OpenPayload open;
+  std::string reason;
+  REQUIRE(decode_open(d.payloads[0], &open, &reason));
+  CHECK(open.target == "tcp:127.0.0.1:6379");
+  CHECK(std::string(open.first_bytes.begin(), open.first_bytes.end()) == "hello");
+}
+
+TEST_CASE("several frames back to back decode in order, split anywhere") {
+  std::vector<uint8_t> wire(256);
+  size_t n = 0;
+  n += encode_u32_frame(wire.data() + n, FrameType::kWindow, 3, 65536);
+  n += encode_empty_frame(wire.data() + n, FrameType::kFin, 3);
+  n += encode_u32_frame(wire.data() + n, FrameType::kReset, 5, static_cast<uint32_t>(ResetCode::kNotAllowed));
+  n += encode_u64_frame(wire.data() + n, FrameType::kPing, 0, 0x1122334455667788ull);
+  encode_header(wire.data() + n, FrameType::kData, 9, 3);
+  std::memcpy(wire.data() + n + kHeaderSize, "abc", 3);
+  n += kHeaderSize + 3;
+  wire.resize(n);
+  for (size_t cut = 0; cut < n; ++cut) {
+    std::vector<uint8_t> first(wire.begin(), wire.begin() + static_cast<long>(cut));
+    auto d = decode_all(first);
+    CHECK(d.last == FrameReader::Status::kNeedMore);
+  }
+  auto d = decode_all(wire);
+  REQUIRE(d.headers.size() == 5);
+  CHECK(d.headers[0].type == FrameType::kWindow);
+  CHECK(get_u32(d.payloads[0].data()) == 65536);
+  CHECK(d.headers[1].type == FrameType::kFin);
+  CHECK(d.headers[2].type == FrameType::kReset);
+  CHECK(get_u32(d.payloads[2].data()) == 3);
+  CHECK(get_u64(d.payloads[3].data()) == 0x1122334455667788ull);
+  CHECK(d.headers[4].stream_id == 9);
+  CHECK(std::string(d.payloads[4].begin(), d.payloads[4].end()) == "abc");
+}
+
+TEST_CASE("decoder rejects malformed frames with a reason") {
+  std::vector<uint8_t> h(kHeaderSize);
+  SECTION("unknown type") {
+    encode_header(h.data(), FrameType::kData, 1, 0);
+    h[0] = 0x42;
+    auto d = decode_all(h);
+    CHECK(d.last == FrameReader::Status::kError);
+    CHECK_THAT(d.reason, Catch::Contains("unknown frame type 66"));
+  }
+  SECTION("type zero") {
+    encode_header(h.data(), FrameType::kData, 1, 0);
+    h[0] = 0;
+    CHECK(decode_all(h).last == FrameReader::Status::kError);
+  }
+  SECTION("oversized DATA") {
+    encode_header(h.data(), FrameType::kData, 1, 16385);
+    auto d = decode_all(h, 16384);
+    CHECK(d.last == FrameReader::Status::kError);
+    CHECK_THAT(d.reason, Catch::Contains("exceeds limit 16384"));
+  }
+  SECTION("reserved bits") {
+    encode_header(h.data(), FrameType::kFin, 1, 0);
+    h[2] = 1;
+    CHECK(decode_all(h).last == FrameReader::Status::kError);
+  }
+  SECTION("flags") {
+    encode_header(h.data(), FrameType::kFin, 1, 0, 0x80);
+    CHECK(decode_all(h).last == FrameReader::Status::kError);
+  }
+  SECTION("DATA on stream 0") {
+    encode_header(h.data(), FrameType::kData, 0, 0);
+    CHECK(decode_all(h).last == FrameReader::Status::kError);
+  }
+  SECTION("PING on a stream") {
+    encode_header(h.data(), FrameType::kPing, 3, 8);
+    CHECK(decode_all(h).last == FrameReader::Status::kError);
+  }
+  SECTION("WINDOW longer than 4 bytes") {
+    encode_header(h.data(), FrameType::kWindow, 1, 5);
+    CHECK(decode_all(h).last == FrameReader::Status::kError);
+  }
+  SECTION("all 0xFF bytes") {
+    std::vector<uint8_t> junk(64, 0xFF);
+    CHECK(decode_all(junk).last == FrameReader::Status::kError);
+  }
+}
+
+TEST_CASE("truncated frames wait for more bytes and never read past the end") {
+  std::vector<uint8_t> wire(kHeaderSize + 100);
+  encode_header(wire.data(), FrameType::kData, 1, 100);
+  wire.resize(kHeaderSize + 99);
+  CHECK(decode_all(wire).last == FrameReader::Status::kNeedMore);
+}
+
+TEST_CASE("payload decoders reject inconsistent contents") {
+  std::string reason;
+  SECTION("HELLO shorter than its fixed part") {
+    std::vector<uint8_t> p(10);
+    HelloPayload out;
+    CHECK_FALSE(decode_hello(p, &out, &reason));
+  }
+  SECTION("HELLO with wrong version") {
+    HelloPayload in;
+    in.version = 99;
+    in.max_data = 16384;
+    in.stream_window = 65536;
+    in.session_window = 1 << 20;
+    std::vector<uint8_t> buf(kHeaderSize + kHelloFixedSize);
+    encode_hello(buf.data(), in);
+    HelloPayload out;
+    CHECK_FALSE(decode_hello(std::span<const uint8_t>(buf).subspan(kHeaderSize), &out, &reason));
+    CHECK_THAT(reason, Catch::Contains("version 99"));
+  }
+  SECTION("HELLO whose windows are smaller than its frames") {
+    HelloPayload in;
+    in.max_data = 16384;
+    in.stream_window = 1024;
+    in.session_window = 1 << 20;
+    std::vector<uint8_t> buf(kHeaderSize + kHelloFixedSize);
+    encode_hello(buf.data(), in);
+    HelloPayload out;
+    CHECK_FALSE(decode_hello(std::span<const uint8_t>(buf).subspan(kHeaderSize), &out, &reason));
+  }
+  SECTION("OPEN whose target runs past the payload") {
+    std::vector<uint8_t> p = {50, 0, 't', 'c'};
+    OpenPayload out;
+    CHECK_FALSE(decode_open(p, &out, &reason));
+  }
+  SECTION("OPEN with an empty target") {
+    std::vector<uint8_t> p = {0, 0};
+    OpenPayload out;
+    CHECK_FALSE(decode_open(p, &out, &reason));
+  }
+}

@@ -1,0 +1,105 @@
+#include <catch2/catch.hpp>
+#include <cstring>
+
+#include "common/buffer_pool.h"
+#include "common/byte_queue.h"
+#include "proxy/tunnel/stream_window.h"
+
+using namespace rdmagw;
+using namespace rdmagw::tunnel;
+
+TEST_CASE("receive window: bytes in, delivered, granted back keeps the invariant") {
+  ReceiveWindow w(1000);
+  REQUIRE(w.on_receive(600));
+  CHECK(w.remaining() == 400);
+  CHECK(w.buffered() == 600);
+  w.on_delivered(100);
+  CHECK(w.take_grant() == 0);  // below a quarter of the window: no update yet
+  w.on_delivered(200);
+  CHECK(w.take_grant() == 300);
+  CHECK(w.remaining() == 700);
+  CHECK(w.buffered() == 300);
+  CHECK(w.remaining() + w.buffered() + w.pending_grant() == w.size());
+}
+
+TEST_CASE("receive window: a sender overrunning the window is detected") {
+  ReceiveWindow w(1000);
+  REQUIRE(w.on_receive(1000));
+  CHECK_FALSE(w.on_receive(1));
+}
+
+TEST_CASE("send credit: take, refund, and grants bounded by the peer's window") {
+  SendCredit c(1000);
+  CHECK(c.take(300) == 300);
+  CHECK(c.take(800) == 700);
+  CHECK(c.take(1) == 0);
+  c.refund(200);
+  CHECK(c.available() == 200);
+  CHECK(c.grant(800, 1000));
+  CHECK(c.available() == 1000);
+  CHECK_FALSE(c.grant(1, 1000));  // more than the window can hold: broken peer
+  CHECK_FALSE(c.grant(0, 1000));  // zero increments are meaningless
+}
+
+TEST_CASE("sender and receiver agree: the sender never exceeds what the receiver allows") {
+  ReceiveWindow rx(64 * 1024);
+  SendCredit tx(64 * 1024);
+  uint64_t sent = 0, delivered = 0;
+  for (int round = 0; round < 1000; ++round) {
+    uint64_t n = tx.take(5000 + static_cast<uint64_t>(round % 7) * 1000);
+    REQUIRE(rx.on_receive(n));
+    sent += n;
+    uint64_t d = rx.buffered() / 2 + 1;
+    if (d > rx.buffered()) d = rx.buffered();
+    rx.on_delivered(d);
+    delivered += d;
+    if (uint64_t g = rx.take_grant()) REQUIRE(tx.grant(g, 64 * 1024));
+  }
+  CHECK(sent > 1000000);
+  CHECK(sent - delivered == rx.buffered());
+}
+
+TEST_CASE("byte queue: adopt, append into the tail, gather and consume") {
+  BufferPool pool(64, 8);
+  ByteQueue q(&pool);
+  uint8_t* b = pool.acquire();
+  std::memcpy(b + 10, "0123456789", 10);
+  q.adopt(b, 10, 20);
+  REQUIRE(q.append("abcdefghij", 10));  // fits after the adopted bytes
+  CHECK(pool.in_use() == 1);
+  iovec iov[4];
+  REQUIRE(q.front_iovecs(iov, 4) == 1);
+  CHECK(std::string(static_cast<char*>(iov[0].iov_base), iov[0].iov_len) == "0123456789abcdefghij");
+  q.consume(15);
+  REQUIRE(q.front_iovecs(iov, 4) == 1);
+  CHECK(std::string(static_cast<char*>(iov[0].iov_base), iov[0].iov_len) == "fghij");
+  q.consume(5);
+  CHECK(q.empty());
+}
+
+TEST_CASE("byte queue: a failed append leaves the queue unchanged") {
+  BufferPool pool(64, 2);
+  ByteQueue q(&pool);
+  std::string big(200, 'x');
+  CHECK_FALSE(q.append(big.data(), big.size()));
+  CHECK(q.empty());
+  CHECK(pool.in_use() == 0);
+  REQUIRE(q.append(big.data(), 100));
+  CHECK(q.size() == 100);
+  CHECK(pool.in_use() == 2);
+  q.clear();
+  CHECK(pool.in_use() == 0);
+}
+
+TEST_CASE("buffer pool hands out each buffer once and reuses released ones") {
+  BufferPool pool(100, 3);  // rounded to 128
+  CHECK(pool.buffer_size() == 128);
+  uint8_t* a = pool.acquire();
+  uint8_t* b = pool.acquire();
+  uint8_t* c = pool.acquire();
+  CHECK(pool.acquire() == nullptr);
+  CHECK(a != b);
+  CHECK(b != c);
+  pool.release(b);
+  CHECK(pool.acquire() == b);
+}
