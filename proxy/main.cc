@@ -224,6 +224,13 @@ int run(const Options& opt) {
   }
   log::set_level(level);
   log::set_node(config->node);
+  if (config->tunnel.transport == TransportMode::kRdma) {
+    log::error("transport_unavailable")
+        .kv("key", "tunnel.transport")
+        .kv("value", "rdma")
+        .kv("reason", "this build has no RDMA transport yet; use auto or tcp");
+    return 1;
+  }
   raise_fd_limit();
 
   // Signals go to this thread only (sigtimedwait below); workers never see them.
@@ -288,6 +295,10 @@ int run(const Options& opt) {
         .kv("workers", config->workers)
         .kv("listeners", listeners)
         .kv("tunnel", "tcp:" + config->tunnel.address + ":" + std::to_string(config->tunnel.tcp_port))
+        .kv("transport", "tcp")
+        .kv("transport_reason", config->tunnel.transport == TransportMode::kTcp
+                                    ? "configured"
+                                    : "auto: this build has no RDMA transport yet")
         .kv("io_uring", features);
     timespec poll{0, 100 * 1000 * 1000};
     while (finished.load() < config->workers) {
