@@ -1,0 +1,179 @@
+"""Client-side socket helpers for the rdmagw integration tests.
+
+Every operation is bounded: sockets always carry a timeout and every loop has
+both a count limit and an absolute deadline (time.monotonic()).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import socket
+import time
+from pathlib import Path
+
+MiB = 1 << 20
+
+# Errors that mean "the peer reset / aborted the connection".
+RESET_ERRORS = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
+
+
+def connect(address, timeout: float = 5.0) -> socket.socket:
+    """Connects to ("127.0.0.1", port) or to a Unix socket path."""
+    if isinstance(address, (str, bytes)):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    else:
+        assert address[0] == "127.0.0.1", f"tests only talk to loopback, not {address!r}"
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(address)
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def send_all(sock: socket.socket, data, deadline: float) -> None:
+    view = memoryview(data)
+    for _ in range(1 << 30):
+        if not view:
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("send_all: deadline passed")
+        sock.settimeout(min(left, 30.0))
+        n = sock.send(view)
+        view = view[n:]
+
+
+def recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
+    out = bytearray()
+    for _ in range(1 << 30):
+        if len(out) >= n:
+            break
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"recv_exact: got {len(out)} of {n} bytes before the deadline")
+        sock.settimeout(min(left, 30.0))
+        chunk = sock.recv(min(n - len(out), MiB))
+        if not chunk:
+            raise EOFError(f"recv_exact: EOF after {len(out)} of {n} bytes")
+        out += chunk
+    return bytes(out)
+
+
+def recv_to_eof(sock: socket.socket, deadline: float, limit: int = 1 << 34) -> bytes:
+    out = bytearray()
+    for _ in range(1 << 30):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"recv_to_eof: no EOF before the deadline ({len(out)} bytes read)")
+        sock.settimeout(min(left, 30.0))
+        chunk = sock.recv(MiB)
+        if not chunk:
+            return bytes(out)
+        out += chunk
+        if len(out) > limit:
+            raise AssertionError(f"recv_to_eof: more than {limit} bytes")
+    raise AssertionError("recv_to_eof: loop bound reached")
+
+
+def echo_roundtrip(address, payload: bytes, timeout: float = 5.0) -> bytes:
+    """Connects, sends `payload`, reads the same number of bytes back, closes."""
+    deadline = time.monotonic() + timeout
+    s = connect(address, timeout=timeout)
+    try:
+        send_all(s, payload, deadline)
+        return recv_exact(s, len(payload), deadline)
+    finally:
+        s.close()
+
+
+def wait_closed(sock: socket.socket, timeout: float, max_bytes: int = 64 * MiB):
+    """Reads (and discards) until the peer closes.  Returns ("eof" | "reset", seconds
+    waited, bytes discarded).  Raises TimeoutError if the socket stays open."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    got = 0
+    for _ in range(1 << 20):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            break
+        except RESET_ERRORS:
+            return "reset", time.monotonic() - t0, got
+        except OSError as e:
+            if e.errno in (errno.ECONNRESET, errno.EPIPE, errno.ECONNREFUSED):
+                return "reset", time.monotonic() - t0, got
+            raise
+        if not chunk:
+            return "eof", time.monotonic() - t0, got
+        got += len(chunk)
+        if got > max_bytes:
+            raise AssertionError(f"wait_closed: peer sent more than {max_bytes} bytes")
+    raise TimeoutError(f"socket still open after {timeout:.1f}s ({got} bytes read)")
+
+
+def try_send(sock: socket.socket, data: bytes) -> str | None:
+    """Sends `data`; returns None if it went out, "reset" if the connection was
+    already reset/closed by the peer."""
+    try:
+        sock.sendall(data)
+        return None
+    except RESET_ERRORS:
+        return "reset"
+
+
+# ---------------------------------------------------------------------------
+# Ports
+
+
+_handed_out: set[int] = set()
+_rng = random.Random(os.getpid() ^ int(time.time()))
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _bindable(port: int) -> bool:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def free_port() -> int:
+    """A loopback TCP port that nobody is bound to.  Prefers ports below the
+    kernel's ephemeral range, so an outgoing connection's source port cannot
+    take it between now and the moment a sidecar binds it."""
+    lo, _ = _ephemeral_range()
+    if lo > 12000:
+        for _ in range(200):
+            p = _rng.randrange(10000, lo)
+            if p not in _handed_out and _bindable(p):
+                _handed_out.add(p)
+                return p
+    for _ in range(200):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        p = s.getsockname()[1]
+        s.close()
+        if p not in _handed_out:
+            _handed_out.add(p)
+            return p
+    raise RuntimeError("no free port found")

@@ -1,0 +1,415 @@
+"""Fixtures for the rdmagw integration tests.
+
+The suite drives real rdmagw processes on loopback (127.0.0.1) only.  Every
+process a test starts is stopped in fixture teardown (SIGTERM, then SIGKILL
+after 5 s); every test runs under a SIGALRM deadline (default 120 s, the
+`deadline(seconds)` marker overrides it) so a hang fails instead of blocking CI.
+
+Binary: $RDMAGW_BIN, else <repo>/build/bin/rdmagw.  When it is missing the
+tests are skipped, except under CI (CI set in the environment), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from clients import free_port  # noqa: F401  (re-exported for the tests)
+
+REPO = Path(__file__).resolve().parents[2]
+RDMAGW_BIN = os.environ.get("RDMAGW_BIN") or str(REPO / "build" / "bin" / "rdmagw")
+DEFAULT_TEST_TIMEOUT_S = 120
+READY_TIMEOUT_S = 10.0
+STOP_GRACE_S = 5.0
+
+
+# ---------------------------------------------------------------------------
+# Process-wide setup
+
+
+def _raise_nofile_limit(want: int = 16384) -> None:
+    """1,000 concurrent streams need ~2,000 fds here and in each rdmagw (which
+    inherit this limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+_raise_nofile_limit()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "deadline(seconds): per-test SIGALRM timeout (default 120 s)")
+
+
+# ---------------------------------------------------------------------------
+# Ports
+
+
+# ---------------------------------------------------------------------------
+# Config files
+
+
+def _q(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_config(node: str, tunnel_port: int, admin_port: int, peers=(), listeners=(),
+                  targets=(), workers: int = 2, shutdown_timeout_ms: int = 3000,
+                  tunnel_extra: dict | None = None, extra_lines=()) -> str:
+    """Renders one sidecar's YAML.  peers: [(name, tcp_port)]; listeners: dicts with
+    name, listen, peer, target (endpoint strings); targets: endpoint strings."""
+    out = [
+        f"node: {node}",
+        f"workers: {workers}",
+        f"admin: {_q(f'127.0.0.1:{admin_port}')}",
+        "tunnel:",
+        "  address: 127.0.0.1",
+        f"  tcp_port: {tunnel_port}",
+        "  transport: tcp",
+    ]
+    for k, v in (tunnel_extra or {}).items():
+        out.append(f"  {k}: {v}")
+    if peers:
+        out.append("peers:")
+        for name, port in peers:
+            out += [f"  - name: {name}", "    address: 127.0.0.1", f"    tcp_port: {port}"]
+    else:
+        out.append("peers: []")
+    if listeners:
+        out.append("listeners:")
+        for lst in listeners:
+            out += [f"  - name: {lst['name']}",
+                    f"    listen: {_q(lst['listen'])}",
+                    f"    peer: {lst['peer']}",
+                    f"    target: {_q(lst['target'])}"]
+    else:
+        out.append("listeners: []")
+    if targets:
+        out.append("targets:")
+        out += [f"  - {_q(t)}" for t in targets]
+    else:
+        out.append("targets: []")
+    out.append(f"shutdown_timeout_ms: {shutdown_timeout_ms}")
+    out += list(extra_lines)
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# Processes
+
+
+class ManagedProcess:
+    """A child process whose stdout+stderr go to a log file."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path):
+        self.name = name
+        self.argv = argv
+        self.log_path = Path(log_path)
+        self.proc: subprocess.Popen | None = None
+        self._logf = None
+        self.start_offset = 0  # log size when the current incarnation started
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self):
+        assert not self.running(), f"{self.name} already running"
+        self._close_log()
+        self.start_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._logf,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def send_signal(self, sig: int) -> None:
+        if self.running():
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self, sig: int = signal.SIGTERM, grace: float = STOP_GRACE_S) -> int | None:
+        """SIGTERM (or `sig`), then SIGKILL after `grace` seconds. Returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(sig)
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=grace)
+            except ProcessLookupError:
+                pass
+        self._close_log()
+        return self.proc.returncode
+
+    def kill9(self) -> None:
+        if self.running():
+            self.proc.kill()
+            self.proc.wait(timeout=STOP_GRACE_S)
+        self._close_log()
+
+    def _close_log(self):
+        if self._logf is not None:
+            try:
+                self._logf.close()
+            except OSError:
+                pass
+            self._logf = None
+
+    # -- log access --------------------------------------------------------
+    def log_size(self) -> int:
+        return self.log_path.stat().st_size if self.log_path.exists() else 0
+
+    def log_text(self, since: int = 0) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                return f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    def tail(self, n: int = 60) -> str:
+        lines = self.log_text().splitlines()
+        return "\n".join(lines[-n:])
+
+    def wait_log(self, predicate, timeout: float, since: int | None = None) -> str | None:
+        """Polls the log until a line satisfies `predicate` (a callable on the line,
+        or a regex string).  Returns the line, or None on timeout."""
+        if isinstance(predicate, str):
+            rx = re.compile(predicate)
+            predicate = lambda line: rx.search(line) is not None  # noqa: E731
+        since = self.start_offset if since is None else since
+        deadline = time.monotonic() + timeout
+        for _ in range(100000):
+            for line in self.log_text(since).splitlines():
+                if predicate(line):
+                    return line
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
+        return None
+
+
+class Sidecar(ManagedProcess):
+    """One rdmagw process: `rdmagw --config FILE`."""
+
+    def __init__(self, name: str, config_path: Path, log_path: Path, binary: str = RDMAGW_BIN):
+        super().__init__(name, [binary, "--config", str(config_path)], log_path)
+        self.config_path = Path(config_path)
+        self.tunnel_port: int | None = None
+
+    def start(self, wait: bool = True, timeout: float = READY_TIMEOUT_S):
+        super().start()
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        for _ in range(100000):
+            if "event=ready" in self.log_text(self.start_offset):
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"rdmagw {self.name} exited with {self.proc.returncode} before "
+                    f"event=ready; log tail:\n{self.tail()}")
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"rdmagw {self.name} not ready after {timeout}s; log tail:\n{self.tail()}")
+            time.sleep(0.05)
+
+    def restart(self, wait: bool = True):
+        """Starts again on the same config (after stop() or kill9())."""
+        assert not self.running()
+        return self.start(wait=wait)
+
+    def rss_kib(self) -> int:
+        """VmRSS of the process, KiB."""
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no VmRSS line")
+
+
+# ---------------------------------------------------------------------------
+# Fixtures
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed and rep.when in ("setup", "call"):
+        for proc in getattr(item, "_rdmagw_procs", []):
+            rep.sections.append((f"{proc.name} log tail ({proc.log_path})", proc.tail(60)))
+
+
+class DeadlineExceeded(BaseException):
+    """Raised by SIGALRM; a BaseException so no `except Exception` swallows it."""
+
+
+@pytest.fixture(autouse=True)
+def _test_deadline(request):
+    marker = request.node.get_closest_marker("deadline")
+    seconds = int(marker.args[0]) if marker else DEFAULT_TEST_TIMEOUT_S
+
+    def on_alarm(signum, frame):
+        raise DeadlineExceeded(f"test exceeded its {seconds}s deadline")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(scope="session")
+def rdmagw_bin() -> str:
+    if not (os.path.isfile(RDMAGW_BIN) and os.access(RDMAGW_BIN, os.X_OK)):
+        msg = f"rdmagw binary not found at {RDMAGW_BIN} (build it, or set RDMAGW_BIN)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return RDMAGW_BIN
+
+
+@pytest.fixture
+def procs(request):
+    """Registry of every child process of the test; all are stopped at teardown
+    (SIGTERM to all, then SIGKILL to whatever is left after 5 s)."""
+    registry: list[ManagedProcess] = []
+    request.node._rdmagw_procs = registry
+    yield registry
+    for p in registry:
+        if p.running():
+            try:
+                p.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in registry:
+        if p.proc is None:
+            continue
+        try:
+            p.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.proc.kill()
+            try:
+                p.proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        p._close_log()
+
+
+@pytest.fixture
+def sock_dir():
+    """A short directory under /tmp for Unix socket paths (sun_path is 108 bytes)."""
+    d = tempfile.mkdtemp(prefix="rdmagw-it-", dir="/tmp")
+    yield Path(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def backend():
+    """backend(server) starts a backends.* server and stops it at teardown."""
+    started = []
+
+    def start(server):
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for s in reversed(started):
+        s.stop()
+
+
+@pytest.fixture
+def sidecar(rdmagw_bin, procs, tmp_path):
+    """sidecar(node, config_text_or_None, **render_kwargs) -> Sidecar (not started)."""
+
+    def make(node: str, config_text: str | None = None, **kw) -> Sidecar:
+        if config_text is None:
+            config_text = render_config(node, **kw)
+        cfg = tmp_path / f"{node}.yaml"
+        cfg.write_text(config_text)
+        sc = Sidecar(node, cfg, tmp_path / f"{node}.log", rdmagw_bin)
+        sc.tunnel_port = kw.get("tunnel_port")
+        procs.append(sc)
+        return sc
+
+    return make
+
+
+class Pair:
+    """host-a (client side, has the listeners) and host-b (far side, allowlist)."""
+
+    def __init__(self, a: Sidecar, b: Sidecar, listeners: dict[str, dict]):
+        self.a = a
+        self.b = b
+        self.listeners = listeners
+
+    def address(self, name: str):
+        listen = self.listeners[name]["listen"]
+        if listen.startswith("unix:"):
+            return listen[len("unix:"):]
+        host, port = listen[len("tcp:"):].rsplit(":", 1)
+        return (host, int(port))
+
+
+@pytest.fixture
+def pair(sidecar, sock_dir):
+    """pair(listeners, targets, ...) starts host-b then host-a and waits for both
+    to be ready.  listeners: dicts {name, target, listen: "tcp" | "unix"}."""
+
+    def build(listeners, targets, *, a_tunnel: dict | None = None,
+              b_tunnel: dict | None = None, shutdown_timeout_ms: int = 3000,
+              workers: int = 2, start: bool = True) -> Pair:
+        a_port, b_port = free_port(), free_port()
+        resolved = {}
+        for spec in listeners:
+            kind = spec.get("listen", "tcp")
+            if kind == "tcp":
+                listen = f"tcp:127.0.0.1:{free_port()}"
+            elif kind == "unix":
+                listen = f"unix:{sock_dir / (spec['name'] + '.sock')}"
+            else:
+                listen = kind  # a full endpoint string
+            resolved[spec["name"]] = {"name": spec["name"], "listen": listen, "peer": "host-b",
+                                      "target": spec["target"]}
+        b = sidecar("host-b", tunnel_port=b_port, admin_port=free_port(), targets=list(targets),
+                    workers=workers, shutdown_timeout_ms=shutdown_timeout_ms,
+                    tunnel_extra=b_tunnel)
+        a = sidecar("host-a", tunnel_port=a_port, admin_port=free_port(),
+                    peers=[("host-b", b_port)], listeners=list(resolved.values()),
+                    workers=workers, shutdown_timeout_ms=shutdown_timeout_ms,
+                    tunnel_extra=a_tunnel)
+        if start:
+            b.start()
+            a.start()
+        return Pair(a, b, resolved)
+
+    return build

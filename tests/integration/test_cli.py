@@ -1,0 +1,77 @@
+"""Command line: --check, --help, --version."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from clients import free_port
+from conftest import render_config
+
+ERROR_LINE = re.compile(r"^.+:\d+:\d+: \S+: .+")
+
+
+def run(binary, *args, timeout=10):
+    r = subprocess.run([binary, *args], stdin=subprocess.DEVNULL, capture_output=True,
+                       timeout=timeout)
+    return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
+
+
+def valid_config() -> str:
+    return render_config(
+        "host-a", tunnel_port=free_port(), admin_port=free_port(),
+        peers=[("host-b", free_port())],
+        listeners=[{"name": "echo", "listen": f"tcp:127.0.0.1:{free_port()}", "peer": "host-b",
+                    "target": "tcp:127.0.0.1:6379"}],
+        targets=["tcp:127.0.0.1:6379"])
+
+
+def error_lines(out: str) -> list[str]:
+    return [l for l in out.splitlines() if ERROR_LINE.match(l)]
+
+
+def test_check_valid_config_exits_0(rdmagw_bin, tmp_path):
+    cfg = tmp_path / "ok.yaml"
+    cfg.write_text(valid_config())
+    rc, out, err = run(rdmagw_bin, "--check", "--config", str(cfg))
+    assert rc == 0, f"--check rejected a valid config (rc={rc}):\n{out}{err}"
+
+
+def test_check_unknown_key_exits_2_with_file_line_col(rdmagw_bin, tmp_path):
+    text = valid_config()
+    lineno = len(text.splitlines()) + 1
+    cfg = tmp_path / "unknown.yaml"
+    cfg.write_text(text + "bogus_key: 1\n")
+    rc, out, err = run(rdmagw_bin, "--check", "--config", str(cfg))
+    assert rc == 2, f"rc={rc}\n{out}{err}"
+    lines = error_lines(out + err)
+    assert lines, f"no FILE:LINE:COL: key: message line in:\n{out}{err}"
+    assert any(l.startswith(f"{cfg}:{lineno}:") and "bogus_key" in l for l in lines), (
+        f"no error at {cfg}:{lineno} naming bogus_key:\n{out}{err}")
+
+
+def test_check_bad_port_exits_2_with_file_line_col(rdmagw_bin, tmp_path):
+    text = valid_config()
+    lines_in = text.splitlines()
+    idx = next(i for i, l in enumerate(lines_in) if l.startswith("  tcp_port:"))
+    lines_in[idx] = "  tcp_port: 70000"
+    cfg = tmp_path / "badport.yaml"
+    cfg.write_text("\n".join(lines_in) + "\n")
+    rc, out, err = run(rdmagw_bin, "--check", "--config", str(cfg))
+    assert rc == 2, f"rc={rc}\n{out}{err}"
+    lines = error_lines(out + err)
+    assert lines, f"no FILE:LINE:COL: key: message line in:\n{out}{err}"
+    assert any(l.startswith(f"{cfg}:{idx + 1}:") and "tcp_port" in l for l in lines), (
+        f"no error at {cfg}:{idx + 1} naming tcp_port:\n{out}{err}")
+
+
+def test_help_exits_0_with_usage_on_stdout(rdmagw_bin):
+    rc, out, err = run(rdmagw_bin, "--help")
+    assert rc == 0, f"rc={rc}\n{out}{err}"
+    assert "--config" in out, f"usage on stdout does not mention --config:\n{out}"
+
+
+def test_version_exits_0(rdmagw_bin):
+    rc, out, err = run(rdmagw_bin, "--version")
+    assert rc == 0, f"rc={rc}\n{out}{err}"
+    assert re.search(r"\d", out + err), f"no version number in:\n{out}{err}"

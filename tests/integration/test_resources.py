@@ -1,0 +1,76 @@
+"""Backpressure: a backend that does not read must not make rdmagw buffer
+without bound, and nothing may be lost once it reads again."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import time
+
+import pytest
+
+from backends import StallServer, prng_bytes
+from clients import connect, wait_closed
+
+MiB = 1 << 20
+KiB_PER_MiB = 1024
+
+
+@pytest.mark.deadline(150)
+def test_slow_reader_keeps_rss_bounded_and_loses_nothing(pair, backend):
+    srv = backend(StallServer(io_timeout=60))
+    p = pair([{"name": "slow", "target": srv.endpoint}], [srv.endpoint])
+
+    sock = connect(p.address("slow"), timeout=10)
+    try:
+        # The stream is open end to end once the backend has accepted; the first
+        # bytes may be needed to trigger the open (0-RTT), so send one block first.
+        blocks = [prng_bytes(500 + i, MiB) for i in range(16)]
+        h = hashlib.sha256()
+        first = blocks[0][:4096]
+        sock.sendall(first)
+        h.update(first)
+        sent = len(first)
+        assert srv.connected.wait(10), "backend never got the connection"
+        time.sleep(0.5)
+        rss0 = {"host-a": p.a.rss_kib(), "host-b": p.b.rss_kib()}
+
+        # Write as much of 1 GiB as fits in ~15 s; the send blocks once the
+        # kernel buffers and rdmagw's windows are full.
+        limit = 1 << 30
+        t_end = time.monotonic() + 15
+        block_i, off = 0, len(first)
+        sock.settimeout(0.5)
+        for _ in range(10_000_000):
+            if sent >= limit or time.monotonic() >= t_end:
+                break
+            blk = blocks[block_i % len(blocks)]
+            try:
+                n = sock.send(memoryview(blk)[off:])
+            except socket.timeout:
+                continue
+            h.update(memoryview(blk)[off:off + n])
+            sent += n
+            off += n
+            if off == len(blk):
+                block_i, off = block_i + 1, 0
+        rss1 = {"host-a": p.a.rss_kib(), "host-b": p.b.rss_kib()}
+        growth = {k: (rss1[k] - rss0[k]) / KiB_PER_MiB for k in rss0}
+        print(f"slow reader: client sent {sent / MiB:.1f} MiB; RSS growth MiB {growth}")
+        for node, g in growth.items():
+            assert g < 64, (f"{node} RSS grew by {g:.1f} MiB while the backend did not read "
+                            f"({rss0[node]} -> {rss1[node]} KiB, {sent / MiB:.1f} MiB sent)")
+        assert sent < limit, "the whole 1 GiB went out although the backend reads nothing"
+
+        # Now let the backend read everything; it must get exactly what was sent.
+        sock.settimeout(10)
+        sock.shutdown(socket.SHUT_WR)
+        srv.release()
+        res = srv.results.get(timeout=60)
+        assert res["error"] is None, res["error"]
+        assert res["recv_bytes"] == sent, f"backend got {res['recv_bytes']} of {sent} bytes"
+        assert res["recv_sha"] == h.hexdigest(), "backend got different bytes than were sent"
+        how, _, extra = wait_closed(sock, timeout=10)
+        assert how == "eof" and extra == 0
+    finally:
+        sock.close()

@@ -1,0 +1,89 @@
+"""SIGTERM drains: open streams finish, new connections are refused, exit 0."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+
+from backends import EchoServer, prng_bytes
+from clients import connect, recv_to_eof
+
+MiB = 1 << 20
+
+
+def test_sigterm_lets_inflight_stream_finish_refuses_new_and_exits_0(pair, backend):
+    shutdown_timeout_s = 3.0
+    echo = backend(EchoServer())
+    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint],
+             shutdown_timeout_ms=int(shutdown_timeout_s * 1000))
+    addr = p.address("echo")
+
+    data = prng_bytes(91, 6 * MiB)
+    chunk = 64 * 1024
+    sock = connect(addr, timeout=10)
+    deadline = time.monotonic() + 60
+    midway = threading.Event()
+    state = {"send_error": None, "recv_error": None, "echo": b""}
+
+    def sender():
+        try:
+            for i in range(0, len(data), chunk):
+                sock.sendall(data[i:i + chunk])
+                if i >= MiB:
+                    midway.set()
+                time.sleep(0.01)  # ~1 s of paced sending: the stream is mid-transfer
+            sock.shutdown(socket.SHUT_WR)
+        except Exception as e:
+            state["send_error"] = f"{type(e).__name__}: {e}"
+        midway.set()
+
+    def receiver():
+        try:
+            state["echo"] = recv_to_eof(sock, deadline)
+        except Exception as e:
+            state["recv_error"] = f"{type(e).__name__}: {e}"
+
+    ts = threading.Thread(target=sender, daemon=True)
+    tr = threading.Thread(target=receiver, daemon=True)
+    ts.start()
+    tr.start()
+    try:
+        assert midway.wait(20), "transfer did not get going"
+        assert state["send_error"] is None, state["send_error"]
+        t_sig = time.monotonic()
+        p.a.send_signal(signal.SIGTERM)
+
+        # New connections to the listener are refused once the signal is handled.
+        refused_after = None
+        for _ in range(100):
+            if time.monotonic() - t_sig > 1.0:
+                break
+            try:
+                s = connect(addr, timeout=0.5)
+                s.close()
+            except ConnectionRefusedError:
+                refused_after = time.monotonic() - t_sig
+                break
+            except OSError:
+                pass
+            time.sleep(0.02)
+        assert refused_after is not None, "listener still accepting 1 s after SIGTERM"
+
+        ts.join(timeout=30)
+        tr.join(timeout=30)
+        assert not ts.is_alive() and not tr.is_alive(), "transfer hung during drain"
+    finally:
+        sock.close()
+    assert state["send_error"] is None, state["send_error"]
+    assert state["recv_error"] is None, state["recv_error"]
+    assert len(state["echo"]) == len(data), f"echo has {len(state['echo'])} of {len(data)} bytes"
+    assert state["echo"] == data, "echo not byte-exact across the drain"
+
+    rc = p.a.wait(timeout=shutdown_timeout_s + 5)
+    exited_after = time.monotonic() - t_sig
+    assert rc == 0, f"host-a exited {rc} after SIGTERM"
+    assert exited_after <= shutdown_timeout_s + 1.0, (
+        f"host-a took {exited_after:.2f}s to exit (shutdown_timeout {shutdown_timeout_s}s)")
+    assert p.b.running()

@@ -1,0 +1,207 @@
+"""Data path through a host-a -> host-b rdmagw pair: bulk bytes, many streams,
+half-close, reset propagation and Unix sockets."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import selectors
+import socket
+import threading
+import time
+
+import pytest
+
+from backends import EchoServer, ResetServer, Sha256Server, prng_bytes, prng_chunks
+from clients import (RESET_ERRORS, connect, echo_roundtrip, recv_to_eof, send_all,
+                     wait_closed)
+
+MiB = 1 << 20
+
+
+def echo_pair(pair, backend, **kw):
+    echo = backend(EchoServer())
+    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], **kw)
+    return p, echo
+
+
+@pytest.mark.deadline(300)
+def test_256mib_each_way_through_one_stream_byte_exact(pair, backend):
+    size = 256 * MiB
+    client_seed, server_seed = 1001, 2002
+    srv = backend(Sha256Server(send_size=size, send_seed=server_seed, mode="duplex",
+                               io_timeout=60))
+    p = pair([{"name": "bulk", "target": srv.endpoint}], [srv.endpoint])
+
+    deadline = time.monotonic() + 240
+    sock = connect(p.address("bulk"), timeout=10)
+    sent = {"bytes": 0, "sha": None, "error": None}
+
+    def sender():
+        h = hashlib.sha256()
+        try:
+            for chunk in prng_chunks(client_seed, size):
+                send_all(sock, chunk, deadline)
+                h.update(chunk)
+                sent["bytes"] += len(chunk)
+            sock.shutdown(socket.SHUT_WR)
+        except Exception as e:  # reported below
+            sent["error"] = f"{type(e).__name__}: {e}"
+        sent["sha"] = h.hexdigest()
+
+    t = threading.Thread(target=sender, daemon=True)
+    t.start()
+    h = hashlib.sha256()
+    got = 0
+    buf = bytearray(MiB)
+    try:
+        for _ in range(1 << 20):
+            left = deadline - time.monotonic()
+            assert left > 0, f"receive deadline passed after {got} bytes"
+            sock.settimeout(min(left, 30))
+            n = sock.recv_into(buf)
+            if n == 0:
+                break
+            h.update(memoryview(buf)[:n])
+            got += n
+            assert got <= size, "received more bytes than the backend sent"
+    finally:
+        t.join(timeout=max(1.0, deadline - time.monotonic()))
+        sock.close()
+
+    assert sent["error"] is None, sent["error"]
+    assert sent["bytes"] == size
+    res = srv.results.get(timeout=30)
+    assert res["error"] is None, res["error"]
+    # client -> backend
+    assert res["recv_bytes"] == size, f"backend got {res['recv_bytes']} of {size} bytes"
+    assert res["recv_sha"] == sent["sha"], "client -> backend bytes differ (SHA-256)"
+    # backend -> client
+    assert res["sent_bytes"] == size
+    assert got == size, f"client got {got} of {size} bytes"
+    assert h.hexdigest() == res["sent_sha"], "backend -> client bytes differ (SHA-256)"
+
+
+@pytest.mark.deadline(180)
+def test_1000_concurrent_streams_echo_byte_exact(pair, backend):
+    n_streams = 1000
+    p, echo = echo_pair(pair, backend)
+    addr = p.address("echo")
+    rng = random.Random(7)
+    deadline = time.monotonic() + 120
+
+    conns = []
+    try:
+        # Open all streams first so that all 1000 are open at the same time.
+        for i in range(n_streams):
+            assert time.monotonic() < deadline, f"only {i} connections opened in time"
+            s = connect(addr, timeout=10)
+            s.setblocking(False)
+            payload = rng.randbytes(rng.randint(4 * 1024, 64 * 1024))
+            conns.append({"sock": s, "out": memoryview(payload), "payload": payload,
+                          "in": bytearray(), "wr_done": False, "eof": False, "i": i})
+
+        sel = selectors.DefaultSelector()
+        for c in conns:
+            sel.register(c["sock"], selectors.EVENT_READ | selectors.EVENT_WRITE, c)
+        open_count = n_streams
+        for _ in range(10_000_000):
+            if open_count == 0:
+                break
+            assert time.monotonic() < deadline, (
+                f"{open_count} of {n_streams} streams unfinished at the deadline")
+            for key, ev in sel.select(timeout=1.0):
+                c = key.data
+                s = c["sock"]
+                if ev & selectors.EVENT_WRITE and not c["wr_done"]:
+                    try:
+                        n = s.send(c["out"][:256 * 1024])
+                        c["out"] = c["out"][n:]
+                    except (BlockingIOError, InterruptedError):
+                        pass
+                    if not c["out"]:
+                        c["wr_done"] = True
+                        s.shutdown(socket.SHUT_WR)
+                        sel.modify(s, selectors.EVENT_READ, c)
+                if ev & selectors.EVENT_READ:
+                    try:
+                        data = s.recv(256 * 1024)
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except RESET_ERRORS as e:
+                        raise AssertionError(f"stream {c['i']} reset: {e}") from None
+                    if data:
+                        c["in"] += data
+                        assert len(c["in"]) <= len(c["payload"]), f"stream {c['i']}: too many bytes"
+                    else:
+                        assert c["wr_done"], f"stream {c['i']}: EOF before all was sent"
+                        c["eof"] = True
+                        sel.unregister(s)
+                        open_count -= 1
+        sel.close()
+    finally:
+        for c in conns:
+            c["sock"].close()
+
+    bad = [c["i"] for c in conns if bytes(c["in"]) != c["payload"]]
+    assert not bad, f"{len(bad)} streams not byte-exact, e.g. {bad[:10]}"
+    assert all(c["eof"] for c in conns)
+    assert echo.accepted >= n_streams
+    assert not echo.errors, echo.errors
+
+
+def test_half_close_client_reads_whole_reply_after_shut_wr(pair, backend):
+    reply_size = 4 * MiB
+    srv = backend(Sha256Server(send_size=reply_size, send_seed=33, mode="reply_after_eof"))
+    p = pair([{"name": "hc", "target": srv.endpoint}], [srv.endpoint])
+    request = prng_bytes(44, 1 * MiB + 123)
+    deadline = time.monotonic() + 60
+    sock = connect(p.address("hc"), timeout=10)
+    try:
+        send_all(sock, request, deadline)
+        sock.shutdown(socket.SHUT_WR)
+        reply = recv_to_eof(sock, deadline)  # returns only once EOF is seen
+    finally:
+        sock.close()
+    assert len(reply) == 32 + reply_size
+    assert reply[:32] == hashlib.sha256(request).digest(), "backend saw different request bytes"
+    assert reply[32:] == prng_bytes(33, reply_size), "reply body not byte-exact"
+    res = srv.results.get(timeout=10)
+    assert res["error"] is None, res["error"]
+    assert res["recv_bytes"] == len(request)
+
+
+def test_backend_reset_reaches_client_promptly(pair, backend):
+    srv = backend(ResetServer(wait_first=2.0))
+    p = pair([{"name": "rst", "target": srv.endpoint}], [srv.endpoint])
+    sock = connect(p.address("rst"), timeout=5)
+    try:
+        t0 = time.monotonic()
+        try:
+            sock.sendall(b"hello, then reset me\n")
+        except RESET_ERRORS:
+            pass
+        how, _, _ = wait_closed(sock, timeout=5)
+        elapsed = time.monotonic() - t0
+    finally:
+        sock.close()
+    assert how in ("eof", "reset")
+    assert elapsed < 2.0, f"client noticed the backend's RST only after {elapsed:.2f}s"
+    assert srv.reset_count >= 1
+
+
+def test_unix_socket_listener_echo_roundtrip(pair, backend):
+    echo = backend(EchoServer())
+    p = pair([{"name": "ux", "listen": "unix", "target": echo.endpoint}], [echo.endpoint])
+    addr = p.address("ux")
+    assert isinstance(addr, str) and addr.startswith("/tmp/")
+    payload = prng_bytes(8, 300 * 1024)
+    assert echo_roundtrip(addr, payload, timeout=10) == payload
+
+
+def test_unix_socket_target_echo_roundtrip(pair, backend, sock_dir):
+    echo = backend(EchoServer(unix_path=str(sock_dir / "backend.sock")))
+    assert echo.endpoint.startswith("unix:/")
+    p = pair([{"name": "ux", "target": echo.endpoint}], [echo.endpoint])
+    payload = prng_bytes(9, 300 * 1024)
+    assert echo_roundtrip(p.address("ux"), payload, timeout=10) == payload
