@@ -89,6 +89,8 @@ def main():
     ap.add_argument("--requests", type=int, default=100000)
     ap.add_argument("--iperf-seconds", type=int, default=5)
     ap.add_argument("--buffer-size", type=int, default=16384)
+    ap.add_argument("--stream-window", default="256KiB")
+    ap.add_argument("--tests", default="redis,iperf", help="comma-separated subset of: redis, iperf")
     ap.add_argument("--out", help="also write the table (markdown) to this file")
     args = ap.parse_args()
     if not os.access(RDMAGW, os.X_OK):
@@ -98,7 +100,8 @@ def main():
     redis_port, iperf_port = free_port(), free_port()
     a_tunnel, b_tunnel = free_port(), free_port()
     redis_listen, iperf_listen = free_port(), free_port()
-    tunnel = f"{{address: 127.0.0.1, tcp_port: %d, transport: tcp, buffer_size: {args.buffer_size}}}"
+    tunnel = (f"{{address: 127.0.0.1, tcp_port: %d, transport: tcp, buffer_size: {args.buffer_size}, "
+              f"stream_window: {args.stream_window}}}")
     with open(f"{work}/a.yaml", "w") as f:
         f.write(f"""node: host-a
 workers: {args.workers}
@@ -139,7 +142,7 @@ targets: ["tcp:127.0.0.1:{redis_port}", "tcp:127.0.0.1:{iperf_port}"]
 
         for r in range(args.rounds):
             print(f"round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
-            for pipeline in (1, 16):
+            for pipeline in ((1, 16) if "redis" in args.tests else ()):
                 n = args.requests * (4 if pipeline > 1 else 1)
                 d = redis_bench(redis_port, n, pipeline)
                 t = redis_bench(redis_listen, n, pipeline)
@@ -147,6 +150,8 @@ targets: ["tcp:127.0.0.1:{redis_port}", "tcp:127.0.0.1:{iperf_port}"]
                 add(f"redis SET{suffix} (req/s)", d["SET"], t["SET"])
                 add(f"redis GET{suffix} (req/s)", d["GET"], t["GET"])
                 print(f"  redis{suffix or ' -P 1'}: direct {d} through {t}", file=sys.stderr, flush=True)
+            if "iperf" not in args.tests:
+                continue
             d = iperf(iperf_port, args.iperf_seconds)
             # The iperf3 server takes one test at a time; give it a moment.
             time.sleep(0.5)
@@ -155,7 +160,8 @@ targets: ["tcp:127.0.0.1:{redis_port}", "tcp:127.0.0.1:{iperf_port}"]
             add("iperf3 (Gbit/s)", d, t)
             print(f"  iperf3: direct {d:.2f} through {t:.2f} Gbit/s", file=sys.stderr, flush=True)
 
-        lines = [f"rdmagw pair (TCP transport, workers={args.workers}, buffer_size={args.buffer_size}) "
+        lines = [f"rdmagw pair (TCP transport, workers={args.workers}, buffer_size={args.buffer_size}, "
+                 f"stream_window={args.stream_window}) "
                  f"vs direct; median of {args.rounds} rounds, {os.cpu_count()} cores",
                  "",
                  "| benchmark | direct | through rdmagw | ratio |",

@@ -217,6 +217,19 @@ void LocalStream::on_recv(int res, uint32_t) {
 
 bool LocalStream::on_data(std::span<const uint8_t> bytes) {
   if (closing_) return true;
+  // Fast path: nothing queued ahead of these bytes, so try to hand them to the
+  // socket straight from the tunnel's receive buffer. This skips the copy into
+  // to_socket_ and an io_uring round trip; whatever the socket does not take
+  // now is queued as usual. Errors are left to the queued send to report.
+  if (!sending_ && !connecting_ && to_socket_.empty() && !write_shut_) {
+    ssize_t n = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      bytes_down_ += static_cast<uint64_t>(n);
+      bytes = bytes.subspan(static_cast<size_t>(n));
+      if (session_) session_->delivered(id_, static_cast<uint32_t>(n));
+      if (bytes.empty()) return true;
+    }
+  }
   if (!to_socket_.append(bytes.data(), bytes.size())) return false;
   pump_send();
   return true;
