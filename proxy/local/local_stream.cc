@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "common/log.h"
 
@@ -32,6 +33,7 @@ LocalStream::LocalStream(StreamHost& host, UniqueFd fd)
 
 LocalStream::~LocalStream() {
   if (recv_buffer_) host_.pool.release(recv_buffer_);
+  if (parked_buffer_) host_.pool.release(parked_buffer_);
   --host_.live_streams;
 }
 
@@ -75,6 +77,7 @@ void LocalStream::start_connect(const Endpoint& target) {
   target_len_ = target.addr_len;
   connect_timeout_.tv_sec = host_.connect_timeout_ms / 1000;
   connect_timeout_.tv_nsec = (host_.connect_timeout_ms % 1000) * 1000000LL;
+  host_.loop.reserve(2);
   io_uring_sqe* c = host_.loop.sqe(&connect_op_);
   io_uring_prep_connect(c, fd_.get(), reinterpret_cast<sockaddr*>(&target_addr_), target_len_);
   c->flags |= IOSQE_IO_LINK;
@@ -160,12 +163,14 @@ void LocalStream::abort(ResetCode code, std::string_view reason) {
 // --- socket -> tunnel --------------------------------------------------------
 
 void LocalStream::start_reading() {
-  if (recv_posted_ || read_closed_ || closing_ || connecting_ || !session_) return;
-  uint32_t credit = session_->take_credit(id_, host_.payload_size);
+  if (recv_posted_ || read_closed_ || closing_ || connecting_ || parked_buffer_ || !session_) return;
+  // Only stream credit is held while the receive waits: an idle connection
+  // must not pin any of the session's shared budget.
+  uint32_t credit = session_->take_stream_credit(id_, host_.payload_size);
   if (credit == 0) return;  // on_send_credit() resumes us
   uint8_t* buffer = host_.pool.acquire();
   if (!buffer) {
-    session_->refund_credit(id_, credit);
+    session_->refund_stream_credit(id_, credit);
     log::warn("stream_reset").kv("peer", peer_).kv("stream", id_).kv("reason", "out of buffers");
     session_->reset_stream(id_, ResetCode::kResource);
     session_ = nullptr;
@@ -189,13 +194,11 @@ void LocalStream::on_recv(int res, uint32_t) {
     return finish_op();
   }
   if (res > 0) {
-    session_->refund_credit(id_, recv_credit_ - static_cast<uint32_t>(res));
-    session_->send_data(id_, buffer, static_cast<uint32_t>(res));
-    bytes_up_ += static_cast<uint64_t>(res);
-    start_reading();
+    session_->refund_stream_credit(id_, recv_credit_ - static_cast<uint32_t>(res));
+    forward(buffer, static_cast<uint32_t>(res));
     return finish_op();
   }
-  session_->refund_credit(id_, recv_credit_);
+  session_->refund_stream_credit(id_, recv_credit_);
   host_.pool.release(buffer);
   if (res == 0) {
     read_closed_ = true;
@@ -211,6 +214,17 @@ void LocalStream::on_recv(int res, uint32_t) {
     terminate(true);
   }
   finish_op();
+}
+
+void LocalStream::forward(uint8_t* buffer, uint32_t len) {
+  if (!session_->take_session_credit(id_, len)) {
+    parked_buffer_ = buffer;
+    parked_len_ = len;
+    return;
+  }
+  session_->send_data(id_, buffer, len);
+  bytes_up_ += len;
+  start_reading();
 }
 
 // --- tunnel -> socket --------------------------------------------------------
@@ -296,7 +310,15 @@ void LocalStream::on_reset(ResetCode code) {
   terminate(true);
 }
 
-void LocalStream::on_send_credit() { start_reading(); }
+void LocalStream::on_send_credit() {
+  if (closing_ || !session_) return;
+  if (parked_buffer_) {
+    uint8_t* buffer = std::exchange(parked_buffer_, nullptr);
+    forward(buffer, std::exchange(parked_len_, 0));
+    return;
+  }
+  start_reading();
+}
 
 void LocalStream::maybe_done() {
   if (!read_closed_ || !write_shut_ || closing_) return;
@@ -313,7 +335,8 @@ void LocalStream::maybe_done() {
 void LocalStream::terminate(bool abortive) {
   if (closing_) return;
   closing_ = true;
-  to_socket_.clear();
+  // to_socket_ is not cleared here: a send in flight may still read from its
+  // buffers. The destructor returns them once every operation has completed.
   if (abortive) {
     // SO_LINGER 0: close() sends RST, so the application sees a reset
     // rather than a clean EOF it could mistake for a complete reply.

@@ -48,6 +48,8 @@ class LocalStream final : public tunnel::StreamEndpoint, public tunnel::PendingS
 
   void start_connect(const Endpoint& target);
   void start_reading();
+  // Sends what a receive produced, or parks it until the session has credit.
+  void forward(uint8_t* buffer, uint32_t len);
   void pump_send();
   void maybe_shutdown_write();
   void maybe_done();
@@ -73,6 +75,9 @@ class LocalStream final : public tunnel::StreamEndpoint, public tunnel::PendingS
   ByteQueue to_socket_;
   uint8_t* recv_buffer_ = nullptr;
   uint32_t recv_credit_ = 0;
+  // Bytes read while the session had too little credit: sent on on_send_credit().
+  uint8_t* parked_buffer_ = nullptr;
+  uint32_t parked_len_ = 0;
   iovec iov_[kMaxIov];
   msghdr msg_{};
   __kernel_timespec connect_timeout_{};

@@ -1,6 +1,8 @@
 #include "proxy/runtime/event_loop.h"
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -69,13 +71,25 @@ bool EventLoop::init(unsigned entries, std::string* error) {
 
 io_uring_sqe* EventLoop::sqe(IoOp* op) {
   io_uring_sqe* s = io_uring_get_sqe(&ring_);
-  if (!s) {
-    io_uring_submit(&ring_);
+  // A full SQ is submitted to make room. Submission can fail transiently
+  // (EBUSY while the CQ overflows on old kernels); retry a bounded number of
+  // times, then treat it as the broken invariant it is.
+  for (int attempt = 0; !s && attempt < 1000; ++attempt) {
+    int rc = io_uring_submit(&ring_);
+    if (rc < 0 && rc != -EBUSY && rc != -EAGAIN && rc != -EINTR) break;
     s = io_uring_get_sqe(&ring_);
   }
-  // The ring has room after a submit: completions live in the CQ, not the SQ.
+  if (!s) {
+    fprintf(stderr, "rdmagw: fatal: io_uring submission queue stuck full\n");
+    abort();
+  }
   io_uring_sqe_set_data(s, op);
   return s;
+}
+
+void EventLoop::reserve(unsigned count) {
+  // Linked operations must land in the same submission: make room first.
+  if (io_uring_sq_space_left(&ring_) < count) io_uring_submit(&ring_);
 }
 
 void EventLoop::cancel(IoOp* op) {
@@ -133,6 +147,9 @@ void EventLoop::wait_and_dispatch(std::chrono::milliseconds timeout) {
     unsigned count = 0;
     io_uring_for_each_cqe(&ring_, head, cqe) {
       ++count;
+      // Before 5.11 (no IORING_FEAT_EXT_ARG) liburing implements the wait
+      // timeout with an SQE of its own; its completion is not ours.
+      if (cqe->user_data == LIBURING_UDATA_TIMEOUT) continue;
       auto* op = static_cast<IoOp*>(io_uring_cqe_get_data(cqe));
       int res = cqe->res;
       uint32_t flags = cqe->flags;

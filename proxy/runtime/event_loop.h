@@ -57,6 +57,9 @@ class EventLoop {
 
   // A submission entry; submits pending ones first if the queue is full.
   io_uring_sqe* sqe(IoOp* op);
+  // Ensures `count` entries can be taken without an intervening submit, so a
+  // linked chain (connect + link timeout) is never split.
+  void reserve(unsigned count);
   // Cancels every pending submission tagged with `op` (result ignored).
   void cancel(IoOp* op);
 

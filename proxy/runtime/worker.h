@@ -64,8 +64,10 @@ class Worker final : public tunnel::SessionOwner {
   ListenSockets& sockets_;
   const std::atomic<int>& stop_level_;
 
-  EventLoop loop_;
+  // Declared before loop_ so that it is destroyed after it: the ring must be
+  // gone before the memory its pending receives point into is unmapped.
   std::unique_ptr<BufferPool> pool_;
+  EventLoop loop_;
   std::unique_ptr<local::StreamHost> host_;
   tunnel::SessionSettings session_settings_;
   std::vector<std::unique_ptr<Acceptor>> acceptors_;

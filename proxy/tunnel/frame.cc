@@ -148,6 +148,11 @@ bool decode_hello(std::span<const uint8_t> payload, HelloPayload* out, std::stri
     *reason = "HELLO max_data " + std::to_string(out->max_data) + " outside 1024..1048576";
     return false;
   }
+  if (out->stream_window > 64u * 1024 * 1024 || out->session_window > (1ull << 32)) {
+    *reason = "HELLO windows too large (stream " + std::to_string(out->stream_window) + ", session " +
+              std::to_string(out->session_window) + ")";
+    return false;
+  }
   if (out->stream_window < out->max_data || out->session_window < out->stream_window) {
     *reason = "HELLO windows inconsistent (stream " + std::to_string(out->stream_window) +
               ", session " + std::to_string(out->session_window) + ")";

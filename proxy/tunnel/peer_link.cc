@@ -41,6 +41,7 @@ void PeerLink::dial() {
   dialing_ = true;
   dial_timeout_.tv_sec = tunnel_.connect_timeout_ms / 1000;
   dial_timeout_.tv_nsec = (tunnel_.connect_timeout_ms % 1000) * 1000000LL;
+  loop_.reserve(2);
   io_uring_sqe* c = loop_.sqe(&connect_op_);
   io_uring_prep_connect(c, fd, reinterpret_cast<const sockaddr*>(&ep.addr), ep.addr_len);
   c->flags |= IOSQE_IO_LINK;
@@ -186,7 +187,8 @@ void PeerLink::begin_shutdown() {
     waiting_.pop_front();
     s->abort(ResetCode::kShutdown, "sidecar is shutting down");
   }
-  if (active_) active_->send_goaway();
+  // GOAWAY is the acceptor's word ("open no more here"); the dialer simply
+  // opens nothing new and lets its streams finish.
 }
 
 void PeerLink::close_all(std::string_view reason) {

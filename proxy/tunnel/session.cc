@@ -52,6 +52,11 @@ void Session::start() {
 
 void Session::tick(Clock::time_point now) {
   if (state_ == State::kClosed) return;
+  if (!failure_.empty()) {
+    close(failure_);
+    return;
+  }
+  notify_blocked_streams();
   if (state_ == State::kHandshake) {
     if (now - started_ > std::chrono::milliseconds(settings_.handshake_timeout_ms)) close("handshake timeout");
     return;
@@ -90,6 +95,11 @@ void Session::close(std::string_view reason) {
 
 void Session::send_goaway() {
   if (goaway_sent_ || state_ == State::kClosed) return;
+  if (state_ == State::kHandshake) {
+    // Our HELLO must come first; on_hello() sends the GOAWAY after it.
+    goaway_pending_ = true;
+    return;
+  }
   goaway_sent_ = true;
   send_control(FrameType::kGoaway, 0, 0, 4);
 }
@@ -128,9 +138,12 @@ void Session::grant_session() {
 
 void Session::send_control(FrameType type, uint32_t id, uint64_t value, size_t value_size) {
   if (state_ == State::kClosed || !transport_) return;
+  if (!failure_.empty()) return;
   uint8_t* out = transport_->outbound().append_contiguous(kHeaderSize + value_size);
   if (!out) {
-    close("out of buffers for control frames");
+    // Callers are stream endpoints in the middle of their own work: closing
+    // here would free them under their feet. Fail now, close on the tick.
+    failure_ = "out of buffers for control frames";
     return;
   }
   if (value_size == 8) encode_u64_frame(out, type, id, value);
@@ -150,6 +163,10 @@ uint32_t Session::open_credit() const {
 
 uint32_t Session::open_stream(StreamEndpoint* endpoint, std::string_view target, uint8_t* buffer,
                               uint32_t first_len) {
+  if (state_ != State::kOpen || !transport_ || !failure_.empty() || first_len > open_credit()) {
+    if (buffer) pool_.release(buffer);
+    return 0;
+  }
   uint32_t id = next_local_id_;
   next_local_id_ += 2;
   StreamState& s = streams_[id];
@@ -164,7 +181,7 @@ uint32_t Session::open_stream(StreamEndpoint* endpoint, std::string_view target,
   } else {
     uint8_t* p = out.append_contiguous(kHeaderSize + 2 + target.size());
     if (!p) {
-      close("out of buffers");
+      streams_.erase(id);
       return 0;
     }
     encode_open_before(p + kHeaderSize + 2 + target.size(), id, target, 0);
@@ -176,27 +193,38 @@ uint32_t Session::open_stream(StreamEndpoint* endpoint, std::string_view target,
   return id;
 }
 
-uint32_t Session::take_credit(uint32_t id, uint32_t want) {
+uint32_t Session::take_stream_credit(uint32_t id, uint32_t want) {
   auto it = streams_.find(id);
   if (it == streams_.end() || state_ != State::kOpen) return 0;
   StreamState& s = it->second;
-  uint64_t n = std::min<uint64_t>({want, peer_hello_.max_data, s.send.available(), session_send_.available()});
+  uint64_t n = std::min<uint64_t>({want, peer_hello_.max_data, s.send.available()});
   if (n == 0) {
     ++counters_.credit_stalls;
-    if (s.send.available() == 0) s.wants_credit = true;
-    else blocked_streams_.push_back(id);
+    s.wants_credit = true;
     return 0;
   }
   s.send.take(n);
-  session_send_.take(n);
   return static_cast<uint32_t>(n);
 }
 
-void Session::refund_credit(uint32_t id, uint32_t n) {
-  if (n == 0) return;
-  session_send_.refund(n);
+void Session::refund_stream_credit(uint32_t id, uint32_t n) {
   auto it = streams_.find(id);
-  if (it != streams_.end()) it->second.send.refund(n);
+  if (n > 0 && it != streams_.end()) it->second.send.refund(n);
+}
+
+bool Session::take_session_credit(uint32_t id, uint32_t n) {
+  auto it = streams_.find(id);
+  if (it == streams_.end() || state_ != State::kOpen) return false;
+  if (session_send_.available() >= n) {
+    session_send_.take(n);
+    return true;
+  }
+  ++counters_.credit_stalls;
+  if (!it->second.waits_for_session) {
+    it->second.waits_for_session = true;
+    blocked_streams_.push_back(id);
+  }
+  return false;
 }
 
 void Session::send_data(uint32_t id, uint8_t* buffer, uint32_t len) {
@@ -243,14 +271,17 @@ void Session::notify_blocked_streams() {
   if (blocked_streams_.empty()) return;
   std::vector<uint32_t> blocked;
   blocked.swap(blocked_streams_);
-  for (uint32_t id : blocked) {
-    if (session_send_.available() == 0) {
-      // Still nothing to hand out: keep the rest waiting in order.
-      blocked_streams_.push_back(id);
-      continue;
-    }
+  for (size_t i = 0; i < blocked.size(); ++i) {
+    uint32_t id = blocked[i];
     auto it = streams_.find(id);
-    if (it != streams_.end() && it->second.endpoint) it->second.endpoint->on_send_credit();
+    if (it == streams_.end()) continue;
+    if (session_send_.available() == 0) {
+      // Still nothing to hand out: keep the rest waiting, in order.
+      blocked_streams_.insert(blocked_streams_.end(), blocked.begin() + static_cast<long>(i), blocked.end());
+      return;
+    }
+    it->second.waits_for_session = false;
+    if (it->second.endpoint) it->second.endpoint->on_send_credit();
     if (state_ == State::kClosed) return;
   }
 }
@@ -348,6 +379,7 @@ bool Session::on_hello(std::span<const uint8_t> payload) {
     transport_->request_send();
   }
   last_ping_ = loop_.now();
+  if (goaway_pending_) send_goaway();
   log::info("session_open")
       .kv("peer", peer_node_)
       .kv("transport", transport_kind())

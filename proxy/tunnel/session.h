@@ -100,11 +100,16 @@ class Session {
   // kBufferHeadroom; it is adopted. first_len must be <= open_credit().
   uint32_t open_stream(StreamEndpoint* endpoint, std::string_view target, uint8_t* buffer,
                        uint32_t first_len);
-  // Takes up to `want` bytes of credit for stream `id`. Returns 0 and
-  // remembers to call on_send_credit() later when none is available.
-  uint32_t take_credit(uint32_t id, uint32_t want);
-  void refund_credit(uint32_t id, uint32_t n);
-  // Sends `len` payload bytes at buffer+kBufferHeadroom (credit taken before); adopts buffer.
+  // Stream credit for a receive about to be posted: up to `want` bytes.
+  // Returns 0 (and calls on_send_credit() later) when the stream has none.
+  uint32_t take_stream_credit(uint32_t id, uint32_t want);
+  void refund_stream_credit(uint32_t id, uint32_t n);
+  // Session credit for `n` bytes already read, taken only right before they
+  // are sent, so an idle stream never holds any of the session's budget.
+  // False (and on_send_credit() later) when the session has too little.
+  bool take_session_credit(uint32_t id, uint32_t n);
+  // Sends `len` payload bytes at buffer+kBufferHeadroom (both credits taken
+  // before); adopts the buffer.
   void send_data(uint32_t id, uint8_t* buffer, uint32_t len);
   void send_fin(uint32_t id);
   // Resets the stream towards the peer and forgets it.
@@ -124,7 +129,8 @@ class Session {
     SendCredit send;
     ReceiveWindow receive;
     bool fin_received = false;
-    bool wants_credit = false;
+    bool wants_credit = false;        // waiting for a stream WINDOW
+    bool waits_for_session = false;   // in blocked_streams_
   };
   class Sink : public TransportSink {
    public:
@@ -168,6 +174,8 @@ class Session {
   ReceiveWindow session_receive_;
   std::vector<uint32_t> blocked_streams_;
   bool goaway_sent_ = false;
+  bool goaway_pending_ = false;     // asked for during the handshake
+  std::string failure_;             // set where closing at once is unsafe; tick() closes
   bool goaway_received_ = false;
 
   Clock::time_point started_;

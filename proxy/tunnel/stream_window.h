@@ -57,8 +57,11 @@ class ReceiveWindow {
   // Returns the increment to send now, or 0 while the pending amount is still
   // small: updates go out once a quarter of the window is free, which keeps a
   // bulk sender streaming without a WINDOW frame per DATA frame.
+  // Also sends one when the sender is down to its last quarter: otherwise
+  // slow consumers holding most of a session window would stop every stream.
   uint64_t take_grant() {
-    if (pending_grant_ == 0 || pending_grant_ < size_ / 4) return 0;
+    if (pending_grant_ == 0) return 0;
+    if (pending_grant_ < size_ / 4 && remaining_ > size_ / 4) return 0;
     return take_all();
   }
   uint64_t take_all() {

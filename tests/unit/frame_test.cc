@@ -36,7 +36,7 @@ TEST_CASE("HELLO round-trips every field") {
   HelloPayload in;
   in.max_data = 16384;
   in.stream_window = 262144;
-  in.session_window = 1ull << 33;
+  in.session_window = 1ull << 32;  // the largest a peer may announce
   in.capabilities = 0x5;
   in.node = "host-a";
   std::vector<uint8_t> buf(kHeaderSize + kHelloFixedSize + in.node.size());
@@ -51,7 +51,7 @@ TEST_CASE("HELLO round-trips every field") {
   CHECK(out.capabilities == 0x5);
   CHECK(out.max_data == 16384);
   CHECK(out.stream_window == 262144);
-  CHECK(out.session_window == (1ull << 33));
+  CHECK(out.session_window == (1ull << 32));
   CHECK(out.node == "host-a");
 }
 
@@ -180,6 +180,17 @@ TEST_CASE("payload decoders reject inconsistent contents") {
     encode_hello(buf.data(), in);
     HelloPayload out;
     CHECK_FALSE(decode_hello(std::span<const uint8_t>(buf).subspan(kHeaderSize), &out, &reason));
+  }
+  SECTION("HELLO announcing absurd windows (a peer could make us queue without bound)") {
+    HelloPayload in;
+    in.max_data = 16384;
+    in.stream_window = 65536;
+    in.session_window = (1ull << 32) + 1;
+    std::vector<uint8_t> buf(kHeaderSize + kHelloFixedSize);
+    encode_hello(buf.data(), in);
+    HelloPayload out;
+    CHECK_FALSE(decode_hello(std::span<const uint8_t>(buf).subspan(kHeaderSize), &out, &reason));
+    CHECK_THAT(reason, Catch::Contains("too large"));
   }
   SECTION("OPEN whose target runs past the payload") {
     std::vector<uint8_t> p = {50, 0, 't', 'c'};
