@@ -190,8 +190,9 @@ void Worker::tick() {
     }
     return;
   }
-  // Give resets and closes a moment to reach the wire, then stop.
-  if (host_->live_streams == 0 || now - closed_at_ > std::chrono::seconds(1)) loop_.stop();
+  // Give resets, closes and queued tunnel frames a moment to reach the wire.
+  bool quiet = host_->live_streams == 0 && transport::TcpTransport::live_count() == 0;
+  if (quiet || now - closed_at_ > std::chrono::seconds(2)) loop_.stop();
 }
 
 }  // namespace rdmagw

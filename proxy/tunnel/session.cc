@@ -139,6 +139,15 @@ void Session::grant_session() {
 void Session::send_control(FrameType type, uint32_t id, uint64_t value, size_t value_size) {
   if (state_ == State::kClosed || !transport_) return;
   if (!failure_.empty()) return;
+  // DATA in the queue is bounded by the peer's session window. Beyond that
+  // only control frames pile up, i.e. answers to a peer that keeps sending
+  // (PINGs, OPENs we refuse) but does not read: end it before it eats the
+  // worker's buffers, which other sessions share.
+  size_t queued = transport_->outbound().size();
+  if (queued > peer_hello_.session_window + kControlBacklogLimit) {
+    failure_ = "peer is not reading (" + std::to_string(queued) + " bytes queued)";
+    return;
+  }
   uint8_t* out = transport_->outbound().append_contiguous(kHeaderSize + value_size);
   if (!out) {
     // Callers are stream endpoints in the middle of their own work: closing

@@ -35,6 +35,10 @@ class StreamEndpoint {
 
 class Session;
 
+// Control bytes (beyond DATA, which credit bounds) a session may queue
+// towards a peer before the peer is deemed not to be reading.
+inline constexpr size_t kControlBacklogLimit = 4 * 1024 * 1024;
+
 class SessionOwner {
  public:
   virtual ~SessionOwner() = default;

@@ -7,6 +7,12 @@
 
 namespace rdmagw::transport {
 
+namespace {
+thread_local size_t t_live_transports = 0;
+}
+
+size_t TcpTransport::live_count() { return t_live_transports; }
+
 TcpTransport::TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint32_t max_data,
                            std::string remote)
     : loop_(loop),
@@ -18,11 +24,12 @@ TcpTransport::TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint3
       // holds at least one whole frame to parse.
       rx_capacity_(std::max<size_t>(256 * 1024, 4 * (tunnel::kHeaderSize + 2 + tunnel::kMaxTargetLength + max_data))) {
   rx_ = std::make_unique<uint8_t[]>(rx_capacity_);
+  ++t_live_transports;
   recv_op_ = IoOp::bind<&TcpTransport::on_recv>(this);
   send_op_ = IoOp::bind<&TcpTransport::on_send>(this);
 }
 
-TcpTransport::~TcpTransport() = default;
+TcpTransport::~TcpTransport() { --t_live_transports; }
 
 void TcpTransport::start(tunnel::TransportSink* sink) {
   sink_ = sink;
@@ -40,7 +47,7 @@ void TcpTransport::request_send() {
 }
 
 void TcpTransport::flush() {
-  if (closed_ || sending_ || outbound_.empty()) return;
+  if ((closed_ && !flushing_on_close_) || sending_ || outbound_.empty()) return;
   int n = outbound_.front_iovecs(iov_, kMaxIov);
   msg_ = {};
   msg_.msg_iov = iov_;
@@ -66,7 +73,7 @@ void TcpTransport::fail(std::string reason) {
 }
 
 void TcpTransport::on_recv(int res, uint32_t) {
-  if (closed_) return finish_op();
+  if (closed_) return finish_op();  // cancelled on close; the fd closes with the object
   if (res <= 0) {
     if (res == -EINTR || res == -EAGAIN) {
       post_recv();
@@ -105,6 +112,19 @@ void TcpTransport::on_recv(int res, uint32_t) {
 
 void TcpTransport::on_send(int res, uint32_t) {
   sending_ = false;
+  if (closed_ && flushing_on_close_) {
+    if (res > 0) outbound_.consume(static_cast<size_t>(res));
+    if (res > 0 && !outbound_.empty()) {
+      flush();
+    } else {
+      // Everything queued is in the kernel (or the socket failed): finish the
+      // close. SHUT_WR lets the kernel deliver what it holds, then FIN.
+      flushing_on_close_ = false;
+      ::shutdown(fd_.get(), SHUT_WR);
+      loop_.cancel(&recv_op_);
+    }
+    return finish_op();
+  }
   if (closed_) return finish_op();
   if (res < 0) {
     if (res == -EINTR || res == -EAGAIN) {
@@ -123,11 +143,18 @@ void TcpTransport::close() {
   if (closed_) return;
   closed_ = true;
   sink_ = nullptr;
-  // shutdown() completes the pending recv/send; cancel covers the rest.
-  ::shutdown(fd_.get(), SHUT_RDWR);
+  // Frames already queued (a last FIN, a GOAWAY, trailing DATA) still go out:
+  // the session is over, but what it said before ending must arrive.
+  if (!outbound_.empty() || sending_) {
+    flushing_on_close_ = true;
+    if (!sending_) flush();
+    return;
+  }
+  // shutdown(SHUT_WR) sends FIN after what the kernel holds; cancelling the
+  // receive releases the last operation.
+  ::shutdown(fd_.get(), SHUT_WR);
   if (inflight_ > 0) {
     loop_.cancel(&recv_op_);
-    if (sending_) loop_.cancel(&send_op_);
   } else {
     delete this;
   }

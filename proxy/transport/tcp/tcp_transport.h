@@ -26,6 +26,9 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   void request_send() override;
   void close() override;
   std::string remote_address() const override { return remote_; }
+  // Transports not yet freed on this thread (closing ones included): a
+  // worker stopping waits for them so queued frames reach the wire.
+  static size_t live_count();
 
   void flush() override;
 
@@ -55,6 +58,7 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   int inflight_ = 0;
   bool sending_ = false;
   bool closed_ = false;
+  bool flushing_on_close_ = false;  // closed, but queued frames still go out first
 };
 
 }  // namespace rdmagw::transport
