@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -28,6 +29,7 @@ LocalStream::LocalStream(StreamHost& host, UniqueFd fd)
   send_op_ = IoOp::bind<&LocalStream::on_send>(this);
   connect_op_ = IoOp::bind<&LocalStream::on_connect>(this);
   timeout_op_ = IoOp::bind<&LocalStream::on_connect_timeout>(this);
+  error_poll_op_ = IoOp::bind<&LocalStream::on_error_poll>(this);
   ++host_.live_streams;
 }
 
@@ -167,7 +169,10 @@ void LocalStream::start_reading() {
   // Only stream credit is held while the receive waits: an idle connection
   // must not pin any of the session's shared budget.
   uint32_t credit = session_->take_stream_credit(id_, host_.payload_size);
-  if (credit == 0) return;  // on_send_credit() resumes us
+  if (credit == 0) {  // on_send_credit() resumes us
+    watch_for_errors();
+    return;
+  }
   uint8_t* buffer = host_.pool.acquire();
   if (!buffer) {
     session_->refund_stream_credit(id_, credit);
@@ -220,6 +225,7 @@ void LocalStream::forward(uint8_t* buffer, uint32_t len) {
   if (!session_->take_session_credit(id_, len)) {
     parked_buffer_ = buffer;
     parked_len_ = len;
+    watch_for_errors();
     return;
   }
   session_->send_data(id_, buffer, len);
@@ -310,6 +316,31 @@ void LocalStream::on_reset(ResetCode code) {
   terminate(true);
 }
 
+void LocalStream::watch_for_errors() {
+  if (error_poll_posted_ || closing_) return;
+  io_uring_sqe* s = host_.loop.sqe(&error_poll_op_);
+  io_uring_prep_poll_add(s, fd_.get(), POLLERR);  // POLLHUP is always reported too
+  error_poll_posted_ = true;
+  ++inflight_;
+}
+
+void LocalStream::on_error_poll(int res, uint32_t) {
+  error_poll_posted_ = false;
+  if (closing_ || res < 0 || !(res & POLLERR)) return finish_op();
+  int err = 0;
+  socklen_t len = sizeof(err);
+  getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  log::info("stream_reset")
+      .kv("peer", peer_)
+      .kv("stream", id_)
+      .kv("reason", "local-reset")
+      .kv("error", strerror(err ? err : ECONNRESET));
+  if (session_) session_->reset_stream(id_, ResetCode::kCancel);
+  session_ = nullptr;
+  terminate(true);
+  finish_op();
+}
+
 void LocalStream::on_send_credit() {
   if (closing_ || !session_) return;
   if (parked_buffer_) {
@@ -346,6 +377,7 @@ void LocalStream::terminate(bool abortive) {
   if (recv_posted_) host_.loop.cancel(&recv_op_);
   if (sending_) host_.loop.cancel(&send_op_);
   if (connecting_) host_.loop.cancel(&connect_op_);
+  if (error_poll_posted_) host_.loop.cancel(&error_poll_op_);
   if (inflight_ == 0) delete this;
 }
 

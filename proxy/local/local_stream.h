@@ -61,6 +61,10 @@ class LocalStream final : public tunnel::StreamEndpoint, public tunnel::PendingS
   void on_send(int res, uint32_t flags);
   void on_connect(int res, uint32_t flags);
   void on_connect_timeout(int res, uint32_t flags);
+  void on_error_poll(int res, uint32_t flags);
+  // While no receive is posted (no credit), a reset by the application would
+  // go unseen: poll the socket for errors instead.
+  void watch_for_errors();
 
   static constexpr int kMaxIov = 16;
 
@@ -84,9 +88,10 @@ class LocalStream final : public tunnel::StreamEndpoint, public tunnel::PendingS
   sockaddr_storage target_addr_{};
   socklen_t target_len_ = 0;
 
-  IoOp recv_op_, send_op_, connect_op_, timeout_op_;
+  IoOp recv_op_, send_op_, connect_op_, timeout_op_, error_poll_op_;
   int inflight_ = 0;
   bool recv_posted_ = false;
+  bool error_poll_posted_ = false;  // watching for a reset while not reading
   bool sending_ = false;
   bool connecting_ = false;
   bool read_closed_ = false;   // saw EOF from the socket and sent FIN

@@ -4,6 +4,7 @@ without bound, and nothing may be lost once it reads again."""
 from __future__ import annotations
 
 import hashlib
+import struct
 import socket
 import time
 
@@ -74,3 +75,33 @@ def test_slow_reader_keeps_rss_bounded_and_loses_nothing(pair, backend):
         assert how == "eof" and extra == 0
     finally:
         sock.close()
+
+
+@pytest.mark.deadline(60)
+def test_client_reset_is_noticed_while_stream_is_stalled_on_credit(pair, backend):
+    """A stream whose target stopped reading has no receive posted on the
+    client socket; a client that gives up with RST must still end the stream
+    on both sidecars (not pin it and its buffers for the session's life)."""
+    srv = backend(StallServer(io_timeout=30))
+    p = pair([{"name": "slow", "target": srv.endpoint}], [srv.endpoint], workers=1)
+    sock = connect(p.address("slow"), timeout=10)
+    block = prng_bytes(77, MiB)
+    sock.sendall(block[:4096])
+    assert srv.connected.wait(10), "backend never got the connection"
+    # Fill every window and buffer until the client's sends block for 1 s.
+    sock.settimeout(1.0)
+    for _ in range(10_000):
+        try:
+            sock.send(block)
+        except socket.timeout:
+            break
+    a_mark, b_mark = p.a.log_size(), p.b.log_size()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # RST
+    line = p.a.wait_log(lambda l: "event=stream_reset" in l and "reason=local-reset" in l,
+                        timeout=5, since=a_mark)
+    assert line, "host-a never noticed the client's reset while the stream was stalled"
+    line = p.b.wait_log(lambda l: "event=stream_reset" in l and "reason=cancel" in l,
+                        timeout=5, since=b_mark)
+    assert line, "host-b never reset its side of the stream"
+    srv.release()
