@@ -15,7 +15,7 @@ std::atomic<bool> g_multishot_accept{true};
 Acceptor::Acceptor(EventLoop& loop, int listen_fd, std::string name, Handler handler)
     : loop_(loop), listen_fd_(listen_fd), name_(std::move(name)), handler_(std::move(handler)) {
   op_ = IoOp::bind<&Acceptor::on_accept>(this);
-  multishot_ = g_multishot_accept.load(std::memory_order_relaxed);
+  multishot_ = g_multishot_accept.load(std::memory_order_relaxed) && !baseline_io_uring_forced();
 }
 
 Acceptor::~Acceptor() = default;

@@ -43,6 +43,9 @@ struct LoopFeatures {
 
 using Clock = std::chrono::steady_clock;
 
+// True when RDMAGW_IO_URING=baseline asks for the 5.10-era feature set.
+bool baseline_io_uring_forced();
+
 class EventLoop {
  public:
   EventLoop() = default;
