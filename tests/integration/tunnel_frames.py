@@ -1,0 +1,200 @@
+"""Tunnel protocol version 1 spoken by hand (docs/protocol.md), for tests that
+play a hostile or broken peer against a real rdmagw.
+
+Every frame is a 12-byte little-endian header (type u8, flags u8, reserved u16,
+stream_id u32, length u32) followed by `length` payload bytes.  Every socket
+operation carries a timeout and every loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+from clients import RESET_ERRORS
+
+HEADER = struct.Struct("<BBHII")
+HEADER_SIZE = HEADER.size  # 12
+
+HELLO, OPEN, DATA, WINDOW, FIN, RESET, PING, PONG, GOAWAY = range(1, 10)
+TYPE_NAMES = {HELLO: "HELLO", OPEN: "OPEN", DATA: "DATA", WINDOW: "WINDOW", FIN: "FIN",
+              RESET: "RESET", PING: "PING", PONG: "PONG", GOAWAY: "GOAWAY"}
+
+# RESET codes
+CANCEL, REFUSED, CONNECT_FAILED, NOT_ALLOWED, PEER_GONE, PROTOCOL, RESOURCE, SHUTDOWN = range(8)
+
+HELLO_FIXED = struct.Struct("<HHIIIQ")  # version, reserved, capabilities, max_data, stream_window, session_window
+MAX_FRAME_PAYLOAD = 2 * 1024 * 1024  # sanity bound on what we accept from the peer
+
+
+def frame(ftype: int, stream_id: int, payload: bytes = b"", *, flags: int = 0,
+          reserved: int = 0) -> bytes:
+    return HEADER.pack(ftype, flags, reserved, stream_id, len(payload)) + payload
+
+
+def hello(version: int = 1, capabilities: int = 0, max_data: int = 16384,
+          stream_window: int = 262144, session_window: int = 33554432,
+          node: bytes = b"evil") -> bytes:
+    payload = HELLO_FIXED.pack(version, 0, capabilities, max_data, stream_window,
+                               session_window) + bytes([len(node)]) + node
+    return frame(HELLO, 0, payload)
+
+
+def open_frame(stream_id: int, target: str, first: bytes = b"") -> bytes:
+    t = target.encode()
+    return frame(OPEN, stream_id, struct.pack("<H", len(t)) + t + first)
+
+
+def data(stream_id: int, payload: bytes) -> bytes:
+    return frame(DATA, stream_id, payload)
+
+
+def window(stream_id: int, increment: int) -> bytes:
+    return frame(WINDOW, stream_id, struct.pack("<I", increment))
+
+
+def fin(stream_id: int) -> bytes:
+    return frame(FIN, stream_id)
+
+
+def reset(stream_id: int, code: int) -> bytes:
+    return frame(RESET, stream_id, struct.pack("<I", code))
+
+
+def ping(opaque: int) -> bytes:
+    return frame(PING, 0, struct.pack("<Q", opaque))
+
+
+def pong(opaque: int) -> bytes:
+    return frame(PONG, 0, struct.pack("<Q", opaque))
+
+
+def parse_hello(payload: bytes) -> dict:
+    assert len(payload) >= HELLO_FIXED.size + 1, f"HELLO payload too short: {len(payload)}"
+    version, _res, caps, max_data, stream_window, session_window = HELLO_FIXED.unpack_from(payload)
+    node_len = payload[HELLO_FIXED.size]
+    node = payload[HELLO_FIXED.size + 1:HELLO_FIXED.size + 1 + node_len]
+    assert len(payload) == HELLO_FIXED.size + 1 + node_len, "HELLO node length mismatch"
+    return {"version": version, "capabilities": caps, "max_data": max_data,
+            "stream_window": stream_window, "session_window": session_window,
+            "node": node.decode("utf-8", "replace")}
+
+
+def u32(payload: bytes) -> int:
+    assert len(payload) == 4, f"expected a 4-byte payload, got {len(payload)}"
+    return struct.unpack("<I", payload)[0]
+
+
+def u64(payload: bytes) -> int:
+    assert len(payload) == 8, f"expected an 8-byte payload, got {len(payload)}"
+    return struct.unpack("<Q", payload)[0]
+
+
+class PeerClosed(Exception):
+    """The far side closed (EOF) or reset the connection."""
+
+
+class TunnelPeer:
+    """A raw TCP connection to an rdmagw tunnel port, playing the dialer."""
+
+    def __init__(self, port: int, timeout: float = 5.0, rcvbuf: int | None = None):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(("127.0.0.1", port))
+        except BaseException:
+            self.sock.close()
+            raise
+        self.rx = bytearray()
+        self.peer_hello: dict | None = None
+
+    @property
+    def local_port(self) -> int:
+        return self.sock.getsockname()[1]
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- sending -----------------------------------------------------------
+    def send(self, data: bytes, timeout: float = 5.0) -> None:
+        """sendall bounded by `timeout`; raises PeerClosed on reset/EPIPE."""
+        view = memoryview(data)
+        deadline = time.monotonic() + timeout
+        for _ in range(1 << 24):
+            if not view:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"send: {len(view)} bytes still unsent after {timeout}s")
+            self.sock.settimeout(left)
+            try:
+                n = self.sock.send(view)
+            except RESET_ERRORS as e:
+                raise PeerClosed(f"send: {type(e).__name__}") from e
+            view = view[n:]
+        raise AssertionError("send: loop bound reached")
+
+    # -- receiving ---------------------------------------------------------
+    def _fill(self, deadline: float) -> None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no frame before the deadline")
+        self.sock.settimeout(left)
+        try:
+            chunk = self.sock.recv(256 * 1024)
+        except RESET_ERRORS as e:
+            raise PeerClosed(f"recv: {type(e).__name__}") from e
+        if not chunk:
+            raise PeerClosed("recv: EOF")
+        self.rx += chunk
+
+    def read_frame(self, timeout: float = 5.0):
+        """Returns (type, flags, reserved, stream_id, payload)."""
+        deadline = time.monotonic() + timeout
+        for _ in range(1 << 16):
+            if len(self.rx) >= HEADER_SIZE:
+                ftype, flags, reserved, sid, length = HEADER.unpack_from(self.rx)
+                assert length <= MAX_FRAME_PAYLOAD, f"peer sent a frame of {length} bytes"
+                if len(self.rx) >= HEADER_SIZE + length:
+                    payload = bytes(self.rx[HEADER_SIZE:HEADER_SIZE + length])
+                    del self.rx[:HEADER_SIZE + length]
+                    return ftype, flags, reserved, sid, payload
+            self._fill(deadline)
+        raise AssertionError("read_frame: loop bound reached")
+
+    def next_frame(self, timeout: float = 5.0, skip=(PING, WINDOW)):
+        """Like read_frame, but answers PINGs with PONGs and skips frames whose
+        type is in `skip` (keepalives and window updates that may interleave)."""
+        deadline = time.monotonic() + timeout
+        for _ in range(10000):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            f = self.read_frame(left)
+            if f[0] == PING:
+                self.send(pong(u64(f[4])))
+            if f[0] in skip:
+                continue
+            return f
+        raise TimeoutError(f"no frame other than {sorted(skip)} within {timeout}s")
+
+    def handshake(self, timeout: float = 5.0, **hello_kw) -> dict:
+        """Sends a valid HELLO (node "evil") and returns the peer's parsed HELLO."""
+        self.send(hello(**hello_kw))
+        ftype, flags, reserved, sid, payload = self.read_frame(timeout)
+        assert (ftype, flags, reserved, sid) == (HELLO, 0, 0, 0), \
+            f"expected HELLO on stream 0, got type={ftype} flags={flags} reserved={reserved} stream={sid}"
+        self.peer_hello = parse_hello(payload)
+        return self.peer_hello
