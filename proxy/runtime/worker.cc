@@ -164,7 +164,7 @@ void Worker::close_everything(std::string_view reason) {
   for (auto& link : links_) link->close_all(reason);
   std::vector<tunnel::Session*> inbound;
   for (auto& s : inbound_) inbound.push_back(s.get());
-  for (auto* s : inbound) s->close(reason);
+  for (auto* s : inbound) s->close_gracefully(reason);
 }
 
 void Worker::tick() {

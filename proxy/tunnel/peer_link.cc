@@ -114,7 +114,7 @@ void PeerLink::tick(Clock::time_point now) {
   for (Session* d : draining) {
     d->tick(now);
     // A drained session with no streams left is done.
-    if (d->state() != Session::State::kClosed && d->stream_count() == 0) d->close("drained");
+    if (d->state() != Session::State::kClosed && d->stream_count() == 0) d->close_gracefully("drained");
   }
   while (!waiting_.empty() && waiting_.front().deadline <= now) {
     PendingStream* s = waiting_.front().stream;
@@ -192,10 +192,10 @@ void PeerLink::begin_shutdown() {
 }
 
 void PeerLink::close_all(std::string_view reason) {
-  if (active_) active_->close(reason);
+  if (active_) active_->close_gracefully(reason);
   std::vector<Session*> draining;
   for (auto& d : draining_) draining.push_back(d.get());
-  for (Session* d : draining) d->close(reason);
+  for (Session* d : draining) d->close_gracefully(reason);
 }
 
 }  // namespace rdmagw::tunnel

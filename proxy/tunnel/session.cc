@@ -71,7 +71,7 @@ void Session::tick(Clock::time_point now) {
   }
 }
 
-void Session::close(std::string_view reason) {
+void Session::close(std::string_view reason, bool flush) {
   if (state_ == State::kClosed) return;
   state_ = State::kClosed;
   log::info("session_closed")
@@ -80,7 +80,7 @@ void Session::close(std::string_view reason) {
       .kv("streams", streams_.size())
       .kv("reason", reason);
   if (transport_) {
-    transport_->close();
+    transport_->close(flush);
     transport_ = nullptr;
   }
   // Endpoints may run arbitrary teardown: detach them all first.
@@ -144,7 +144,7 @@ void Session::send_control(FrameType type, uint32_t id, uint64_t value, size_t v
   // (PINGs, OPENs we refuse) but does not read: end it before it eats the
   // worker's buffers, which other sessions share.
   size_t queued = transport_->outbound().size();
-  if (queued > peer_hello_.session_window + kControlBacklogLimit) {
+  if (queued > std::min(peer_hello_.session_window, settings_.session_window) + kControlBacklogLimit) {
     failure_ = "peer is not reading (" + std::to_string(queued) + " bytes queued)";
     return;
   }
@@ -164,9 +164,14 @@ void Session::send_control(FrameType type, uint32_t id, uint64_t value, size_t v
 
 // --- stream-facing API ---------------------------------------------------------
 
+uint64_t Session::usable_session_credit() const {
+  uint64_t a = session_send_.available();
+  return a > session_send_reserve_ ? a - session_send_reserve_ : 0;
+}
+
 uint32_t Session::open_credit() const {
   if (state_ != State::kOpen) return 0;
-  uint64_t c = std::min<uint64_t>({peer_hello_.stream_window, session_send_.available(), peer_hello_.max_data});
+  uint64_t c = std::min<uint64_t>({peer_hello_.stream_window, usable_session_credit(), peer_hello_.max_data});
   return static_cast<uint32_t>(c);
 }
 
@@ -224,7 +229,7 @@ void Session::refund_stream_credit(uint32_t id, uint32_t n) {
 bool Session::take_session_credit(uint32_t id, uint32_t n) {
   auto it = streams_.find(id);
   if (it == streams_.end() || state_ != State::kOpen) return false;
-  if (session_send_.available() >= n) {
+  if (usable_session_credit() >= n) {
     session_send_.take(n);
     return true;
   }
@@ -284,7 +289,7 @@ void Session::notify_blocked_streams() {
     uint32_t id = blocked[i];
     auto it = streams_.find(id);
     if (it == streams_.end()) continue;
-    if (session_send_.available() == 0) {
+    if (usable_session_credit() == 0) {
       // Still nothing to hand out: keep the rest waiting, in order.
       blocked_streams_.insert(blocked_streams_.end(), blocked.begin() + static_cast<long>(i), blocked.end());
       return;
@@ -372,6 +377,8 @@ bool Session::on_hello(std::span<const uint8_t> payload) {
   if (!decode_hello(payload, &peer_hello_, &reason)) return protocol_error(reason);
   peer_node_ = peer_hello_.node;
   session_send_ = SendCredit(peer_hello_.session_window);
+  if (peer_hello_.session_window > settings_.session_window)
+    session_send_reserve_ = peer_hello_.session_window - settings_.session_window;
   state_ = State::kOpen;
   if (role_ == Role::kAcceptor) {
     HelloPayload hello;

@@ -82,8 +82,12 @@ class Session {
 
   void start();
   void tick(Clock::time_point now);
-  // Ends the session: every stream is reset with kPeerGone.
-  void close(std::string_view reason);
+  // Ends the session: every stream is reset with kPeerGone. Frames already
+  // queued are dropped: for errors and peers that misbehave.
+  void close(std::string_view reason) { close(reason, false); }
+  // Ends a session that finished its work (drained, shutting down): frames
+  // already queued still go out, within a bounded time.
+  void close_gracefully(std::string_view reason) { close(reason, true); }
   // Graceful drain: tell the peer to open no more streams here.
   void send_goaway();
 
@@ -146,6 +150,8 @@ class Session {
     Session* session_;
   };
 
+  void close(std::string_view reason, bool flush);
+  uint64_t usable_session_credit() const;
   bool protocol_error(std::string reason);
   bool on_hello(std::span<const uint8_t> payload);
   bool on_open(const FrameHeader& h, std::span<const uint8_t> payload);
@@ -175,6 +181,9 @@ class Session {
   uint32_t next_local_id_;
   uint32_t highest_remote_id_ = 0;
   SendCredit session_send_;
+  // Part of the peer's announced session window we choose not to use: we
+  // never queue more than our own budget, whatever the peer offers.
+  uint64_t session_send_reserve_ = 0;
   ReceiveWindow session_receive_;
   std::vector<uint32_t> blocked_streams_;
   bool goaway_sent_ = false;

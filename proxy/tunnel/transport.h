@@ -33,7 +33,10 @@ class Transport {
   virtual void request_send() = 0;
   // Stops all I/O. The transport frees itself once its operations finish;
   // the caller must not touch it afterwards and the sink is never called again.
-  virtual void close() = 0;
+  // With `flush`, frames already queued still go out first (bounded in time):
+  // used when a session ends cleanly, never when the peer misbehaves.
+  virtual void close(bool flush) = 0;
+  void close() { close(false); }
   virtual std::string remote_address() const = 0;
 };
 

@@ -390,12 +390,6 @@ def test_ping_flood_without_reading_is_cut_off_with_bounded_memory(gw):
     gw.after()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "rdmagw bug: after a session is cut off for 'peer is not reading', TcpTransport::close() "
-    "flushes the queued PONG backlog (~36 MiB) with no time limit, so a peer that never reads "
-    "keeps the TCP connection (fd) and that backlog of slab buffers pinned in host-b for as long "
-    "as it likes (observed still ESTABLISHED and held 80 s later); repeating it with more "
-    "connections pins 36 MiB each"))
 @pytest.mark.deadline(180)
 def test_peer_cut_off_for_not_reading_is_released_without_ever_reading(gw):
     mark = gw.b.log_size()
@@ -426,13 +420,6 @@ def test_peer_cut_off_for_not_reading_is_released_without_ever_reading(gw):
     gw.after()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "rdmagw bug: Session::send_control cuts off a non-reading peer only when its queued "
-    "control frames exceed peer_hello_.session_window + 4 MiB, and session_window is whatever "
-    "the peer announced (decode_hello accepts up to 2^32). A peer announcing 4 GiB and flooding "
-    "PINGs makes host-b queue PONGs until the worker's whole slab (~1 GiB, 65536 buffers) is "
-    "gone; only then 'out of buffers for control frames' ends it, and meanwhile real streams on "
-    "that worker are reset (event=stream_reset reason=resource)"))
 @pytest.mark.deadline(240)
 def test_ping_flood_with_huge_announced_session_window_keeps_memory_bounded(gw):
     """The control backlog a non-reading peer may cause is bounded by the

@@ -27,6 +27,7 @@ TcpTransport::TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint3
   ++t_live_transports;
   recv_op_ = IoOp::bind<&TcpTransport::on_recv>(this);
   send_op_ = IoOp::bind<&TcpTransport::on_send>(this);
+  flush_timer_op_ = IoOp::bind<&TcpTransport::on_flush_timeout>(this);
 }
 
 TcpTransport::~TcpTransport() { --t_live_transports; }
@@ -110,6 +111,17 @@ void TcpTransport::on_recv(int res, uint32_t) {
   finish_op();
 }
 
+void TcpTransport::on_flush_timeout(int, uint32_t) {
+  if (flushing_on_close_) {
+    // The peer did not take our last frames in time: give up on them.
+    flushing_on_close_ = false;
+    ::shutdown(fd_.get(), SHUT_RDWR);
+    loop_.cancel(&send_op_);
+    loop_.cancel(&recv_op_);
+  }
+  finish_op();
+}
+
 void TcpTransport::on_send(int res, uint32_t) {
   sending_ = false;
   if (closed_ && flushing_on_close_) {
@@ -122,6 +134,7 @@ void TcpTransport::on_send(int res, uint32_t) {
       flushing_on_close_ = false;
       ::shutdown(fd_.get(), SHUT_WR);
       loop_.cancel(&recv_op_);
+      loop_.cancel(&flush_timer_op_);
     }
     return finish_op();
   }
@@ -139,16 +152,26 @@ void TcpTransport::on_send(int res, uint32_t) {
   finish_op();
 }
 
-void TcpTransport::close() {
+void TcpTransport::close(bool flush_first) {
   if (closed_) return;
   closed_ = true;
   sink_ = nullptr;
-  // Frames already queued (a last FIN, a GOAWAY, trailing DATA) still go out:
-  // the session is over, but what it said before ending must arrive.
-  if (!outbound_.empty() || sending_) {
+  // On a clean ending, frames already queued (a last FIN, a GOAWAY, trailing
+  // DATA) still go out, for at most kFlushTimeout: a peer that does not read
+  // cannot hold the connection and its buffers.
+  if (flush_first && (!outbound_.empty() || sending_)) {
     flushing_on_close_ = true;
     if (!sending_) flush();
+    flush_timeout_.tv_sec = 2;
+    io_uring_sqe* s = loop_.sqe(&flush_timer_op_);
+    io_uring_prep_timeout(s, &flush_timeout_, 0, 0);
+    ++inflight_;
     return;
+  }
+  if (sending_) {
+    // Abortive: the pending send is abandoned.
+    ::shutdown(fd_.get(), SHUT_RDWR);
+    loop_.cancel(&send_op_);
   }
   // shutdown(SHUT_WR) sends FIN after what the kernel holds; cancelling the
   // receive releases the last operation.

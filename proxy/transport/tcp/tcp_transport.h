@@ -24,7 +24,8 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   void start(tunnel::TransportSink* sink) override;
   ByteQueue& outbound() override { return outbound_; }
   void request_send() override;
-  void close() override;
+  void close(bool flush) override;
+  using tunnel::Transport::close;
   std::string remote_address() const override { return remote_; }
   // Transports not yet freed on this thread (closing ones included): a
   // worker stopping waits for them so queued frames reach the wire.
@@ -37,6 +38,7 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   void post_recv();
   void on_recv(int res, uint32_t flags);
   void on_send(int res, uint32_t flags);
+  void on_flush_timeout(int res, uint32_t flags);
   void fail(std::string reason);
   void finish_op();
 
@@ -55,6 +57,8 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   msghdr msg_{};
   IoOp recv_op_;
   IoOp send_op_;
+  IoOp flush_timer_op_;
+  __kernel_timespec flush_timeout_{};
   int inflight_ = 0;
   bool sending_ = false;
   bool closed_ = false;
