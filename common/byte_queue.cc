@@ -49,13 +49,18 @@ bool ByteQueue::append(const void* data, size_t len) {
   return true;
 }
 
-int ByteQueue::front_iovecs(iovec* iov, int max) const {
+int ByteQueue::iovecs_at(size_t offset, iovec* iov, int max) const {
   int n = 0;
   for (const Segment& s : segments_) {
     if (n == max) break;
-    if (s.end == s.begin) continue;
-    iov[n].iov_base = s.buffer + s.begin;
-    iov[n].iov_len = s.end - s.begin;
+    size_t len = s.end - s.begin;
+    if (offset >= len) {
+      offset -= len;
+      continue;
+    }
+    iov[n].iov_base = s.buffer + s.begin + offset;
+    iov[n].iov_len = len - offset;
+    offset = 0;
     ++n;
   }
   return n;

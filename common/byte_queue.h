@@ -34,7 +34,9 @@ class ByteQueue {
   uint8_t* append_contiguous(size_t len);
 
   // Fills up to `max` iovecs from the front; returns how many.
-  int front_iovecs(iovec* iov, int max) const;
+  int front_iovecs(iovec* iov, int max) const { return iovecs_at(0, iov, max); }
+  // Same, starting `offset` bytes in (bytes before it are already in flight).
+  int iovecs_at(size_t offset, iovec* iov, int max) const;
   void consume(size_t n);
   void clear();
 

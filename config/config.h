@@ -27,6 +27,16 @@ struct ListenerConfig {
   Endpoint target;   // what the peer's rdmagw connects to
 };
 
+// The RDMA transport's knobs (tunnel.rdma). Defaults suit eRDMA.
+struct RdmaConfig {
+  std::string device;                        // device name (e.g. erdma_0); empty: the one routing to the peer
+  uint64_t slab_size = 128ull * 1024 * 1024; // registered (pinned) buffer memory per worker
+  uint32_t recv_depth = 128;                 // receives posted per session: the peer's send credits
+  uint32_t send_depth = 256;                 // send work requests in flight per session
+  uint32_t busy_poll_us = 0;                 // spin on the CQ this long before sleeping
+  uint32_t inline_threshold = 96;            // sends up to this size go inline (eRDMA: at most 96)
+};
+
 struct TunnelConfig {
   std::string address = "127.0.0.1";
   uint16_t tcp_port = 7471;
@@ -40,6 +50,7 @@ struct TunnelConfig {
   uint32_t keepalive_timeout_ms = 15000;        // tunnel.keepalive_timeout_ms
   uint32_t connect_timeout_ms = 3000;           // tunnel.connect_timeout_ms
   uint32_t reconnect_max_ms = 2000;             // tunnel.reconnect_max_ms: backoff ceiling
+  RdmaConfig rdma;                              // tunnel.rdma
 };
 
 struct Config {

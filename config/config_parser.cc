@@ -53,7 +53,10 @@ const Keys kTopKeys = {"node",    "admin",     "workers", "tunnel",
 const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port",
                               "transport",         "buffer_size",        "stream_window",
                               "session_budget",    "keepalive_interval_ms",
-                              "keepalive_timeout_ms", "connect_timeout_ms", "reconnect_max_ms"};
+                              "keepalive_timeout_ms", "connect_timeout_ms", "reconnect_max_ms",
+                              "rdma"};
+const Keys kRdmaKeys = {"device", "slab_size", "recv_depth", "send_depth", "busy_poll_us",
+                        "inline_threshold"};
 const Keys kPeerKeys = {"name", "address", "tcp_port", "rdma_port"};
 const Keys kListenerKeys = {"name", "listen", "peer", "target"};
 
@@ -196,6 +199,7 @@ class Parser {
   }
 
   std::optional<Fields> read_map(const Value& v, const Keys& allowed, bool null_is_empty);
+  void parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size);
   bool require(const Fields& fields, const Value& map, std::string_view key);
   std::optional<std::vector<Value>> read_list(const Value& v);
 
@@ -467,6 +471,39 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
   }
 }
 
+void Parser::parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size) {
+  std::optional<Fields> maybe = read_map(v, kRdmaKeys, true);
+  if (!maybe) return;
+  const Fields& f = *maybe;
+  if (const Value* x = find(f, "device")) {
+    auto s = get_string(*x);
+    if (s) r->device = *s;
+  }
+  auto number = [&](std::string_view key, auto* out, uint64_t min, uint64_t max, bool size) {
+    const Value* x = find(f, key);
+    if (!x) return true;
+    auto n = size ? get_size(*x, min, max) : get_uint(*x, min, max);
+    if (n) *out = static_cast<std::remove_reference_t<decltype(*out)>>(*n);
+    return n.has_value();
+  };
+  bool slab_ok = number("slab_size", &r->slab_size, kMiB, 64 * kGiB, true);
+  bool recv_ok = number("recv_depth", &r->recv_depth, 8, 8192, false);
+  number("send_depth", &r->send_depth, 8, 8192, false);
+  number("busy_poll_us", &r->busy_poll_us, 0, 1000000, false);
+  number("inline_threshold", &r->inline_threshold, 0, 96, false);
+  // Every session keeps recv_depth buffers posted; a slab that cannot hold
+  // a few sessions' worth could never work.
+  uint64_t stride = buffer_size + 512;
+  if (slab_ok && recv_ok && r->slab_size < stride * r->recv_depth * 4) {
+    const Value* at = find(f, "slab_size") ? find(f, "slab_size") : find(f, "recv_depth");
+    if (at)
+      error(at->mark, at->path,
+            "slab_size " + format_size(r->slab_size) + " is too small: it must hold at least 4 sessions of " +
+                std::to_string(r->recv_depth) + " receive buffers of " + format_size(stride) + " (" +
+                format_size(stride * r->recv_depth * 4) + ")");
+  }
+}
+
 std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   std::optional<Fields> maybe = v ? read_map(*v, kTunnelKeys, true) : std::optional<Fields>(Fields{});
   if (!maybe) return std::nullopt;
@@ -515,6 +552,7 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   bool timeout_ok = number("keepalive_timeout_ms", &t->keepalive_timeout_ms, 1, kU32Max, false);
   number("connect_timeout_ms", &t->connect_timeout_ms, 100, 600000, false);
   number("reconnect_max_ms", &t->reconnect_max_ms, 100, 600000, false);
+  if (const Value* r = find(f, "rdma")) parse_rdma(*r, &t->rdma, t->buffer_size);
 
   // Cross-field rules. Reported at the dependent key when it was given,
   // otherwise at the key whose value broke the rule against a default.

@@ -1,0 +1,43 @@
+#pragma once
+// The passive side of RDMA CM: listens on tunnel.address:rdma_port and hands
+// each connection request (its cm_id and private data) to a handler, which
+// turns it into an RdmaTransport on its own event channel.
+#include <rdma/rdma_cma.h>
+
+#include <functional>
+#include <string>
+
+#include "common/address.h"
+#include "proxy/runtime/event_loop.h"
+
+namespace rdmagw::transport {
+
+class RdmaListener {
+ public:
+  using Handler = std::function<void(rdma_cm_id* id, const uint8_t* private_data, size_t len)>;
+  RdmaListener(EventLoop& loop, Handler handler) : loop_(loop), handler_(std::move(handler)) {
+    op_ = IoOp::bind<&RdmaListener::on_ready>(this);
+  }
+  ~RdmaListener();
+  RdmaListener(const RdmaListener&) = delete;
+  RdmaListener& operator=(const RdmaListener&) = delete;
+
+  bool listen(const Endpoint& at, std::string* error);
+  void stop();
+  // True when no completion can still arrive (safe to destroy).
+  bool idle() const { return !armed_; }
+
+ private:
+  void arm();
+  void on_ready(int res, uint32_t flags);
+
+  EventLoop& loop_;
+  Handler handler_;
+  rdma_event_channel* channel_ = nullptr;
+  rdma_cm_id* id_ = nullptr;
+  IoOp op_;
+  bool armed_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace rdmagw::transport

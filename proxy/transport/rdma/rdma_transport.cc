@@ -1,0 +1,523 @@
+#include "proxy/transport/rdma/rdma_transport.h"
+
+#include <fcntl.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "proxy/tunnel/frame.h"
+
+namespace rdmagw::transport {
+
+namespace {
+constexpr uint32_t kPrivateMagic = 0x31574752;  // "RGW1"
+constexpr uint64_t kSendTag = 1ull << 63;
+constexpr size_t kSlotSize = 16;
+
+struct ConnectionParams {  // exchanged as RDMA CM private data, little-endian
+  uint32_t magic;
+  uint32_t recv_depth;
+  uint32_t buffer_size;
+};
+
+void encode_params(uint8_t* out, uint32_t recv_depth, uint32_t buffer_size) {
+  tunnel::put_u32(out, kPrivateMagic);
+  tunnel::put_u32(out + 4, recv_depth);
+  tunnel::put_u32(out + 8, buffer_size);
+}
+
+bool decode_params(const void* data, size_t len, ConnectionParams* out) {
+  if (!data || len < 12) return false;
+  auto* p = static_cast<const uint8_t*>(data);
+  out->magic = tunnel::get_u32(p);
+  out->recv_depth = tunnel::get_u32(p + 4);
+  out->buffer_size = tunnel::get_u32(p + 8);
+  return out->magic == kPrivateMagic && out->recv_depth >= 8 && out->recv_depth <= 65536 &&
+         out->buffer_size >= 1024 + kRdmaHeaderSize;
+}
+
+bool set_nonblocking(int fd) {
+  int flags = fcntl(fd, F_GETFL);
+  return flags >= 0 && fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
+}
+
+std::string cm_status_text(int status) {
+  if (status == 0) return "ok";
+  return std::string(strerror(status < 0 ? -status : status)) + " (status " + std::to_string(status) + ")";
+}
+}  // namespace
+
+RdmaTransport::RdmaTransport(EventLoop& loop, RdmaContext& ctx, uint32_t max_data, Observer* observer)
+    : loop_(loop),
+      ctx_(ctx),
+      pool_(ctx.pool()),
+      config_(ctx.config()),
+      observer_(observer),
+      reader_(max_data),
+      outbound_(&ctx.pool()) {
+  cm_op_ = IoOp::bind<&RdmaTransport::on_cm_ready>(this);
+  cq_op_ = IoOp::bind<&RdmaTransport::on_cq_ready>(this);
+}
+
+RdmaTransport::~RdmaTransport() {
+  // The QP is gone (close() destroyed it), so nothing DMAs into the slab.
+  if (id_ && id_->qp) rdma_destroy_qp(id_);
+  for (uint8_t* b : recv_buffers_)
+    if (b) pool_.release(b);
+  if (header_slots_) pool_.release(header_slots_);
+  outbound_.clear();
+  if (cq_) ibv_destroy_cq(cq_);
+  if (comp_channel_) ibv_destroy_comp_channel(comp_channel_);
+  if (id_) rdma_destroy_id(id_);
+  if (channel_) rdma_destroy_event_channel(channel_);
+}
+
+bool RdmaTransport::open_channel(std::string* error) {
+  channel_ = rdma_create_event_channel();
+  if (!channel_ || !set_nonblocking(channel_->fd)) {
+    *error = std::string("rdma_create_event_channel: ") + strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+RdmaTransport* RdmaTransport::dial(EventLoop& loop, RdmaContext& ctx, const Endpoint& peer, uint32_t max_data,
+                                   uint32_t timeout_ms, Observer* observer, std::string* error) {
+  auto* t = new RdmaTransport(loop, ctx, max_data, nullptr);
+  t->remote_ = "rdma:" + sockaddr_to_string(reinterpret_cast<const sockaddr*>(&peer.addr), peer.addr_len);
+  t->timeout_ms_ = timeout_ms;
+  if (!t->open_channel(error) || rdma_create_id(t->channel_, &t->id_, t, RDMA_PS_TCP) != 0) {
+    if (error->empty()) *error = std::string("rdma_create_id: ") + strerror(errno);
+    t->close();
+    return nullptr;
+  }
+  sockaddr_storage dst = peer.addr;
+  if (rdma_resolve_addr(t->id_, nullptr, reinterpret_cast<sockaddr*>(&dst), static_cast<int>(timeout_ms)) != 0) {
+    *error = std::string("rdma_resolve_addr: ") + strerror(errno);
+    t->close();
+    return nullptr;
+  }
+  t->observer_ = observer;
+  t->arm_cm_poll();
+  return t;
+}
+
+RdmaTransport* RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, rdma_cm_id* id, const void* private_data,
+                                     size_t private_len, uint32_t max_data, Observer* observer, std::string* error) {
+  ConnectionParams params{};
+  if (!decode_params(private_data, private_len, &params)) {
+    *error = "connect request without valid rdmagw parameters (not an rdmagw peer?)";
+    rdma_reject(id, nullptr, 0);
+    rdma_destroy_id(id);
+    return nullptr;
+  }
+  auto* t = new RdmaTransport(loop, ctx, max_data, observer);
+  t->id_ = id;
+  id->context = t;
+  sockaddr* peer = rdma_get_peer_addr(id);
+  t->remote_ = "rdma:" + sockaddr_to_string(peer, sizeof(sockaddr_storage));
+  t->peer_recv_depth_ = params.recv_depth;
+  t->peer_buffer_size_ = params.buffer_size;
+  t->state_ = State::kConnecting;
+  if (!t->open_channel(error) || rdma_migrate_id(id, t->channel_) != 0) {
+    if (error->empty()) *error = std::string("rdma_migrate_id: ") + strerror(errno);
+    rdma_reject(id, nullptr, 0);
+    t->observer_ = nullptr;
+    t->close();
+    return nullptr;
+  }
+  if (!t->setup_qp(error)) {
+    rdma_reject(id, nullptr, 0);
+    t->observer_ = nullptr;
+    t->close();
+    return nullptr;
+  }
+  uint8_t mine[12];
+  encode_params(mine, t->config_.recv_depth, static_cast<uint32_t>(t->pool_.buffer_size()));
+  rdma_conn_param param{};
+  param.private_data = mine;
+  param.private_data_len = sizeof(mine);
+  param.responder_resources = 0;  // no RDMA READ from the peer
+  param.initiator_depth = 0;
+  if (rdma_accept(id, &param) != 0) {
+    *error = std::string("rdma_accept: ") + strerror(errno);
+    t->observer_ = nullptr;
+    t->close();
+    return nullptr;
+  }
+  t->arm_cm_poll();
+  return t;
+}
+
+bool RdmaTransport::setup_qp(std::string* error) {
+  device_ = ctx_.device(id_->verbs, error);
+  if (!device_) return false;
+  device_name_ = device_->name;
+  comp_channel_ = ibv_create_comp_channel(id_->verbs);
+  if (!comp_channel_ || !set_nonblocking(comp_channel_->fd)) {
+    *error = std::string("ibv_create_comp_channel: ") + strerror(errno);
+    return false;
+  }
+  int cqe = static_cast<int>(config_.send_depth + config_.recv_depth);
+  cq_ = ibv_create_cq(id_->verbs, cqe, this, comp_channel_, 0);
+  if (!cq_) {
+    *error = "ibv_create_cq(" + std::to_string(cqe) + "): " + strerror(errno);
+    return false;
+  }
+  ibv_qp_init_attr attr;
+  if (!make_qp_init_attr(config_, device_->limits, cq_, &attr, error)) return false;
+  if (rdma_create_qp(id_, device_->pd, &attr) != 0) {
+    *error = std::string("rdma_create_qp: ") + strerror(errno);
+    return false;
+  }
+  max_inline_ = attr.cap.max_inline_data;  // what the device granted, possibly less
+  max_send_sge_ = std::max<uint32_t>(1, std::min<uint32_t>(attr.cap.max_send_sge, kErdmaMaxSendSge));
+  // One header slot per send that can be in flight.
+  send_slots_ = std::min<uint32_t>(config_.send_depth, static_cast<uint32_t>(pool_.buffer_size() / kSlotSize));
+  header_slots_ = pool_.acquire();
+  if (!header_slots_) {
+    *error = "out of slab buffers (tunnel.rdma.slab_size)";
+    return false;
+  }
+  slot_payload_.assign(send_slots_, 0);
+  recv_buffers_.assign(config_.recv_depth, nullptr);
+  for (uint32_t i = 0; i < config_.recv_depth; ++i) {
+    recv_buffers_[i] = pool_.acquire();
+    if (!recv_buffers_[i]) {
+      *error = "out of slab buffers for " + std::to_string(config_.recv_depth) +
+               " receives (tunnel.rdma.slab_size too small for this many sessions)";
+      return false;
+    }
+    if (!post_recv(i)) {
+      *error = std::string("ibv_post_recv: ") + strerror(errno);
+      return false;
+    }
+  }
+  if (ibv_req_notify_cq(cq_, 0) != 0) {
+    *error = std::string("ibv_req_notify_cq: ") + strerror(errno);
+    return false;
+  }
+  arm_cq_poll();
+  return true;
+}
+
+bool RdmaTransport::post_recv(uint32_t index) {
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<uintptr_t>(recv_buffers_[index]);
+  sge.length = static_cast<uint32_t>(pool_.buffer_size());
+  sge.lkey = device_->mr->lkey;
+  ibv_recv_wr wr{};
+  wr.wr_id = index;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  return ibv_post_recv(id_->qp, &wr, &bad) == 0;
+}
+
+void RdmaTransport::arm_cm_poll() {
+  if (cm_armed_ || closed_) return;
+  io_uring_sqe* s = loop_.sqe(&cm_op_);
+  io_uring_prep_poll_add(s, channel_->fd, POLLIN);
+  cm_armed_ = true;
+  ++inflight_;
+}
+
+void RdmaTransport::arm_cq_poll() {
+  if (cq_armed_ || closed_) return;
+  io_uring_sqe* s = loop_.sqe(&cq_op_);
+  io_uring_prep_poll_add(s, comp_channel_->fd, POLLIN);
+  cq_armed_ = true;
+  ++inflight_;
+}
+
+void RdmaTransport::finish_op() {
+  --inflight_;
+  if (closed_ && inflight_ == 0) delete this;
+}
+
+// --- connection management (RDMA CM) -------------------------------------------
+
+void RdmaTransport::on_cm_ready(int, uint32_t) {
+  cm_armed_ = false;
+  for (int i = 0; i < 64 && !closed_; ++i) {
+    rdma_cm_event* ev = nullptr;
+    if (rdma_get_cm_event(channel_, &ev) != 0) break;  // EAGAIN: drained
+    rdma_cm_event_type type = ev->event;
+    int status = ev->status;
+    uint8_t data[64] = {};
+    size_t len = std::min<size_t>(ev->param.conn.private_data_len, sizeof(data));
+    if (ev->param.conn.private_data && len) std::memcpy(data, ev->param.conn.private_data, len);
+    // Acknowledge first: destroying the id later waits for every ack.
+    rdma_ack_cm_event(ev);
+    handle_cm_event(type, status, data, len);
+  }
+  arm_cm_poll();
+  finish_op();
+}
+
+void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const void* data, size_t len) {
+  switch (type) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+      state_ = State::kResolvingRoute;
+      if (rdma_resolve_route(id_, static_cast<int>(timeout_ms_)) != 0)
+        fail(std::string("rdma_resolve_route: ") + strerror(errno));
+      return;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+      std::string error;
+      if (!setup_qp(&error)) {
+        fail(error);
+        return;
+      }
+      uint8_t mine[12];
+      encode_params(mine, config_.recv_depth, static_cast<uint32_t>(pool_.buffer_size()));
+      rdma_conn_param param{};
+      param.private_data = mine;
+      param.private_data_len = sizeof(mine);
+      param.retry_count = 7;
+      param.rnr_retry_count = 0;  // credits make RNR impossible; iWARP has none anyway
+      state_ = State::kConnecting;
+      if (rdma_connect(id_, &param) != 0) fail(std::string("rdma_connect: ") + strerror(errno));
+      return;
+    }
+    case RDMA_CM_EVENT_ESTABLISHED: {
+      if (peer_recv_depth_ == 0) {  // active side: the acceptor's parameters
+        ConnectionParams params{};
+        if (!decode_params(data, len, &params)) {
+          fail("peer accepted without valid rdmagw parameters");
+          return;
+        }
+        peer_recv_depth_ = params.recv_depth;
+        peer_buffer_size_ = params.buffer_size;
+      }
+      send_credits_ = peer_recv_depth_;
+      state_ = State::kEstablished;
+      if (observer_) {
+        Observer* o = observer_;
+        observer_ = nullptr;
+        o->on_rdma_established(this);
+      }
+      return;
+    }
+    case RDMA_CM_EVENT_DISCONNECTED:
+      fail("peer disconnected");
+      return;
+    case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+      return;
+    case RDMA_CM_EVENT_REJECTED:
+      fail("connection rejected by the peer (" + cm_status_text(status) + ")");
+      return;
+    default:
+      fail(std::string(rdma_event_str(type)) + " (" + cm_status_text(status) + ")");
+      return;
+  }
+}
+
+void RdmaTransport::fail(std::string reason) {
+  if (closed_) return;
+  if (observer_) {
+    Observer* o = observer_;
+    observer_ = nullptr;
+    o->on_rdma_failed(this, reason);
+  } else if (sink_) {
+    tunnel::TransportSink* s = sink_;
+    sink_ = nullptr;
+    s->on_transport_closed(reason);
+  }
+  close();
+}
+
+void RdmaTransport::close(bool) {
+  if (closed_) return;
+  closed_ = true;
+  sink_ = nullptr;
+  observer_ = nullptr;
+  if (id_ && state_ == State::kEstablished) rdma_disconnect(id_);
+  state_ = State::kClosed;
+  // Destroying the QP guarantees no more DMA into our buffers; they return to
+  // the pool in the destructor.
+  if (id_ && id_->qp) rdma_destroy_qp(id_);
+  if (cm_armed_) loop_.cancel(&cm_op_);
+  if (cq_armed_) loop_.cancel(&cq_op_);
+  if (inflight_ == 0) delete this;
+}
+
+// --- data path -----------------------------------------------------------------
+
+void RdmaTransport::start(tunnel::TransportSink* sink) {
+  sink_ = sink;
+  request_send();
+}
+
+void RdmaTransport::request_send() {
+  if (!closed_) loop_.request_flush(this);
+}
+
+void RdmaTransport::on_cq_ready(int, uint32_t) {
+  cq_armed_ = false;
+  if (!closed_) {
+    ibv_cq* cq = nullptr;
+    void* ctx = nullptr;
+    unsigned events = 0;
+    while (ibv_get_cq_event(comp_channel_, &cq, &ctx) == 0) ++events;
+    if (events) ibv_ack_cq_events(cq_, events);
+    // Re-arm before draining: a completion after the drain then still
+    // raises an event, so none is ever missed.
+    ibv_req_notify_cq(cq_, 0);
+    drain_cq();
+    if (!closed_ && config_.busy_poll_us > 0) {
+      auto until = Clock::now() + std::chrono::microseconds(config_.busy_poll_us);
+      while (!closed_ && Clock::now() < until) drain_cq();
+    }
+    if (!closed_) request_send();
+  }
+  arm_cq_poll();
+  finish_op();
+}
+
+void RdmaTransport::drain_cq() {
+  ibv_wc wcs[32];
+  for (int round = 0; round < 64 && !closed_; ++round) {
+    int n = ibv_poll_cq(cq_, 32, wcs);
+    if (n < 0) {
+      fail("ibv_poll_cq failed");
+      return;
+    }
+    for (int i = 0; i < n && !closed_; ++i) handle_completion(wcs[i]);
+    if (n < 32) return;
+  }
+}
+
+void RdmaTransport::handle_completion(const ibv_wc& wc) {
+  if (wc.status != IBV_WC_SUCCESS) {
+    fail(std::string("work completion error: ") + ibv_wc_status_str(wc.status));
+    return;
+  }
+  if (wc.wr_id & kSendTag) {
+    uint32_t slot = static_cast<uint32_t>(wc.wr_id & ~kSendTag);
+    uint32_t bytes = slot_payload_[slot];
+    // RC completes sends in order, so these are the oldest bytes posted.
+    outbound_.consume(bytes);
+    posted_bytes_ -= bytes;
+    --sends_in_flight_;
+    return;
+  }
+  on_message(static_cast<uint32_t>(wc.wr_id), wc.byte_len);
+}
+
+void RdmaTransport::on_message(uint32_t index, uint32_t length) {
+  if (index >= recv_buffers_.size()) {
+    fail("completion for an unknown receive");
+    return;
+  }
+  const uint8_t* buf = recv_buffers_[index];
+  if (length < kRdmaHeaderSize) {
+    fail("protocol error: message shorter than its header");
+    return;
+  }
+  uint32_t returned = tunnel::get_u32(buf);
+  if (tunnel::get_u32(buf + 4) != 0 || send_credits_ + returned > peer_recv_depth_) {
+    log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: bad RDMA transport header");
+    fail("protocol error: bad transport header (returned " + std::to_string(returned) + " credits)");
+    return;
+  }
+  send_credits_ += returned;
+  size_t offset = kRdmaHeaderSize;
+  while (offset < length && !closed_) {
+    tunnel::FrameHeader header;
+    std::span<const uint8_t> payload;
+    size_t consumed = 0;
+    std::string reason;
+    auto status = reader_.next(buf + offset, length - offset, &header, &payload, &consumed, &reason);
+    if (status != tunnel::FrameReader::Status::kFrame) {
+      if (status == tunnel::FrameReader::Status::kNeedMore) reason = "frame cut at the end of a message";
+      log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: " + reason);
+      fail("protocol error: " + reason);
+      return;
+    }
+    offset += consumed;
+    if (!sink_ || !sink_->on_frame(header, payload)) return;
+  }
+  if (closed_) return;
+  // The frames' payloads were handed on (copied into stream queues or
+  // written to sockets): the buffer can take the next message.
+  if (!post_recv(index)) {
+    fail(std::string("ibv_post_recv: ") + strerror(errno));
+    return;
+  }
+  ++pending_returns_;
+}
+
+void RdmaTransport::flush() {
+  if (closed_ || state_ != State::kEstablished || !sink_) return;
+  while (sends_in_flight_ < send_slots_) {
+    bool has_data = outbound_.size() > posted_bytes_;
+    bool owe_credits = pending_returns_ >= config_.recv_depth / 2;
+    if (has_data && send_credits_ > kReservedCredits) {
+      if (!post_message(true)) return;
+    } else if (owe_credits && send_credits_ > 0) {
+      // The reserved credits exist for exactly this: returning credits.
+      if (!post_message(false)) return;
+    } else {
+      return;
+    }
+  }
+}
+
+bool RdmaTransport::post_message(bool with_data) {
+  uint32_t slot = static_cast<uint32_t>(send_seq_ % send_slots_);
+  uint8_t* header = header_slots_ + slot * kSlotSize;
+  tunnel::put_u32(header, pending_returns_);
+  tunnel::put_u32(header + 4, 0);
+  uint32_t lkey = device_->mr->lkey;
+  ibv_sge sges[kErdmaMaxSendSge];
+  sges[0] = {reinterpret_cast<uintptr_t>(header), kRdmaHeaderSize, lkey};
+  int nsge = 1;
+  size_t room = peer_buffer_size_ - kRdmaHeaderSize;
+  uint32_t payload = 0;
+  if (with_data) {
+    iovec iov[kErdmaMaxSendSge];
+    int n = outbound_.iovecs_at(posted_bytes_, iov, static_cast<int>(max_send_sge_) - 1);
+    for (int i = 0; i < n; ++i) {
+      auto* base = static_cast<uint8_t*>(iov[i].iov_base);
+      size_t take = 0;
+      // Whole frames only: the receiver parses each message on its own.
+      while (take < iov[i].iov_len) {
+        size_t frame = tunnel::kHeaderSize + tunnel::get_u32(base + take + 8);
+        if (take + frame > iov[i].iov_len || payload + take + frame > room) break;
+        take += frame;
+      }
+      if (take == 0) break;
+      sges[nsge++] = {reinterpret_cast<uintptr_t>(base), static_cast<uint32_t>(take), lkey};
+      payload += static_cast<uint32_t>(take);
+      if (take < iov[i].iov_len) break;
+    }
+    if (payload == 0) {
+      fail("internal error: a queued frame does not fit the peer's receive buffer");
+      return false;
+    }
+  }
+  ibv_send_wr wr{};
+  wr.wr_id = kSendTag | slot;
+  wr.sg_list = sges;
+  wr.num_sge = nsge;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  if (kRdmaHeaderSize + payload <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
+  ibv_send_wr* bad = nullptr;
+  if (ibv_post_send(id_->qp, &wr, &bad) != 0) {
+    fail(std::string("ibv_post_send: ") + strerror(errno));
+    return false;
+  }
+  pending_returns_ = 0;
+  slot_payload_[slot] = payload;
+  posted_bytes_ += payload;
+  ++send_seq_;
+  ++sends_in_flight_;
+  --send_credits_;
+  return true;
+}
+
+}  // namespace rdmagw::transport

@@ -1,0 +1,121 @@
+#pragma once
+// Tunnel frames over one RC queue pair, connected through RDMA CM.
+//
+// Each SEND carries an 8-byte transport header (credits returned, reserved)
+// followed by whole frames, gathered with up to 5 more SGEs straight from the
+// slab buffers the frames were built in (no copy). The receiver keeps
+// recv_depth slab buffers posted; each SEND consumes one, so a sender may only
+// send while it holds a credit (iWARP has no RNR retry). Credits come back in
+// the header of every message, or in a header-only message once half the
+// receives are used; two credits are kept for such updates so that neither
+// side can end up unable to return credits. Completions arrive through the CQ's
+// completion channel, whose fd the worker's io_uring polls.
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <string>
+#include <vector>
+
+#include "common/address.h"
+#include "common/byte_queue.h"
+#include "proxy/runtime/event_loop.h"
+#include "proxy/transport/rdma/rdma_context.h"
+#include "proxy/tunnel/transport.h"
+
+namespace rdmagw::transport {
+
+inline constexpr size_t kRdmaHeaderSize = 8;
+inline constexpr uint32_t kReservedCredits = 2;
+
+class RdmaTransport final : public tunnel::Transport, public Flushable {
+ public:
+  class Observer {
+   public:
+    virtual ~Observer() = default;
+    virtual void on_rdma_established(RdmaTransport* transport) = 0;
+    // Connection setup failed; the transport frees itself after this returns.
+    virtual void on_rdma_failed(RdmaTransport* transport, std::string_view reason) = 0;
+  };
+
+  // Active side: resolves and connects to `peer` (its address and rdma_port).
+  // A failure detected at once returns nullptr with *error set (the observer
+  // is not called); later ones go to the observer.
+  static RdmaTransport* dial(EventLoop& loop, RdmaContext& ctx, const Endpoint& peer, uint32_t max_data,
+                             uint32_t timeout_ms, Observer* observer, std::string* error);
+  // Passive side: `id` is from an acknowledged CONNECT_REQUEST.
+  static RdmaTransport* accept(EventLoop& loop, RdmaContext& ctx, rdma_cm_id* id, const void* private_data,
+                               size_t private_len, uint32_t max_data, Observer* observer, std::string* error);
+
+  std::string_view kind() const override { return "rdma"; }
+  void start(tunnel::TransportSink* sink) override;
+  ByteQueue& outbound() override { return outbound_; }
+  void request_send() override;
+  // RDMA sessions end at once: queued frames are not flushed (yet).
+  void close(bool flush) override;
+  using tunnel::Transport::close;
+  std::string remote_address() const override { return remote_; }
+  void flush() override;
+
+  uint32_t send_credits() const { return send_credits_; }
+  const std::string& device_name() const { return device_name_; }
+
+ private:
+  enum class State { kResolvingAddress, kResolvingRoute, kConnecting, kEstablished, kClosed };
+  RdmaTransport(EventLoop& loop, RdmaContext& ctx, uint32_t max_data, Observer* observer);
+  ~RdmaTransport() override;
+
+  bool open_channel(std::string* error);
+  bool setup_qp(std::string* error);
+  bool post_recv(uint32_t index);
+  void arm_cm_poll();
+  void arm_cq_poll();
+  void on_cm_ready(int res, uint32_t flags);
+  void on_cq_ready(int res, uint32_t flags);
+  void handle_cm_event(rdma_cm_event_type type, int status, const void* private_data, size_t len);
+  void drain_cq();
+  void handle_completion(const ibv_wc& wc);
+  void on_message(uint32_t index, uint32_t length);
+  bool post_message(bool with_data);
+  void fail(std::string reason);
+  void finish_op();
+
+  EventLoop& loop_;
+  RdmaContext& ctx_;
+  BufferPool& pool_;
+  RdmaConfig config_;
+  Observer* observer_;
+  tunnel::TransportSink* sink_ = nullptr;
+  tunnel::FrameReader reader_;
+  State state_ = State::kResolvingAddress;
+  bool closed_ = false;
+  std::string remote_;
+  std::string device_name_;
+  uint32_t timeout_ms_ = 3000;
+
+  rdma_event_channel* channel_ = nullptr;
+  rdma_cm_id* id_ = nullptr;
+  RdmaDeviceState* device_ = nullptr;
+  ibv_comp_channel* comp_channel_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  uint32_t max_inline_ = 0;
+  uint32_t max_send_sge_ = 1;
+
+  IoOp cm_op_, cq_op_;
+  bool cm_armed_ = false, cq_armed_ = false;
+  int inflight_ = 0;
+
+  std::vector<uint8_t*> recv_buffers_;
+  uint8_t* header_slots_ = nullptr;       // one slab buffer cut into 16-byte header slots
+  std::vector<uint32_t> slot_payload_;    // frame bytes each in-flight SEND carries
+  uint64_t send_seq_ = 0;
+  uint32_t sends_in_flight_ = 0;
+  uint32_t send_slots_ = 0;
+  uint32_t send_credits_ = 0;             // receives the peer has posted for us
+  uint32_t pending_returns_ = 0;          // receives we re-posted and not yet announced
+  uint32_t peer_recv_depth_ = 0;
+  uint32_t peer_buffer_size_ = 0;
+  ByteQueue outbound_;
+  size_t posted_bytes_ = 0;               // outbound bytes handed to the QP, not yet completed
+};
+
+}  // namespace rdmagw::transport
