@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "config/config.h"
 #include "proxy/runtime/worker.h"
+#include "proxy/transport/rdma/rdma_context.h"
 
 namespace rdmagw {
 namespace {
@@ -224,14 +225,20 @@ int run(const Options& opt) {
   }
   log::set_level(level);
   log::set_node(config->node);
-  if (config->tunnel.transport == TransportMode::kRdma) {
-    log::error("transport_unavailable")
-        .kv("key", "tunnel.transport")
-        .kv("value", "rdma")
-        .kv("reason", "this build has no RDMA transport yet; use auto or tcp");
-    return 1;
-  }
   raise_fd_limit();
+  // RDMA is used when asked for (auto | rdma) and this host can: a device,
+  // and enough lockable memory for every worker's registered slab.
+  bool rdma = false;
+  std::string rdma_reason = "configured";
+  if (config->tunnel.transport != TransportMode::kTcp) {
+    rdma_reason = transport::rdma_unavailable_reason(config->tunnel.rdma, config->workers);
+    rdma = rdma_reason.empty();
+    if (!rdma && config->tunnel.transport == TransportMode::kRdma) {
+      log::error("transport_unavailable").kv("key", "tunnel.transport").kv("value", "rdma").kv("reason", rdma_reason);
+      return 1;
+    }
+    if (rdma) rdma_reason = "RDMA device available";
+  }
 
   // Signals go to this thread only (sigtimedwait below); workers never see them.
   sigset_t stop_signals;
@@ -242,6 +249,7 @@ int run(const Options& opt) {
   signal(SIGPIPE, SIG_IGN);
 
   ListenSockets sockets;
+  sockets.rdma = rdma;
   if (!open_all_listeners(*config, &sockets)) return 1;
 
   std::atomic<int> stop_level{0};
@@ -295,10 +303,8 @@ int run(const Options& opt) {
         .kv("workers", config->workers)
         .kv("listeners", listeners)
         .kv("tunnel", "tcp:" + config->tunnel.address + ":" + std::to_string(config->tunnel.tcp_port))
-        .kv("transport", "tcp")
-        .kv("transport_reason", config->tunnel.transport == TransportMode::kTcp
-                                    ? "configured"
-                                    : "auto: this build has no RDMA transport yet")
+        .kv("transport", rdma ? (config->tunnel.transport == TransportMode::kRdma ? "rdma" : "rdma,tcp") : "tcp")
+        .kv("transport_reason", rdma_reason)
         .kv("io_uring", features);
     timespec poll{0, 100 * 1000 * 1000};
     while (finished.load() < config->workers) {

@@ -49,7 +49,12 @@ bool Worker::init(std::string* error) {
   log::set_thread_worker(static_cast<int>(index_));
   if (!loop_.init(4096, error)) return false;
   const TunnelConfig& t = config_->tunnel;
-  pool_ = std::make_unique<BufferPool>(tunnel::kBufferHeadroom + t.buffer_size, kSlabBuffers);
+  size_t stride = tunnel::kBufferHeadroom + t.buffer_size;
+  // With RDMA the slab is registered, i.e. pinned: its size is the operator's
+  // choice (tunnel.rdma.slab_size). Without, it is reserved lazily and large.
+  size_t buffers = sockets_.rdma ? std::max<size_t>(t.rdma.slab_size / ((stride + 63) & ~size_t{63}), 64) : kSlabBuffers;
+  pool_ = std::make_unique<BufferPool>(stride, buffers);
+  if (sockets_.rdma) rdma_ = std::make_unique<transport::RdmaContext>(*pool_, t.rdma);
   host_ = std::make_unique<local::StreamHost>(local::StreamHost{loop_, *pool_, t.buffer_size, t.connect_timeout_ms});
 
   session_settings_.node = config_->node;
@@ -61,7 +66,8 @@ bool Worker::init(std::string* error) {
   session_settings_.handshake_timeout_ms = t.connect_timeout_ms;
 
   for (const PeerConfig& peer : config_->peers) {
-    links_.push_back(std::make_unique<tunnel::PeerLink>(loop_, *pool_, peer, session_settings_, t, graveyard_));
+    links_.push_back(
+        std::make_unique<tunnel::PeerLink>(loop_, *pool_, peer, session_settings_, t, graveyard_, rdma_.get()));
   }
   for (size_t i = 0; i < sockets_.locals.size(); ++i) {
     const auto& local = sockets_.locals[i];
@@ -75,7 +81,34 @@ bool Worker::init(std::string* error) {
   }
   acceptors_.push_back(std::make_unique<Acceptor>(loop_, sockets_.tunnel_fds[index_], "tunnel",
                                                   [this](UniqueFd fd) { on_tunnel_accept(std::move(fd)); }));
+  // RDMA CM has no SO_REUSEPORT: worker 0 accepts every inbound RDMA session.
+  if (rdma_ && index_ == 0) {
+    rdma_listener_ = std::make_unique<transport::RdmaListener>(
+        loop_, [this](rdma_cm_id* id, const uint8_t* data, size_t len) { on_rdma_connect_request(id, data, len); });
+    auto at = make_tcp_endpoint(t.address, t.rdma_port, error);
+    if (!at || !rdma_listener_->listen(*at, error)) {
+      *error = "tunnel.rdma_port: " + *error;
+      return false;
+    }
+  }
   return true;
+}
+
+void Worker::on_rdma_connect_request(rdma_cm_id* id, const uint8_t* data, size_t len) {
+  if (draining_) {
+    rdma_reject(id, nullptr, 0);
+    rdma_destroy_id(id);
+    return;
+  }
+  std::string error;
+  if (!transport::RdmaTransport::accept(loop_, *rdma_, id, data, len, config_->tunnel.buffer_size, this, &error))
+    log::warn("rdma_accept_failed").kv("reason", error);
+}
+
+void Worker::on_rdma_established(transport::RdmaTransport* transport) { adopt_inbound(transport); }
+
+void Worker::on_rdma_failed(transport::RdmaTransport* transport, std::string_view reason) {
+  log::warn("rdma_accept_failed").kv("remote", transport->remote_address()).kv("reason", reason);
 }
 
 void Worker::run() {
@@ -98,7 +131,10 @@ void Worker::on_tunnel_accept(UniqueFd fd) {
   socklen_t len = sizeof(ss);
   getpeername(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
   std::string remote = sockaddr_to_string(reinterpret_cast<sockaddr*>(&ss), len);
-  auto* transport = new transport::TcpTransport(loop_, *pool_, std::move(fd), config_->tunnel.buffer_size, remote);
+  adopt_inbound(new transport::TcpTransport(loop_, *pool_, std::move(fd), config_->tunnel.buffer_size, remote));
+}
+
+void Worker::adopt_inbound(tunnel::Transport* transport) {
   inbound_.push_back(std::make_unique<tunnel::Session>(loop_, *pool_, tunnel::Session::Role::kAcceptor,
                                                        session_settings_, transport, this));
   tunnel::Session* session = inbound_.back().get();
@@ -144,6 +180,7 @@ void Worker::begin_drain() {
   drain_deadline_ = loop_.now() + std::chrono::milliseconds(config_->shutdown_timeout_ms);
   log::info("drain_started").kv("streams", host_->live_streams).kv("timeout_ms", config_->shutdown_timeout_ms);
   for (auto& a : acceptors_) a->stop();
+  if (rdma_listener_) rdma_listener_->stop();
   // Close this worker's own listening sockets now so that new connections
   // are refused rather than left in a backlog nobody accepts from.
   for (auto& local : sockets_.locals) {

@@ -12,6 +12,9 @@
 #include "proxy/local/stream_host.h"
 #include "proxy/runtime/acceptor.h"
 #include "proxy/runtime/event_loop.h"
+#include "proxy/transport/rdma/rdma_context.h"
+#include "proxy/transport/rdma/rdma_listener.h"
+#include "proxy/transport/rdma/rdma_transport.h"
 #include "proxy/tunnel/peer_link.h"
 #include "proxy/tunnel/session.h"
 
@@ -30,12 +33,14 @@ struct ListenSockets {
   // to drain closes the shared ones, so new connections are refused at once.
   std::atomic<unsigned> drained_workers{0};
   unsigned worker_count = 0;
+  // Decided once at startup (device present, memlock enough): RDMA in use.
+  bool rdma = false;
   void close_shared();
 };
 
 enum class StopLevel : int { kRunning = 0, kDrain = 1, kNow = 2 };
 
-class Worker final : public tunnel::SessionOwner {
+class Worker final : public tunnel::SessionOwner, public transport::RdmaTransport::Observer {
  public:
   Worker(unsigned index, std::shared_ptr<const Config> config, ListenSockets& sockets,
          const std::atomic<int>& stop_level);
@@ -52,7 +57,13 @@ class Worker final : public tunnel::SessionOwner {
   tunnel::StreamEndpoint* on_stream_open(tunnel::Session& session, uint32_t id, std::string_view target,
                                          tunnel::ResetCode* refuse) override;
 
+  // RdmaTransport::Observer, for sessions peers dial to us over RDMA.
+  void on_rdma_established(transport::RdmaTransport* transport) override;
+  void on_rdma_failed(transport::RdmaTransport* transport, std::string_view reason) override;
+
  private:
+  void on_rdma_connect_request(rdma_cm_id* id, const uint8_t* data, size_t len);
+  void adopt_inbound(tunnel::Transport* transport);
   void tick();
   void on_local_accept(size_t listener_index, UniqueFd fd);
   void on_tunnel_accept(UniqueFd fd);
@@ -67,7 +78,10 @@ class Worker final : public tunnel::SessionOwner {
   // Declared before loop_ so that it is destroyed after it: the ring must be
   // gone before the memory its pending receives point into is unmapped.
   std::unique_ptr<BufferPool> pool_;
+  // After pool_ (its MR covers the slab) and before loop_.
+  std::unique_ptr<transport::RdmaContext> rdma_;
   EventLoop loop_;
+  std::unique_ptr<transport::RdmaListener> rdma_listener_;
   std::unique_ptr<local::StreamHost> host_;
   tunnel::SessionSettings session_settings_;
   std::vector<std::unique_ptr<Acceptor>> acceptors_;

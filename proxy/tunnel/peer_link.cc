@@ -14,8 +14,14 @@
 namespace rdmagw::tunnel {
 
 PeerLink::PeerLink(EventLoop& loop, BufferPool& pool, const PeerConfig& peer, const SessionSettings& settings,
-                   const TunnelConfig& tunnel, SessionGraveyard& graveyard)
-    : loop_(loop), pool_(pool), peer_(peer), settings_(settings), tunnel_(tunnel), graveyard_(graveyard) {
+                   const TunnelConfig& tunnel, SessionGraveyard& graveyard, transport::RdmaContext* rdma)
+    : loop_(loop),
+      pool_(pool),
+      peer_(peer),
+      settings_(settings),
+      tunnel_(tunnel),
+      graveyard_(graveyard),
+      rdma_(rdma) {
   connect_op_ = IoOp::bind<&PeerLink::on_connect>(this);
   timeout_op_ = IoOp::bind<&PeerLink::on_connect_timeout>(this);
 }
@@ -25,11 +31,88 @@ PeerLink::~PeerLink() {
   // that could call back. Waiting streams are failed so they close.
   for (auto& w : waiting_) w.stream->abort(ResetCode::kShutdown, "sidecar stopped");
   waiting_.clear();
+  if (rdma_dialing_) rdma_dialing_->close();
 }
 
 void PeerLink::start() { dial(); }
 
 void PeerLink::dial() {
+  if (dialing_ || shutting_down_ || active_) return;
+  if (use_rdma()) dial_rdma();
+  else dial_tcp();
+}
+
+bool PeerLink::use_rdma() const {
+  if (!rdma_ || tunnel_.transport == TransportMode::kTcp) return false;
+  // auto: RDMA until it has failed three times in a row, then TCP.
+  return tunnel_.transport == TransportMode::kRdma || rdma_failures_ < 3;
+}
+
+void PeerLink::dial_rdma() {
+  std::string error;
+  auto ep = make_tcp_endpoint(peer_.address, peer_.rdma_port, &error);
+  if (ep) {
+    rdma_dialing_ = transport::RdmaTransport::dial(loop_, *rdma_, *ep, settings_.max_data, tunnel_.connect_timeout_ms,
+                                                   this, &error);
+  }
+  if (!rdma_dialing_) {
+    rdma_dial_failed(error);
+    return;
+  }
+  dialing_ = true;
+}
+
+void PeerLink::on_rdma_established(transport::RdmaTransport* transport) {
+  rdma_dialing_ = nullptr;
+  dialing_ = false;
+  if (shutting_down_) {
+    transport->close();
+    return;
+  }
+  rdma_failures_ = 0;
+  open_session(transport);
+}
+
+void PeerLink::on_rdma_failed(transport::RdmaTransport*, std::string_view reason) {
+  rdma_dialing_ = nullptr;
+  dialing_ = false;
+  rdma_dial_failed(std::string(reason));
+}
+
+void PeerLink::rdma_dial_failed(std::string reason) {
+  ++rdma_failures_;
+  if (tunnel_.transport == TransportMode::kRdma) {
+    // rdma never falls back; it says why and retries with backoff.
+    connect_failed("rdma: " + reason);
+    return;
+  }
+  log::warn("transport_fallback")
+      .kv("peer", peer_.name)
+      .kv("from", "rdma")
+      .kv("to", "tcp")
+      .kv("rdma_failures", rdma_failures_)
+      .kv("reason", reason);
+  if (!shutting_down_) dial_tcp();
+}
+
+void PeerLink::open_session(Transport* transport) {
+  std::string kind(transport->kind());
+  if (kind != last_transport_) {
+    log::info("transport_selected")
+        .kv("peer", peer_.name)
+        .kv("transport", kind)
+        .kv("mode", tunnel_.transport == TransportMode::kAuto ? "auto"
+                    : tunnel_.transport == TransportMode::kRdma ? "rdma" : "tcp")
+        .kv("reason", kind == "rdma" ? "RDMA CM connect succeeded"
+                      : !rdma_ ? "no usable RDMA device here"
+                      : tunnel_.transport == TransportMode::kTcp ? "configured" : "RDMA failed; falling back");
+    last_transport_ = kind;
+  }
+  active_ = std::make_unique<Session>(loop_, pool_, Session::Role::kDialer, settings_, transport, this);
+  active_->start();
+}
+
+void PeerLink::dial_tcp() {
   if (dialing_ || shutting_down_ || active_) return;
   const Endpoint& ep = peer_.tcp_endpoint;
   int fd = ::socket(ep.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -69,8 +152,7 @@ void PeerLink::on_connect(int res, uint32_t) {
   setsockopt(dial_fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   auto* transport = new transport::TcpTransport(loop_, pool_, std::move(dial_fd_), settings_.max_data,
                                                 peer_.tcp_endpoint.to_string());
-  active_ = std::make_unique<Session>(loop_, pool_, Session::Role::kDialer, settings_, transport, this);
-  active_->start();
+  open_session(transport);
 }
 
 void PeerLink::connect_failed(std::string reason) {
@@ -80,7 +162,7 @@ void PeerLink::connect_failed(std::string reason) {
   if (failures_ == 1 || failures_ % 10 == 0) {
     log::warn("peer_connect_failed")
         .kv("peer", peer_.name)
-        .kv("transport", "tcp")
+        .kv("transport", use_rdma() ? "rdma" : "tcp")
         .kv("attempt", failures_)
         .kv("reason", reason);
   }
@@ -181,7 +263,12 @@ StreamEndpoint* PeerLink::on_stream_open(Session& session, uint32_t id, std::str
 
 void PeerLink::begin_shutdown() {
   shutting_down_ = true;
-  if (dialing_) loop_.cancel(&connect_op_);
+  if (dialing_ && !rdma_dialing_) loop_.cancel(&connect_op_);
+  if (rdma_dialing_) {
+    rdma_dialing_->close();
+    rdma_dialing_ = nullptr;
+    dialing_ = false;
+  }
   while (!waiting_.empty()) {
     PendingStream* s = waiting_.front().stream;
     waiting_.pop_front();

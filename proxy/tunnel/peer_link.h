@@ -14,6 +14,7 @@
 #include "common/unique_fd.h"
 #include "config/config.h"
 #include "proxy/runtime/event_loop.h"
+#include "proxy/transport/rdma/rdma_transport.h"
 #include "proxy/tunnel/session.h"
 
 namespace rdmagw::tunnel {
@@ -30,10 +31,11 @@ class PendingStream {
 // is destroyed while a call on it is still unwinding.
 using SessionGraveyard = std::vector<std::unique_ptr<Session>>;
 
-class PeerLink final : public SessionOwner {
+class PeerLink final : public SessionOwner, public transport::RdmaTransport::Observer {
  public:
+  // `rdma` is null when this process has no usable RDMA device.
   PeerLink(EventLoop& loop, BufferPool& pool, const PeerConfig& peer, const SessionSettings& settings,
-           const TunnelConfig& tunnel, SessionGraveyard& graveyard);
+           const TunnelConfig& tunnel, SessionGraveyard& graveyard, transport::RdmaContext* rdma);
   ~PeerLink() override;
   PeerLink(const PeerLink&) = delete;
   PeerLink& operator=(const PeerLink&) = delete;
@@ -56,8 +58,17 @@ class PeerLink final : public SessionOwner {
   StreamEndpoint* on_stream_open(Session& session, uint32_t id, std::string_view target,
                                  ResetCode* refuse) override;
 
+  // RdmaTransport::Observer
+  void on_rdma_established(transport::RdmaTransport* transport) override;
+  void on_rdma_failed(transport::RdmaTransport* transport, std::string_view reason) override;
+
  private:
   void dial();
+  bool use_rdma() const;
+  void dial_rdma();
+  void rdma_dial_failed(std::string reason);
+  void dial_tcp();
+  void open_session(Transport* transport);
   void on_connect(int res, uint32_t flags);
   void on_connect_timeout(int res, uint32_t flags);
   void connect_failed(std::string reason);
@@ -88,6 +99,11 @@ class PeerLink final : public SessionOwner {
   Clock::time_point next_dial_;
   uint32_t backoff_ms_ = 0;
   uint32_t failures_ = 0;
+
+  transport::RdmaContext* rdma_;
+  transport::RdmaTransport* rdma_dialing_ = nullptr;
+  uint32_t rdma_failures_ = 0;   // consecutive; in auto, 3 of them switch the peer to TCP
+  std::string last_transport_;   // logged when the choice changes
 };
 
 }  // namespace rdmagw::tunnel

@@ -75,3 +75,22 @@ def test_version_exits_0(rdmagw_bin):
     rc, out, err = run(rdmagw_bin, "--version")
     assert rc == 0, f"rc={rc}\n{out}{err}"
     assert re.search(r"\d", out + err), f"no version number in:\n{out}{err}"
+
+
+def test_transport_rdma_without_a_device_exits_1_saying_why(rdmagw_bin, tmp_path):
+    """`transport: rdma` never falls back: on a host with no RDMA device it
+    refuses to start and names the key and the reason. (`auto` on the same
+    host runs on TCP; every other test here does that.)"""
+    import glob
+    import pytest
+    if glob.glob("/sys/class/infiniband/*"):
+        pytest.skip("this host has an RDMA device; the lab tests cover transport: rdma")
+    text = render_config("host-a", tunnel_port=free_port(), admin_port=free_port(),
+                         tunnel_extra={"rdma_port": free_port()})
+    text = text.replace("transport: tcp", "transport: rdma")
+    cfg = tmp_path / "rdma.yaml"
+    cfg.write_text(text)
+    code, out, err = run(rdmagw_bin, "--config", str(cfg))
+    assert code == 1, (code, out, err)
+    assert "event=transport_unavailable" in err and "key=tunnel.transport" in err
+    assert "no RDMA device" in err
