@@ -28,6 +28,25 @@ from clients import free_port  # noqa: F401  (re-exported for the tests)
 
 REPO = Path(__file__).resolve().parents[2]
 RDMAGW_BIN = os.environ.get("RDMAGW_BIN") or str(REPO / "build" / "bin" / "rdmagw")
+
+# The same tests run on the RDMA transport inside the lab VM (tests/lab/):
+#   RDMAGW_TEST_TRANSPORT  tcp (default) | rdma | auto
+#   RDMAGW_LAB_ADDR        the VM-local address of the rxe device (tunnel address)
+#   RDMAGW_TEST_RDMA       the tunnel.rdma mapping to use, e.g. "{recv_depth: 16}"
+#   RDMAGW_TEST_SCALE      multiplies sizes and stream counts (the VM is slow)
+TEST_TRANSPORT = os.environ.get("RDMAGW_TEST_TRANSPORT", "tcp")
+TUNNEL_ADDR = os.environ.get("RDMAGW_LAB_ADDR", "127.0.0.1") if TEST_TRANSPORT != "tcp" else "127.0.0.1"
+TEST_RDMA = os.environ.get("RDMAGW_TEST_RDMA", "{slab_size: 64MiB, recv_depth: 32}")
+SCALE = float(os.environ.get("RDMAGW_TEST_SCALE", "1"))
+
+
+def scaled(n: int, minimum: int = 1) -> int:
+    """n times RDMAGW_TEST_SCALE, at least `minimum`."""
+    return max(minimum, int(n * SCALE))
+
+
+tcp_only = pytest.mark.skipif(TEST_TRANSPORT != "tcp",
+                              reason="speaks the TCP transport's wire directly")
 DEFAULT_TEST_TIMEOUT_S = 120
 READY_TIMEOUT_S = 10.0
 STOP_GRACE_S = 5.0
@@ -68,24 +87,30 @@ def _q(s: str) -> str:
 
 def render_config(node: str, tunnel_port: int, admin_port: int, peers=(), listeners=(),
                   targets=(), workers: int = 2, shutdown_timeout_ms: int = 3000,
-                  tunnel_extra: dict | None = None, extra_lines=()) -> str:
-    """Renders one sidecar's YAML.  peers: [(name, tcp_port)]; listeners: dicts with
-    name, listen, peer, target (endpoint strings); targets: endpoint strings."""
+                  tunnel_extra: dict | None = None, extra_lines=(), rdma_port: int | None = None,
+                  transport: str | None = None) -> str:
+    """Renders one sidecar's YAML.  peers: [(name, tcp_port[, rdma_port])]; listeners:
+    dicts with name, listen, peer, target (endpoint strings); targets: endpoint strings."""
+    transport = transport or TEST_TRANSPORT
     out = [
         f"node: {node}",
         f"workers: {workers}",
         f"admin: {_q(f'127.0.0.1:{admin_port}')}",
         "tunnel:",
-        "  address: 127.0.0.1",
+        f"  address: {TUNNEL_ADDR}",
         f"  tcp_port: {tunnel_port}",
-        "  transport: tcp",
+        f"  transport: {transport}",
     ]
+    if transport != "tcp":
+        out += [f"  rdma_port: {rdma_port or free_port()}", f"  rdma: {TEST_RDMA}"]
     for k, v in (tunnel_extra or {}).items():
         out.append(f"  {k}: {v}")
     if peers:
         out.append("peers:")
-        for name, port in peers:
-            out += [f"  - name: {name}", "    address: 127.0.0.1", f"    tcp_port: {port}"]
+        for name, port, *rest in peers:
+            out += [f"  - name: {name}", f"    address: {TUNNEL_ADDR}", f"    tcp_port: {port}"]
+            if rest:
+                out.append(f"    rdma_port: {rest[0]}")
     else:
         out.append("peers: []")
     if listeners:
@@ -387,8 +412,10 @@ def pair(sidecar, sock_dir):
 
     def build(listeners, targets, *, a_tunnel: dict | None = None,
               b_tunnel: dict | None = None, shutdown_timeout_ms: int = 3000,
-              workers: int = 2, start: bool = True) -> Pair:
+              workers: int = 2, start: bool = True, a_transport: str | None = None,
+              b_transport: str | None = None) -> Pair:
         a_port, b_port = free_port(), free_port()
+        a_rdma, b_rdma = free_port(), free_port()
         resolved = {}
         for spec in listeners:
             kind = spec.get("listen", "tcp")
@@ -402,14 +429,22 @@ def pair(sidecar, sock_dir):
                                       "target": spec["target"]}
         b = sidecar("host-b", tunnel_port=b_port, admin_port=free_port(), targets=list(targets),
                     workers=workers, shutdown_timeout_ms=shutdown_timeout_ms,
-                    tunnel_extra=b_tunnel)
+                    tunnel_extra=b_tunnel, rdma_port=b_rdma, transport=b_transport)
         a = sidecar("host-a", tunnel_port=a_port, admin_port=free_port(),
-                    peers=[("host-b", b_port)], listeners=list(resolved.values()),
+                    peers=[("host-b", b_port, b_rdma)], listeners=list(resolved.values()),
                     workers=workers, shutdown_timeout_ms=shutdown_timeout_ms,
-                    tunnel_extra=a_tunnel)
+                    tunnel_extra=a_tunnel, rdma_port=a_rdma, transport=a_transport)
         if start:
             b.start()
             a.start()
+            if TEST_TRANSPORT != "tcp":
+                # "ready" means listeners are bound; RDMA CM sessions come up
+                # after (seconds under the lab's emulation). Tests time what
+                # happens to streams, not session setup: wait for every worker's.
+                want = workers
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and a.log_text().count("event=session_open") < want:
+                    time.sleep(0.1)
         return Pair(a, b, resolved)
 
     return build

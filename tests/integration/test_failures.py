@@ -8,6 +8,7 @@ import time
 from backends import EchoServer, prng_bytes
 from clients import RESET_ERRORS, connect, echo_roundtrip, recv_exact, send_all, wait_closed
 from clients import free_port
+from conftest import tcp_only
 
 
 def _refused_line(b, reason: str, since: int, timeout: float = 5.0):
@@ -92,6 +93,7 @@ def test_far_side_sigkill_then_restart_serves_new_streams_within_5s(pair, backen
     assert p.a.running(), "host-a died while its peer was down"
 
 
+@tcp_only
 def test_malformed_frame_ends_only_that_session(pair, backend):
     echo = backend(EchoServer())
     p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint])

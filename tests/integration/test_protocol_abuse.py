@@ -27,6 +27,9 @@ import tunnel_frames as tf
 from backends import EchoServer, StallServer, prng_bytes
 from clients import connect, echo_roundtrip, free_port, recv_exact, send_all, wait_closed
 from tunnel_frames import TunnelPeer
+from conftest import tcp_only
+
+pytestmark = tcp_only  # speaks the TCP transport's wire directly
 
 MiB = 1 << 20
 

@@ -9,6 +9,7 @@ import time
 
 from backends import EchoServer, prng_bytes
 from clients import connect, recv_to_eof
+from conftest import scaled
 
 MiB = 1 << 20
 
@@ -20,7 +21,7 @@ def test_sigterm_lets_inflight_stream_finish_refuses_new_and_exits_0(pair, backe
              shutdown_timeout_ms=int(shutdown_timeout_s * 1000))
     addr = p.address("echo")
 
-    data = prng_bytes(91, 6 * MiB)
+    data = prng_bytes(91, scaled(6 * MiB, 2 * MiB))
     chunk = 64 * 1024
     sock = connect(addr, timeout=10)
     deadline = time.monotonic() + 60
@@ -31,7 +32,7 @@ def test_sigterm_lets_inflight_stream_finish_refuses_new_and_exits_0(pair, backe
         try:
             for i in range(0, len(data), chunk):
                 sock.sendall(data[i:i + chunk])
-                if i >= MiB:
+                if i >= len(data) // 4:
                     midway.set()
                 time.sleep(0.01)  # ~1 s of paced sending: the stream is mid-transfer
             sock.shutdown(socket.SHUT_WR)

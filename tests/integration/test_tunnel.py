@@ -13,6 +13,7 @@ import time
 import pytest
 
 from backends import EchoServer, ResetServer, Sha256Server, prng_bytes, prng_chunks
+from conftest import scaled
 from clients import (RESET_ERRORS, connect, echo_roundtrip, recv_to_eof, send_all,
                      wait_closed)
 
@@ -27,7 +28,7 @@ def echo_pair(pair, backend, **kw):
 
 @pytest.mark.deadline(300)
 def test_256mib_each_way_through_one_stream_byte_exact(pair, backend):
-    size = 256 * MiB
+    size = scaled(256 * MiB, MiB)
     client_seed, server_seed = 1001, 2002
     srv = backend(Sha256Server(send_size=size, send_seed=server_seed, mode="duplex",
                                io_timeout=60))
@@ -84,7 +85,7 @@ def test_256mib_each_way_through_one_stream_byte_exact(pair, backend):
 
 @pytest.mark.deadline(180)
 def test_1000_concurrent_streams_echo_byte_exact(pair, backend):
-    n_streams = 1000
+    n_streams = scaled(1000, 10)
     p, echo = echo_pair(pair, backend)
     addr = p.address("echo")
     rng = random.Random(7)

@@ -348,6 +348,9 @@ void RdmaTransport::close(bool) {
 
 void RdmaTransport::start(tunnel::TransportSink* sink) {
   sink_ = sink;
+  // The peer may have sent before we saw ESTABLISHED (the dialer speaks
+  // first); those completions waited in the CQ for a sink.
+  drain_cq();
   request_send();
 }
 
@@ -364,10 +367,11 @@ void RdmaTransport::on_cq_ready(int, uint32_t) {
     while (ibv_get_cq_event(comp_channel_, &cq, &ctx) == 0) ++events;
     if (events) ibv_ack_cq_events(cq_, events);
     // Re-arm before draining: a completion after the drain then still
-    // raises an event, so none is ever missed.
+    // raises an event, so none is ever missed. Until a session is attached,
+    // completions stay in the CQ; start() drains them.
     ibv_req_notify_cq(cq_, 0);
-    drain_cq();
-    if (!closed_ && config_.busy_poll_us > 0) {
+    if (sink_) drain_cq();
+    if (!closed_ && sink_ && config_.busy_poll_us > 0) {
       auto until = Clock::now() + std::chrono::microseconds(config_.busy_poll_us);
       while (!closed_ && Clock::now() < until) drain_cq();
     }

@@ -1,0 +1,21 @@
+#!/bin/sh
+# Runs inside the RDMA lab VM (tools/rdma-lab run -- tests/lab/rdma_integration.sh):
+# the integration tests again, with the sidecars talking over RDMA (rxe), at
+# sizes scaled to the VM's speed (256 MiB -> 25.6 MiB, 1000 streams -> 100).
+set -eu
+cd "$(dirname "$0")/../.."
+ulimit -l unlimited
+ulimit -n 65536
+export RDMAGW_TEST_TRANSPORT=rdma RDMAGW_TEST_SCALE=0.1 CI=${CI:-}
+: "${RDMAGW_LAB_ADDR:?run me through tools/rdma-lab}"
+
+echo "== lab: integration tests on transport: rdma (recv_depth 32)"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider \
+  tests/integration/test_transport_selection.py tests/integration/test_tunnel.py \
+  tests/integration/test_failures.py tests/integration/test_resources.py \
+  tests/integration/test_flow_control.py tests/integration/test_shutdown.py
+
+echo "== lab: credit exhaustion (recv_depth 8, send_depth 8: every few messages wait for credits)"
+RDMAGW_TEST_RDMA="{slab_size: 64MiB, recv_depth: 8, send_depth: 8}" \
+/usr/bin/python3 -m pytest -q -p no:cacheprovider \
+  tests/integration/test_tunnel.py tests/integration/test_resources.py
