@@ -233,6 +233,15 @@ int run(const Options& opt) {
   if (config->tunnel.transport != TransportMode::kTcp) {
     rdma_reason = transport::rdma_unavailable_reason(config->tunnel.rdma, config->workers);
     rdma = rdma_reason.empty();
+    if (rdma) {
+      // A device is here: a configuration it cannot honour is an error in
+      // auto as in rdma, not a reason to fall back quietly.
+      std::string error = transport::rdma_config_error(config->tunnel.rdma);
+      if (!error.empty()) {
+        log::error("rdma_config_exceeds_device").kv("reason", error);
+        return 1;
+      }
+    }
     if (!rdma && config->tunnel.transport == TransportMode::kRdma) {
       log::error("transport_unavailable").kv("key", "tunnel.transport").kv("value", "rdma").kv("reason", rdma_reason);
       return 1;

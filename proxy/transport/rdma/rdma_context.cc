@@ -45,6 +45,31 @@ RdmaDeviceState* RdmaContext::device(ibv_context* context, std::string* error) {
   return &devices_.back();
 }
 
+std::string rdma_config_error(const RdmaConfig& config) {
+  int count = 0;
+  ibv_device** list = ibv_get_device_list(&count);
+  std::string error;
+  for (int i = 0; list && i < count; ++i) {
+    std::string name = ibv_get_device_name(list[i]);
+    if (!config.device.empty() && name != config.device) continue;
+    ibv_context* ctx = ibv_open_device(list[i]);
+    if (!ctx) continue;
+    ibv_device_attr attr{};
+    if (ibv_query_device(ctx, &attr) == 0) {
+      DeviceLimits limits;
+      limits.max_qp_wr = static_cast<uint32_t>(attr.max_qp_wr);
+      limits.max_sge = static_cast<uint32_t>(attr.max_sge);
+      limits.max_cqe = static_cast<uint32_t>(attr.max_cqe);
+      ibv_qp_init_attr qp;
+      if (!make_qp_init_attr(config, limits, nullptr, &qp, &error)) error += " (device " + name + ")";
+    }
+    ibv_close_device(ctx);
+    if (!error.empty()) break;
+  }
+  if (list) ibv_free_device_list(list);
+  return error;
+}
+
 std::string rdma_unavailable_reason(const RdmaConfig& config, unsigned workers) {
   int count = 0;
   ibv_device** list = ibv_get_device_list(&count);

@@ -46,4 +46,9 @@ class RdmaContext {
 // an empty string when RDMA can be used, else the reason it cannot.
 std::string rdma_unavailable_reason(const RdmaConfig& config, unsigned workers);
 
+// With a device present: does the configuration fit its limits (queue
+// depths, completion queue size, send SGEs)? Empty, or an error naming the
+// key and the device's limit.
+std::string rdma_config_error(const RdmaConfig& config);
+
 }  // namespace rdmagw::transport
