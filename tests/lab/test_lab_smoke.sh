@@ -74,18 +74,30 @@ check plumbing 0 '^PLUMBING-OK$' -- \
         echo PLUMBING-OK' \
         sh "it's" 'two  spaces' '$HOME' '*' "$PWD"
 
+# Guest-side helper: wait until a process named $1 listens on RDMA CM, so the
+# client never races the server (a client that comes too early is rejected and
+# the server then waits for ever).  Servers are bounded with timeout(1).
+WAIT_LISTEN='wait_listen() {
+    i=0
+    until rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN .*comm $1"; do
+        i=$((i + 1)); [ $i -le 600 ] || { echo "no RDMA CM listener from $1"; return 1; }
+        sleep 0.1
+    done
+}
+'
+
 check ib_send_lat 0 '^[[:space:]]*2[[:space:]]+200[[:space:]]+[0-9.]+' -- \
-    "$lab" run --timeout 300 -- sh -c '
-        ib_send_lat -R -d $RDMAGW_LAB_DEVICE -n 200 & server=$!
-        sleep 2
+    "$lab" run --timeout 300 -- sh -c "$WAIT_LISTEN"'
+        timeout 120 ib_send_lat -R -d $RDMAGW_LAB_DEVICE -n 200 & server=$!
+        wait_listen ib_send_lat || exit 1
         ib_send_lat -R -d $RDMAGW_LAB_DEVICE -n 200 $RDMAGW_LAB_ADDR; rc=$?
         wait $server || rc=1
         exit $rc'
 
 check ib_write_bw 0 '^[[:space:]]*65536[[:space:]]+[0-9]+[[:space:]]+[0-9.]+' -- \
-    "$lab" run --timeout 300 -- sh -c '
-        ib_write_bw -R -d $RDMAGW_LAB_DEVICE -s 65536 -n 500 >/tmp/server.log 2>&1 & server=$!
-        sleep 2
+    "$lab" run --timeout 300 -- sh -c "$WAIT_LISTEN"'
+        timeout 120 ib_write_bw -R -d $RDMAGW_LAB_DEVICE -s 65536 -n 500 >/tmp/server.log 2>&1 & server=$!
+        wait_listen ib_write_bw || exit 1
         ib_write_bw -R -d $RDMAGW_LAB_DEVICE -s 65536 -n 500 $RDMAGW_LAB_ADDR; rc=$?
         wait $server || { cat /tmp/server.log; rc=1; }
         exit $rc'
@@ -93,9 +105,9 @@ check ib_write_bw 0 '^[[:space:]]*65536[[:space:]]+[0-9]+[[:space:]]+[0-9.]+' --
 if command -v rping >/dev/null 2>&1; then
     # Client bound to the second address: two distinct GIDs on one rxe device.
     check rping 0 '^ping data: rdma-ping-4' -- \
-        "$lab" run --timeout 300 -- sh -c '
-            rping -s -a $RDMAGW_LAB_ADDR -C 5 >/tmp/server.log 2>&1 & server=$!
-            sleep 2
+        "$lab" run --timeout 300 -- sh -c "$WAIT_LISTEN"'
+            timeout 120 rping -s -a $RDMAGW_LAB_ADDR -C 5 >/tmp/server.log 2>&1 & server=$!
+            wait_listen rping || exit 1
             rping -c -v -a $RDMAGW_LAB_ADDR -I $RDMAGW_LAB_ADDR2 -C 5; rc=$?
             wait $server || { cat /tmp/server.log; rc=1; }
             exit $rc'
