@@ -1,0 +1,124 @@
+#!/bin/sh
+# Benchmark inside the RDMA lab VM (Soft-RoCE under TCG emulation):
+#
+#   tools/rdma-lab run --timeout 900 -- perf/rdma_lab_bench.sh [SECONDS]
+#
+# Measures, in the same VM run and on the same rxe device:
+#   1. ib_write_bw -R (64 KiB writes)            vs  bulk through the rdmagw pair (iperf3)
+#   2. ib_send_lat -R (64-byte sends, one-way)   vs  64-byte ping-pong through the pair
+# and prints ratios. Absolute numbers under emulation mean little; the ratios
+# say how much of what the device gives the tunnel keeps.
+set -eu
+cd "$(dirname "$0")/.."
+: "${RDMAGW_LAB_ADDR:?run me through tools/rdma-lab}"
+: "${RDMAGW_LAB_DEVICE:?run me through tools/rdma-lab}"
+secs=${1:-5}
+ulimit -l unlimited
+ulimit -n 65536
+bin=$PWD/build/bin/rdmagw
+work=$(mktemp -d)
+dev=$RDMAGW_LAB_DEVICE
+addr=$RDMAGW_LAB_ADDR
+
+echo "== ib_write_bw -R -s 65536 -D $secs"
+ib_write_bw -R -d "$dev" -s 65536 -D "$secs" >"$work/bw_server" 2>&1 &
+sleep 2
+ib_write_bw -R -d "$dev" -s 65536 -D "$secs" "$addr" >"$work/bw_client" 2>&1
+wait
+# Columns: #bytes #iterations BW peak BW average MsgRate
+ib_bw=$(awk '$1 == 65536 {print $4}' "$work/bw_client" | tail -1)
+echo "   ib_write_bw average: $ib_bw MB/s"
+
+echo "== ib_send_lat -R -s 64 -n 2000"
+ib_send_lat -R -d "$dev" -s 64 -n 2000 >"$work/lat_server" 2>&1 &
+sleep 2
+ib_send_lat -R -d "$dev" -s 64 -n 2000 "$addr" >"$work/lat_client" 2>&1
+wait
+# Columns: #bytes #iterations t_min t_max t_typical ...
+ib_lat=$(awk '$1 == 64 {print $5}' "$work/lat_client" | tail -1)
+echo "   ib_send_lat typical (one-way): $ib_lat us"
+
+echo "== rdmagw pair on transport: rdma"
+cat >"$work/b.yaml" <<Y
+node: host-b
+workers: 1
+log_level: warn
+tunnel: {address: $addr, tcp_port: 17481, rdma_port: 17482, transport: rdma, rdma: {slab_size: 64MiB}}
+targets: ["tcp:127.0.0.1:16401", "tcp:127.0.0.1:16402"]
+Y
+cat >"$work/a.yaml" <<Y
+node: host-a
+workers: 1
+log_level: warn
+tunnel: {address: $addr, tcp_port: 17471, rdma_port: 17472, transport: rdma, rdma: {slab_size: 64MiB}}
+peers:
+  - {name: host-b, address: $addr, tcp_port: 17481, rdma_port: 17482}
+listeners:
+  - {name: bulk, listen: "tcp:127.0.0.1:16411", peer: host-b, target: "tcp:127.0.0.1:16401"}
+  - {name: echo, listen: "tcp:127.0.0.1:16412", peer: host-b, target: "tcp:127.0.0.1:16402"}
+Y
+iperf3 -s -p 16401 >/dev/null 2>&1 &
+iperf_pid=$!
+/usr/bin/python3 - <<'PY' &
+import socket, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 16402)); s.listen(16)
+def serve(c):
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while True:
+        d = c.recv(65536)
+        if not d: break
+        c.sendall(d)
+    c.close()
+for _ in range(32):
+    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+PY
+echo_pid=$!
+"$bin" --config "$work/b.yaml" 2>"$work/b.log" &
+b_pid=$!
+"$bin" --config "$work/a.yaml" 2>"$work/a.log" &
+a_pid=$!
+# Wait for the RDMA session (seconds under emulation).
+i=0
+while ! grep -q "event=session_open" "$work/a.log" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+sleep 1
+
+tunnel_bw=$(iperf3 -c 127.0.0.1 -p 16411 -t "$secs" -J | /usr/bin/python3 -c \
+  'import json,sys; print("%.1f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8e6))')
+echo "   iperf3 through the pair: $tunnel_bw MB/s"
+
+pingpong_at() {  # $1: port -> median 64-byte round trip in us
+/usr/bin/python3 - "$1" <<'PY'
+import socket, statistics, sys, time
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+msg = b"x" * 64
+rtts = []
+for i in range(1200):
+    t = time.perf_counter()
+    c.sendall(msg)
+    got = b""
+    while len(got) < 64:
+        got += c.recv(64 - len(got))
+    if i >= 200:  # warm-up excluded
+        rtts.append((time.perf_counter() - t) * 1e6)
+print("%.1f" % statistics.median(rtts))
+PY
+}
+pingpong=$(pingpong_at 16412)
+direct=$(pingpong_at 16402)
+echo "   64-byte ping-pong through the pair: median round trip $pingpong us (direct to the echo server: $direct us)"
+
+kill -TERM "$a_pid" "$b_pid" "$iperf_pid" 2>/dev/null || true
+kill "$echo_pid" 2>/dev/null || true
+wait 2>/dev/null || true
+
+echo
+echo "| measure (same VM run, rxe under TCG) | device | through rdmagw | ratio |"
+echo "|---|---:|---:|---:|"
+echo "| bulk MB/s: ib_write_bw -R 64 KiB vs iperf3 through the pair | $ib_bw | $tunnel_bw | $(echo "$tunnel_bw $ib_bw" | awk '{printf "%.2f", $1/$2}') |"
+rt=$(echo "$ib_lat" | awk '{printf "%.2f", 2*$1}')
+echo "| 64 B round trip us: 2 x ib_send_lat -R typical vs ping-pong through the pair | $rt | $pingpong | $(echo "$rt $pingpong" | awk '{printf "%.2f", $1/$2}') |"
+echo "| 64 B round trip us: loopback TCP straight to the echo server vs through the pair | $direct | $pingpong | $(echo "$direct $pingpong" | awk '{printf "%.2f", $1/$2}') |"
+echo "(latency ratios = baseline round trip / tunnel round trip: 1.00 would be no overhead)"
+rm -rf "$work"
