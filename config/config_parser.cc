@@ -200,6 +200,16 @@ class Parser {
 
   std::optional<Fields> read_map(const Value& v, const Keys& allowed, bool null_is_empty);
   void parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size);
+  // Reads one optional numeric field (a byte size when `size`) into *out;
+  // returns whether the value, given or default, is valid.
+  template <class T>
+  bool read_number(const Fields& f, std::string_view key, T* out, uint64_t min, uint64_t max, bool size) {
+    const Value* x = find(f, key);
+    if (!x) return true;
+    auto n = size ? get_size(*x, min, max) : get_uint(*x, min, max);
+    if (n) *out = static_cast<T>(*n);
+    return n.has_value();
+  }
   bool require(const Fields& fields, const Value& map, std::string_view key);
   std::optional<std::vector<Value>> read_list(const Value& v);
 
@@ -480,11 +490,7 @@ void Parser::parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size) {
     if (s) r->device = *s;
   }
   auto number = [&](std::string_view key, auto* out, uint64_t min, uint64_t max, bool size) {
-    const Value* x = find(f, key);
-    if (!x) return true;
-    auto n = size ? get_size(*x, min, max) : get_uint(*x, min, max);
-    if (n) *out = static_cast<std::remove_reference_t<decltype(*out)>>(*n);
-    return n.has_value();
+    return read_number(f, key, out, min, max, size);
   };
   bool slab_ok = number("slab_size", &r->slab_size, kMiB, 64 * kGiB, true);
   bool recv_ok = number("recv_depth", &r->recv_depth, 8, 8192, false);
@@ -537,13 +543,8 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
     if (s == "tcp") t->transport = TransportMode::kTcp;
   }
 
-  // Reads one numeric field; returns whether the field's value (given or default) is valid.
   auto number = [&](std::string_view key, auto* out, uint64_t min, uint64_t max, bool size) {
-    const Value* x = find(f, key);
-    if (!x) return true;
-    auto n = size ? get_size(*x, min, max) : get_uint(*x, min, max);
-    if (n) *out = static_cast<std::remove_reference_t<decltype(*out)>>(*n);
-    return n.has_value();
+    return read_number(f, key, out, min, max, size);
   };
   bool buffer_ok = number("buffer_size", &t->buffer_size, kKiB, kMiB, true);
   bool window_ok = number("stream_window", &t->stream_window, kKiB, 64 * kMiB, true);

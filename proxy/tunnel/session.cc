@@ -37,17 +37,22 @@ std::string Session::peer_label() const {
 
 void Session::start() {
   transport_->start(&sink_);
-  if (role_ == Role::kDialer) {
-    HelloPayload hello;
-    hello.max_data = settings_.max_data;
-    hello.stream_window = settings_.stream_window;
-    hello.session_window = settings_.session_window;
-    hello.node = settings_.node.substr(0, kMaxNodeNameLength);
-    uint8_t* out = transport_->outbound().append_contiguous(kHeaderSize + kHelloFixedSize + hello.node.size());
-    if (!out) { close("out of buffers"); return; }
-    encode_hello(out, hello);
-    transport_->request_send();
-  }
+  // The dialer speaks first (RDMA CM's active side must); the acceptor
+  // answers from on_hello().
+  if (role_ == Role::kDialer && !send_hello()) close("out of buffers");
+}
+
+bool Session::send_hello() {
+  HelloPayload hello;
+  hello.max_data = settings_.max_data;
+  hello.stream_window = settings_.stream_window;
+  hello.session_window = settings_.session_window;
+  hello.node = settings_.node.substr(0, kMaxNodeNameLength);
+  uint8_t* out = transport_->outbound().append_contiguous(kHeaderSize + kHelloFixedSize + hello.node.size());
+  if (!out) return false;
+  encode_hello(out, hello);
+  transport_->request_send();
+  return true;
 }
 
 void Session::tick(Clock::time_point now) {
@@ -380,19 +385,9 @@ bool Session::on_hello(std::span<const uint8_t> payload) {
   if (peer_hello_.session_window > settings_.session_window)
     session_send_reserve_ = peer_hello_.session_window - settings_.session_window;
   state_ = State::kOpen;
-  if (role_ == Role::kAcceptor) {
-    HelloPayload hello;
-    hello.max_data = settings_.max_data;
-    hello.stream_window = settings_.stream_window;
-    hello.session_window = settings_.session_window;
-    hello.node = settings_.node.substr(0, kMaxNodeNameLength);
-    uint8_t* out = transport_->outbound().append_contiguous(kHeaderSize + kHelloFixedSize + hello.node.size());
-    if (!out) {
-      close("out of buffers");
-      return false;
-    }
-    encode_hello(out, hello);
-    transport_->request_send();
+  if (role_ == Role::kAcceptor && !send_hello()) {
+    close("out of buffers");
+    return false;
   }
   last_ping_ = loop_.now();
   if (goaway_pending_) send_goaway();

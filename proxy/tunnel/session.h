@@ -151,6 +151,7 @@ class Session {
   };
 
   void close(std::string_view reason, bool flush);
+  bool send_hello();
   uint64_t usable_session_credit() const;
   bool protocol_error(std::string reason);
   bool on_hello(std::span<const uint8_t> payload);

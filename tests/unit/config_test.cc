@@ -671,3 +671,45 @@ TEST_CASE("load_config_file: reads a file and names it in errors", "[config]") {
                                        "got 'loud'");
   std::remove(path);
 }
+
+TEST_CASE("tunnel.rdma: values are read, defaults apply") {
+  ConfigResult r = parse_config_text(lines({
+                                         "node: a",
+                                         "tunnel:",
+                                         "  transport: rdma",
+                                         "  rdma:",
+                                         "    device: erdma_0",
+                                         "    slab_size: 256MiB",
+                                         "    recv_depth: 64",
+                                         "    busy_poll_us: 10",
+                                     }),
+                                     "test.yaml");
+  INFO(dump(r));
+  REQUIRE(r.config);
+  const auto& rdma = r.config->tunnel.rdma;
+  CHECK(rdma.device == "erdma_0");
+  CHECK(rdma.slab_size == 256ull << 20);
+  CHECK(rdma.recv_depth == 64);
+  CHECK(rdma.send_depth == 256);        // default
+  CHECK(rdma.busy_poll_us == 10);
+  CHECK(rdma.inline_threshold == 96);   // default: eRDMA's maximum
+}
+
+TEST_CASE("tunnel.rdma: unknown keys, out-of-range values and a slab too small are reported in place") {
+  expect_errors(lines({
+                    "node: a",
+                    "tunnel:",
+                    "  rdma:",
+                    "    inline_threshold: 128",
+                    "    srq: true",
+                }),
+                {{4, 23, "tunnel.rdma.inline_threshold", "between 0 and 96"},
+                 {5, 5, "tunnel.rdma.srq", "unknown key"}});
+  expect_errors(lines({
+                    "node: a",
+                    "tunnel:",
+                    "  rdma:",
+                    "    slab_size: 4MiB",
+                }),
+                {{4, 16, "tunnel.rdma.slab_size", "too small"}});
+}
