@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "proxy/transport/rdma/frame_packing.h"
 #include "proxy/tunnel/frame.h"
 
 namespace rdmagw::transport {
@@ -292,7 +293,7 @@ void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const v
         peer_recv_depth_ = params.recv_depth;
         peer_buffer_size_ = params.buffer_size;
       }
-      send_credits_ = peer_recv_depth_;
+      credits_ = RdmaCredits(peer_recv_depth_, config_.recv_depth);
       state_ = State::kEstablished;
       if (observer_) {
         Observer* o = observer_;
@@ -422,12 +423,11 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
     return;
   }
   uint32_t returned = tunnel::get_u32(buf);
-  if (tunnel::get_u32(buf + 4) != 0 || send_credits_ + returned > peer_recv_depth_) {
+  if (tunnel::get_u32(buf + 4) != 0 || !credits_.on_receive(returned)) {
     log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: bad RDMA transport header");
     fail("protocol error: bad transport header (returned " + std::to_string(returned) + " credits)");
     return;
   }
-  send_credits_ += returned;
   size_t offset = kRdmaHeaderSize;
   while (offset < length && !closed_) {
     tunnel::FrameHeader header;
@@ -451,17 +451,16 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
     fail(std::string("ibv_post_recv: ") + strerror(errno));
     return;
   }
-  ++pending_returns_;
+  credits_.on_repost();
 }
 
 void RdmaTransport::flush() {
   if (closed_ || state_ != State::kEstablished || !sink_) return;
   while (sends_in_flight_ < send_slots_) {
     bool has_data = outbound_.size() > posted_bytes_;
-    bool owe_credits = pending_returns_ >= config_.recv_depth / 2;
-    if (has_data && send_credits_ > kReservedCredits) {
+    if (has_data && credits_.can_send_data()) {
       if (!post_message(true)) return;
-    } else if (owe_credits && send_credits_ > 0) {
+    } else if (credits_.should_send_update()) {
       // The reserved credits exist for exactly this: returning credits.
       if (!post_message(false)) return;
     } else {
@@ -473,7 +472,7 @@ void RdmaTransport::flush() {
 bool RdmaTransport::post_message(bool with_data) {
   uint32_t slot = static_cast<uint32_t>(send_seq_ % send_slots_);
   uint8_t* header = header_slots_ + slot * kSlotSize;
-  tunnel::put_u32(header, pending_returns_);
+  tunnel::put_u32(header, credits_.pending_returns());
   tunnel::put_u32(header + 4, 0);
   uint32_t lkey = device_->mr->lkey;
   ibv_sge sges[kErdmaMaxSendSge];
@@ -483,21 +482,12 @@ bool RdmaTransport::post_message(bool with_data) {
   uint32_t payload = 0;
   if (with_data) {
     iovec iov[kErdmaMaxSendSge];
-    int n = outbound_.iovecs_at(posted_bytes_, iov, static_cast<int>(max_send_sge_) - 1);
-    for (int i = 0; i < n; ++i) {
-      auto* base = static_cast<uint8_t*>(iov[i].iov_base);
-      size_t take = 0;
-      // Whole frames only: the receiver parses each message on its own.
-      while (take < iov[i].iov_len) {
-        size_t frame = tunnel::kHeaderSize + tunnel::get_u32(base + take + 8);
-        if (take + frame > iov[i].iov_len || payload + take + frame > room) break;
-        take += frame;
-      }
-      if (take == 0) break;
-      sges[nsge++] = {reinterpret_cast<uintptr_t>(base), static_cast<uint32_t>(take), lkey};
-      payload += static_cast<uint32_t>(take);
-      if (take < iov[i].iov_len) break;
-    }
+    int max_pieces = static_cast<int>(max_send_sge_) - 1;
+    int n = outbound_.iovecs_at(posted_bytes_, iov, max_pieces);
+    PackedPiece pieces[kErdmaMaxSendSge];
+    int count = pack_frames(iov, n, room, max_pieces, pieces, &payload);
+    for (int i = 0; i < count; ++i)
+      sges[nsge++] = {reinterpret_cast<uintptr_t>(pieces[i].data), pieces[i].length, lkey};
     if (payload == 0) {
       fail("internal error: a queued frame does not fit the peer's receive buffer");
       return false;
@@ -515,12 +505,11 @@ bool RdmaTransport::post_message(bool with_data) {
     fail(std::string("ibv_post_send: ") + strerror(errno));
     return false;
   }
-  pending_returns_ = 0;
+  credits_.on_send();  // the header carried every pending return
   slot_payload_[slot] = payload;
   posted_bytes_ += payload;
   ++send_seq_;
   ++sends_in_flight_;
-  --send_credits_;
   return true;
 }
 

@@ -20,12 +20,12 @@
 #include "common/byte_queue.h"
 #include "proxy/runtime/event_loop.h"
 #include "proxy/transport/rdma/rdma_context.h"
+#include "proxy/transport/rdma/rdma_credits.h"
 #include "proxy/tunnel/transport.h"
 
 namespace rdmagw::transport {
 
 inline constexpr size_t kRdmaHeaderSize = 8;
-inline constexpr uint32_t kReservedCredits = 2;
 
 class RdmaTransport final : public tunnel::Transport, public Flushable {
  public:
@@ -56,7 +56,7 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   std::string remote_address() const override { return remote_; }
   void flush() override;
 
-  uint32_t send_credits() const { return send_credits_; }
+  uint32_t send_credits() const { return credits_.available(); }
   const std::string& device_name() const { return device_name_; }
 
  private:
@@ -110,8 +110,7 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   uint64_t send_seq_ = 0;
   uint32_t sends_in_flight_ = 0;
   uint32_t send_slots_ = 0;
-  uint32_t send_credits_ = 0;             // receives the peer has posted for us
-  uint32_t pending_returns_ = 0;          // receives we re-posted and not yet announced
+  RdmaCredits credits_;
   uint32_t peer_recv_depth_ = 0;
   uint32_t peer_buffer_size_ = 0;
   ByteQueue outbound_;
