@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/address.h"
+#include "common/route_match.h"
 
 namespace rdmagw {
 
@@ -20,11 +21,26 @@ struct PeerConfig {
   Endpoint tcp_endpoint;  // address + tcp_port, resolved
 };
 
+// A route of a transparent listener: what to do with connections whose
+// original destination matches.
+struct RouteConfig {
+  enum class Action { kTunnel, kPassthrough, kReject };
+  RouteMatch match;
+  Action action = Action::kTunnel;
+  std::string peer;      // kTunnel: the peer to carry it to
+  bool has_target = false;
+  Endpoint target;       // kTunnel: rewritten target; default: the original destination
+};
+
 struct ListenerConfig {
   std::string name;
   Endpoint listen;
-  std::string peer;  // name of an entry in Config::peers
-  Endpoint target;   // what the peer's rdmagw connects to
+  std::string peer;  // name of an entry in Config::peers (not for transparent listeners)
+  Endpoint target;   // what the peer's rdmagw connects to (not for transparent listeners)
+  // listen: transparent:IP:PORT -- connections arrive through an iptables
+  // REDIRECT; their original destination picks a route (first match wins).
+  bool transparent = false;
+  std::vector<RouteConfig> routes;
 };
 
 // The RDMA transport's knobs (tunnel.rdma). Defaults suit eRDMA.

@@ -58,7 +58,8 @@ const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port"
 const Keys kRdmaKeys = {"device", "slab_size", "recv_depth", "send_depth", "busy_poll_us",
                         "inline_threshold"};
 const Keys kPeerKeys = {"name", "address", "tcp_port", "rdma_port"};
-const Keys kListenerKeys = {"name", "listen", "peer", "target"};
+const Keys kListenerKeys = {"name", "listen", "peer", "target", "routes"};
+const Keys kRouteKeys = {"match", "peer", "target", "action"};
 
 // A YAML value together with where it lives: its key path, the position to
 // report problems with the value at, and the position of its key.
@@ -200,6 +201,7 @@ class Parser {
 
   std::optional<Fields> read_map(const Value& v, const Keys& allowed, bool null_is_empty);
   void parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size);
+  bool parse_routes(const Value& v, const std::vector<std::string>& peer_names, std::vector<RouteConfig>* routes);
   // Reads one optional numeric field (a byte size when `size`) into *out;
   // returns whether the value, given or default, is valid.
   template <class T>
@@ -672,9 +674,27 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v,
     const Fields& f = *maybe;
     bool ok = require(f, item, "name");
     ok = require(f, item, "listen") && ok;
-    ok = require(f, item, "peer") && ok;
-    ok = require(f, item, "target") && ok;
     ListenerConfig listener;
+    const Value* listen_value = find(f, "listen");
+    listener.transparent = listen_value && listen_value->node.IsScalar() &&
+                           listen_value->node.Scalar().rfind("transparent:", 0) == 0;
+    if (listener.transparent) {
+      // Where a transparent connection goes is decided per route.
+      ok = require(f, item, "routes") && ok;
+      for (const char* key : {"peer", "target"}) {
+        if (const Value* x = find(f, key)) {
+          error(x->mark, x->path, std::string(key) + " is not used by a transparent listener; give each route its own");
+          ok = false;
+        }
+      }
+    } else {
+      ok = require(f, item, "peer") && ok;
+      ok = require(f, item, "target") && ok;
+      if (const Value* x = find(f, "routes")) {
+        error(x->mark, x->path, "routes need a transparent listener (listen: transparent:IP:PORT)");
+        ok = false;
+      }
+    }
     if (const Value* x = find(f, "name")) {
       auto name = get_string(*x);
       ok = ok && name.has_value();
@@ -689,7 +709,14 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v,
       }
     }
     if (const Value* x = find(f, "listen")) {
-      auto ep = get_endpoint(*x);
+      std::optional<Endpoint> ep;
+      if (listener.transparent) {
+        std::string err;
+        ep = parse_host_port(x->node.Scalar().substr(12), &err);
+        if (!ep) error(x->mark, x->path, quote(x->node.Scalar()) + ": " + err);
+      } else {
+        ep = get_endpoint(*x);
+      }
       ok = ok && ep.has_value();
       if (ep) {
         listener.listen = *ep;
@@ -724,9 +751,82 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v,
       ok = ok && ep.has_value();
       if (ep) listener.target = *ep;
     }
+    if (listener.transparent) {
+      if (const Value* x = find(f, "routes")) ok = parse_routes(*x, peer_names, &listener.routes) && ok;
+    }
     if (ok) cfg->listeners.push_back(std::move(listener));
   }
   return listens;
+}
+
+bool Parser::parse_routes(const Value& v, const std::vector<std::string>& peer_names,
+                          std::vector<RouteConfig>* routes) {
+  auto items = read_list(v);
+  if (!items) return false;
+  if (items->empty()) {
+    error(v.mark, v.path, "a transparent listener needs at least one route");
+    return false;
+  }
+  bool all_ok = true;
+  for (const auto& item : *items) {
+    auto maybe = read_map(item, kRouteKeys, false);
+    if (!maybe) {
+      all_ok = false;
+      continue;
+    }
+    const Fields& f = *maybe;
+    bool ok = require(f, item, "match");
+    RouteConfig route;
+    if (const Value* x = find(f, "match")) {
+      auto text = get_string(*x);
+      std::string err;
+      auto m = text ? parse_route_match(*text, &err) : std::nullopt;
+      if (text && !m) error(x->mark, x->path, quote(*text) + ": " + err);
+      ok = ok && m.has_value();
+      if (m) route.match = *m;
+    }
+    const Value* action = find(f, "action");
+    if (action) {
+      auto a = get_choice(*action, {"tunnel", "passthrough", "reject"});
+      ok = ok && a.has_value();
+      if (a == "passthrough") route.action = RouteConfig::Action::kPassthrough;
+      if (a == "reject") route.action = RouteConfig::Action::kReject;
+    }
+    if (route.action == RouteConfig::Action::kTunnel) {
+      ok = require(f, item, "peer") && ok;
+    } else {
+      for (const char* key : {"peer", "target"}) {
+        if (const Value* x = find(f, key)) {
+          error(x->mark, x->path, std::string(key) + " makes no sense with action " + quote(action->node.Scalar()));
+          ok = false;
+        }
+      }
+    }
+    if (const Value* x = find(f, "peer")) {
+      auto peer = get_string(*x);
+      ok = ok && peer.has_value();
+      if (peer) {
+        route.peer = *peer;
+        if (std::find(peer_names.begin(), peer_names.end(), *peer) == peer_names.end()) {
+          error(x->mark, x->path,
+                "unknown peer " + quote(*peer) +
+                    (peer_names.empty() ? "; no peers are defined" : "; defined peers: " + join_words(peer_names)));
+          ok = false;
+        }
+      }
+    }
+    if (const Value* x = find(f, "target")) {
+      auto ep = get_endpoint(*x);
+      ok = ok && ep.has_value();
+      if (ep) {
+        route.target = *ep;
+        route.has_target = true;
+      }
+    }
+    if (ok) routes->push_back(std::move(route));
+    all_ok = all_ok && ok;
+  }
+  return all_ok;
 }
 
 void Parser::parse_targets(const Value& v, Config* cfg) {

@@ -6,6 +6,10 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include <linux/netfilter_ipv4.h>
+#include <linux/netfilter_ipv6/ip6_tables.h>
+
+#include "proxy/local/direct_pipe.h"
 #include "proxy/local/local_stream.h"
 #include "proxy/transport/tcp/tcp_transport.h"
 
@@ -120,8 +124,55 @@ void Worker::run() {
 
 void Worker::on_local_accept(size_t listener_index, UniqueFd fd) {
   const ListenerConfig& l = *sockets_.locals[listener_index].config;
+  if (l.transparent) {
+    on_transparent_accept(l, std::move(fd));
+    return;
+  }
   auto* stream = local::LocalStream::from_client(*host_, std::move(fd), l.name, l.peer, l.target.to_string());
   links_[listener_link_[listener_index]]->submit(stream);
+}
+
+void Worker::on_transparent_accept(const ListenerConfig& l, UniqueFd fd) {
+  // Where the application meant to go, before iptables REDIRECT sent it here.
+  // io_uring's getsockopt serves SOL_SOCKET only, so this one is synchronous.
+  sockaddr_storage dst{};
+  socklen_t len = sizeof(dst);
+  int rc = l.listen.addr.ss_family == AF_INET6
+               ? getsockopt(fd.get(), SOL_IPV6, IP6T_SO_ORIGINAL_DST, &dst, &len)
+               : getsockopt(fd.get(), SOL_IP, SO_ORIGINAL_DST, &dst, &len);
+  auto reject = [&](std::string_view reason, const std::string& destination) {
+    log::warn("stream_rejected").kv("listener", l.name).kv("destination", destination).kv("reason", reason);
+    linger lg{1, 0};
+    setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  };
+  if (rc != 0) {
+    reject(std::string("no original destination (not redirected by iptables?): ") + strerror(errno), "?");
+    return;
+  }
+  std::string destination = sockaddr_to_string(reinterpret_cast<sockaddr*>(&dst), len);
+  for (const RouteConfig& route : l.routes) {
+    if (!route.match.matches(reinterpret_cast<sockaddr*>(&dst))) continue;
+    switch (route.action) {
+      case RouteConfig::Action::kReject:
+        reject("route " + route.match.to_string() + " says reject", destination);
+        return;
+      case RouteConfig::Action::kPassthrough:
+        local::DirectPipe::start(*host_, std::move(fd), dst, len, l.name);
+        return;
+      case RouteConfig::Action::kTunnel: {
+        std::string target = route.has_target ? route.target.to_string() : "tcp:" + destination;
+        for (size_t p = 0; p < config_->peers.size(); ++p) {
+          if (config_->peers[p].name != route.peer) continue;
+          log::debug("stream_routed").kv("listener", l.name).kv("destination", destination).kv("peer", route.peer);
+          links_[p]->submit(local::LocalStream::from_client(*host_, std::move(fd), l.name, route.peer, target));
+          return;
+        }
+        reject("route names an unknown peer", destination);
+        return;
+      }
+    }
+  }
+  reject("no route matches", destination);
 }
 
 void Worker::on_tunnel_accept(UniqueFd fd) {

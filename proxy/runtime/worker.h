@@ -66,6 +66,7 @@ class Worker final : public tunnel::SessionOwner, public transport::RdmaTranspor
   void adopt_inbound(tunnel::Transport* transport);
   void tick();
   void on_local_accept(size_t listener_index, UniqueFd fd);
+  void on_transparent_accept(const ListenerConfig& listener, UniqueFd fd);
   void on_tunnel_accept(UniqueFd fd);
   void begin_drain();
   void close_everything(std::string_view reason);

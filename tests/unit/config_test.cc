@@ -713,3 +713,67 @@ TEST_CASE("tunnel.rdma: unknown keys, out-of-range values and a slab too small a
                 }),
                 {{4, 16, "tunnel.rdma.slab_size", "too small"}});
 }
+
+TEST_CASE("transparent listeners: routes are read in order with their actions") {
+  ConfigResult r = parse_config_text(lines({
+                                         "node: a",
+                                         "peers:",
+                                         "  - {name: host-b, address: 10.0.0.2, tcp_port: 7471}",
+                                         "listeners:",
+                                         "  - name: outbound",
+                                         "    listen: transparent:127.0.0.1:15001",
+                                         "    routes:",
+                                         "      - match: 10.1.0.0/16:6379",
+                                         "        peer: host-b",
+                                         "      - match: 10.2.0.5:8000-8100",
+                                         "        peer: host-b",
+                                         "        target: tcp:127.0.0.1:8080",
+                                         "      - match: 0.0.0.0/0",
+                                         "        action: passthrough",
+                                     }),
+                                     "test.yaml");
+  INFO(dump(r));
+  REQUIRE(r.config);
+  const auto& l = r.config->listeners.at(0);
+  CHECK(l.transparent);
+  CHECK(l.listen.to_string() == "tcp:127.0.0.1:15001");
+  REQUIRE(l.routes.size() == 3);
+  CHECK(l.routes[0].action == rdmagw::RouteConfig::Action::kTunnel);
+  CHECK(l.routes[0].peer == "host-b");
+  CHECK_FALSE(l.routes[0].has_target);
+  CHECK(l.routes[1].has_target);
+  CHECK(l.routes[1].target.to_string() == "tcp:127.0.0.1:8080");
+  CHECK(l.routes[1].match.port_lo == 8000);
+  CHECK(l.routes[1].match.port_hi == 8100);
+  CHECK(l.routes[2].action == rdmagw::RouteConfig::Action::kPassthrough);
+}
+
+TEST_CASE("transparent listeners: every route mistake is reported in place") {
+  expect_errors(lines({
+                    "node: a",
+                    "peers:",
+                    "  - {name: host-b, address: 10.0.0.2, tcp_port: 7471}",
+                    "listeners:",
+                    "  - name: outbound",
+                    "    listen: transparent:127.0.0.1:15001",
+                    "    peer: host-b",
+                    "    routes:",
+                    "      - match: 10.1.0.0/33",
+                    "        peer: host-x",
+                    "      - match: 10.2.0.5",
+                    "        action: reject",
+                    "        target: tcp:127.0.0.1:1",
+                    "      - action: passthrough",
+                    "  - name: plain",
+                    "    listen: tcp:127.0.0.1:6000",
+                    "    peer: host-b",
+                    "    target: tcp:127.0.0.1:1",
+                    "    routes: []",
+                }),
+                {{7, 11, "listeners[0].peer", "not used by a transparent listener"},
+                 {9, 16, "listeners[0].routes[0].match", "prefix length"},
+                 {10, 15, "listeners[0].routes[0].peer", "unknown peer 'host-x'"},
+                 {13, 17, "listeners[0].routes[1].target", "makes no sense with action 'reject'"},
+                 {14, 9, "listeners[0].routes[2].match", "required key 'match' is missing"},
+                 {19, 13, "listeners[1].routes", "need a transparent listener"}});
+}

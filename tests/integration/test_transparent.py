@@ -1,0 +1,177 @@
+"""Transparent redirect, end to end: two hosts as network namespaces joined by
+a veth pair (made here, deleted after). In host A, iptables (installed by
+tools/rdmagw-iptables) sends an untouched client's connection to rdmagw A's
+transparent listener; routes on the original destination decide: tunnel to
+rdmagw B, connect directly (passthrough), or reject."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, RDMAGW_BIN
+
+A_IP, B_IP = "10.201.0.1", "10.201.0.2"  # exist only inside this test's namespaces
+NOBODY = 65534
+
+# Server in host B: answers "<address it saw the connection come from>|<request>".
+SERVER = r"""
+import socket, sys, threading
+def serve(port):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((sys.argv[1], port)); s.listen(16)
+    while True:
+        c, peer = s.accept()
+        c.settimeout(10)
+        data = b""
+        while True:
+            d = c.recv(65536)
+            if not d: break
+            data += d
+        c.sendall(peer[0].encode() + b"|" + data); c.close()
+for p in (8000, 9000, 9100):
+    threading.Thread(target=serve, args=(p,), daemon=True).start()
+threading.Event().wait(300)
+"""
+
+# Client in host A: an ordinary connect to B's address; prints what came back.
+CLIENT = r"""
+import socket, sys
+try:
+    c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+    c.sendall(sys.argv[3].encode()); c.shutdown(socket.SHUT_WR)
+    got = b""
+    while True:
+        d = c.recv(65536)
+        if not d: break
+        got += d
+    print("reply:" + got.decode())
+except (ConnectionResetError, BrokenPipeError) as e:
+    print("reset:" + type(e).__name__)
+"""
+
+
+def run(*args, check=True, timeout=30):
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=check)
+
+
+def preconditions():
+    missing = [t for t in ("ip", "iptables", "setpriv") if shutil.which(t) is None]
+    if os.geteuid() != 0 or missing:
+        why = "needs root" if os.geteuid() != 0 else f"needs {', '.join(missing)}"
+        if os.environ.get("CI") and os.geteuid() == 0:
+            pytest.fail(f"transparent redirect test {why} (tools/dev/install-deps installs them)")
+        pytest.skip(why)
+
+
+@pytest.fixture
+def hosts():
+    preconditions()
+    tag = secrets.token_hex(3)
+    a, b = f"rgwa{tag}", f"rgwb{tag}"
+    run("ip", "netns", "add", a)
+    run("ip", "netns", "add", b)
+    try:
+        run("ip", "link", "add", f"va{tag}", "type", "veth", "peer", "name", f"vb{tag}")
+        run("ip", "link", "set", f"va{tag}", "netns", a)
+        run("ip", "link", "set", f"vb{tag}", "netns", b)
+        run("ip", "-n", a, "addr", "add", f"{A_IP}/24", "dev", f"va{tag}")
+        run("ip", "-n", b, "addr", "add", f"{B_IP}/24", "dev", f"vb{tag}")
+        for ns, dev in ((a, f"va{tag}"), (b, f"vb{tag}")):
+            run("ip", "-n", ns, "link", "set", dev, "up")
+            run("ip", "-n", ns, "link", "set", "lo", "up")
+        yield a, b
+    finally:
+        run("ip", "netns", "del", a, check=False)
+        run("ip", "netns", "del", b, check=False)
+
+
+def test_transparent_redirect_tunnels_passes_through_and_rejects(hosts):
+    a, b = hosts
+    work = Path(tempfile.mkdtemp(prefix="rdmagw-tp-"))
+    os.chmod(work, 0o755)  # rdmagw A runs as nobody and must read its config
+    procs = []
+    try:
+        (work / "b.yaml").write_text(f"""node: host-b
+workers: 1
+admin: "127.0.0.1:9902"
+tunnel: {{address: {B_IP}, tcp_port: 7471, transport: tcp}}
+targets: ["tcp:{B_IP}:8000"]
+""")
+        (work / "a.yaml").write_text(f"""node: host-a
+workers: 1
+log_level: debug
+admin: "127.0.0.1:9901"
+tunnel: {{address: {A_IP}, tcp_port: 7471, transport: tcp}}
+peers:
+  - {{name: host-b, address: {B_IP}, tcp_port: 7471}}
+listeners:
+  - name: outbound
+    listen: transparent:127.0.0.1:15001
+    routes:
+      - match: {B_IP}:8000
+        peer: host-b
+      - match: {B_IP}:9000
+        action: passthrough
+      - match: {B_IP}/32:9100-9199
+        action: reject
+""")
+        for f in ("a.yaml", "b.yaml"):
+            os.chmod(work / f, 0o644)
+        logs = {n: open(work / f"{n}.log", "w") for n in ("server", "a", "b")}
+        procs.append(subprocess.Popen(["ip", "netns", "exec", b, "/usr/bin/python3", "-c", SERVER, B_IP],
+                                      stdout=logs["server"], stderr=subprocess.STDOUT))
+        procs.append(subprocess.Popen(["ip", "netns", "exec", b, RDMAGW_BIN, "--config", str(work / "b.yaml")],
+                                      stdout=logs["b"], stderr=subprocess.STDOUT))
+        # rdmagw A as nobody: iptables skips that uid, so its own connections
+        # (the tunnel to B, passthrough connects) are never redirected back.
+        procs.append(subprocess.Popen(
+            ["ip", "netns", "exec", a, "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+             RDMAGW_BIN, "--config", str(work / "a.yaml")], stdout=logs["a"], stderr=subprocess.STDOUT))
+        before = run("ip", "netns", "exec", a, "iptables-save", "-t", "nat").stdout
+        tool = str(REPO / "tools" / "rdmagw-iptables")
+        run("ip", "netns", "exec", a, tool, "install", "--uid", str(NOBODY), "--capture", "10.201.0.0/24",
+            "--redirect-port", "15001")
+
+        def log(name):
+            return (work / f"{name}.log").read_text()
+
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and "event=session_open" not in log("a"):
+            time.sleep(0.1)
+        assert "event=session_open peer=host-b" in log("a"), \
+            "rdmagw A's own tunnel connection did not reach B (was it redirected?):\n" + log("a")
+
+        def client(port, text):
+            return run("ip", "netns", "exec", a, "/usr/bin/python3", "-c", CLIENT, B_IP, str(port), text).stdout.strip()
+
+        # Tunnel: B's server sees the connection come from rdmagw B (B's own
+        # address), not from host A.
+        assert client(8000, "via-tunnel") == f"reply:{B_IP}|via-tunnel"
+        assert f"event=stream_routed listener=outbound destination={B_IP}:8000 peer=host-b" in log("a")
+        # Passthrough: connected directly from host A.
+        assert client(9000, "direct") == f"reply:{A_IP}|direct"
+        # Reject: reset, and logged.
+        assert client(9150, "nope").startswith("reset:")
+        assert "event=stream_rejected listener=outbound destination=" + f"{B_IP}:9150" in log("a")
+
+        run("ip", "netns", "exec", a, tool, "cleanup")
+        after = run("ip", "netns", "exec", a, "iptables-save", "-t", "nat").stdout
+        strip = lambda t: [l for l in t.splitlines() if not l.startswith("#")]
+        assert strip(after) == strip(before), "cleanup left rules behind"
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(work, ignore_errors=True)
