@@ -4,6 +4,24 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
+
+namespace {
+// With CAP_IPC_LOCK the kernel pins memory for RDMA regardless of
+// RLIMIT_MEMLOCK, so the limit only matters without it.
+bool has_cap_ipc_lock() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("CapEff:", 0) == 0) {
+      unsigned long long caps = std::stoull(line.substr(7), nullptr, 16);
+      return (caps >> 14) & 1;  // CAP_IPC_LOCK
+    }
+  }
+  return false;
+}
+}  // namespace
 
 namespace rdmagw::transport {
 
@@ -87,7 +105,7 @@ std::string rdma_unavailable_reason(const RdmaConfig& config, unsigned workers) 
   ibv_free_device_list(list);
   if (!found) return "tunnel.rdma.device '" + config.device + "' not found; devices here: " + names;
   rlimit rl{};
-  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+  if (!has_cap_ipc_lock() && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     uint64_t need = config.slab_size * workers;
     if (rl.rlim_cur < need) {
       return "memlock limit (ulimit -l) is " + std::to_string(rl.rlim_cur >> 10) + " KiB but " +
