@@ -202,6 +202,8 @@ class Parser {
   std::optional<Fields> read_map(const Value& v, const Keys& allowed, bool null_is_empty);
   void parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size);
   bool parse_routes(const Value& v, const std::vector<std::string>& peer_names, std::vector<RouteConfig>* routes);
+  // A `peer:` value that must name a defined peer.
+  bool read_peer_ref(const Value& x, const std::vector<std::string>& peer_names, std::string* out);
   // Reads one optional numeric field (a byte size when `size`) into *out;
   // returns whether the value, given or default, is valid.
   template <class T>
@@ -732,20 +734,7 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v,
         listens.push_back(ListenUse{*ep, x->mark, x->path, owner});
       }
     }
-    if (const Value* x = find(f, "peer")) {
-      auto peer = get_string(*x);
-      ok = ok && peer.has_value();
-      if (peer) {
-        listener.peer = *peer;
-        if (std::find(peer_names.begin(), peer_names.end(), *peer) == peer_names.end()) {
-          error(x->mark, x->path,
-                "unknown peer " + quote(*peer) +
-                    (peer_names.empty() ? "; no peers are defined"
-                                        : "; defined peers: " + join_words(peer_names)));
-          ok = false;
-        }
-      }
-    }
+    if (const Value* x = find(f, "peer")) ok = read_peer_ref(*x, peer_names, &listener.peer) && ok;
     if (const Value* x = find(f, "target")) {
       auto ep = get_endpoint(*x);
       ok = ok && ep.has_value();
@@ -757,6 +746,17 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v,
     if (ok) cfg->listeners.push_back(std::move(listener));
   }
   return listens;
+}
+
+bool Parser::read_peer_ref(const Value& x, const std::vector<std::string>& peer_names, std::string* out) {
+  auto peer = get_string(x);
+  if (!peer) return false;
+  *out = *peer;
+  if (std::find(peer_names.begin(), peer_names.end(), *peer) != peer_names.end()) return true;
+  error(x.mark, x.path,
+        "unknown peer " + quote(*peer) +
+            (peer_names.empty() ? "; no peers are defined" : "; defined peers: " + join_words(peer_names)));
+  return false;
 }
 
 bool Parser::parse_routes(const Value& v, const std::vector<std::string>& peer_names,
@@ -802,19 +802,7 @@ bool Parser::parse_routes(const Value& v, const std::vector<std::string>& peer_n
         }
       }
     }
-    if (const Value* x = find(f, "peer")) {
-      auto peer = get_string(*x);
-      ok = ok && peer.has_value();
-      if (peer) {
-        route.peer = *peer;
-        if (std::find(peer_names.begin(), peer_names.end(), *peer) == peer_names.end()) {
-          error(x->mark, x->path,
-                "unknown peer " + quote(*peer) +
-                    (peer_names.empty() ? "; no peers are defined" : "; defined peers: " + join_words(peer_names)));
-          ok = false;
-        }
-      }
-    }
+    if (const Value* x = find(f, "peer")) ok = read_peer_ref(*x, peer_names, &route.peer) && ok;
     if (const Value* x = find(f, "target")) {
       auto ep = get_endpoint(*x);
       ok = ok && ep.has_value();
