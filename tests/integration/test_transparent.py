@@ -18,14 +18,21 @@ import pytest
 
 from conftest import REPO, RDMAGW_BIN
 
-A_IP, B_IP = "10.201.0.1", "10.201.0.2"  # exist only inside this test's namespaces
+# Addresses exist only inside this test's namespaces.
+FAMILIES = {
+    "ipv4": dict(a="10.201.0.1", b="10.201.0.2", prefix=24, net="10.201.0.0/24", loop="127.0.0.1",
+                 fmt=lambda ip, port: f"{ip}:{port}", extra=[]),
+    "ipv6": dict(a="fd00:201::1", b="fd00:201::2", prefix=64, net="fd00:201::/64", loop="::1",
+                 fmt=lambda ip, port: f"[{ip}]:{port}", extra=["--ipv6"]),
+}
 NOBODY = 65534
 
 # Server in host B: answers "<address it saw the connection come from>|<request>".
 SERVER = r"""
 import socket, sys, threading
 def serve(port):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((sys.argv[1], port)); s.listen(16)
     while True:
         c, peer = s.accept()
@@ -71,9 +78,10 @@ def preconditions():
         pytest.skip(why)
 
 
-@pytest.fixture
-def hosts():
+@pytest.fixture(params=sorted(FAMILIES))
+def hosts(request):
     preconditions()
+    fam = FAMILIES[request.param]
     tag = secrets.token_hex(3)
     a, b = f"rgwa{tag}", f"rgwb{tag}"
     run("ip", "netns", "add", a)
@@ -82,19 +90,22 @@ def hosts():
         run("ip", "link", "add", f"va{tag}", "type", "veth", "peer", "name", f"vb{tag}")
         run("ip", "link", "set", f"va{tag}", "netns", a)
         run("ip", "link", "set", f"vb{tag}", "netns", b)
-        run("ip", "-n", a, "addr", "add", f"{A_IP}/24", "dev", f"va{tag}")
-        run("ip", "-n", b, "addr", "add", f"{B_IP}/24", "dev", f"vb{tag}")
+        # nodad: usable at once, without IPv6 duplicate address detection.
+        nodad = ["nodad"] if request.param == "ipv6" else []
+        run("ip", "-n", a, "addr", "add", f"{fam['a']}/{fam['prefix']}", "dev", f"va{tag}", *nodad)
+        run("ip", "-n", b, "addr", "add", f"{fam['b']}/{fam['prefix']}", "dev", f"vb{tag}", *nodad)
         for ns, dev in ((a, f"va{tag}"), (b, f"vb{tag}")):
             run("ip", "-n", ns, "link", "set", dev, "up")
             run("ip", "-n", ns, "link", "set", "lo", "up")
-        yield a, b
+        yield a, b, fam
     finally:
         run("ip", "netns", "del", a, check=False)
         run("ip", "netns", "del", b, check=False)
 
 
 def test_transparent_redirect_tunnels_passes_through_and_rejects(hosts):
-    a, b = hosts
+    a, b, fam = hosts
+    A_IP, B_IP, ep = fam["a"], fam["b"], fam["fmt"]
     work = Path(tempfile.mkdtemp(prefix="rdmagw-tp-"))
     os.chmod(work, 0o755)  # rdmagw A runs as nobody and must read its config
     procs = []
@@ -102,25 +113,25 @@ def test_transparent_redirect_tunnels_passes_through_and_rejects(hosts):
         (work / "b.yaml").write_text(f"""node: host-b
 workers: 1
 admin: "127.0.0.1:9902"
-tunnel: {{address: {B_IP}, tcp_port: 7471, transport: tcp}}
-targets: ["tcp:{B_IP}:8000"]
+tunnel: {{address: "{B_IP}", tcp_port: 7471, transport: tcp}}
+targets: ["tcp:{ep(B_IP, 8000)}"]
 """)
         (work / "a.yaml").write_text(f"""node: host-a
 workers: 1
 log_level: debug
 admin: "127.0.0.1:9901"
-tunnel: {{address: {A_IP}, tcp_port: 7471, transport: tcp}}
+tunnel: {{address: "{A_IP}", tcp_port: 7471, transport: tcp}}
 peers:
-  - {{name: host-b, address: {B_IP}, tcp_port: 7471}}
+  - {{name: host-b, address: "{B_IP}", tcp_port: 7471}}
 listeners:
   - name: outbound
-    listen: transparent:127.0.0.1:15001
+    listen: "transparent:{ep(fam['loop'], 15001)}"
     routes:
-      - match: {B_IP}:8000
+      - match: "{ep(B_IP, 8000)}"
         peer: host-b
-      - match: {B_IP}:9000
+      - match: "{ep(B_IP, 9000)}"
         action: passthrough
-      - match: {B_IP}/32:9100-9199
+      - match: "{ep(B_IP + ('/128' if ':' in B_IP else '/32'), '9100-9199')}"
         action: reject
 """)
         for f in ("a.yaml", "b.yaml"):
@@ -135,10 +146,11 @@ listeners:
         procs.append(subprocess.Popen(
             ["ip", "netns", "exec", a, "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
              RDMAGW_BIN, "--config", str(work / "a.yaml")], stdout=logs["a"], stderr=subprocess.STDOUT))
-        before = run("ip", "netns", "exec", a, "iptables-save", "-t", "nat").stdout
+        save = "ip6tables-save" if fam["extra"] else "iptables-save"
+        before = run("ip", "netns", "exec", a, save, "-t", "nat").stdout
         tool = str(REPO / "tools" / "rdmagw-iptables")
-        run("ip", "netns", "exec", a, tool, "install", "--uid", str(NOBODY), "--capture", "10.201.0.0/24",
-            "--redirect-port", "15001")
+        run("ip", "netns", "exec", a, tool, "install", "--uid", str(NOBODY), "--capture", fam["net"],
+            "--redirect-port", "15001", *fam["extra"])
 
         def log(name):
             return (work / f"{name}.log").read_text()
@@ -155,15 +167,15 @@ listeners:
         # Tunnel: B's server sees the connection come from rdmagw B (B's own
         # address), not from host A.
         assert client(8000, "via-tunnel") == f"reply:{B_IP}|via-tunnel"
-        assert f"event=stream_routed listener=outbound destination={B_IP}:8000 peer=host-b" in log("a")
+        assert f"event=stream_routed listener=outbound destination={ep(B_IP, 8000)} peer=host-b" in log("a")
         # Passthrough: connected directly from host A.
         assert client(9000, "direct") == f"reply:{A_IP}|direct"
         # Reject: reset, and logged.
         assert client(9150, "nope").startswith("reset:")
-        assert "event=stream_rejected listener=outbound destination=" + f"{B_IP}:9150" in log("a")
+        assert f"event=stream_rejected listener=outbound destination={ep(B_IP, 9150)}" in log("a")
 
-        run("ip", "netns", "exec", a, tool, "cleanup")
-        after = run("ip", "netns", "exec", a, "iptables-save", "-t", "nat").stdout
+        run("ip", "netns", "exec", a, tool, "cleanup", *fam["extra"])
+        after = run("ip", "netns", "exec", a, save, "-t", "nat").stdout
         strip = lambda t: [l for l in t.splitlines() if not l.startswith("#")]
         assert strip(after) == strip(before), "cleanup left rules behind"
     finally:
