@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 : "${RDMAGW_LAB_ADDR:?run me through tools/rdma-lab}"
 : "${RDMAGW_LAB_DEVICE:?run me through tools/rdma-lab}"
 secs=${1:-5}
+buffer=${RDMAGW_BENCH_BUFFER:-16384}   # tunnel.buffer_size of both sidecars
 ulimit -l unlimited
 ulimit -n 65536
 bin=$PWD/build/bin/rdmagw
@@ -43,14 +44,14 @@ cat >"$work/b.yaml" <<Y
 node: host-b
 workers: 1
 log_level: warn
-tunnel: {address: $addr, tcp_port: 17481, rdma_port: 17482, transport: rdma, rdma: {slab_size: 64MiB}}
+tunnel: {address: $addr, tcp_port: 17481, rdma_port: 17482, transport: rdma, buffer_size: $buffer, rdma: {slab_size: 128MiB}}
 targets: ["tcp:127.0.0.1:16401", "tcp:127.0.0.1:16402"]
 Y
 cat >"$work/a.yaml" <<Y
 node: host-a
 workers: 1
 log_level: warn
-tunnel: {address: $addr, tcp_port: 17471, rdma_port: 17472, transport: rdma, rdma: {slab_size: 64MiB}}
+tunnel: {address: $addr, tcp_port: 17471, rdma_port: 17472, transport: rdma, buffer_size: $buffer, rdma: {slab_size: 128MiB}}
 peers:
   - {name: host-b, address: $addr, tcp_port: 17481, rdma_port: 17482}
 listeners:
@@ -114,6 +115,7 @@ kill "$echo_pid" 2>/dev/null || true
 wait 2>/dev/null || true
 
 echo
+echo "buffer_size $buffer"
 echo "| measure (same VM run, rxe under TCG) | device | through rdmagw | ratio |"
 echo "|---|---:|---:|---:|"
 echo "| bulk MB/s: ib_write_bw -R 64 KiB vs iperf3 through the pair | $ib_bw | $tunnel_bw | $(echo "$tunnel_bw $ib_bw" | awk '{printf "%.2f", $1/$2}') |"
