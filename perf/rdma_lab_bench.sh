@@ -14,6 +14,8 @@ cd "$(dirname "$0")/.."
 : "${RDMAGW_LAB_DEVICE:?run me through tools/rdma-lab}"
 secs=${1:-5}
 buffer=${RDMAGW_BENCH_BUFFER:-16384}   # tunnel.buffer_size of both sidecars
+busy=${RDMAGW_BENCH_BUSY_POLL_US:-0}    # tunnel.rdma.busy_poll_us
+transport=${RDMAGW_BENCH_TRANSPORT:-rdma}  # rdma, or tcp to compare the carrier
 ulimit -l unlimited
 ulimit -n 65536
 bin=$PWD/build/bin/rdmagw
@@ -44,14 +46,14 @@ cat >"$work/b.yaml" <<Y
 node: host-b
 workers: 1
 log_level: warn
-tunnel: {address: $addr, tcp_port: 17481, rdma_port: 17482, transport: rdma, buffer_size: $buffer, rdma: {slab_size: 128MiB}}
+tunnel: {address: $addr, tcp_port: 17481, rdma_port: 17482, transport: $transport, buffer_size: $buffer, rdma: {slab_size: 128MiB, busy_poll_us: $busy}}
 targets: ["tcp:127.0.0.1:16401", "tcp:127.0.0.1:16402"]
 Y
 cat >"$work/a.yaml" <<Y
 node: host-a
 workers: 1
 log_level: warn
-tunnel: {address: $addr, tcp_port: 17471, rdma_port: 17472, transport: rdma, buffer_size: $buffer, rdma: {slab_size: 128MiB}}
+tunnel: {address: $addr, tcp_port: 17471, rdma_port: 17472, transport: $transport, buffer_size: $buffer, rdma: {slab_size: 128MiB, busy_poll_us: $busy}}
 peers:
   - {name: host-b, address: $addr, tcp_port: 17481, rdma_port: 17482}
 listeners:
@@ -115,7 +117,7 @@ kill "$echo_pid" 2>/dev/null || true
 wait 2>/dev/null || true
 
 echo
-echo "buffer_size $buffer"
+echo "transport $transport, buffer_size $buffer, busy_poll_us $busy"
 echo "| measure (same VM run, rxe under TCG) | device | through rdmagw | ratio |"
 echo "|---|---:|---:|---:|"
 echo "| bulk MB/s: ib_write_bw -R 64 KiB vs iperf3 through the pair | $ib_bw | $tunnel_bw | $(echo "$tunnel_bw $ib_bw" | awk '{printf "%.2f", $1/$2}') |"
