@@ -10,18 +10,12 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/socket_options.h"
 
 namespace rdmagw::local {
 
 using tunnel::kBufferHeadroom;
 using tunnel::ResetCode;
-
-namespace {
-void set_nodelay(int fd) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // fails harmlessly on unix sockets
-}
-}  // namespace
 
 LocalStream::LocalStream(StreamHost& host, UniqueFd fd)
     : host_(host), fd_(std::move(fd)), to_socket_(&host.pool) {

@@ -22,9 +22,8 @@ class Acceptor {
   Acceptor& operator=(const Acceptor&) = delete;
 
   void start();
-  // Stops accepting; safe to destroy once stopped() is true.
+  // Stops accepting (cancels the pending accept).
   void stop();
-  bool stopped() const { return !armed_; }
   // Re-arms after a resource error (EMFILE...) without spinning on it.
   void tick();
   const std::string& name() const { return name_; }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/socket_options.h"
 #include <linux/netfilter_ipv4.h>
 #include <linux/netfilter_ipv6/ip6_tables.h>
 
@@ -176,8 +177,7 @@ void Worker::on_transparent_accept(const ListenerConfig& l, UniqueFd fd) {
 }
 
 void Worker::on_tunnel_accept(UniqueFd fd) {
-  int one = 1;
-  setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  set_nodelay(fd.get());
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
   getpeername(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);

@@ -107,11 +107,6 @@ size_t encode_empty_frame(uint8_t* out, FrameType type, uint32_t stream_id);
 uint8_t* encode_open_before(uint8_t* payload_start, uint32_t stream_id, std::string_view target,
                             uint32_t first_bytes);
 
-// Parse results carry an error text for the log when the frame is malformed.
-struct ParseError {
-  std::string reason;
-};
-
 // Validates a header read off the wire. `max_data` bounds DATA payloads.
 bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, std::string* reason);
 bool decode_hello(std::span<const uint8_t> payload, HelloPayload* out, std::string* reason);
@@ -131,7 +126,6 @@ bool decode_u64(const FrameHeader& h, std::span<const uint8_t> payload, uint64_t
 class FrameReader {
  public:
   explicit FrameReader(uint32_t max_data) : max_data_(max_data) {}
-  void set_max_data(uint32_t max_data) { max_data_ = max_data; }
 
   enum class Status { kFrame, kNeedMore, kError };
   // Looks at data[0..size): on kFrame sets *header and *payload and

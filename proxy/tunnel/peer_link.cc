@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/socket_options.h"
 #include "proxy/transport/tcp/tcp_transport.h"
 
 namespace rdmagw::tunnel {
@@ -148,8 +149,7 @@ void PeerLink::on_connect(int res, uint32_t) {
     dial_fd_.reset();
     return;
   }
-  int one = 1;
-  setsockopt(dial_fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  set_nodelay(dial_fd_.get());
   auto* transport = new transport::TcpTransport(loop_, pool_, std::move(dial_fd_), settings_.max_data,
                                                 peer_.tcp_endpoint.to_string());
   open_session(transport);

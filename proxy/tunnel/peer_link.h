@@ -49,7 +49,6 @@ class PeerLink final : public SessionOwner, public transport::RdmaTransport::Obs
   void begin_shutdown();
   // Closes every session (streams on them are reset).
   void close_all(std::string_view reason);
-  size_t session_count() const { return (active_ ? 1 : 0) + draining_.size(); }
 
   // SessionOwner
   void on_session_open(Session& session) override;

@@ -24,8 +24,6 @@ class RdmaListener {
 
   bool listen(const Endpoint& at, std::string* error);
   void stop();
-  // True when no completion can still arrive (safe to destroy).
-  bool idle() const { return !armed_; }
 
  private:
   void arm();

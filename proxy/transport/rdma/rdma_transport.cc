@@ -156,7 +156,6 @@ RdmaTransport* RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, rdma_cm_
 bool RdmaTransport::setup_qp(std::string* error) {
   device_ = ctx_.device(id_->verbs, error);
   if (!device_) return false;
-  device_name_ = device_->name;
   comp_channel_ = ibv_create_comp_channel(id_->verbs);
   if (!comp_channel_ || !set_nonblocking(comp_channel_->fd)) {
     *error = std::string("ibv_create_comp_channel: ") + strerror(errno);

@@ -56,9 +56,6 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   std::string remote_address() const override { return remote_; }
   void flush() override;
 
-  uint32_t send_credits() const { return credits_.available(); }
-  const std::string& device_name() const { return device_name_; }
-
  private:
   enum class State { kResolvingAddress, kResolvingRoute, kConnecting, kEstablished, kClosed };
   RdmaTransport(EventLoop& loop, RdmaContext& ctx, uint32_t max_data, Observer* observer);
@@ -89,7 +86,6 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   State state_ = State::kResolvingAddress;
   bool closed_ = false;
   std::string remote_;
-  std::string device_name_;
   uint32_t timeout_ms_ = 3000;
 
   rdma_event_channel* channel_ = nullptr;
