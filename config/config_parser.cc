@@ -244,12 +244,14 @@ std::optional<Parser::Fields> Parser::read_map(const Value& v, const Keys& allow
   }
   Fields fields;
   for (auto it = v.node.begin(); it != v.node.end(); ++it) {
-    const YAML::Node& key = it->first;
+    // A copy: it-> returns a temporary pair, a reference into it would dangle
+    // (AddressSanitizer: stack-use-after-scope).
+    YAML::Node key = it->first;
     if (!key.IsScalar()) {
       error(key.Mark(), v.path, "mapping keys must be plain strings, got " + describe(key));
       continue;
     }
-    const std::string& name = key.Scalar();
+    const std::string name = key.Scalar();
     std::string path = join_path(v.path, name);
     if (!contains(allowed, name)) {
       error(key.Mark(), path,
