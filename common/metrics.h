@@ -1,0 +1,130 @@
+#pragma once
+// Counters a worker keeps about itself, read by the admin thread on request.
+// Each value has one writer (its worker); the admin thread only loads. So an
+// update is a relaxed load and store on the owner's cache line, never a locked
+// instruction, and a read may be a moment stale but never torn.
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace rdmagw::metrics {
+
+class Counter {
+ public:
+  void add(uint64_t n = 1) { value_.store(value_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  uint64_t value() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> value_{0};
+};
+
+class Gauge {
+ public:
+  void add(int64_t n = 1) { value_.store(value_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  void sub(int64_t n = 1) { add(-n); }
+  int64_t value() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> value_{0};
+};
+
+// Upper bounds of histogram buckets, in microseconds (rendered in seconds).
+// One fixed set for every latency rdmagw measures: 50 µs to 10 s.
+inline constexpr std::array<uint64_t, 17> kLatencyBucketsUs = {
+    50, 100, 250, 500, 1'000, 2'500, 5'000, 10'000, 25'000, 50'000, 100'000, 250'000, 500'000,
+    1'000'000, 2'500'000, 5'000'000, 10'000'000};
+
+class Histogram {
+ public:
+  static constexpr size_t kBuckets = kLatencyBucketsUs.size();
+  void observe_us(uint64_t us);
+  // Per-bucket (not cumulative) counts; index kBuckets is the overflow (+Inf).
+  uint64_t bucket(size_t i) const { return buckets_[i].value(); }
+  uint64_t count() const { return count_.value(); }
+  uint64_t sum_us() const { return sum_us_.value(); }
+
+ private:
+  std::array<Counter, kBuckets + 1> buckets_;
+  Counter count_, sum_us_;
+};
+
+// Why a stream ended before carrying data both ways as asked. The label
+// values of rdmagw_streams_failed_total{reason=...}.
+enum class StreamFailure : uint8_t {
+  kNoSession,        // no session to the peer came up in time
+  kNotAllowed,       // the peer refused the target (allowlist)
+  kTargetRefused,    // the target refused the connection
+  kTargetUnreachable,// the target could not be reached or timed out
+  kPeerGone,         // the session carrying it died
+  kReset,            // an application reset it mid-stream
+  kResource,         // out of buffers
+  kProtocol,         // a stream-level protocol violation
+  kShutdown,         // reset at the end of a drain
+  kRejected,         // a transparent listener's route said reject / no route
+  kCount
+};
+std::string_view stream_failure_name(StreamFailure f);
+
+// Per listener, client side.
+struct ListenerMetrics {
+  Counter accepted;        // connections accepted
+  Gauge active;            // connections open now
+  Counter bytes_received;  // from applications (into the tunnel)
+  Counter bytes_sent;      // to applications (out of the tunnel)
+};
+
+// Per peer: a configured peer's name for sessions we dial, the peer's node
+// name (from its HELLO) for sessions it dialed to us.
+struct PeerMetrics {
+  Counter bytes_sent;      // stream payload towards the peer
+  Counter bytes_received;  // stream payload from the peer
+  Counter streams_opened;  // streams carried, both directions
+  Counter credit_stalls;   // a stream waited for session credit
+  Counter reconnects;      // sessions dialed after the first
+  Gauge sessions_tcp, sessions_rdma;  // sessions open now, by transport
+};
+
+// Everything one worker counts. Listener and peer entries are created on
+// first use (accept, session open) and never removed, so a pointer to one
+// stays valid for the worker's life and the data path caches it.
+class alignas(64) WorkerMetrics {
+ public:
+  static constexpr size_t kMaxPeers = 1024;  // beyond this, peers share "other"
+
+  Counter streams_opened_outbound;  // OPEN sent for an application's connection
+  Counter streams_opened_inbound;   // OPEN accepted from a peer
+  Gauge target_streams_active;      // streams peers opened, to targets here
+  std::array<Counter, static_cast<size_t>(StreamFailure::kCount)> streams_failed;
+  Counter rdma_send_completions, rdma_recv_completions;
+  Histogram stream_open;     // accept -> OPEN sent (includes waiting for a session)
+  Histogram target_connect;  // OPEN received -> target connected
+  Histogram session_rtt;     // PING -> PONG
+
+  void failed(StreamFailure f) { streams_failed[static_cast<size_t>(f)].add(); }
+  ListenerMetrics& listener(std::string_view name);
+  PeerMetrics& peer(std::string_view name);
+
+  // For the admin thread: visits entries in name order, under the lock that
+  // creation takes (never held on the data path).
+  void for_each_listener(const std::function<void(const std::string&, const ListenerMetrics&)>& fn) const;
+  void for_each_peer(const std::function<void(const std::string&, const PeerMetrics&)>& fn) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::unique_ptr<ListenerMetrics>, std::less<>> listeners_;
+  std::map<std::string, std::unique_ptr<PeerMetrics>, std::less<>> peers_;
+};
+
+// Process-wide counters kept by the main thread.
+struct ProcessMetrics {
+  Counter config_reloads;          // reloads applied
+  Counter config_reload_failures;  // reloads refused (invalid file, bind error...)
+};
+
+}  // namespace rdmagw::metrics

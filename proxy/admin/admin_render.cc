@@ -1,0 +1,262 @@
+// The JSON answers. /metrics is in prometheus_text.cc.
+#include <algorithm>
+
+#include "proxy/admin/admin_render.h"
+#include "proxy/admin/json_writer.h"
+#include "proxy/admin/metric_totals.h"
+
+namespace rdmagw::admin {
+namespace {
+
+double us_to_seconds(uint64_t us) { return static_cast<double>(us) / 1e6; }
+
+void write_latency(JsonWriter& w, std::string_view name, const HistogramTotals& h) {
+  w.key(name).begin_object().field("count", h.count).field("sum_seconds", us_to_seconds(h.sum_us)).end_object();
+}
+
+void write_stats_config(JsonWriter& w, const Status& status, const metrics::ProcessMetrics& process) {
+  w.key("config").begin_object();
+  w.field("file", status.config_file);
+  w.field("generation", status.config_generation);
+  w.field("reloads", process.config_reloads.value());
+  w.field("reload_failures", process.config_reload_failures.value());
+  // Before the first reload the object is still there, with unix_time 0.
+  w.key("last_reload").begin_object();
+  w.field("ok", status.last_reload.ok);
+  w.field("unix_time", status.last_reload_unix);
+  w.string_array("changes", status.last_reload.changes);
+  w.string_array("errors", status.last_reload.errors);
+  w.end_object();
+  w.end_object();
+}
+
+void write_stats_listeners(JsonWriter& w, const MetricTotals& totals) {
+  w.key("listeners").begin_array();
+  for (const ListenerTotals& l : totals.listeners) {
+    w.begin_object();
+    w.field("name", l.name).field("listen", l.listen).field("configured", l.configured);
+    w.field("accepted", l.accepted).field("active", l.active);
+    w.field("bytes_received", l.bytes_received).field("bytes_sent", l.bytes_sent);
+    w.end_object();
+  }
+  w.end_array();
+}
+
+void write_stats_peers(JsonWriter& w, const MetricTotals& totals) {
+  w.key("peers").begin_array();
+  for (const PeerTotals& p : totals.peers) {
+    w.begin_object();
+    w.field("name", p.name).field("sessions_tcp", p.sessions_tcp).field("sessions_rdma", p.sessions_rdma);
+    w.field("streams_opened", p.streams_opened);
+    w.field("bytes_sent", p.bytes_sent).field("bytes_received", p.bytes_received);
+    w.field("credit_stalls", p.credit_stalls).field("reconnects", p.reconnects);
+    w.end_object();
+  }
+  w.end_array();
+}
+
+void write_stats_streams(JsonWriter& w, const MetricTotals& totals) {
+  w.key("streams").begin_object();
+  w.field("opened_outbound", totals.streams_opened_outbound);
+  w.field("opened_inbound", totals.streams_opened_inbound);
+  w.field("active", totals.streams_active());
+  w.key("failed").begin_object();
+  for (size_t i = 0; i < totals.streams_failed.size(); ++i)
+    w.field(metrics::stream_failure_name(static_cast<metrics::StreamFailure>(i)), totals.streams_failed[i]);
+  w.end_object();
+  w.end_object();
+}
+
+void write_session(JsonWriter& w, const SessionInfo& s) {
+  w.begin_object();
+  w.field("worker", s.worker).field("role", s.role).field("transport", s.transport).field("state", s.state);
+  w.field("remote_address", s.remote_address).field("peer_node", s.peer_node);
+  w.field("rtt_us", s.rtt_us).field("age_ms", s.age_ms);
+  w.field("streams", s.streams).field("streams_opened", s.streams_opened);
+  w.field("bytes_sent", s.bytes_sent).field("bytes_received", s.bytes_received);
+  w.field("credit_stalls", s.credit_stalls);
+  if (s.has_rdma) {
+    w.key("rdma").begin_object();
+    w.field("qp_state", s.qp_state).field("send_credits", s.send_credits);
+    w.field("peer_recv_depth", s.peer_recv_depth).field("pending_returns", s.pending_returns);
+    w.field("sends_in_flight", s.sends_in_flight).field("completions", s.completions);
+    w.end_object();
+  }
+  w.end_object();
+}
+
+const char* transport_mode_name(TransportMode mode) {
+  switch (mode) {
+    case TransportMode::kAuto: return "auto";
+    case TransportMode::kRdma: return "rdma";
+    case TransportMode::kTcp: return "tcp";
+  }
+  return "auto";
+}
+
+const char* route_action_name(RouteConfig::Action action) {
+  switch (action) {
+    case RouteConfig::Action::kTunnel: return "tunnel";
+    case RouteConfig::Action::kPassthrough: return "passthrough";
+    case RouteConfig::Action::kReject: return "reject";
+  }
+  return "tunnel";
+}
+
+void write_tunnel_config(JsonWriter& w, const TunnelConfig& t) {
+  w.key("tunnel").begin_object();
+  w.field("address", t.address).field("tcp_port", t.tcp_port).field("rdma_port", t.rdma_port);
+  w.field("transport", transport_mode_name(t.transport));
+  // Byte sizes as plain numbers of bytes, which the YAML schema accepts too.
+  w.field("buffer_size", t.buffer_size).field("stream_window", t.stream_window);
+  w.field("session_budget", t.session_budget);
+  w.field("keepalive_interval_ms", t.keepalive_interval_ms).field("keepalive_timeout_ms", t.keepalive_timeout_ms);
+  w.field("connect_timeout_ms", t.connect_timeout_ms).field("reconnect_max_ms", t.reconnect_max_ms);
+  w.key("rdma").begin_object();
+  // No device configured means "any"; the key is left out rather than
+  // written as "", which the YAML schema would not accept.
+  if (!t.rdma.device.empty()) w.field("device", t.rdma.device);
+  w.field("slab_size", t.rdma.slab_size).field("recv_depth", t.rdma.recv_depth);
+  w.field("send_depth", t.rdma.send_depth).field("busy_poll_us", t.rdma.busy_poll_us);
+  w.field("inline_threshold", t.rdma.inline_threshold);
+  w.end_object();
+  w.end_object();
+}
+
+void write_listener_config(JsonWriter& w, const ListenerConfig& l) {
+  w.begin_object();
+  w.field("name", l.name).field("listen", listen_address_text(l));
+  if (!l.transparent) {
+    w.field("peer", l.peer).field("target", l.target.to_string());
+  } else {
+    w.key("routes").begin_array();
+    for (const RouteConfig& r : l.routes) {
+      w.begin_object();
+      w.field("match", r.match.to_string()).field("action", route_action_name(r.action));
+      if (r.action == RouteConfig::Action::kTunnel) w.field("peer", r.peer);
+      // Without a target the stream goes to its original destination,
+      // which is per connection: there is no value to fill in.
+      if (r.has_target) w.field("target", r.target.to_string());
+      w.end_object();
+    }
+    w.end_array();
+  }
+  w.end_object();
+}
+
+}  // namespace
+
+std::string render_stats_json(const Status& status, const Config* config, const WorkerMetricsList& workers,
+                              const metrics::ProcessMetrics& process) {
+  const MetricTotals totals = sum_metrics(config, workers);
+  JsonWriter w;
+  w.begin_object();
+  w.field("version", status.version).field("node", status.node);
+  w.field("uptime_seconds", status.uptime_seconds);
+  w.field("ready", status.ready).field("draining", status.draining);
+  w.field("workers", status.workers);
+  w.field("transport", status.transport).field("transport_reason", status.transport_reason);
+  w.field("io_uring", status.io_uring);
+  write_stats_config(w, status, process);
+  write_stats_listeners(w, totals);
+  write_stats_peers(w, totals);
+  write_stats_streams(w, totals);
+  w.key("rdma").begin_object();
+  w.field("send_completions", totals.rdma_send_completions).field("recv_completions", totals.rdma_recv_completions);
+  w.end_object();
+  w.key("latency").begin_object();
+  write_latency(w, "stream_open", totals.stream_open);
+  write_latency(w, "target_connect", totals.target_connect);
+  write_latency(w, "session_rtt", totals.session_rtt);
+  w.end_object();
+  w.end_object();
+  return w.take();
+}
+
+std::string render_peers_json(const std::vector<PeerInfo>& peers) {
+  JsonWriter w;
+  w.begin_object().key("peers").begin_array();
+  for (const PeerInfo& p : peers) {
+    w.begin_object();
+    w.field("name", p.name).field("configured", p.configured);
+    w.field("address", p.address).field("tcp_port", p.tcp_port).field("rdma_port", p.rdma_port);
+    w.field("transport", p.transport).field("transport_reason", p.transport_reason);
+    w.field("state", p.state).field("last_error", p.last_error).field("waiting_streams", p.waiting_streams);
+    w.key("sessions").begin_array();
+    for (const SessionInfo& s : p.sessions) write_session(w, s);
+    w.end_array();
+    w.end_object();
+  }
+  w.end_array().end_object();
+  return w.take();
+}
+
+std::string render_streams_json(const std::vector<StreamInfo>& streams, size_t offset, size_t limit) {
+  JsonWriter w;
+  w.begin_object();
+  w.field("total", streams.size()).field("offset", offset).field("limit", limit);
+  w.key("streams").begin_array();
+  const size_t begin = std::min(offset, streams.size());
+  const size_t end = begin + std::min(limit, streams.size() - begin);
+  for (size_t i = begin; i < end; ++i) {
+    const StreamInfo& s = streams[i];
+    w.begin_object();
+    w.field("worker", s.worker).field("side", s.side).field("listener", s.listener).field("peer", s.peer);
+    w.field("target", s.target).field("stream_id", s.stream_id).field("age_ms", s.age_ms);
+    w.field("bytes_from_app", s.bytes_from_app).field("bytes_to_app", s.bytes_to_app);
+    w.field("state", s.state);
+    w.end_object();
+  }
+  w.end_array().end_object();
+  return w.take();
+}
+
+std::string render_config_json(const Config& config, uint64_t generation) {
+  JsonWriter w;
+  w.begin_object();
+  w.field("node", config.node).field("admin", config.admin).field("workers", config.workers);
+  write_tunnel_config(w, config.tunnel);
+  w.key("peers").begin_array();
+  for (const PeerConfig& p : config.peers) {
+    w.begin_object();
+    w.field("name", p.name).field("address", p.address).field("tcp_port", p.tcp_port).field("rdma_port", p.rdma_port);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("listeners").begin_array();
+  for (const ListenerConfig& l : config.listeners) write_listener_config(w, l);
+  w.end_array();
+  w.key("targets").begin_array();
+  for (const Endpoint& t : config.targets) w.value(t.to_string());
+  w.end_array();
+  w.field("shutdown_timeout_ms", config.shutdown_timeout_ms).field("log_level", config.log_level);
+  w.field("generation", generation);
+  w.end_object();
+  return w.take();
+}
+
+std::string render_reload_json(const ReloadResult& result, uint64_t generation) {
+  JsonWriter w;
+  w.begin_object().field("ok", result.ok);
+  if (result.ok) {
+    w.field("generation", generation).string_array("changes", result.changes);
+  } else {
+    w.string_array("errors", result.errors);
+  }
+  w.end_object();
+  return w.take();
+}
+
+std::string render_drain_json(uint64_t streams_open) {
+  JsonWriter w;
+  w.begin_object().field("ok", true).field("draining", true).field("streams_open", streams_open).end_object();
+  return w.take();
+}
+
+std::string render_error_json(std::string_view message) {
+  JsonWriter w;
+  w.begin_object().field("error", message).end_object();
+  return w.take();
+}
+
+}  // namespace rdmagw::admin

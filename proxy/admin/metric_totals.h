@@ -1,0 +1,70 @@
+#pragma once
+// The process-wide view of the per-worker counters: every WorkerMetrics
+// summed, listeners and peers matched by name and merged with the
+// configuration. /stats and /metrics both render from one MetricTotals, so
+// the two never disagree about what a number means.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/metrics.h"
+#include "config/config.h"
+
+namespace rdmagw::admin {
+
+struct HistogramTotals {
+  // Per-bucket (not cumulative) counts; the last one is the overflow (+Inf).
+  std::array<uint64_t, metrics::Histogram::kBuckets + 1> buckets{};
+  // The sum of `buckets`, not of Histogram::count(): a worker may observe a
+  // value between our reads of its buckets and of its count, and Prometheus
+  // requires the +Inf bucket to equal _count exactly.
+  uint64_t count = 0;
+  uint64_t sum_us = 0;
+};
+
+struct ListenerTotals {
+  std::string name;
+  std::string listen;       // as configured; "" when no longer configured
+  bool configured = false;  // in the configuration in effect
+  uint64_t accepted = 0;
+  int64_t active = 0;
+  uint64_t bytes_received = 0;  // from applications
+  uint64_t bytes_sent = 0;      // to applications
+};
+
+struct PeerTotals {
+  std::string name;
+  uint64_t bytes_sent = 0, bytes_received = 0;
+  uint64_t streams_opened = 0;
+  uint64_t credit_stalls = 0;
+  uint64_t reconnects = 0;
+  int64_t sessions_tcp = 0, sessions_rdma = 0;
+};
+
+struct MetricTotals {
+  // Configured listeners (peers) first, in configuration order, even before
+  // their first connection (session); then those only the counters know
+  // (removed by a reload, peers that dialed us), in name order.
+  std::vector<ListenerTotals> listeners;
+  std::vector<PeerTotals> peers;
+  uint64_t streams_opened_outbound = 0;
+  uint64_t streams_opened_inbound = 0;
+  int64_t target_streams_active = 0;
+  std::array<uint64_t, static_cast<size_t>(metrics::StreamFailure::kCount)> streams_failed{};
+  uint64_t rdma_send_completions = 0, rdma_recv_completions = 0;
+  HistogramTotals stream_open, target_connect, session_rtt;
+
+  // Streams open now: client side (listeners' active) plus target side.
+  int64_t streams_active() const;
+};
+
+// `config` may be null (nothing configured is then listed). Null entries of
+// `workers` are skipped.
+MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::WorkerMetrics*>& workers);
+
+// The listen address as written in the configuration: "tcp:IP:PORT",
+// "unix:PATH" or, for a transparent listener, "transparent:IP:PORT".
+std::string listen_address_text(const ListenerConfig& listener);
+
+}  // namespace rdmagw::admin

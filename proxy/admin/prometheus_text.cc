@@ -1,0 +1,189 @@
+// GET /metrics: Prometheus text exposition format 0.0.4. Every family of the
+// table in docs/admin.md is always present with its HELP and TYPE lines,
+// even while it has no series yet, so dashboards and alerts can tell "no
+// traffic" from "not exported".
+#include <initializer_list>
+
+#include "proxy/admin/admin_render.h"
+#include "proxy/admin/metric_totals.h"
+#include "proxy/admin/utf8.h"
+
+namespace rdmagw::admin {
+namespace {
+
+struct Label {
+  std::string_view name;
+  std::string_view value;
+};
+
+// Microseconds as an exact decimal number of seconds ("0.00005", "2.5",
+// "10"): bucket bounds must print the same on every scrape, and going
+// through a double could print 0.00005 as 5.0000000000000002e-05.
+std::string seconds_text(uint64_t us) {
+  std::string text = std::to_string(us / 1'000'000);
+  uint64_t fraction = us % 1'000'000;
+  if (fraction == 0) return text;
+  std::string digits = std::to_string(fraction);
+  digits.insert(0, 6 - digits.size(), '0');
+  digits.erase(digits.find_last_not_of('0') + 1);
+  return text + "." + digits;
+}
+
+class PrometheusWriter {
+ public:
+  // Starts a family: its HELP and TYPE lines, which the format allows once.
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    out_.append("# HELP ").append(name).push_back(' ');
+    append_escaped(help, /*in_label_value=*/false);
+    out_.append("\n# TYPE ").append(name).push_back(' ');
+    out_.append(type).push_back('\n');
+  }
+
+  void sample(std::string_view name, std::initializer_list<Label> labels, std::string_view value) {
+    out_.append(name);
+    if (labels.size() > 0) {
+      out_.push_back('{');
+      bool first = true;
+      for (const Label& label : labels) {
+        if (!first) out_.push_back(',');
+        first = false;
+        out_.append(label.name).append("=\"");
+        append_escaped(label.value, /*in_label_value=*/true);
+        out_.push_back('"');
+      }
+      out_.push_back('}');
+    }
+    out_.push_back(' ');
+    out_.append(value).push_back('\n');
+  }
+  void sample(std::string_view name, std::initializer_list<Label> labels, uint64_t value) {
+    sample(name, labels, std::to_string(value));
+  }
+  void sample(std::string_view name, std::initializer_list<Label> labels, int64_t value) {
+    sample(name, labels, std::to_string(value));
+  }
+
+  void histogram(const std::string& name, std::string_view help, const HistogramTotals& h) {
+    family(name, "histogram", help);
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < metrics::kLatencyBucketsUs.size(); ++i) {
+      cumulative += h.buckets[i];
+      sample(name + "_bucket", {{"le", seconds_text(metrics::kLatencyBucketsUs[i])}}, cumulative);
+    }
+    cumulative += h.buckets.back();  // the overflow bucket: now equal to h.count
+    sample(name + "_bucket", {{"le", "+Inf"}}, cumulative);
+    sample(name + "_sum", {}, seconds_text(h.sum_us));
+    sample(name + "_count", {}, h.count);
+  }
+
+  std::string take() { return std::move(out_); }
+
+ private:
+  // HELP text escapes backslash and newline; label values also escape the
+  // double quote. Both must be UTF-8, and label values (peer node names)
+  // come from the network, so invalid bytes become U+FFFD.
+  void append_escaped(std::string_view text, bool in_label_value) {
+    for (size_t i = 0; i < text.size();) {
+      const char c = text[i];
+      if (static_cast<unsigned char>(c) >= 0x80) {
+        size_t length = utf8_sequence_length(text, i);
+        out_.append(length ? text.substr(i, length) : kReplacementCharacter);
+        i += length ? length : 1;
+        continue;
+      }
+      if (c == '\\') {
+        out_.append("\\\\");
+      } else if (c == '\n') {
+        out_.append("\\n");
+      } else if (c == '"' && in_label_value) {
+        out_.append("\\\"");
+      } else {
+        out_.push_back(c);
+      }
+      i += 1;
+    }
+  }
+
+  std::string out_;
+};
+
+void write_listener_families(PrometheusWriter& p, const MetricTotals& totals) {
+  p.family("rdmagw_connections_accepted_total", "counter", "Connections accepted by a listener.");
+  for (const auto& l : totals.listeners) p.sample("rdmagw_connections_accepted_total", {{"listener", l.name}}, l.accepted);
+  p.family("rdmagw_connections_active", "gauge", "Connections open now on a listener.");
+  for (const auto& l : totals.listeners) p.sample("rdmagw_connections_active", {{"listener", l.name}}, l.active);
+  p.family("rdmagw_listener_received_bytes_total", "counter",
+           "Bytes a listener's applications sent, carried into the tunnel.");
+  for (const auto& l : totals.listeners)
+    p.sample("rdmagw_listener_received_bytes_total", {{"listener", l.name}}, l.bytes_received);
+  p.family("rdmagw_listener_sent_bytes_total", "counter",
+           "Bytes sent to a listener's applications, out of the tunnel.");
+  for (const auto& l : totals.listeners)
+    p.sample("rdmagw_listener_sent_bytes_total", {{"listener", l.name}}, l.bytes_sent);
+}
+
+void write_stream_families(PrometheusWriter& p, const MetricTotals& totals) {
+  p.family("rdmagw_streams_opened_total", "counter",
+           "Streams opened: outbound for applications here, inbound for peers.");
+  p.sample("rdmagw_streams_opened_total", {{"direction", "outbound"}}, totals.streams_opened_outbound);
+  p.sample("rdmagw_streams_opened_total", {{"direction", "inbound"}}, totals.streams_opened_inbound);
+  p.family("rdmagw_streams_failed_total", "counter", "Streams that failed, by reason.");
+  for (size_t i = 0; i < totals.streams_failed.size(); ++i) {
+    auto reason = metrics::stream_failure_name(static_cast<metrics::StreamFailure>(i));
+    p.sample("rdmagw_streams_failed_total", {{"reason", reason}}, totals.streams_failed[i]);
+  }
+}
+
+void write_peer_families(PrometheusWriter& p, const MetricTotals& totals) {
+  p.family("rdmagw_peer_sent_bytes_total", "counter", "Stream payload bytes sent to a peer.");
+  for (const auto& peer : totals.peers) p.sample("rdmagw_peer_sent_bytes_total", {{"peer", peer.name}}, peer.bytes_sent);
+  p.family("rdmagw_peer_received_bytes_total", "counter", "Stream payload bytes received from a peer.");
+  for (const auto& peer : totals.peers)
+    p.sample("rdmagw_peer_received_bytes_total", {{"peer", peer.name}}, peer.bytes_received);
+  p.family("rdmagw_sessions", "gauge", "Tunnel sessions open now, by peer and transport.");
+  for (const auto& peer : totals.peers) {
+    p.sample("rdmagw_sessions", {{"peer", peer.name}, {"transport", "tcp"}}, peer.sessions_tcp);
+    p.sample("rdmagw_sessions", {{"peer", peer.name}, {"transport", "rdma"}}, peer.sessions_rdma);
+  }
+  p.family("rdmagw_reconnects_total", "counter", "Sessions to a peer dialed after the first.");
+  for (const auto& peer : totals.peers) p.sample("rdmagw_reconnects_total", {{"peer", peer.name}}, peer.reconnects);
+  p.family("rdmagw_credit_stalls_total", "counter", "Times a stream to a peer waited for session credit.");
+  for (const auto& peer : totals.peers)
+    p.sample("rdmagw_credit_stalls_total", {{"peer", peer.name}}, peer.credit_stalls);
+}
+
+void write_process_families(PrometheusWriter& p, const Status& status, const MetricTotals& totals,
+                            const metrics::ProcessMetrics& process) {
+  p.family("rdmagw_rdma_completions_total", "counter", "RDMA work completions, by kind.");
+  p.sample("rdmagw_rdma_completions_total", {{"kind", "send"}}, totals.rdma_send_completions);
+  p.sample("rdmagw_rdma_completions_total", {{"kind", "recv"}}, totals.rdma_recv_completions);
+  p.family("rdmagw_config_reloads_total", "counter", "Configuration reloads applied.");
+  p.sample("rdmagw_config_reloads_total", {}, process.config_reloads.value());
+  p.family("rdmagw_config_reload_failures_total", "counter", "Configuration reloads refused; the running one was kept.");
+  p.sample("rdmagw_config_reload_failures_total", {}, process.config_reload_failures.value());
+  p.family("rdmagw_config_generation", "gauge", "Generation of the configuration in effect: 1 at start, +1 per reload applied.");
+  p.sample("rdmagw_config_generation", {}, status.config_generation);
+  p.family("rdmagw_ready", "gauge", "1 when ready to serve (listeners bound, not draining), else 0.");
+  p.sample("rdmagw_ready", {}, uint64_t{status.ready ? 1u : 0u});
+}
+
+}  // namespace
+
+std::string render_metrics_text(const Status& status, const Config* config, const WorkerMetricsList& workers,
+                                const metrics::ProcessMetrics& process) {
+  const MetricTotals totals = sum_metrics(config, workers);
+  PrometheusWriter p;
+  write_listener_families(p, totals);
+  write_stream_families(p, totals);
+  write_peer_families(p, totals);
+  write_process_families(p, status, totals, process);
+  p.histogram("rdmagw_stream_open_seconds",
+              "Time from accepting an application's connection to sending its OPEN, waiting for a session included.",
+              totals.stream_open);
+  p.histogram("rdmagw_target_connect_seconds", "Time from receiving an OPEN to the target connection being up.",
+              totals.target_connect);
+  p.histogram("rdmagw_session_rtt_seconds", "Keepalive round trip time of tunnel sessions.", totals.session_rtt);
+  return p.take();
+}
+
+}  // namespace rdmagw::admin

@@ -1,0 +1,538 @@
+// The admin endpoint's text output: the JSON writer, /stats, /peers,
+// /streams, /config and the Prometheus text of /metrics. Where a real parser
+// is at hand (python3's json, promtool) the output is also fed to it.
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/metrics.h"
+#include "config/config.h"
+#include "proxy/admin/admin_render.h"
+#include "proxy/admin/json_writer.h"
+
+using namespace rdmagw;
+using namespace rdmagw::admin;
+
+namespace {
+
+std::string json_string(std::string_view text) {
+  std::string out;
+  append_json_string(&out, text);
+  return out;
+}
+
+std::string json_double(double value) {
+  std::string out;
+  append_json_double(&out, value);
+  return out;
+}
+
+bool have_program(const char* name) { return std::system(("command -v " + std::string(name) + " >/dev/null 2>&1").c_str()) == 0; }
+
+// Runs `command` with `input` on its standard input; returns its exit status
+// and what it printed (stdout and stderr).
+int run_with_input(const std::string& command, const std::string& input, std::string* output) {
+  char path[] = "/tmp/admin_render_test.XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, input.data(), input.size()) == static_cast<ssize_t>(input.size()));
+  close(fd);
+  FILE* pipe = popen((command + " < " + path + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) output->append(buf, n);
+  int status = pclose(pipe);
+  unlink(path);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The text must parse as one JSON document (python3's json module; skipped
+// without python3, which tools/dev/install-deps installs).
+void require_valid_json(const std::string& text) {
+  if (!have_program("python3")) return;
+  std::string output;
+  int rc = run_with_input("python3 -c 'import json, sys; json.loads(sys.stdin.buffer.read().decode(\"utf-8\"))'",
+                          text, &output);
+  INFO("json: " << text << "\npython3: " << output);
+  REQUIRE(rc == 0);
+}
+
+std::shared_ptr<const Config> parse_config(const std::string& text) {
+  ConfigResult r = parse_config_text(text, "test.yaml");
+  std::string errors;
+  for (const auto& e : r.errors) errors += e.to_string() + "\n";
+  INFO(errors);
+  REQUIRE(r.config);
+  return r.config;
+}
+
+const char* kTwoListenerConfig = R"(
+node: host-a
+workers: 2
+peers:
+  - {name: b, address: 10.0.0.2, tcp_port: 7471}
+listeners:
+  - {name: redis, listen: "tcp:127.0.0.1:6380", peer: b, target: "tcp:127.0.0.1:6379"}
+  - name: outbound
+    listen: transparent:127.0.0.1:15001
+    routes:
+      - {match: 10.1.0.0/16:6379, peer: b}
+      - {match: 10.2.0.5:8000-8100, peer: b, target: "tcp:127.0.0.1:8080"}
+      - {match: 0.0.0.0/0, action: passthrough}
+targets: ["tcp:127.0.0.1:6379", "unix:/run/redis.sock"]
+)";
+
+// Two workers' worth of counters, with known totals.
+struct TwoWorkers {
+  metrics::WorkerMetrics w0, w1;
+  WorkerMetricsList list() const { return {&w0, &w1}; }
+  TwoWorkers() {
+    w0.listener("redis").accepted.add(3);
+    w1.listener("redis").accepted.add(4);
+    w0.listener("redis").active.add(2);
+    w1.listener("redis").active.add(1);
+    w0.listener("redis").bytes_received.add(100);
+    w1.listener("redis").bytes_sent.add(200);
+    w1.listener("gone").accepted.add(9);  // not in the configuration
+    w0.peer("b").bytes_sent.add(1000);
+    w1.peer("b").bytes_sent.add(24);
+    w0.peer("b").sessions_tcp.add(1);
+    w1.peer("b").sessions_rdma.add(1);
+    w1.peer("host-c").reconnects.add(5);
+    w0.streams_opened_outbound.add(7);
+    w1.streams_opened_outbound.add(3);
+    w1.streams_opened_inbound.add(2);
+    w0.target_streams_active.add(1);
+    w1.target_streams_active.add(1);
+    w0.failed(metrics::StreamFailure::kNotAllowed);
+    w1.failed(metrics::StreamFailure::kNotAllowed);
+    w1.failed(metrics::StreamFailure::kRejected);
+    w0.rdma_send_completions.add(11);
+    w1.rdma_recv_completions.add(12);
+    // 40 us, 50 us (on the first bound), 3 ms, 20 s (overflow).
+    w0.stream_open.observe_us(40);
+    w1.stream_open.observe_us(50);
+    w1.stream_open.observe_us(3'000);
+    w0.stream_open.observe_us(20'000'000);
+    w0.session_rtt.observe_us(100);
+  }
+};
+
+Status sample_status() {
+  Status s;
+  s.version = "0.1.0";
+  s.node = "host-a";
+  s.config_file = "/etc/rdmagw/rdmagw.yaml";
+  s.config_generation = 2;
+  s.uptime_seconds = 12.5;
+  s.ready = true;
+  s.workers = 2;
+  s.transport = "rdma,tcp";
+  s.transport_reason = "RDMA device available";
+  s.io_uring = "defer_taskrun,multishot_accept";
+  s.last_reload.ok = true;
+  s.last_reload.changes = {"listener web added"};
+  s.last_reload_unix = 1795000000.25;
+  return s;
+}
+
+// Metric families as the text declares them: name -> TYPE, counting
+// repeated HELP or TYPE lines.
+struct Families {
+  std::map<std::string, std::string> type;
+  std::map<std::string, int> help_lines, type_lines;
+};
+
+Families families_of(const std::string& text) {
+  Families f;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string hash, kind, name, type;
+    words >> hash >> kind >> name >> type;
+    if (hash != "#") continue;
+    if (kind == "HELP") f.help_lines[name]++;
+    if (kind == "TYPE") {
+      f.type_lines[name]++;
+      f.type[name] = type;
+    }
+  }
+  return f;
+}
+
+// The value of the sample line that starts with `series` ("name{labels}").
+std::string sample_value(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(series + " ", 0) == 0) return line.substr(series.size() + 1);
+  FAIL("no sample " << series << " in:\n" << text);
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("json: strings are escaped, UTF-8 passes, invalid bytes are replaced", "[admin][json]") {
+  CHECK(json_string("plain") == R"("plain")");
+  CHECK(json_string("a\"b\\c/") == R"("a\"b\\c/")");
+  CHECK(json_string("\n\r\t\b\f") == R"("\n\r\t\b\f")");
+  CHECK(json_string(std::string("\x01\x1f\x00z", 4)) == R"("\u0001\u001f\u0000z")");
+  CHECK(json_string("\x7f") == "\"\x7f\"");  // DEL needs no escape in JSON
+  CHECK(json_string("h\xC3\xA9llo \xE2\x9C\x93 \xF0\x9F\x98\x80") == "\"h\xC3\xA9llo \xE2\x9C\x93 \xF0\x9F\x98\x80\"");
+  const std::string fffd = "\xEF\xBF\xBD";
+  CHECK(json_string("a\xFF" "b") == "\"a" + fffd + "b\"");
+  CHECK(json_string("\xE2\x82") == "\"" + fffd + fffd + "\"");          // truncated sequence
+  CHECK(json_string("\xC0\xAF") == "\"" + fffd + fffd + "\"");          // overlong '/'
+  CHECK(json_string("\xED\xA0\x80") == "\"" + fffd + fffd + fffd + "\"");  // a UTF-16 surrogate
+  CHECK(json_string("\xF4\x90\x80\x80") == "\"" + fffd + fffd + fffd + fffd + "\"");  // > U+10FFFF
+  require_valid_json(json_string("x\x01\xFF\"\\\xE2\x82"));
+}
+
+TEST_CASE("json: numbers", "[admin][json]") {
+  CHECK(json_double(0) == "0");
+  CHECK(json_double(12.5) == "12.5");
+  CHECK(json_double(0.0003) == "0.0003");
+  CHECK(json_double(1795000000.1) == "1795000000.1");
+  CHECK(json_double(-2.25) == "-2.25");
+  CHECK(json_double(1e300) == "1e+300");
+  CHECK(json_double(std::nan("")) == "null");
+  CHECK(json_double(std::numeric_limits<double>::infinity()) == "null");
+
+  JsonWriter w;
+  w.begin_array().value(int64_t{-5}).value(std::numeric_limits<uint64_t>::max()).value(7u).value(true).value(false);
+  w.end_array();
+  CHECK(w.str() == "[-5,18446744073709551615,7,true,false]");
+}
+
+TEST_CASE("json: commas and nesting", "[admin][json]") {
+  JsonWriter w;
+  w.begin_object();
+  w.field("a", 1).field("s", "text");  // a literal must stay a string, not become a bool
+  w.key("b").begin_array().value(1).begin_object().end_object().begin_array().end_array().value("x").end_array();
+  w.key("c").begin_object().key("d").null().field("e", std::string("f")).end_object();
+  w.string_array("empty", {});
+  w.end_object();
+  CHECK(w.str() == R"({"a":1,"s":"text","b":[1,{},[],"x"],"c":{"d":null,"e":"f"},"empty":[]})");
+  require_valid_json(w.str());
+}
+
+TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[admin][metrics]") {
+  // Even with nothing configured and nothing counted: an absent family
+  // would look like a broken exporter.
+  metrics::ProcessMetrics process;
+  const std::string text = render_metrics_text(Status{}, nullptr, {}, process);
+  const Families f = families_of(text);
+
+  std::ifstream doc(std::string(RDMAGW_SOURCE_DIR) + "/docs/admin.md");
+  REQUIRE(doc);
+  std::string line;
+  int documented = 0;
+  while (std::getline(doc, line)) {
+    // Table rows: | `rdmagw_name` | type | labels |
+    if (line.rfind("| `rdmagw_", 0) != 0) continue;
+    size_t name_end = line.find('`', 3);
+    std::string name = line.substr(3, name_end - 3);
+    size_t type_begin = line.find("| ", name_end) + 2;
+    std::string type = line.substr(type_begin, line.find(' ', type_begin) - type_begin);
+    INFO("metric " << name);
+    CHECK(f.type.count(name) == 1);
+    if (f.type.count(name)) CHECK(f.type.at(name) == type);
+    CHECK(f.help_lines.count(name) == 1);
+    ++documented;
+  }
+  CHECK(documented == 19);
+  CHECK(f.type.size() == static_cast<size_t>(documented));  // and nothing undocumented
+  for (const auto& [name, n] : f.help_lines) {
+    INFO(name);
+    CHECK(n == 1);
+  }
+  for (const auto& [name, n] : f.type_lines) {
+    INFO(name);
+    CHECK(n == 1);
+    if (f.type.at(name) == "counter") CHECK(name.ends_with("_total"));
+  }
+}
+
+TEST_CASE("metrics: counters summed over workers, configured names present", "[admin][metrics]") {
+  TwoWorkers workers;
+  metrics::ProcessMetrics process;
+  process.config_reloads.add(3);
+  process.config_reload_failures.add(1);
+  auto config = parse_config(kTwoListenerConfig);
+  const std::string text = render_metrics_text(sample_status(), config.get(), workers.list(), process);
+  INFO(text);
+
+  CHECK(sample_value(text, R"(rdmagw_connections_accepted_total{listener="redis"})") == "7");
+  CHECK(sample_value(text, R"(rdmagw_connections_accepted_total{listener="gone"})") == "9");
+  CHECK(sample_value(text, R"(rdmagw_connections_accepted_total{listener="outbound"})") == "0");  // configured, idle
+  CHECK(sample_value(text, R"(rdmagw_connections_active{listener="redis"})") == "3");
+  CHECK(sample_value(text, R"(rdmagw_listener_received_bytes_total{listener="redis"})") == "100");
+  CHECK(sample_value(text, R"(rdmagw_listener_sent_bytes_total{listener="redis"})") == "200");
+  CHECK(sample_value(text, R"(rdmagw_streams_opened_total{direction="outbound"})") == "10");
+  CHECK(sample_value(text, R"(rdmagw_streams_opened_total{direction="inbound"})") == "2");
+  CHECK(sample_value(text, R"(rdmagw_streams_failed_total{reason="not-allowed"})") == "2");
+  CHECK(sample_value(text, R"(rdmagw_streams_failed_total{reason="rejected"})") == "1");
+  CHECK(sample_value(text, R"(rdmagw_streams_failed_total{reason="no-session"})") == "0");
+  CHECK(sample_value(text, R"(rdmagw_peer_sent_bytes_total{peer="b"})") == "1024");
+  CHECK(sample_value(text, R"(rdmagw_sessions{peer="b",transport="tcp"})") == "1");
+  CHECK(sample_value(text, R"(rdmagw_sessions{peer="b",transport="rdma"})") == "1");
+  CHECK(sample_value(text, R"(rdmagw_reconnects_total{peer="host-c"})") == "5");
+  CHECK(sample_value(text, R"(rdmagw_rdma_completions_total{kind="send"})") == "11");
+  CHECK(sample_value(text, R"(rdmagw_rdma_completions_total{kind="recv"})") == "12");
+  CHECK(sample_value(text, "rdmagw_config_reloads_total") == "3");
+  CHECK(sample_value(text, "rdmagw_config_reload_failures_total") == "1");
+  CHECK(sample_value(text, "rdmagw_config_generation") == "2");
+  CHECK(sample_value(text, "rdmagw_ready") == "1");
+}
+
+TEST_CASE("metrics: histograms are cumulative, +Inf equals _count, _sum in seconds", "[admin][metrics]") {
+  TwoWorkers workers;
+  metrics::ProcessMetrics process;
+  const std::string text = render_metrics_text(Status{}, nullptr, workers.list(), process);
+  INFO(text);
+  const std::string name = "rdmagw_stream_open_seconds";
+  CHECK(sample_value(text, name + R"(_bucket{le="0.00005"})") == "2");  // 40 us and 50 us
+  CHECK(sample_value(text, name + R"(_bucket{le="0.0025"})") == "2");
+  CHECK(sample_value(text, name + R"(_bucket{le="0.005"})") == "3");
+  CHECK(sample_value(text, name + R"(_bucket{le="10"})") == "3");
+  CHECK(sample_value(text, name + R"(_bucket{le="+Inf"})") == "4");
+  CHECK(sample_value(text, name + "_count") == "4");
+  CHECK(sample_value(text, name + "_sum") == "20.00309");
+
+  // Bounds ascend and counts never decrease.
+  std::istringstream in(text);
+  std::string line;
+  double last_bound = -1;
+  long last_count = -1;
+  int buckets = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + "_bucket{le=\"", 0) != 0) continue;
+    std::string le = line.substr(name.size() + 12, line.find('"', name.size() + 12) - (name.size() + 12));
+    double bound = le == "+Inf" ? INFINITY : std::stod(le);
+    long count = std::stol(line.substr(line.rfind(' ') + 1));
+    CHECK(bound > last_bound);
+    CHECK(count >= last_count);
+    last_bound = bound;
+    last_count = count;
+    ++buckets;
+  }
+  CHECK(buckets == static_cast<int>(metrics::kLatencyBucketsUs.size()) + 1);
+
+  CHECK(sample_value(text, R"(rdmagw_session_rtt_seconds_bucket{le="0.0001"})") == "1");
+  CHECK(sample_value(text, "rdmagw_session_rtt_seconds_sum") == "0.0001");
+  CHECK(sample_value(text, R"(rdmagw_target_connect_seconds_bucket{le="+Inf"})") == "0");
+  CHECK(sample_value(text, "rdmagw_target_connect_seconds_sum") == "0");
+}
+
+TEST_CASE("metrics: +Inf equals _count while a worker keeps observing", "[admin][metrics]") {
+  metrics::WorkerMetrics w;
+  metrics::ProcessMetrics process;
+  std::atomic<bool> done{false};
+  std::thread worker([&] {
+    for (uint64_t i = 0; !done.load(std::memory_order_relaxed) && i < 50'000'000; ++i) {
+      w.stream_open.observe_us(i % 20'000'000);
+      w.listener("l" + std::to_string(i % 50)).accepted.add();  // new entries while the admin reads
+    }
+  });
+  for (int scrape = 0; scrape < 50; ++scrape) {
+    const std::string text = render_metrics_text(Status{}, nullptr, {&w}, process);
+    INFO("scrape " << scrape);
+    CHECK(sample_value(text, R"(rdmagw_stream_open_seconds_bucket{le="+Inf"})") ==
+          sample_value(text, "rdmagw_stream_open_seconds_count"));
+  }
+  done = true;
+  worker.join();
+}
+
+TEST_CASE("metrics: label values are escaped and valid UTF-8", "[admin][metrics]") {
+  metrics::WorkerMetrics w;
+  w.peer("we\"ird\\na\nme\xFF").bytes_sent.add(1);
+  metrics::ProcessMetrics process;
+  const std::string text = render_metrics_text(Status{}, nullptr, {&w}, process);
+  CHECK(sample_value(text, "rdmagw_peer_sent_bytes_total{peer=\"we\\\"ird\\\\na\\nme\xEF\xBF\xBD\"}") == "1");
+}
+
+TEST_CASE("metrics: promtool accepts the output", "[admin][metrics][promtool]") {
+  if (!have_program("promtool")) {
+    WARN("promtool not installed (Debian package prometheus); not checked");
+    return;
+  }
+  TwoWorkers workers;
+  workers.w0.peer("we\"ird\\name").bytes_sent.add(1);
+  metrics::ProcessMetrics process;
+  auto config = parse_config(kTwoListenerConfig);
+  for (const Config* c : {config.get(), static_cast<const Config*>(nullptr)}) {
+    const std::string text = render_metrics_text(sample_status(), c, c ? workers.list() : WorkerMetricsList{}, process);
+    std::string output;
+    int rc = run_with_input("promtool check metrics", text, &output);
+    INFO("metrics:\n" << text << "\npromtool:\n" << output);
+    CHECK(rc == 0);
+    CHECK(output.empty());  // no lint complaints either
+  }
+}
+
+TEST_CASE("stats: process, listeners, peers, streams, latency", "[admin][stats]") {
+  TwoWorkers workers;
+  metrics::ProcessMetrics process;
+  process.config_reloads.add(1);
+  auto config = parse_config(kTwoListenerConfig);
+  const std::string json = render_stats_json(sample_status(), config.get(), workers.list(), process);
+  INFO(json);
+  require_valid_json(json);
+
+  CHECK_THAT(json, Catch::StartsWith(R"({"version":"0.1.0","node":"host-a","uptime_seconds":12.5,"ready":true,)"
+                                     R"("draining":false,"workers":2,"transport":"rdma,tcp",)"
+                                     R"("transport_reason":"RDMA device available",)"
+                                     R"("io_uring":"defer_taskrun,multishot_accept",)"));
+  CHECK_THAT(json, Catch::Contains(R"("config":{"file":"/etc/rdmagw/rdmagw.yaml","generation":2,"reloads":1,)"
+                                   R"("reload_failures":0,"last_reload":{"ok":true,"unix_time":1795000000.25,)"
+                                   R"("changes":["listener web added"],"errors":[]}})"));
+  // Configured listeners in configuration order, then the removed one.
+  CHECK_THAT(json, Catch::Contains(
+                       R"("listeners":[)"
+                       R"({"name":"redis","listen":"tcp:127.0.0.1:6380","configured":true,"accepted":7,"active":3,)"
+                       R"("bytes_received":100,"bytes_sent":200},)"
+                       R"({"name":"outbound","listen":"transparent:127.0.0.1:15001","configured":true,)"
+                       R"("accepted":0,"active":0,"bytes_received":0,"bytes_sent":0},)"
+                       R"({"name":"gone","listen":"","configured":false,"accepted":9,"active":0,)"
+                       R"("bytes_received":0,"bytes_sent":0}])"));
+  CHECK_THAT(json, Catch::Contains(R"("peers":[{"name":"b","sessions_tcp":1,"sessions_rdma":1,"streams_opened":0,)"
+                                   R"("bytes_sent":1024,"bytes_received":0,"credit_stalls":0,"reconnects":0},)"
+                                   R"({"name":"host-c","sessions_tcp":0,"sessions_rdma":0,"streams_opened":0,)"
+                                   R"("bytes_sent":0,"bytes_received":0,"credit_stalls":0,"reconnects":5}])"));
+  // active: 3 client side (listeners) + 2 target side.
+  CHECK_THAT(json, Catch::Contains(R"("streams":{"opened_outbound":10,"opened_inbound":2,"active":5,)"
+                                   R"("failed":{"no-session":0,"not-allowed":2,"target-refused":0,)"
+                                   R"("target-unreachable":0,"peer-gone":0,"reset":0,"resource":0,)"
+                                   R"("protocol":0,"shutdown":0,"rejected":1}})"));
+  CHECK_THAT(json, Catch::Contains(R"("rdma":{"send_completions":11,"recv_completions":12})"));
+  CHECK_THAT(json, Catch::EndsWith(R"("latency":{"stream_open":{"count":4,"sum_seconds":20.00309},)"
+                                   R"("target_connect":{"count":0,"sum_seconds":0},)"
+                                   R"("session_rtt":{"count":1,"sum_seconds":0.0001}}})"));
+}
+
+TEST_CASE("stats: without a configuration every listener is unconfigured", "[admin][stats]") {
+  TwoWorkers workers;
+  metrics::ProcessMetrics process;
+  const std::string json = render_stats_json(Status{}, nullptr, workers.list(), process);
+  require_valid_json(json);
+  CHECK_THAT(json, Catch::Contains(R"({"name":"gone","listen":"","configured":false,)"));
+  CHECK_THAT(json, Catch::Contains(R"({"name":"redis","listen":"","configured":false,)"));
+}
+
+TEST_CASE("peers: sessions, rdma only on RDMA sessions", "[admin][peers]") {
+  PeerInfo p;
+  p.name = "b";
+  p.configured = true;
+  p.address = "10.0.0.2";
+  p.tcp_port = 7471;
+  p.rdma_port = 7472;
+  p.transport = "rdma";
+  p.transport_reason = "RDMA device available";
+  p.state = "up";
+  SessionInfo s;
+  s.role = "dialer";
+  s.transport = "tcp";
+  s.state = "open";
+  s.remote_address = "10.0.0.2:7471";
+  s.peer_node = "host-b";
+  p.sessions.push_back(s);
+  s.worker = 1;
+  s.transport = "rdma";
+  s.has_rdma = true;
+  s.qp_state = "RTS";
+  s.send_credits = 120;
+  s.peer_recv_depth = 128;
+  s.pending_returns = 3;
+  s.sends_in_flight = 1;
+  s.completions = 512;
+  p.sessions.push_back(s);
+  PeerInfo inbound;
+  inbound.name = "host-z";
+  inbound.state = "up";
+
+  const std::string json = render_peers_json({p, inbound});
+  INFO(json);
+  require_valid_json(json);
+  CHECK(json ==
+        R"({"peers":[{"name":"b","configured":true,"address":"10.0.0.2","tcp_port":7471,"rdma_port":7472,)"
+        R"("transport":"rdma","transport_reason":"RDMA device available","state":"up","last_error":"",)"
+        R"("waiting_streams":0,"sessions":[)"
+        R"({"worker":0,"role":"dialer","transport":"tcp","state":"open","remote_address":"10.0.0.2:7471",)"
+        R"("peer_node":"host-b","rtt_us":-1,"age_ms":0,"streams":0,"streams_opened":0,"bytes_sent":0,)"
+        R"("bytes_received":0,"credit_stalls":0},)"
+        R"({"worker":1,"role":"dialer","transport":"rdma","state":"open","remote_address":"10.0.0.2:7471",)"
+        R"("peer_node":"host-b","rtt_us":-1,"age_ms":0,"streams":0,"streams_opened":0,"bytes_sent":0,)"
+        R"("bytes_received":0,"credit_stalls":0,"rdma":{"qp_state":"RTS","send_credits":120,)"
+        R"("peer_recv_depth":128,"pending_returns":3,"sends_in_flight":1,"completions":512}}]},)"
+        R"({"name":"host-z","configured":false,"address":"","tcp_port":0,"rdma_port":0,"transport":"",)"
+        R"("transport_reason":"","state":"up","last_error":"","waiting_streams":0,"sessions":[]}]})");
+}
+
+TEST_CASE("streams: total, offset and limit", "[admin][streams]") {
+  std::vector<StreamInfo> streams(5);
+  for (uint32_t i = 0; i < streams.size(); ++i) {
+    streams[i].stream_id = i + 1;
+    streams[i].side = "client";
+    streams[i].state = "open";
+  }
+  const std::string page = render_streams_json(streams, 1, 2);
+  require_valid_json(page);
+  CHECK_THAT(page, Catch::StartsWith(R"({"total":5,"offset":1,"limit":2,"streams":[{"worker":0,"side":"client",)"
+                                     R"("listener":"","peer":"","target":"","stream_id":2,"age_ms":0,)"
+                                     R"("bytes_from_app":0,"bytes_to_app":0,"state":"open"},{)"));
+  CHECK_THAT(page, Catch::Contains(R"("stream_id":3)"));
+  CHECK_THAT(page, !Catch::Contains(R"("stream_id":4)"));
+  CHECK(render_streams_json(streams, 4, 100).find(R"("stream_id":5)") != std::string::npos);
+  CHECK(render_streams_json(streams, 9, 100) == R"({"total":5,"offset":9,"limit":100,"streams":[]})");
+  CHECK(render_streams_json(streams, 0, 0) == R"({"total":5,"offset":0,"limit":0,"streams":[]})");
+  CHECK(render_streams_json(streams, SIZE_MAX, SIZE_MAX).ends_with(R"("streams":[]})"));
+}
+
+TEST_CASE("config: the YAML schema as JSON, defaults filled in", "[admin][config]") {
+  auto config = parse_config(kTwoListenerConfig);
+  const std::string json = render_config_json(*config, 3);
+  INFO(json);
+  require_valid_json(json);
+  CHECK(json ==
+        R"({"node":"host-a","admin":"127.0.0.1:9901","workers":2,)"
+        R"("tunnel":{"address":"127.0.0.1","tcp_port":7471,"rdma_port":7472,"transport":"auto",)"
+        R"("buffer_size":16384,"stream_window":262144,"session_budget":33554432,)"
+        R"("keepalive_interval_ms":5000,"keepalive_timeout_ms":15000,"connect_timeout_ms":3000,)"
+        R"("reconnect_max_ms":2000,"rdma":{"slab_size":134217728,"recv_depth":128,"send_depth":256,)"
+        R"("busy_poll_us":0,"inline_threshold":96}},)"
+        R"("peers":[{"name":"b","address":"10.0.0.2","tcp_port":7471,"rdma_port":7472}],)"
+        R"("listeners":[{"name":"redis","listen":"tcp:127.0.0.1:6380","peer":"b","target":"tcp:127.0.0.1:6379"},)"
+        R"({"name":"outbound","listen":"transparent:127.0.0.1:15001","routes":[)"
+        R"({"match":"10.1.0.0/16:6379","action":"tunnel","peer":"b"},)"
+        R"({"match":"10.2.0.5/32:8000-8100","action":"tunnel","peer":"b","target":"tcp:127.0.0.1:8080"},)"
+        R"({"match":"0.0.0.0/0","action":"passthrough"}]}],)"
+        R"("targets":["tcp:127.0.0.1:6379","unix:/run/redis.sock"],)"
+        R"("shutdown_timeout_ms":10000,"log_level":"info","generation":3})");
+}
+
+TEST_CASE("reload, drain and error answers", "[admin]") {
+  ReloadResult ok;
+  ok.ok = true;
+  ok.changes = {"listener web added", "peer c removed"};
+  CHECK(render_reload_json(ok, 3) == R"({"ok":true,"generation":3,"changes":["listener web added","peer c removed"]})");
+  ReloadResult bad;
+  bad.errors = {"rdmagw.yaml:7:13: listeners[1].listen: bad"};
+  CHECK(render_reload_json(bad, 3) == R"({"ok":false,"errors":["rdmagw.yaml:7:13: listeners[1].listen: bad"]})");
+  CHECK(render_drain_json(4) == R"({"ok":true,"draining":true,"streams_open":4})");
+  CHECK(render_error_json("worker 1 did not \"answer\"") == R"({"error":"worker 1 did not \"answer\""})");
+}
