@@ -43,6 +43,15 @@ void append_value(std::string& out, std::string_view value) {
 
 void set_node(std::string_view node) { g_node = std::string(node); }
 void set_level(Level level) { g_level.store(static_cast<int>(level)); }
+
+bool parse_level(std::string_view text, Level* level) {
+  if (text == "debug") *level = Level::kDebug;
+  else if (text == "info") *level = Level::kInfo;
+  else if (text == "warn") *level = Level::kWarn;
+  else if (text == "error") *level = Level::kError;
+  else return false;
+  return true;
+}
 bool enabled(Level level) { return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed); }
 void set_thread_worker(int worker) { t_worker = worker; }
 

@@ -12,6 +12,8 @@ enum class Level { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
 void set_node(std::string_view node);
 void set_level(Level level);
+// "debug" | "info" | "warn" | "error"; false for anything else.
+bool parse_level(std::string_view text, Level* level);
 bool enabled(Level level);
 // Worker index of the calling thread, printed on each line (-1: main thread).
 void set_thread_worker(int worker);

@@ -24,23 +24,86 @@ LocalStream::LocalStream(StreamHost& host, UniqueFd fd)
   connect_op_ = IoOp::bind<&LocalStream::on_connect>(this);
   timeout_op_ = IoOp::bind<&LocalStream::on_connect_timeout>(this);
   error_poll_op_ = IoOp::bind<&LocalStream::on_error_poll>(this);
+  started_ = Clock::now();
   ++host_.live_streams;
+  next_ = host_.first_stream;
+  if (next_) next_->prev_ = this;
+  host_.first_stream = this;
 }
 
 LocalStream::~LocalStream() {
   if (recv_buffer_) host_.pool.release(recv_buffer_);
   if (parked_buffer_) host_.pool.release(parked_buffer_);
   --host_.live_streams;
+  if (listener_counters_) listener_counters_->active.sub();
+  if (target_side_) host_.metrics.target_streams_active.sub();
+  if (prev_) prev_->next_ = next_;
+  else host_.first_stream = next_;
+  if (next_) next_->prev_ = prev_;
 }
 
-LocalStream* LocalStream::from_client(StreamHost& host, UniqueFd fd, std::string listener, std::string peer,
-                                      std::string target) {
+LocalStream* LocalStream::from_client(StreamHost& host, UniqueFd fd, std::string listener,
+                                      metrics::ListenerMetrics* counters, std::string peer, std::string target) {
   set_nodelay(fd.get());
   auto* s = new LocalStream(host, std::move(fd));
   s->listener_ = std::move(listener);
   s->peer_ = std::move(peer);
   s->target_ = std::move(target);
+  s->listener_counters_ = counters;
+  if (counters) {
+    counters->accepted.add();
+    counters->active.add();
+  }
   return s;
+}
+
+void LocalStream::describe(admin::StreamInfo* out) const {
+  out->worker = host_.worker;
+  out->side = target_side_ ? "target" : "client";
+  out->listener = listener_;
+  out->peer = peer_;
+  out->target = target_;
+  out->stream_id = id_;
+  out->age_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
+  out->bytes_from_app = bytes_up_;
+  out->bytes_to_app = bytes_down_;
+  if (connecting_) out->state = "connecting";
+  else if (!target_side_ && !session_ && id_ == 0) out->state = "waiting";
+  else if (read_closed_ || remote_fin_ || write_shut_) out->state = "half-closed";
+  else out->state = "open";
+}
+
+namespace {
+metrics::StreamFailure failure_of(ResetCode code) {
+  switch (code) {
+    case ResetCode::kCancel: return metrics::StreamFailure::kReset;
+    case ResetCode::kRefused: return metrics::StreamFailure::kTargetRefused;
+    case ResetCode::kConnectFailed: return metrics::StreamFailure::kTargetUnreachable;
+    case ResetCode::kNotAllowed: return metrics::StreamFailure::kNotAllowed;
+    case ResetCode::kPeerGone: return metrics::StreamFailure::kPeerGone;
+    case ResetCode::kProtocol: return metrics::StreamFailure::kProtocol;
+    case ResetCode::kResource: return metrics::StreamFailure::kResource;
+    case ResetCode::kShutdown: return metrics::StreamFailure::kShutdown;
+  }
+  return metrics::StreamFailure::kProtocol;
+}
+}  // namespace
+
+void LocalStream::count_failure(metrics::StreamFailure why) {
+  if (failure_counted_) return;
+  failure_counted_ = true;
+  host_.metrics.failed(why);
+}
+
+void LocalStream::add_bytes_from_app(uint64_t n) {
+  bytes_up_ += n;
+  if (listener_counters_) listener_counters_->bytes_received.add(n);
+}
+
+void LocalStream::add_bytes_to_app(uint64_t n) {
+  bytes_down_ += n;
+  if (listener_counters_) listener_counters_->bytes_sent.add(n);
 }
 
 LocalStream* LocalStream::to_target(StreamHost& host, tunnel::Session& session, uint32_t id,
@@ -57,6 +120,9 @@ LocalStream* LocalStream::to_target(StreamHost& host, tunnel::Session& session, 
     return nullptr;
   }
   auto* s = new LocalStream(host, UniqueFd(fd));
+  s->target_side_ = true;
+  host.metrics.target_streams_active.add();
+  host.metrics.streams_opened_inbound.add();
   s->session_ = &session;
   s->id_ = id;
   s->peer_ = session.peer_node();
@@ -95,12 +161,16 @@ void LocalStream::on_connect(int res, uint32_t) {
         .kv("target", target_)
         .kv("reason", "connect-failed")
         .kv("error", strerror(err));
+    count_failure(err == ECONNREFUSED ? metrics::StreamFailure::kTargetRefused
+                                      : metrics::StreamFailure::kTargetUnreachable);
     if (session_) session_->reset_stream(id_, err == ECONNREFUSED ? ResetCode::kRefused : ResetCode::kConnectFailed);
     session_ = nullptr;
     terminate(false);
     return finish_op();
   }
   set_nodelay(fd_.get());
+  host_.metrics.target_connect.observe_us(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
   log::debug("stream_connected").kv("peer", peer_).kv("stream", id_).kv("target", target_);
   start_reading();
   pump_send();
@@ -131,10 +201,14 @@ void LocalStream::attach(tunnel::Session& session) {
   id_ = session.open_stream(this, target_, buffer, static_cast<uint32_t>(n));
   if (id_ == 0) {
     session_ = nullptr;
+    count_failure(metrics::StreamFailure::kResource);
     terminate(true);
     return;
   }
-  bytes_up_ += static_cast<uint64_t>(n);
+  host_.metrics.streams_opened_outbound.add();
+  host_.metrics.stream_open.observe_us(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
+  add_bytes_from_app(static_cast<uint64_t>(n));
   log::debug("stream_open").kv("listener", listener_).kv("peer", peer_).kv("stream", id_).kv("target", target_);
   if (eof) {
     read_closed_ = true;
@@ -152,6 +226,8 @@ void LocalStream::abort(ResetCode code, std::string_view reason) {
       .kv("target", target_)
       .kv("reason", reason)
       .kv("code", tunnel::reset_code_name(code));
+  // kPeerGone here means no session came up for the stream in time.
+  count_failure(code == ResetCode::kPeerGone ? metrics::StreamFailure::kNoSession : failure_of(code));
   session_ = nullptr;
   terminate(true);
 }
@@ -171,6 +247,7 @@ void LocalStream::start_reading() {
   if (!buffer) {
     session_->refund_stream_credit(id_, credit);
     log::warn("stream_reset").kv("peer", peer_).kv("stream", id_).kv("reason", "out of buffers");
+    count_failure(metrics::StreamFailure::kResource);
     session_->reset_stream(id_, ResetCode::kResource);
     session_ = nullptr;
     terminate(true);
@@ -208,6 +285,7 @@ void LocalStream::on_recv(int res, uint32_t) {
   } else {
     // The application reset its connection: abort the whole stream.
     log::info("stream_reset").kv("peer", peer_).kv("stream", id_).kv("reason", "local-reset").kv("error", strerror(-res));
+    count_failure(metrics::StreamFailure::kReset);
     session_->reset_stream(id_, ResetCode::kCancel);
     session_ = nullptr;
     terminate(true);
@@ -223,7 +301,7 @@ void LocalStream::forward(uint8_t* buffer, uint32_t len) {
     return;
   }
   session_->send_data(id_, buffer, len);
-  bytes_up_ += len;
+  add_bytes_from_app(len);
   start_reading();
 }
 
@@ -238,7 +316,7 @@ bool LocalStream::on_data(std::span<const uint8_t> bytes) {
   if (!sending_ && !connecting_ && to_socket_.empty() && !write_shut_) {
     ssize_t n = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) {
-      bytes_down_ += static_cast<uint64_t>(n);
+      add_bytes_to_app(static_cast<uint64_t>(n));
       bytes = bytes.subspan(static_cast<size_t>(n));
       if (session_) session_->delivered(id_, static_cast<uint32_t>(n));
       if (bytes.empty()) return true;
@@ -270,13 +348,14 @@ void LocalStream::on_send(int res, uint32_t) {
       return finish_op();
     }
     log::info("stream_reset").kv("peer", peer_).kv("stream", id_).kv("reason", "local-reset").kv("error", strerror(-res));
+    count_failure(metrics::StreamFailure::kReset);
     if (session_) session_->reset_stream(id_, ResetCode::kCancel);
     session_ = nullptr;
     terminate(true);
     return finish_op();
   }
   to_socket_.consume(static_cast<size_t>(res));
-  bytes_down_ += static_cast<uint64_t>(res);
+  add_bytes_to_app(static_cast<uint64_t>(res));
   if (session_) session_->delivered(id_, static_cast<uint32_t>(res));
   pump_send();
   maybe_shutdown_write();
@@ -307,6 +386,7 @@ void LocalStream::on_reset(ResetCode code) {
       .kv("stream", id_)
       .kv("target", target_)
       .kv("reason", tunnel::reset_code_name(code));
+  count_failure(failure_of(code));
   terminate(true);
 }
 
@@ -329,6 +409,7 @@ void LocalStream::on_error_poll(int res, uint32_t) {
       .kv("stream", id_)
       .kv("reason", "local-reset")
       .kv("error", strerror(err ? err : ECONNRESET));
+  count_failure(metrics::StreamFailure::kReset);
   if (session_) session_->reset_stream(id_, ResetCode::kCancel);
   session_ = nullptr;
   terminate(true);

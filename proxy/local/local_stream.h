@@ -15,7 +15,9 @@
 
 #include "common/address.h"
 #include "common/byte_queue.h"
+#include "common/metrics.h"
 #include "common/unique_fd.h"
+#include "proxy/admin/admin_model.h"
 #include "proxy/local/stream_host.h"
 #include "proxy/tunnel/peer_link.h"
 #include "proxy/tunnel/session.h"
@@ -25,12 +27,17 @@ namespace rdmagw::local {
 class LocalStream final : public tunnel::StreamEndpoint, public tunnel::PendingStream {
  public:
   // An application connected to a listener; it waits for a session (attach).
-  static LocalStream* from_client(StreamHost& host, UniqueFd fd, std::string listener, std::string peer,
-                                  std::string target);
+  // `counters` (may be null) are the listener's, kept up to date from here.
+  static LocalStream* from_client(StreamHost& host, UniqueFd fd, std::string listener,
+                                  metrics::ListenerMetrics* counters, std::string peer, std::string target);
   // The peer opened stream `id` to `target`: connect to it. Returns nullptr
   // (and sets *refuse) if no socket could be created.
   static LocalStream* to_target(StreamHost& host, tunnel::Session& session, uint32_t id,
                                 const Endpoint& target, tunnel::ResetCode* refuse);
+
+  // For the admin endpoint (GET /streams).
+  void describe(admin::StreamInfo* out) const;
+  LocalStream* next_in_host() const { return next_; }
 
   // tunnel::PendingStream
   void attach(tunnel::Session& session) override;
@@ -65,6 +72,10 @@ class LocalStream final : public tunnel::StreamEndpoint, public tunnel::PendingS
   // While no receive is posted (no credit), a reset by the application would
   // go unseen: poll the socket for errors instead.
   void watch_for_errors();
+  // Counts why the stream ended early, once.
+  void count_failure(metrics::StreamFailure why);
+  void add_bytes_from_app(uint64_t n);
+  void add_bytes_to_app(uint64_t n);
 
   static constexpr int kMaxIov = 16;
 
@@ -100,6 +111,12 @@ class LocalStream final : public tunnel::StreamEndpoint, public tunnel::PendingS
   bool closing_ = false;
   uint64_t bytes_up_ = 0;      // socket -> tunnel
   uint64_t bytes_down_ = 0;    // tunnel -> socket
+  bool failure_counted_ = false;
+  bool target_side_ = false;
+  Clock::time_point started_;
+  metrics::ListenerMetrics* listener_counters_ = nullptr;
+  LocalStream* prev_ = nullptr;  // StreamHost's list of live streams
+  LocalStream* next_ = nullptr;
 };
 
 }  // namespace rdmagw::local

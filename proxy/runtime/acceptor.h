@@ -27,6 +27,10 @@ class Acceptor {
   // Re-arms after a resource error (EMFILE...) without spinning on it.
   void tick();
   const std::string& name() const { return name_; }
+  // A reload renamed the listener (logs use the name).
+  void rename(std::string name) { name_ = std::move(name); }
+  // Stopped and no accept pending: safe to destroy.
+  bool idle() const { return stopping_ && !armed_; }
 
  private:
   void arm();

@@ -21,31 +21,27 @@ namespace {
 // used, so this bounds memory without costing any up front.
 constexpr size_t kSlabBuffers = 65536;
 constexpr auto kTick = std::chrono::milliseconds(50);
-
-void close_unix_listener(int fd, const Endpoint& ep) {
-  ::close(fd);
-  if (ep.kind == Endpoint::Kind::kUnix) {
-    auto* un = reinterpret_cast<const sockaddr_un*>(&ep.addr);
-    ::unlink(un->sun_path);
-  }
-}
 }  // namespace
 
-void ListenSockets::close_shared() {
-  for (auto& l : locals) {
-    if (l.fds.size() == 1 && worker_count > 1) close_unix_listener(l.fds[0], l.config->listen);
-  }
-}
-
-Worker::Worker(unsigned index, std::shared_ptr<const Config> config, ListenSockets& sockets,
-               const std::atomic<int>& stop_level)
-    : index_(index), config_(std::move(config)), sockets_(sockets), stop_level_(stop_level) {}
+Worker::Worker(unsigned index, std::shared_ptr<const Config> config, ListenerSet listeners, TunnelSockets& tunnel,
+               const std::atomic<int>& stop_level, metrics::WorkerMetrics& metrics, WorkerMailbox& mailbox)
+    : index_(index),
+      config_(std::move(config)),
+      initial_listeners_(std::move(listeners)),
+      tunnel_(tunnel),
+      stop_level_(stop_level),
+      metrics_(metrics),
+      mailbox_(mailbox) {}
 
 Worker::~Worker() {
   // Order: streams and sessions reference the loop and the pool.
-  acceptors_.clear();
+  listeners_.clear();
+  tunnel_acceptor_.reset();
+  retired_acceptors_.clear();
   for (auto& link : links_) link->close_all("worker stopped");
+  for (auto& link : retired_links_) link->close_all("worker stopped");
   links_.clear();
+  retired_links_.clear();
   inbound_.clear();
   graveyard_.clear();
 }
@@ -57,10 +53,11 @@ bool Worker::init(std::string* error) {
   size_t stride = tunnel::kBufferHeadroom + t.buffer_size;
   // With RDMA the slab is registered, i.e. pinned: its size is the operator's
   // choice (tunnel.rdma.slab_size). Without, it is reserved lazily and large.
-  size_t buffers = sockets_.rdma ? std::max<size_t>(t.rdma.slab_size / ((stride + 63) & ~size_t{63}), 64) : kSlabBuffers;
+  size_t buffers = tunnel_.rdma ? std::max<size_t>(t.rdma.slab_size / ((stride + 63) & ~size_t{63}), 64) : kSlabBuffers;
   pool_ = std::make_unique<BufferPool>(stride, buffers);
-  if (sockets_.rdma) rdma_ = std::make_unique<transport::RdmaContext>(*pool_, t.rdma);
-  host_ = std::make_unique<local::StreamHost>(local::StreamHost{loop_, *pool_, t.buffer_size, t.connect_timeout_ms});
+  if (tunnel_.rdma) rdma_ = std::make_unique<transport::RdmaContext>(*pool_, t.rdma, &metrics_);
+  host_ = std::make_unique<local::StreamHost>(
+      local::StreamHost{loop_, *pool_, metrics_, index_, t.buffer_size, t.connect_timeout_ms});
 
   session_settings_.node = config_->node;
   session_settings_.max_data = t.buffer_size;
@@ -69,23 +66,16 @@ bool Worker::init(std::string* error) {
   session_settings_.keepalive_interval_ms = t.keepalive_interval_ms;
   session_settings_.keepalive_timeout_ms = t.keepalive_timeout_ms;
   session_settings_.handshake_timeout_ms = t.connect_timeout_ms;
+  session_settings_.metrics = &metrics_;
 
   for (const PeerConfig& peer : config_->peers) {
     links_.push_back(
         std::make_unique<tunnel::PeerLink>(loop_, *pool_, peer, session_settings_, t, graveyard_, rdma_.get()));
   }
-  for (size_t i = 0; i < sockets_.locals.size(); ++i) {
-    const auto& local = sockets_.locals[i];
-    size_t link = 0;
-    for (size_t p = 0; p < config_->peers.size(); ++p)
-      if (config_->peers[p].name == local.config->peer) link = p;
-    listener_link_.push_back(link);
-    int fd = local.fds.size() == 1 ? local.fds[0] : local.fds[index_];
-    acceptors_.push_back(std::make_unique<Acceptor>(
-        loop_, fd, local.config->name, [this, i](UniqueFd client) { on_local_accept(i, std::move(client)); }));
-  }
-  acceptors_.push_back(std::make_unique<Acceptor>(loop_, sockets_.tunnel_fds[index_], "tunnel",
-                                                  [this](UniqueFd fd) { on_tunnel_accept(std::move(fd)); }));
+  for (auto& socket : initial_listeners_) add_listener(std::move(socket));
+  initial_listeners_.clear();
+  tunnel_acceptor_ = std::make_unique<Acceptor>(loop_, tunnel_.tcp_fds[index_], "tunnel",
+                                                [this](UniqueFd fd) { on_tunnel_accept(std::move(fd)); });
   // RDMA CM has no SO_REUSEPORT: worker 0 accepts every inbound RDMA session.
   if (rdma_ && index_ == 0) {
     rdma_listener_ = std::make_unique<transport::RdmaListener>(
@@ -100,7 +90,7 @@ bool Worker::init(std::string* error) {
 }
 
 void Worker::on_rdma_connect_request(rdma_cm_id* id, const uint8_t* data, size_t len) {
-  if (draining_) {
+  if (!accepting_) {
     rdma_reject(id, nullptr, 0);
     rdma_destroy_id(id);
     return;
@@ -118,22 +108,58 @@ void Worker::on_rdma_failed(transport::RdmaTransport* transport, std::string_vie
 
 void Worker::run() {
   log::set_thread_worker(static_cast<int>(index_));
-  for (auto& a : acceptors_) a->start();
+  mailbox_.start(loop_);
+  for (auto& l : listeners_) l->acceptor->start();
+  tunnel_acceptor_->start();
   for (auto& link : links_) link->start();
   loop_.run(kTick, [this] { tick(); });
+  mailbox_.close();
 }
 
-void Worker::on_local_accept(size_t listener_index, UniqueFd fd) {
-  const ListenerConfig& l = *sockets_.locals[listener_index].config;
-  if (l.transparent) {
+void Worker::add_listener(std::shared_ptr<const ListenerSocket> socket) {
+  auto local = std::make_unique<LocalListener>();
+  LocalListener* l = local.get();
+  l->socket = std::move(socket);
+  l->counters = &metrics_.listener(l->socket->config.name);
+  l->link = l->socket->config.transparent ? nullptr : find_link(l->socket->config.peer);
+  l->acceptor = std::make_unique<Acceptor>(loop_, l->socket->fds->fd_for(index_), l->socket->config.name,
+                                           [this, l](UniqueFd client) { on_local_accept(*l, std::move(client)); });
+  listeners_.push_back(std::move(local));
+}
+
+tunnel::PeerLink* Worker::find_link(const std::string& peer) const {
+  for (const auto& link : links_)
+    if (link->name() == peer) return link.get();
+  return nullptr;
+}
+
+void Worker::retire_acceptor(std::unique_ptr<Acceptor> acceptor) {
+  // Its accept is being cancelled; the completion still refers to it.
+  acceptor->stop();
+  retired_acceptors_.push_back(std::move(acceptor));
+}
+
+void Worker::retire_listener(LocalListener& l) {
+  // Stop listening now: until its cancelled accept completes, the ring still
+  // holds the socket open, and a connection could land in a backlog that
+  // nobody will accept from. shutdown() refuses new ones at once.
+  ::shutdown(l.socket->fds->fd_for(index_), SHUT_RDWR);
+  retire_acceptor(std::move(l.acceptor));
+}
+
+void Worker::on_local_accept(LocalListener& l, UniqueFd fd) {
+  const ListenerConfig& config = l.socket->config;
+  if (config.transparent) {
     on_transparent_accept(l, std::move(fd));
     return;
   }
-  auto* stream = local::LocalStream::from_client(*host_, std::move(fd), l.name, l.peer, l.target.to_string());
-  links_[listener_link_[listener_index]]->submit(stream);
+  auto* stream = local::LocalStream::from_client(*host_, std::move(fd), config.name, l.counters, config.peer,
+                                                 config.target.to_string());
+  l.link->submit(stream);
 }
 
-void Worker::on_transparent_accept(const ListenerConfig& l, UniqueFd fd) {
+void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
+  const ListenerConfig& l = local.socket->config;
   // Where the application meant to go, before iptables REDIRECT sent it here.
   // io_uring's getsockopt serves SOL_SOCKET only, so this one is synchronous.
   sockaddr_storage dst{};
@@ -142,6 +168,8 @@ void Worker::on_transparent_accept(const ListenerConfig& l, UniqueFd fd) {
                ? getsockopt(fd.get(), SOL_IPV6, IP6T_SO_ORIGINAL_DST, &dst, &len)
                : getsockopt(fd.get(), SOL_IP, SO_ORIGINAL_DST, &dst, &len);
   auto reject = [&](std::string_view reason, const std::string& destination) {
+    local.counters->accepted.add();
+    metrics_.failed(metrics::StreamFailure::kRejected);
     log::warn("stream_rejected").kv("listener", l.name).kv("destination", destination).kv("reason", reason);
     linger lg{1, 0};
     setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
@@ -158,17 +186,18 @@ void Worker::on_transparent_accept(const ListenerConfig& l, UniqueFd fd) {
         reject("route " + route.match.to_string() + " says reject", destination);
         return;
       case RouteConfig::Action::kPassthrough:
+        local.counters->accepted.add();
         local::DirectPipe::start(*host_, std::move(fd), dst, len, l.name);
         return;
       case RouteConfig::Action::kTunnel: {
         std::string target = route.has_target ? route.target.to_string() : "tcp:" + destination;
-        for (size_t p = 0; p < config_->peers.size(); ++p) {
-          if (config_->peers[p].name != route.peer) continue;
-          log::debug("stream_routed").kv("listener", l.name).kv("destination", destination).kv("peer", route.peer);
-          links_[p]->submit(local::LocalStream::from_client(*host_, std::move(fd), l.name, route.peer, target));
+        tunnel::PeerLink* link = find_link(route.peer);
+        if (!link) {
+          reject("route names an unknown peer", destination);
           return;
         }
-        reject("route names an unknown peer", destination);
+        log::debug("stream_routed").kv("listener", l.name).kv("destination", destination).kv("peer", route.peer);
+        link->submit(local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, route.peer, target));
         return;
       }
     }
@@ -185,11 +214,97 @@ void Worker::on_tunnel_accept(UniqueFd fd) {
   adopt_inbound(new transport::TcpTransport(loop_, *pool_, std::move(fd), config_->tunnel.buffer_size, remote));
 }
 
+void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) {
+  config_ = std::move(config);
+  // Peers: one whose address changed is a new peer; its old link finishes
+  // the streams it carries, like a removed one.
+  std::vector<std::unique_ptr<tunnel::PeerLink>> links;
+  for (const PeerConfig& peer : config_->peers) {
+    std::unique_ptr<tunnel::PeerLink> link;
+    for (auto& old : links_) {
+      if (old && old->name() == peer.name && old->config().address == peer.address &&
+          old->config().tcp_port == peer.tcp_port && old->config().rdma_port == peer.rdma_port)
+        link = std::move(old);
+    }
+    if (!link) {
+      link = std::make_unique<tunnel::PeerLink>(loop_, *pool_, peer, session_settings_, config_->tunnel, graveyard_,
+                                                rdma_.get());
+      if (accepting_) link->start();
+      else link->begin_shutdown();
+    }
+    links.push_back(std::move(link));
+  }
+  for (auto& old : links_) {
+    if (!old) continue;
+    old->retire();
+    retired_links_.push_back(std::move(old));
+  }
+  links_ = std::move(links);
+  if (!accepting_) return;  // drained: the listeners are closed for good
+  // Listeners: the same sockets keep their acceptor (and the connections in
+  // its backlog); only their settings change.
+  std::vector<std::unique_ptr<LocalListener>> kept;
+  for (auto& socket : listeners) {
+    bool found = false;
+    for (auto& l : listeners_) {
+      if (l && l->socket->fds == socket->fds) {
+        l->socket = socket;
+        l->counters = &metrics_.listener(socket->config.name);
+        l->acceptor->rename(socket->config.name);
+        kept.push_back(std::move(l));
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      add_listener(socket);
+      listeners_.back()->acceptor->start();
+      kept.push_back(std::move(listeners_.back()));
+      listeners_.pop_back();
+    }
+  }
+  for (auto& l : listeners_)
+    if (l) retire_listener(*l);
+  listeners_ = std::move(kept);
+  for (auto& l : listeners_)
+    l->link = l->socket->config.transparent ? nullptr : find_link(l->socket->config.peer);
+}
+
+void Worker::describe_peers(std::vector<admin::PeerInfo>* out) const {
+  for (const auto& link : links_) {
+    out->emplace_back();
+    link->describe(index_, &out->back());
+  }
+  for (const auto& link : retired_links_) {
+    out->emplace_back();
+    link->describe(index_, &out->back());
+  }
+  for (const auto& s : inbound_) {
+    admin::PeerInfo peer;
+    admin::SessionInfo info;
+    info.worker = index_;
+    s->describe(&info);
+    peer.name = info.peer_node.empty() ? info.remote_address : info.peer_node;
+    peer.transport = info.transport;
+    peer.transport_reason = "chosen by the peer, which dialed us";
+    peer.state = s->open() ? "up" : "connecting";
+    peer.sessions.push_back(std::move(info));
+    out->push_back(std::move(peer));
+  }
+}
+
+void Worker::describe_streams(std::vector<admin::StreamInfo>* out) const {
+  for (const local::LocalStream* s = host_->first_stream; s; s = s->next_in_host()) {
+    out->emplace_back();
+    s->describe(&out->back());
+  }
+}
+
 void Worker::adopt_inbound(tunnel::Transport* transport) {
   inbound_.push_back(std::make_unique<tunnel::Session>(loop_, *pool_, tunnel::Session::Role::kAcceptor,
                                                        session_settings_, transport, this));
   tunnel::Session* session = inbound_.back().get();
-  if (draining_) session->send_goaway();
+  if (!accepting_) session->send_goaway();
   session->start();
 }
 
@@ -220,36 +335,40 @@ tunnel::StreamEndpoint* Worker::on_stream_open(tunnel::Session& session, uint32_
         .kv("target", target)
         .kv("reason", "not-allowed")
         .kv("detail", endpoint ? std::string("target is not in targets") : error);
+    metrics_.failed(metrics::StreamFailure::kNotAllowed);
     *refuse = tunnel::ResetCode::kNotAllowed;
     return nullptr;
   }
   return local::LocalStream::to_target(*host_, session, id, *endpoint, refuse);
 }
 
-void Worker::begin_drain() {
-  draining_ = true;
-  drain_deadline_ = loop_.now() + std::chrono::milliseconds(config_->shutdown_timeout_ms);
-  log::info("drain_started").kv("streams", host_->live_streams).kv("timeout_ms", config_->shutdown_timeout_ms);
-  for (auto& a : acceptors_) a->stop();
+void Worker::stop_accepting() {
+  if (!accepting_) return;
+  accepting_ = false;
+  // Dropping our hold on the listening sockets closes them once every worker
+  // and main let go, so new connections are refused rather than left in a
+  // backlog nobody accepts from.
+  for (auto& l : listeners_) retire_listener(*l);
+  listeners_.clear();
+  retire_acceptor(std::move(tunnel_acceptor_));
   if (rdma_listener_) rdma_listener_->stop();
-  // Close this worker's own listening sockets now so that new connections
-  // are refused rather than left in a backlog nobody accepts from.
-  for (auto& local : sockets_.locals) {
-    if (local.fds.size() > 1 || sockets_.worker_count == 1) {
-      int& fd = local.fds.size() > 1 ? local.fds[index_] : local.fds[0];
-      close_unix_listener(fd, local.config->listen);
-      fd = -1;
-    }
-  }
-  ::close(sockets_.tunnel_fds[index_]);
-  sockets_.tunnel_fds[index_] = -1;
-  if (sockets_.drained_workers.fetch_add(1) + 1 == sockets_.worker_count) sockets_.close_shared();
+  ::shutdown(tunnel_.tcp_fds[index_], SHUT_RDWR);
+  ::close(tunnel_.tcp_fds[index_]);
+  tunnel_.tcp_fds[index_] = -1;
   for (auto& link : links_) link->begin_shutdown();
   for (auto& s : inbound_) s->send_goaway();
 }
 
+void Worker::begin_drain() {
+  draining_ = true;
+  drain_deadline_ = loop_.now() + std::chrono::milliseconds(config_->shutdown_timeout_ms);
+  log::info("drain_started").kv("streams", host_->live_streams).kv("timeout_ms", config_->shutdown_timeout_ms);
+  stop_accepting();
+}
+
 void Worker::close_everything(std::string_view reason) {
   for (auto& link : links_) link->close_all(reason);
+  for (auto& link : retired_links_) link->close_all(reason);
   std::vector<tunnel::Session*> inbound;
   for (auto& s : inbound_) inbound.push_back(s.get());
   for (auto* s : inbound) s->close_gracefully(reason);
@@ -258,8 +377,12 @@ void Worker::close_everything(std::string_view reason) {
 void Worker::tick() {
   graveyard_.clear();
   Clock::time_point now = loop_.now();
-  for (auto& a : acceptors_) a->tick();
+  for (auto& l : listeners_) l->acceptor->tick();
+  if (tunnel_acceptor_) tunnel_acceptor_->tick();
+  std::erase_if(retired_acceptors_, [](const auto& a) { return a->idle(); });
   for (auto& link : links_) link->tick(now);
+  for (auto& link : retired_links_) link->tick(now);
+  std::erase_if(retired_links_, [](const auto& link) { return link->finished(); });
   std::vector<tunnel::Session*> inbound;
   for (auto& s : inbound_) inbound.push_back(s.get());
   for (auto* s : inbound) s->tick(now);

@@ -9,9 +9,13 @@
 
 #include "common/buffer_pool.h"
 #include "config/config.h"
+#include "common/metrics.h"
+#include "proxy/admin/admin_model.h"
 #include "proxy/local/stream_host.h"
 #include "proxy/runtime/acceptor.h"
 #include "proxy/runtime/event_loop.h"
+#include "proxy/runtime/listener_sockets.h"
+#include "proxy/runtime/worker_mailbox.h"
 #include "proxy/transport/rdma/rdma_context.h"
 #include "proxy/transport/rdma/rdma_listener.h"
 #include "proxy/transport/rdma/rdma_transport.h"
@@ -20,35 +24,37 @@
 
 namespace rdmagw {
 
-// Listening sockets opened by main before the workers start, so that bind
-// errors are reported once, clearly, before anything runs.
-struct ListenSockets {
-  struct Local {
-    const ListenerConfig* config;
-    std::vector<int> fds;  // one per worker (TCP, SO_REUSEPORT) or one shared (unix)
-  };
-  std::vector<Local> locals;
-  std::vector<int> tunnel_fds;  // one per worker, SO_REUSEPORT
-  // Workers close their own sockets when they start draining; the last one
-  // to drain closes the shared ones, so new connections are refused at once.
-  std::atomic<unsigned> drained_workers{0};
-  unsigned worker_count = 0;
+// The tunnel's listening sockets (one per worker, SO_REUSEPORT), opened by
+// main before the workers start. The tunnel address cannot change on reload.
+struct TunnelSockets {
+  std::vector<int> tcp_fds;  // index: worker; a worker closes its own when it drains
   // Decided once at startup (device present, memlock enough): RDMA in use.
   bool rdma = false;
-  void close_shared();
 };
 
 enum class StopLevel : int { kRunning = 0, kDrain = 1, kNow = 2 };
 
 class Worker final : public tunnel::SessionOwner, public transport::RdmaTransport::Observer {
  public:
-  Worker(unsigned index, std::shared_ptr<const Config> config, ListenSockets& sockets,
-         const std::atomic<int>& stop_level);
+  // `mailbox` and `metrics` outlive the worker (the runtime owns them, so
+  // that the admin thread can use them at any time).
+  Worker(unsigned index, std::shared_ptr<const Config> config, ListenerSet listeners, TunnelSockets& tunnel,
+         const std::atomic<int>& stop_level, metrics::WorkerMetrics& metrics, WorkerMailbox& mailbox);
   ~Worker() override;
 
   bool init(std::string* error);
   void run();
   const LoopFeatures& features() const { return loop_.features(); }
+  unsigned index() const { return index_; }
+  // --- called on the worker's thread, through the mailbox -------------------
+  // A reload: adopt `config` and `listeners`. Listeners and peers that stay
+  // keep their sockets and sessions; removed ones stop accepting / dialing
+  // and their open streams finish; added ones start.
+  void apply(std::shared_ptr<const Config> config, ListenerSet listeners);
+  // POST /drain: stop accepting and tell peers; streams finish; keep running.
+  void stop_accepting();
+  void describe_peers(std::vector<admin::PeerInfo>* out) const;
+  void describe_streams(std::vector<admin::StreamInfo>* out) const;
 
   // SessionOwner, for sessions peers dialed to us.
   void on_session_open(tunnel::Session& session) override;
@@ -65,16 +71,31 @@ class Worker final : public tunnel::SessionOwner, public transport::RdmaTranspor
   void on_rdma_connect_request(rdma_cm_id* id, const uint8_t* data, size_t len);
   void adopt_inbound(tunnel::Transport* transport);
   void tick();
-  void on_local_accept(size_t listener_index, UniqueFd fd);
-  void on_transparent_accept(const ListenerConfig& listener, UniqueFd fd);
+  // A listener as this worker serves it.
+  struct LocalListener {
+    std::shared_ptr<const ListenerSocket> socket;
+    std::unique_ptr<Acceptor> acceptor;
+    metrics::ListenerMetrics* counters = nullptr;
+    tunnel::PeerLink* link = nullptr;  // non-transparent listeners: where streams go
+  };
+  void add_listener(std::shared_ptr<const ListenerSocket> socket);
+  void retire_acceptor(std::unique_ptr<Acceptor> acceptor);
+  // The listener was removed or we drain: stop listening and accepting.
+  void retire_listener(LocalListener& listener);
+  tunnel::PeerLink* find_link(const std::string& peer) const;
+  void on_local_accept(LocalListener& listener, UniqueFd fd);
+  void on_transparent_accept(const LocalListener& listener, UniqueFd fd);
   void on_tunnel_accept(UniqueFd fd);
   void begin_drain();
   void close_everything(std::string_view reason);
 
   unsigned index_;
   std::shared_ptr<const Config> config_;
-  ListenSockets& sockets_;
+  ListenerSet initial_listeners_;  // served from init() on
+  TunnelSockets& tunnel_;
   const std::atomic<int>& stop_level_;
+  metrics::WorkerMetrics& metrics_;
+  WorkerMailbox& mailbox_;
 
   // Declared before loop_ so that it is destroyed after it: the ring must be
   // gone before the memory its pending receives point into is unmapped.
@@ -85,11 +106,15 @@ class Worker final : public tunnel::SessionOwner, public transport::RdmaTranspor
   std::unique_ptr<transport::RdmaListener> rdma_listener_;
   std::unique_ptr<local::StreamHost> host_;
   tunnel::SessionSettings session_settings_;
-  std::vector<std::unique_ptr<Acceptor>> acceptors_;
-  std::vector<std::unique_ptr<tunnel::PeerLink>> links_;        // index matches config_->peers
-  std::vector<size_t> listener_link_;                           // listener index -> links_ index
-  std::vector<std::unique_ptr<tunnel::Session>> inbound_;       // sessions peers dialed to us
+  std::vector<std::unique_ptr<LocalListener>> listeners_;
+  std::unique_ptr<Acceptor> tunnel_acceptor_;
+  // Stopped acceptors whose cancelled accept has not completed yet.
+  std::vector<std::unique_ptr<Acceptor>> retired_acceptors_;
+  std::vector<std::unique_ptr<tunnel::PeerLink>> links_;          // one per configured peer
+  std::vector<std::unique_ptr<tunnel::PeerLink>> retired_links_;  // removed by a reload, finishing
+  std::vector<std::unique_ptr<tunnel::Session>> inbound_;         // sessions peers dialed to us
   tunnel::SessionGraveyard graveyard_;
+  bool accepting_ = true;
   bool draining_ = false;
   bool closed_all_ = false;
   Clock::time_point drain_deadline_;

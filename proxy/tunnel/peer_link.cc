@@ -25,6 +25,8 @@ PeerLink::PeerLink(EventLoop& loop, BufferPool& pool, const PeerConfig& peer, co
       rdma_(rdma) {
   connect_op_ = IoOp::bind<&PeerLink::on_connect>(this);
   timeout_op_ = IoOp::bind<&PeerLink::on_connect_timeout>(this);
+  settings_.peer_label = peer_.name;
+  if (settings_.metrics) counters_ = &settings_.metrics->peer(peer_.name);
 }
 
 PeerLink::~PeerLink() {
@@ -93,20 +95,24 @@ void PeerLink::rdma_dial_failed(std::string reason) {
       .kv("to", "tcp")
       .kv("rdma_failures", rdma_failures_)
       .kv("reason", reason);
+  transport_reason_ = "RDMA failed (" + reason + "); falling back";
   if (!shutting_down_) dial_tcp();
 }
 
 void PeerLink::open_session(Transport* transport) {
   std::string kind(transport->kind());
+  transport_reason_ = kind == "rdma"                               ? "RDMA CM connect succeeded"
+                      : tunnel_.transport == TransportMode::kTcp ? "configured"
+                      : !rdma_                                    ? "no usable RDMA device here"
+                      : transport_reason_.empty()                 ? "RDMA failed; falling back"
+                                                                  : transport_reason_;
   if (kind != last_transport_) {
     log::info("transport_selected")
         .kv("peer", peer_.name)
         .kv("transport", kind)
         .kv("mode", tunnel_.transport == TransportMode::kAuto ? "auto"
                     : tunnel_.transport == TransportMode::kRdma ? "rdma" : "tcp")
-        .kv("reason", kind == "rdma" ? "RDMA CM connect succeeded"
-                      : !rdma_ ? "no usable RDMA device here"
-                      : tunnel_.transport == TransportMode::kTcp ? "configured" : "RDMA failed; falling back");
+        .kv("reason", transport_reason_);
     last_transport_ = kind;
   }
   active_ = std::make_unique<Session>(loop_, pool_, Session::Role::kDialer, settings_, transport, this);
@@ -151,12 +157,14 @@ void PeerLink::on_connect(int res, uint32_t) {
   }
   set_nodelay(dial_fd_.get());
   auto* transport = new transport::TcpTransport(loop_, pool_, std::move(dial_fd_), settings_.max_data,
-                                                peer_.tcp_endpoint.to_string());
+                                                sockaddr_to_string(reinterpret_cast<const sockaddr*>(&peer_.tcp_endpoint.addr),
+                                                                   peer_.tcp_endpoint.addr_len));
   open_session(transport);
 }
 
 void PeerLink::connect_failed(std::string reason) {
   ++failures_;
+  last_error_ = reason;
   // Log the first failure and then every tenth, so a peer that stays down
   // does not flood the log.
   if (failures_ == 1 || failures_ % 10 == 0) {
@@ -209,9 +217,11 @@ void PeerLink::tick(Clock::time_point now) {
 void PeerLink::on_session_open(Session& session) {
   if (&session != active_.get()) return;
   if (was_up_ || failures_ > 0) {
-    log::info("peer_up").kv("peer", peer_.name).kv("transport", "tcp").kv("after_failures", failures_);
+    log::info("peer_up").kv("peer", peer_.name).kv("transport", session.transport_kind()).kv("after_failures", failures_);
   }
+  if (was_up_ && counters_) counters_->reconnects.add();
   was_up_ = true;
+  last_error_.clear();
   failures_ = 0;
   backoff_ms_ = 0;
   // Attach in arrival order; attaching cannot close the session synchronously
@@ -283,6 +293,45 @@ void PeerLink::close_all(std::string_view reason) {
   std::vector<Session*> draining;
   for (auto& d : draining_) draining.push_back(d.get());
   for (Session* d : draining) d->close_gracefully(reason);
+}
+
+}  // namespace rdmagw::tunnel
+
+namespace rdmagw::tunnel {
+
+void PeerLink::retire() {
+  retired_ = true;
+  begin_shutdown();
+  // Its streams finish on it; tick() closes it once it carries none.
+  if (active_) draining_.push_back(std::move(active_));
+}
+
+bool PeerLink::finished() const {
+  return !active_ && draining_.empty() && waiting_.empty() && !dialing_ && dial_ops_ == 0 && !rdma_dialing_;
+}
+
+void PeerLink::describe(unsigned worker, admin::PeerInfo* out) const {
+  out->name = peer_.name;
+  out->configured = !retired_;
+  out->address = peer_.address;
+  out->tcp_port = peer_.tcp_port;
+  out->rdma_port = peer_.rdma_port;
+  out->transport = active_ ? std::string(active_->transport_kind()) : use_rdma() ? "rdma" : "tcp";
+  out->transport_reason = !transport_reason_.empty()                ? transport_reason_
+                          : tunnel_.transport == TransportMode::kTcp ? "configured"
+                          : !rdma_                                   ? "no usable RDMA device here"
+                                                                     : "RDMA device available";
+  out->state = retired_ ? "removed" : up() ? "up" : (dialing_ || active_) ? "connecting" : failures_ > 0 ? "down" : "connecting";
+  out->last_error = last_error_;
+  out->waiting_streams = waiting_.size();
+  auto add = [&](const Session& s) {
+    admin::SessionInfo info;
+    info.worker = worker;
+    s.describe(&info);
+    out->sessions.push_back(std::move(info));
+  };
+  if (active_) add(*active_);
+  for (const auto& d : draining_) add(*d);
 }
 
 }  // namespace rdmagw::tunnel

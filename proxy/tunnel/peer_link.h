@@ -49,6 +49,14 @@ class PeerLink final : public SessionOwner, public transport::RdmaTransport::Obs
   void begin_shutdown();
   // Closes every session (streams on them are reset).
   void close_all(std::string_view reason);
+  // The peer left the configuration: open nothing new, let open streams
+  // finish on their sessions, then close them. The worker frees the link
+  // once finished().
+  void retire();
+  bool finished() const;
+  // For the admin endpoint (GET /peers): this worker's view of the peer.
+  void describe(unsigned worker, admin::PeerInfo* out) const;
+  const PeerConfig& config() const { return peer_; }
 
   // SessionOwner
   void on_session_open(Session& session) override;
@@ -103,6 +111,10 @@ class PeerLink final : public SessionOwner, public transport::RdmaTransport::Obs
   transport::RdmaTransport* rdma_dialing_ = nullptr;
   uint32_t rdma_failures_ = 0;   // consecutive; in auto, 3 of them switch the peer to TCP
   std::string last_transport_;   // logged when the choice changes
+  std::string transport_reason_; // why the last session used its transport
+  std::string last_error_;       // last dial failure, cleared when a session opens
+  bool retired_ = false;
+  metrics::PeerMetrics* counters_ = nullptr;
 };
 
 }  // namespace rdmagw::tunnel

@@ -23,10 +23,64 @@ Session::Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSett
       next_local_id_(role == Role::kDialer ? 1 : 2),
       session_receive_(settings.session_window) {
   started_ = last_receive_ = last_ping_ = loop_.now();
+  started_wall_ = Clock::now();
+  if (settings_.metrics && !settings_.peer_label.empty()) peer_metrics_ = &settings_.metrics->peer(settings_.peer_label);
 }
 
 Session::~Session() {
+  count_session_closed();
   if (transport_) transport_->close();
+}
+
+void Session::count_bytes_out(uint64_t n) {
+  counters_.bytes_out += n;
+  if (peer_metrics_) peer_metrics_->bytes_sent.add(n);
+}
+
+void Session::count_bytes_in(uint64_t n) {
+  counters_.bytes_in += n;
+  if (peer_metrics_) peer_metrics_->bytes_received.add(n);
+}
+
+void Session::count_credit_stall() {
+  ++counters_.credit_stalls;
+  if (peer_metrics_) peer_metrics_->credit_stalls.add();
+}
+
+void Session::count_stream_opened() {
+  ++counters_.streams_opened;
+  if (peer_metrics_) peer_metrics_->streams_opened.add();
+}
+
+metrics::Gauge* Session::sessions_gauge() const {
+  if (!peer_metrics_ || !transport_) return nullptr;
+  return transport_->kind() == "rdma" ? &peer_metrics_->sessions_rdma : &peer_metrics_->sessions_tcp;
+}
+
+void Session::count_session_closed() {
+  if (!counted_open_) return;
+  counted_open_ = false;
+  counted_gauge_->sub();
+}
+
+void Session::describe(admin::SessionInfo* out) const {
+  out->role = role_ == Role::kDialer ? "dialer" : "acceptor";
+  out->transport = std::string(transport_kind());
+  out->state = state_ == State::kHandshake ? "handshake"
+               : state_ == State::kClosed  ? "closed"
+               : (goaway_sent_ || goaway_received_) ? "draining"
+                                                    : "open";
+  out->remote_address = transport_ ? transport_->remote_address() : std::string();
+  out->peer_node = peer_node_;
+  out->rtt_us = rtt_us_;
+  out->age_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_wall_).count());
+  out->streams = streams_.size();
+  out->streams_opened = counters_.streams_opened;
+  out->bytes_sent = counters_.bytes_out;
+  out->bytes_received = counters_.bytes_in;
+  out->credit_stalls = counters_.credit_stalls;
+  if (transport_) transport_->describe(out);
 }
 
 std::string_view Session::transport_kind() const { return transport_ ? transport_->kind() : "none"; }
@@ -79,6 +133,7 @@ void Session::tick(Clock::time_point now) {
 void Session::close(std::string_view reason, bool flush) {
   if (state_ == State::kClosed) return;
   state_ = State::kClosed;
+  count_session_closed();
   log::info("session_closed")
       .kv("peer", peer_label())
       .kv("transport", transport_kind())
@@ -205,9 +260,9 @@ uint32_t Session::open_stream(StreamEndpoint* endpoint, std::string_view target,
     }
     encode_open_before(p + kHeaderSize + 2 + target.size(), id, target, 0);
   }
-  counters_.bytes_out += first_len;
+  count_bytes_out(first_len);
   ++counters_.frames_out;
-  ++counters_.streams_opened;
+  count_stream_opened();
   transport_->request_send();
   return id;
 }
@@ -218,7 +273,7 @@ uint32_t Session::take_stream_credit(uint32_t id, uint32_t want) {
   StreamState& s = it->second;
   uint64_t n = std::min<uint64_t>({want, peer_hello_.max_data, s.send.available()});
   if (n == 0) {
-    ++counters_.credit_stalls;
+    count_credit_stall();
     s.wants_credit = true;
     return 0;
   }
@@ -238,7 +293,7 @@ bool Session::take_session_credit(uint32_t id, uint32_t n) {
     session_send_.take(n);
     return true;
   }
-  ++counters_.credit_stalls;
+  count_credit_stall();
   if (!it->second.waits_for_session) {
     it->second.waits_for_session = true;
     blocked_streams_.push_back(id);
@@ -254,7 +309,7 @@ void Session::send_data(uint32_t id, uint8_t* buffer, uint32_t len) {
   uint8_t* frame = buffer + kBufferHeadroom - kHeaderSize;
   encode_header(frame, FrameType::kData, id, len);
   transport_->outbound().adopt(buffer, kBufferHeadroom - kHeaderSize, static_cast<uint32_t>(kBufferHeadroom + len));
-  counters_.bytes_out += len;
+  count_bytes_out(len);
   ++counters_.frames_out;
   transport_->request_send();
 }
@@ -359,7 +414,10 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
       uint64_t value;
       if (!decode_u64(h, payload, &value, &reason)) return protocol_error(reason);
       int64_t rtt = to_ns(loop_.now()) - static_cast<int64_t>(value);
-      if (rtt >= 0) rtt_us_ = rtt / 1000;
+      if (rtt >= 0) {
+        rtt_us_ = rtt / 1000;
+        if (settings_.metrics) settings_.metrics->session_rtt.observe_us(static_cast<uint64_t>(rtt_us_));
+      }
       return true;
     }
     case FrameType::kGoaway: {
@@ -385,6 +443,12 @@ bool Session::on_hello(std::span<const uint8_t> payload) {
   if (peer_hello_.session_window > settings_.session_window)
     session_send_reserve_ = peer_hello_.session_window - settings_.session_window;
   state_ = State::kOpen;
+  if (settings_.metrics && !peer_metrics_) peer_metrics_ = &settings_.metrics->peer(peer_node_.empty() ? "?" : peer_node_);
+  counted_gauge_ = sessions_gauge();
+  if (counted_gauge_) {
+    counted_gauge_->add();
+    counted_open_ = true;
+  }
   if (role_ == Role::kAcceptor && !send_hello()) {
     close("out of buffers");
     return false;
@@ -411,7 +475,7 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
   if (first > settings_.stream_window || !session_receive_.on_receive(first))
     return protocol_error("OPEN first bytes exceed the window");
   highest_remote_id_ = id;
-  counters_.bytes_in += first;
+  count_bytes_in(first);
 
   if (goaway_sent_) {
     session_receive_.on_delivered(first);
@@ -434,7 +498,7 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
     forget(it);
     return state_ != State::kClosed;
   }
-  ++counters_.streams_opened;
+  count_stream_opened();
   it->second.endpoint = endpoint;
   if (first > 0 && !endpoint->on_data(open.first_bytes)) {
     reset_stream(id, ResetCode::kResource);
@@ -459,7 +523,7 @@ bool Session::on_data(const FrameHeader& h, std::span<const uint8_t> payload) {
   if (!s.receive.on_receive(n))
     return protocol_error("DATA overruns the window of stream " + std::to_string(h.stream_id));
   if (!session_receive_.on_receive(n)) return protocol_error("DATA exceeds the session window");
-  counters_.bytes_in += n;
+  count_bytes_in(n);
   if (n == 0) return true;
   StreamEndpoint* endpoint = s.endpoint;
   if (!endpoint->on_data(payload)) {

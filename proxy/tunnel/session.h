@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "common/buffer_pool.h"
+#include "common/metrics.h"
+#include "proxy/admin/admin_model.h"
 #include "proxy/runtime/event_loop.h"
 #include "proxy/tunnel/frame.h"
 #include "proxy/tunnel/stream_window.h"
@@ -59,6 +61,10 @@ struct SessionSettings {
   uint32_t keepalive_interval_ms = 5000;
   uint32_t keepalive_timeout_ms = 15000;
   uint32_t handshake_timeout_ms = 3000;
+  metrics::WorkerMetrics* metrics = nullptr;  // the worker's counters (null in unit tests)
+  // Label for this session's peer counters: the configured peer name for
+  // sessions we dial; empty for accepted ones, which use the HELLO's node.
+  std::string peer_label;
 };
 
 struct SessionCounters {
@@ -100,6 +106,8 @@ class Session {
   size_t stream_count() const { return streams_.size(); }
   const SessionCounters& counters() const { return counters_; }
   int64_t rtt_us() const { return rtt_us_; }
+  // For the admin endpoint (GET /peers); the caller sets `worker`.
+  void describe(admin::SessionInfo* out) const;
 
   // --- used by stream endpoints -------------------------------------------
   // Bytes a new stream may carry in its OPEN (min of stream and session credit).
@@ -166,6 +174,12 @@ class Session {
   void send_control(FrameType type, uint32_t id, uint64_t value, size_t value_size);
   void grant(uint32_t id, StreamState* s, uint32_t n);
   void notify_blocked_streams();
+  void count_bytes_out(uint64_t n);
+  void count_bytes_in(uint64_t n);
+  void count_credit_stall();
+  void count_stream_opened();
+  metrics::Gauge* sessions_gauge() const;
+  void count_session_closed();
 
   EventLoop& loop_;
   BufferPool& pool_;
@@ -198,6 +212,10 @@ class Session {
   bool ping_outstanding_ = false;
   int64_t rtt_us_ = -1;
   SessionCounters counters_;
+  Clock::time_point started_wall_;
+  metrics::PeerMetrics* peer_metrics_ = nullptr;
+  metrics::Gauge* counted_gauge_ = nullptr;  // the sessions gauge this session raised
+  bool counted_open_ = false;
 };
 
 }  // namespace rdmagw::tunnel

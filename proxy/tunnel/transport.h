@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "common/byte_queue.h"
+#include "proxy/admin/admin_model.h"
 #include "proxy/tunnel/frame.h"
 
 namespace rdmagw::tunnel {
@@ -38,6 +39,8 @@ class Transport {
   virtual void close(bool flush) = 0;
   void close() { close(false); }
   virtual std::string remote_address() const = 0;
+  // Fills in what this carrier knows beyond the session (RDMA: QP, credits).
+  virtual void describe(admin::SessionInfo*) const {}
 };
 
 }  // namespace rdmagw::tunnel

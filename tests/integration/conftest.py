@@ -242,6 +242,7 @@ class Sidecar(ManagedProcess):
         super().__init__(name, [binary, "--config", str(config_path)], log_path)
         self.config_path = Path(config_path)
         self.tunnel_port: int | None = None
+        self.admin_port: int | None = None  # its admin endpoint on 127.0.0.1
 
     def start(self, wait: bool = True, timeout: float = READY_TIMEOUT_S):
         super().start()
@@ -383,6 +384,7 @@ def sidecar(rdmagw_bin, procs, tmp_path):
         cfg.write_text(config_text)
         sc = Sidecar(node, cfg, tmp_path / f"{node}.log", rdmagw_bin)
         sc.tunnel_port = kw.get("tunnel_port")
+        sc.admin_port = kw.get("admin_port")
         procs.append(sc)
         return sc
 

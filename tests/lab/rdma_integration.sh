@@ -13,7 +13,8 @@ echo "== lab: integration tests on transport: rdma (recv_depth 32)"
 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
   tests/integration/test_transport_selection.py tests/integration/test_tunnel.py \
   tests/integration/test_failures.py tests/integration/test_resources.py \
-  tests/integration/test_flow_control.py tests/integration/test_shutdown.py
+  tests/integration/test_flow_control.py tests/integration/test_shutdown.py \
+  tests/integration/test_admin.py tests/integration/test_reload.py
 
 echo "== lab: credit exhaustion (recv_depth 8, send_depth 8: every few messages wait for credits)"
 RDMAGW_TEST_RDMA="{slab_size: 64MiB, recv_depth: 8, send_depth: 8}" \

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/buffer_pool.h"
+#include "common/metrics.h"
 #include "config/config.h"
 #include "proxy/transport/rdma/rdma_limits.h"
 
@@ -24,7 +25,8 @@ struct RdmaDeviceState {
 
 class RdmaContext {
  public:
-  RdmaContext(BufferPool& pool, const RdmaConfig& config) : pool_(pool), config_(config) {}
+  RdmaContext(BufferPool& pool, const RdmaConfig& config, metrics::WorkerMetrics* metrics = nullptr)
+      : pool_(pool), config_(config), metrics_(metrics) {}
   ~RdmaContext();
   RdmaContext(const RdmaContext&) = delete;
   RdmaContext& operator=(const RdmaContext&) = delete;
@@ -34,10 +36,12 @@ class RdmaContext {
   RdmaDeviceState* device(ibv_context* context, std::string* error);
   BufferPool& pool() { return pool_; }
   const RdmaConfig& config() const { return config_; }
+  metrics::WorkerMetrics* metrics() const { return metrics_; }
 
  private:
   BufferPool& pool_;
   RdmaConfig config_;
+  metrics::WorkerMetrics* metrics_;
   std::vector<RdmaDeviceState> devices_;
 };
 

@@ -399,6 +399,9 @@ void RdmaTransport::handle_completion(const ibv_wc& wc) {
     fail(std::string("work completion error: ") + ibv_wc_status_str(wc.status));
     return;
   }
+  ++completions_;
+  metrics::WorkerMetrics* counters = ctx_.metrics();
+  if (counters) (wc.wr_id & kSendTag ? counters->rdma_send_completions : counters->rdma_recv_completions).add();
   if (wc.wr_id & kSendTag) {
     uint32_t slot = static_cast<uint32_t>(wc.wr_id & ~kSendTag);
     uint32_t bytes = slot_payload_[slot];
@@ -510,6 +513,30 @@ bool RdmaTransport::post_message(bool with_data) {
   ++send_seq_;
   ++sends_in_flight_;
   return true;
+}
+
+}  // namespace rdmagw::transport
+
+namespace rdmagw::transport {
+
+void RdmaTransport::describe(admin::SessionInfo* out) const {
+  out->has_rdma = true;
+  out->qp_state = "none";
+  if (id_ && id_->qp) {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    if (ibv_query_qp(id_->qp, &attr, IBV_QP_STATE, &init) == 0) {
+      static const char* const kNames[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+      out->qp_state = attr.qp_state <= IBV_QPS_ERR ? kNames[attr.qp_state] : "UNKNOWN";
+    } else {
+      out->qp_state = "query-failed";
+    }
+  }
+  out->send_credits = credits_.available();
+  out->peer_recv_depth = peer_recv_depth_;
+  out->pending_returns = credits_.pending_returns();
+  out->sends_in_flight = sends_in_flight_;
+  out->completions = completions_;
 }
 
 }  // namespace rdmagw::transport

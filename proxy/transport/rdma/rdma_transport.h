@@ -54,6 +54,7 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   void close(bool flush) override;
   using tunnel::Transport::close;
   std::string remote_address() const override { return remote_; }
+  void describe(admin::SessionInfo* out) const override;
   void flush() override;
 
  private:
@@ -111,6 +112,7 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   uint32_t peer_buffer_size_ = 0;
   ByteQueue outbound_;
   size_t posted_bytes_ = 0;               // outbound bytes handed to the QP, not yet completed
+  uint64_t completions_ = 0;
 };
 
 }  // namespace rdmagw::transport

@@ -1,0 +1,117 @@
+#include "config/config_diff.h"
+
+#include <functional>
+
+namespace rdmagw {
+
+namespace {
+
+std::string text(const std::string& v) { return "'" + v + "'"; }
+template <class T>
+std::string text(const T& v) {
+  return std::to_string(v);
+}
+std::string text(TransportMode m) {
+  return m == TransportMode::kAuto ? "auto" : m == TransportMode::kRdma ? "rdma" : "tcp";
+}
+
+struct Differ {
+  std::vector<std::string>* out;
+  template <class T>
+  void check(const char* key, const T& running, const T& next) {
+    if (!(running == next)) out->push_back(std::string(key) + ": " + text(running) + " -> " + text(next));
+  }
+};
+
+bool same_routes(const std::vector<RouteConfig>& a, const std::vector<RouteConfig>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].match.to_string() != b[i].match.to_string() || a[i].action != b[i].action || a[i].peer != b[i].peer ||
+        a[i].has_target != b[i].has_target || (a[i].has_target && !(a[i].target == b[i].target)))
+      return false;
+  }
+  return true;
+}
+
+bool same_listener(const ListenerConfig& a, const ListenerConfig& b) {
+  return a.listen == b.listen && a.transparent == b.transparent && a.peer == b.peer &&
+         (a.transparent || a.target == b.target) && same_routes(a.routes, b.routes);
+}
+
+bool same_peer(const PeerConfig& a, const PeerConfig& b) {
+  return a.address == b.address && a.tcp_port == b.tcp_port && a.rdma_port == b.rdma_port;
+}
+
+// "<kind> <name> added|removed|changed" for entries matched by name.
+template <class Entry>
+void diff_named(const char* kind, const std::vector<Entry>& running, const std::vector<Entry>& next,
+                const std::function<bool(const Entry&, const Entry&)>& same, std::vector<std::string>* out) {
+  for (const auto& n : next) {
+    const Entry* old = nullptr;
+    for (const auto& r : running)
+      if (r.name == n.name) old = &r;
+    if (!old) out->push_back(std::string(kind) + " " + n.name + " added");
+    else if (!same(*old, n)) out->push_back(std::string(kind) + " " + n.name + " changed");
+  }
+  for (const auto& r : running) {
+    bool kept = false;
+    for (const auto& n : next) kept = kept || n.name == r.name;
+    if (!kept) out->push_back(std::string(kind) + " " + r.name + " removed");
+  }
+}
+
+size_t count_missing(const std::vector<Endpoint>& from, const std::vector<Endpoint>& in) {
+  size_t n = 0;
+  for (const auto& e : from) {
+    bool found = false;
+    for (const auto& o : in) found = found || o == e;
+    if (!found) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::vector<std::string> restart_only_changes(const Config& running, const Config& next) {
+  std::vector<std::string> out;
+  Differ d{&out};
+  d.check("node", running.node, next.node);
+  d.check("admin", running.admin, next.admin);
+  d.check("workers", running.workers, next.workers);
+  const TunnelConfig& a = running.tunnel;
+  const TunnelConfig& b = next.tunnel;
+  d.check("tunnel.address", a.address, b.address);
+  d.check("tunnel.tcp_port", a.tcp_port, b.tcp_port);
+  d.check("tunnel.rdma_port", a.rdma_port, b.rdma_port);
+  d.check("tunnel.transport", a.transport, b.transport);
+  d.check("tunnel.buffer_size", a.buffer_size, b.buffer_size);
+  d.check("tunnel.stream_window", a.stream_window, b.stream_window);
+  d.check("tunnel.session_budget", a.session_budget, b.session_budget);
+  d.check("tunnel.keepalive_interval_ms", a.keepalive_interval_ms, b.keepalive_interval_ms);
+  d.check("tunnel.keepalive_timeout_ms", a.keepalive_timeout_ms, b.keepalive_timeout_ms);
+  d.check("tunnel.connect_timeout_ms", a.connect_timeout_ms, b.connect_timeout_ms);
+  d.check("tunnel.reconnect_max_ms", a.reconnect_max_ms, b.reconnect_max_ms);
+  d.check("tunnel.rdma.device", a.rdma.device, b.rdma.device);
+  d.check("tunnel.rdma.slab_size", a.rdma.slab_size, b.rdma.slab_size);
+  d.check("tunnel.rdma.recv_depth", a.rdma.recv_depth, b.rdma.recv_depth);
+  d.check("tunnel.rdma.send_depth", a.rdma.send_depth, b.rdma.send_depth);
+  d.check("tunnel.rdma.busy_poll_us", a.rdma.busy_poll_us, b.rdma.busy_poll_us);
+  d.check("tunnel.rdma.inline_threshold", a.rdma.inline_threshold, b.rdma.inline_threshold);
+  return out;
+}
+
+std::vector<std::string> describe_changes(const Config& running, const Config& next) {
+  std::vector<std::string> out;
+  diff_named<ListenerConfig>("listener", running.listeners, next.listeners, same_listener, &out);
+  diff_named<PeerConfig>("peer", running.peers, next.peers, same_peer, &out);
+  size_t added = count_missing(next.targets, running.targets);
+  size_t removed = count_missing(running.targets, next.targets);
+  if (added || removed)
+    out.push_back("targets: " + std::to_string(added) + " added, " + std::to_string(removed) + " removed");
+  Differ d{&out};
+  d.check("log_level", running.log_level, next.log_level);
+  d.check("shutdown_timeout_ms", running.shutdown_timeout_ms, next.shutdown_timeout_ms);
+  return out;
+}
+
+}  // namespace rdmagw

@@ -1,0 +1,105 @@
+#include "proxy/runtime/listener_sockets.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace rdmagw {
+
+namespace {
+
+// A unix socket path left behind by a dead process is removed; one that a
+// live process still serves is an error, as for a TCP port in use.
+bool clear_stale_unix_socket(const Endpoint& ep, std::string* error) {
+  auto* un = reinterpret_cast<const sockaddr_un*>(&ep.addr);
+  struct stat st;
+  if (lstat(un->sun_path, &st) != 0) return true;
+  if (!S_ISSOCK(st.st_mode)) {
+    *error = std::string(un->sun_path) + " exists and is not a socket";
+    return false;
+  }
+  int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  bool live = probe >= 0 && ::connect(probe, reinterpret_cast<const sockaddr*>(&ep.addr), ep.addr_len) == 0;
+  if (probe >= 0) ::close(probe);
+  if (live) {
+    *error = std::string(un->sun_path) + " is in use by another process";
+    return false;
+  }
+  ::unlink(un->sun_path);
+  return true;
+}
+
+}  // namespace
+
+int open_listening_socket(const Endpoint& ep, bool reuseport, std::string* error) {
+  if (ep.kind == Endpoint::Kind::kUnix && !clear_stale_unix_socket(ep, error)) return -1;
+  int fd = ::socket(ep.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = std::string("socket: ") + strerror(errno);
+    return -1;
+  }
+  int one = 1;
+  if (ep.kind == Endpoint::Kind::kTcp) {
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (reuseport) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  }
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&ep.addr), ep.addr_len) != 0) {
+    *error = std::string("bind: ") + strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  if (::listen(fd, 4096) != 0) {
+    *error = std::string("listen: ") + strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::shared_ptr<ListenFds> ListenFds::open(const Endpoint& endpoint, unsigned workers, std::string* error) {
+  unsigned count = endpoint.kind == Endpoint::Kind::kTcp ? workers : 1;
+  std::vector<int> fds;
+  for (unsigned w = 0; w < count; ++w) {
+    int fd = open_listening_socket(endpoint, true, error);
+    if (fd < 0) {
+      for (int f : fds) ::close(f);
+      return nullptr;
+    }
+    fds.push_back(fd);
+  }
+  return std::shared_ptr<ListenFds>(new ListenFds(endpoint, std::move(fds)));
+}
+
+ListenFds::~ListenFds() {
+  for (int fd : fds_) ::close(fd);
+  if (endpoint_.kind == Endpoint::Kind::kUnix) {
+    auto* un = reinterpret_cast<const sockaddr_un*>(&endpoint_.addr);
+    ::unlink(un->sun_path);
+  }
+}
+
+bool open_listener_set(const Config& config, const ListenerSet& current, ListenerSet* out, std::string* key,
+                       std::string* error) {
+  ListenerSet result;
+  for (size_t i = 0; i < config.listeners.size(); ++i) {
+    const ListenerConfig& l = config.listeners[i];
+    std::shared_ptr<ListenFds> fds;
+    for (const auto& old : current) {
+      if (old->config.listen == l.listen && old->config.transparent == l.transparent) fds = old->fds;
+    }
+    if (!fds) fds = ListenFds::open(l.listen, config.workers, error);
+    if (!fds) {
+      *key = "listeners[" + std::to_string(i) + "].listen";
+      return false;
+    }
+    result.push_back(std::make_shared<const ListenerSocket>(ListenerSocket{l, std::move(fds)}));
+  }
+  *out = std::move(result);
+  return true;
+}
+
+}  // namespace rdmagw

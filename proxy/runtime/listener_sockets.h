@@ -1,0 +1,53 @@
+#pragma once
+// Listening sockets, opened by the main thread (at start and on reload) so
+// that bind errors are reported once, clearly, before any worker uses them.
+// A reload keeps the sockets of every address that stays, so connections
+// waiting in their backlog are never lost.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/address.h"
+#include "config/config.h"
+
+namespace rdmagw {
+
+// The sockets of one listen address: one per worker for TCP (SO_REUSEPORT,
+// so the kernel spreads connections) or one that all workers share (a unix
+// socket cannot be reuseport). Closed, and a unix path unlinked, when the
+// last holder lets go: a worker that stops accepting on it, or a reload.
+class ListenFds {
+ public:
+  // Opens and binds; nullptr with *error ("bind: Address already in use"...).
+  static std::shared_ptr<ListenFds> open(const Endpoint& endpoint, unsigned workers, std::string* error);
+  ~ListenFds();
+  ListenFds(const ListenFds&) = delete;
+  ListenFds& operator=(const ListenFds&) = delete;
+
+  int fd_for(unsigned worker) const { return fds_.size() == 1 ? fds_[0] : fds_[worker]; }
+  const Endpoint& endpoint() const { return endpoint_; }
+
+ private:
+  ListenFds(Endpoint endpoint, std::vector<int> fds) : endpoint_(std::move(endpoint)), fds_(std::move(fds)) {}
+  Endpoint endpoint_;
+  std::vector<int> fds_;
+};
+
+// One configured listener and its sockets.
+struct ListenerSocket {
+  ListenerConfig config;
+  std::shared_ptr<ListenFds> fds;
+};
+using ListenerSet = std::vector<std::shared_ptr<const ListenerSocket>>;
+
+// Sockets for every listener of `config`; those whose address (and
+// transparent flag) is unchanged from `current` are reused, not reopened.
+// On failure returns false with *key ("listeners[1].listen") and *error set;
+// nothing of `current` is touched.
+bool open_listener_set(const Config& config, const ListenerSet& current, ListenerSet* out, std::string* key,
+                       std::string* error);
+
+// One listening TCP socket (SO_REUSEADDR, and SO_REUSEPORT when asked), or -1.
+int open_listening_socket(const Endpoint& endpoint, bool reuseport, std::string* error);
+
+}  // namespace rdmagw

@@ -1,0 +1,447 @@
+#include "proxy/runtime/runtime.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+
+#include "common/log.h"
+#include "config/config_diff.h"
+#include "proxy/admin/admin_server.h"
+#include "proxy/transport/rdma/rdma_context.h"
+
+namespace rdmagw {
+
+namespace {
+
+constexpr auto kAskTimeout = std::chrono::milliseconds(2000);
+constexpr auto kReloadTimeout = std::chrono::milliseconds(10000);
+
+double unix_now() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : "; ") + i;
+  return out;
+}
+
+// Merging order for a peer's state across workers: the best one wins.
+int state_rank(const std::string& state) {
+  if (state == "up") return 0;
+  if (state == "connecting") return 1;
+  if (state == "down") return 2;
+  return 3;  // removed
+}
+
+}  // namespace
+
+Runtime::Runtime(RuntimeOptions options, std::shared_ptr<const Config> config)
+    : options_(std::move(options)), config_(std::move(config)) {}
+
+Runtime::~Runtime() {
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+}
+
+std::shared_ptr<const Config> Runtime::config() {
+  std::lock_guard lock(mu_);
+  return config_;
+}
+
+bool Runtime::check_rdma() {
+  // RDMA is used when asked for (auto | rdma) and this host can: a device,
+  // and enough lockable memory for every worker's registered slab.
+  const Config& config = *config_;
+  if (config.tunnel.transport == TransportMode::kTcp) return true;
+  rdma_reason_ = transport::rdma_unavailable_reason(config.tunnel.rdma, config.workers);
+  rdma_ = rdma_reason_.empty();
+  if (rdma_) {
+    // A device is here: a configuration it cannot honour is an error in
+    // auto as in rdma, not a reason to fall back quietly.
+    std::string error = transport::rdma_config_error(config.tunnel.rdma);
+    if (!error.empty()) {
+      log::error("rdma_config_exceeds_device").kv("reason", error);
+      return false;
+    }
+    rdma_reason_ = "RDMA device available";
+  } else if (config.tunnel.transport == TransportMode::kRdma) {
+    log::error("transport_unavailable").kv("key", "tunnel.transport").kv("value", "rdma").kv("reason", rdma_reason_);
+    return false;
+  }
+  return true;
+}
+
+bool Runtime::open_tunnel_sockets() {
+  const Config& config = *config_;
+  std::string error;
+  auto tunnel_ep = make_tcp_endpoint(config.tunnel.address, config.tunnel.tcp_port, &error);
+  if (!tunnel_ep) {
+    log::error("listen_failed").kv("key", "tunnel.address").kv("reason", error);
+    return false;
+  }
+  for (unsigned w = 0; w < config.workers; ++w) {
+    int fd = open_listening_socket(*tunnel_ep, true, &error);
+    if (fd < 0) {
+      log::error("listen_failed")
+          .kv("key", "tunnel.tcp_port")
+          .kv("address", tunnel_ep->to_string())
+          .kv("reason", error);
+      return false;
+    }
+    tunnel_.tcp_fds.push_back(fd);
+  }
+  return true;
+}
+
+void Runtime::worker_thread(unsigned index) {
+  {
+    Worker worker(index, config_, listeners_, tunnel_, stop_level_, *metrics_[index], *mailboxes_[index]);
+    std::string error;
+    bool ok = worker.init(&error);
+    {
+      std::lock_guard lock(workers_mu_);
+      ++initialized_;
+      if (ok) {
+        workers_[index] = &worker;
+      } else {
+        init_failed_ = true;
+        log::error("worker_failed").kv("reason", error);
+      }
+      if (index == 0) features_ = worker.features().describe();
+    }
+    workers_cv_.notify_all();
+    if (ok) {
+      // Wait until every worker is ready, so a failure stops them all.
+      bool run = false;
+      {
+        std::unique_lock lock(workers_mu_);
+        workers_cv_.wait(lock, [&] { return initialized_ == workers_.size(); });
+        run = !init_failed_;
+      }
+      if (run) worker.run();
+    }
+    mailboxes_[index]->close();
+    std::lock_guard lock(workers_mu_);
+    workers_[index] = nullptr;
+  }
+  finished_.fetch_add(1);
+}
+
+bool Runtime::start_workers() {
+  unsigned count = config_->workers;
+  workers_.assign(count, nullptr);
+  for (unsigned w = 0; w < count; ++w) {
+    metrics_.push_back(std::make_unique<metrics::WorkerMetrics>());
+    mailboxes_.push_back(std::make_unique<WorkerMailbox>());
+    std::string error;
+    if (!mailboxes_.back()->init(&error)) {
+      log::error("worker_failed").kv("reason", error);
+      return false;
+    }
+  }
+  for (unsigned w = 0; w < count; ++w) threads_.emplace_back([this, w] { worker_thread(w); });
+  std::unique_lock lock(workers_mu_);
+  workers_cv_.wait(lock, [&] { return initialized_ == count; });
+  return !init_failed_;
+}
+
+int Runtime::run() {
+  if (!check_rdma()) return 1;
+
+  // Signals go to this thread only (sigtimedwait below); workers and the
+  // admin thread inherit the mask and never see them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  tunnel_.rdma = rdma_;
+  transport_ = rdma_ ? (config_->tunnel.transport == TransportMode::kRdma ? "rdma" : "rdma,tcp") : "tcp";
+  std::string key, error;
+  if (!open_listener_set(*config_, {}, &listeners_, &key, &error)) {
+    log::error("listen_failed").kv("key", key).kv("reason", error);
+    return 1;
+  }
+  if (!open_tunnel_sockets()) return 1;
+  // The admin endpoint is bound before the workers start, so a port in use
+  // fails the start like any other listener; it answers 503 on /ready until
+  // the workers are up.
+  auto admin_ep = parse_host_port(config_->admin, &error);
+  admin::AdminServer admin_server(*this);
+  if (!admin_ep || !admin_server.start(*admin_ep, &error)) {
+    log::error("listen_failed").kv("key", "admin").kv("address", config_->admin).kv("reason", error);
+    return 1;
+  }
+  if (!start_workers()) {
+    stop_level_.store(static_cast<int>(StopLevel::kNow));
+    admin_server.stop();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    return 1;
+  }
+  std::string listeners;
+  for (const auto& l : config_->listeners) listeners += (listeners.empty() ? "" : ",") + l.listen.to_string();
+  ready_ = true;
+  log::info("ready")
+      .kv("version", RDMAGW_VERSION)
+      .kv("workers", config_->workers)
+      .kv("listeners", listeners)
+      .kv("tunnel", "tcp:" + config_->tunnel.address + ":" + std::to_string(config_->tunnel.tcp_port))
+      .kv("transport", transport_)
+      .kv("transport_reason", rdma_reason_)
+      .kv("admin", config_->admin)
+      .kv("io_uring", features_);
+  wait_for_signals();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+  admin_server.stop();
+  log::info("stopped");
+  return 0;
+}
+
+void Runtime::wait_for_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  timespec poll{0, 100 * 1000 * 1000};
+  while (finished_.load() < workers_.size()) {
+    siginfo_t info;
+    int sig = sigtimedwait(&signals, &info, &poll);
+    if (sig == SIGHUP) {
+      log::info("reload_requested").kv("signal", "SIGHUP");
+      reload();
+    } else if (sig == SIGTERM || sig == SIGINT) {
+      int previous = stop_level_.load();
+      int next = previous == 0 ? static_cast<int>(StopLevel::kDrain) : static_cast<int>(StopLevel::kNow);
+      ready_ = false;
+      draining_ = true;
+      {
+        // Workers close the listening sockets as they drain; main's hold
+        // must not keep them open.
+        std::lock_guard lock(mu_);
+        listeners_.clear();
+      }
+      stop_level_.store(next);
+      log::info(next == 1 ? "shutdown_requested" : "shutdown_forced").kv("signal", strsignal(sig));
+    }
+  }
+}
+
+bool Runtime::on_every_worker(const std::function<void(Worker&)>& task, std::chrono::milliseconds timeout,
+                              std::string* error) {
+  struct Wait {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<bool> done;
+  };
+  // Marks its worker answered when the task has run, or when it is dropped
+  // unrun because that worker has stopped: either way nobody waits for it.
+  struct Done {
+    Done(std::shared_ptr<Wait> w, unsigned i) : wait(std::move(w)), index(i) {}
+    Done(const Done&) = delete;  // one per task: a copy would answer twice
+    Done& operator=(const Done&) = delete;
+    std::shared_ptr<Wait> wait;
+    unsigned index;
+    ~Done() {
+      {
+        std::lock_guard lock(wait->mu);
+        wait->done[index] = true;
+      }
+      wait->cv.notify_all();
+    }
+  };
+  auto wait = std::make_shared<Wait>();
+  wait->done.assign(mailboxes_.size(), false);
+  for (unsigned i = 0; i < mailboxes_.size(); ++i) {
+    auto done = std::make_shared<Done>(wait, i);
+    mailboxes_[i]->post([this, i, task, done] {
+      Worker* worker = nullptr;
+      {
+        std::lock_guard lock(workers_mu_);
+        worker = workers_[i];
+      }
+      if (worker) task(*worker);
+    });
+  }
+  std::unique_lock lock(wait->mu);
+  bool all = wait->cv.wait_for(lock, timeout, [&] {
+    return std::all_of(wait->done.begin(), wait->done.end(), [](bool d) { return d; });
+  });
+  if (!all) {
+    for (unsigned i = 0; i < wait->done.size(); ++i) {
+      if (!wait->done[i]) {
+        *error = "worker " + std::to_string(i) + " did not answer within " + std::to_string(timeout.count()) + " ms";
+        break;
+      }
+    }
+  }
+  return all;
+}
+
+bool Runtime::peers(std::vector<admin::PeerInfo>* out, std::string* error) {
+  auto answers = std::make_shared<std::vector<std::vector<admin::PeerInfo>>>(mailboxes_.size());
+  if (!on_every_worker([answers](Worker& w) { w.describe_peers(&(*answers)[w.index()]); }, kAskTimeout, error))
+    return false;
+  // One entry per peer name, sessions of every worker together.
+  for (auto& per_worker : *answers) {
+    for (auto& peer : per_worker) {
+      auto it = std::find_if(out->begin(), out->end(), [&](const admin::PeerInfo& p) { return p.name == peer.name; });
+      if (it == out->end()) {
+        out->push_back(std::move(peer));
+        continue;
+      }
+      if (peer.configured && !it->configured) {
+        // The configured view (address, transport, state) leads.
+        std::swap(it->sessions, peer.sessions);
+        std::swap(*it, peer);
+      }
+      if (peer.configured && state_rank(peer.state) < state_rank(it->state)) it->state = peer.state;
+      if (it->last_error.empty()) it->last_error = peer.last_error;
+      it->waiting_streams += peer.waiting_streams;
+      for (auto& s : peer.sessions) it->sessions.push_back(std::move(s));
+    }
+  }
+  return true;
+}
+
+bool Runtime::streams(std::vector<admin::StreamInfo>* out, std::string* error) {
+  auto answers = std::make_shared<std::vector<std::vector<admin::StreamInfo>>>(mailboxes_.size());
+  if (!on_every_worker([answers](Worker& w) { w.describe_streams(&(*answers)[w.index()]); }, kAskTimeout, error))
+    return false;
+  for (auto& per_worker : *answers)
+    for (auto& s : per_worker) out->push_back(std::move(s));
+  std::stable_sort(out->begin(), out->end(),
+                   [](const admin::StreamInfo& a, const admin::StreamInfo& b) { return a.age_ms > b.age_ms; });
+  return true;
+}
+
+std::vector<const metrics::WorkerMetrics*> Runtime::worker_metrics() {
+  std::vector<const metrics::WorkerMetrics*> out;
+  for (const auto& m : metrics_) out.push_back(m.get());
+  return out;
+}
+
+uint64_t Runtime::live_streams() const {
+  int64_t total = 0;
+  for (const auto& m : metrics_) {
+    m->for_each_listener([&](const std::string&, const metrics::ListenerMetrics& l) { total += l.active.value(); });
+    total += m->target_streams_active.value();
+  }
+  return total > 0 ? static_cast<uint64_t>(total) : 0;
+}
+
+admin::Status Runtime::status() {
+  admin::Status s;
+  s.version = RDMAGW_VERSION;
+  s.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  s.ready = ready_.load();
+  s.draining = draining_.load();
+  s.not_ready_reason = s.draining ? "draining" : s.ready ? "" : "starting";
+  s.transport = transport_;
+  s.transport_reason = rdma_reason_;
+  {
+    std::lock_guard lock(workers_mu_);
+    s.io_uring = features_;
+  }
+  std::lock_guard lock(mu_);
+  s.node = config_->node;
+  s.config_file = options_.config_file;
+  s.config_generation = generation_;
+  s.workers = config_->workers;
+  s.last_reload = last_reload_;
+  s.last_reload_unix = last_reload_unix_;
+  return s;
+}
+
+admin::ReloadResult Runtime::refuse_reload(std::vector<std::string> errors) {
+  process_metrics_.config_reload_failures.add();
+  log::error("reload_failed").kv("file", options_.config_file).kv("errors", errors.size()).kv("kept", "running config");
+  for (const auto& e : errors) log::error("reload_error").kv("error", e);
+  admin::ReloadResult result;
+  result.ok = false;
+  result.errors = std::move(errors);
+  std::lock_guard lock(mu_);
+  last_reload_ = result;
+  last_reload_unix_ = unix_now();
+  return result;
+}
+
+admin::ReloadResult Runtime::reload() {
+  std::lock_guard reloading(reload_mu_);
+  if (draining_) return refuse_reload({"rdmagw is draining; a reload would reopen nothing"});
+  ConfigResult loaded = load_config_file(options_.config_file);
+  if (!loaded.errors.empty()) {
+    std::vector<std::string> errors;
+    for (const auto& e : loaded.errors) errors.push_back(e.to_string());
+    return refuse_reload(std::move(errors));
+  }
+  std::shared_ptr<const Config> running = config();
+  std::vector<std::string> restart = restart_only_changes(*running, *loaded.config);
+  if (!restart.empty()) {
+    std::vector<std::string> errors;
+    for (const auto& r : restart)
+      errors.push_back(options_.config_file + ": " + r + " needs a restart; a reload cannot apply it");
+    return refuse_reload(std::move(errors));
+  }
+  ListenerSet current, next;
+  {
+    std::lock_guard lock(mu_);
+    current = listeners_;
+  }
+  std::string key, error;
+  if (!open_listener_set(*loaded.config, current, &next, &key, &error))
+    return refuse_reload({options_.config_file + ": " + key + ": " + error});
+
+  std::shared_ptr<const Config> config = loaded.config;
+  std::string slow;
+  bool all = on_every_worker([config, next](Worker& w) { w.apply(config, next); }, kReloadTimeout, &slow);
+  admin::ReloadResult result;
+  result.ok = true;
+  result.changes = describe_changes(*running, *config);
+  uint64_t generation;
+  {
+    std::lock_guard lock(mu_);
+    config_ = config;
+    listeners_ = std::move(next);
+    generation = ++generation_;
+    last_reload_ = result;
+    last_reload_unix_ = unix_now();
+  }
+  log::Level level;
+  if (!options_.log_level_from_command_line && log::parse_level(config->log_level, &level)) log::set_level(level);
+  process_metrics_.config_reloads.add();
+  log::info("config_reloaded")
+      .kv("file", options_.config_file)
+      .kv("generation", generation)
+      .kv("changes", result.changes.empty() ? std::string("none") : join(result.changes));
+  // A worker that was slow still applies it when it gets to its mailbox.
+  if (!all) log::warn("reload_slow").kv("reason", slow);
+  return result;
+}
+
+uint64_t Runtime::drain() {
+  if (!draining_.exchange(true)) {
+    ready_ = false;
+    {
+      std::lock_guard lock(mu_);
+      listeners_.clear();
+    }
+    log::info("drain_requested").kv("source", "admin").kv("streams", live_streams());
+    std::string error;
+    if (!on_every_worker([](Worker& w) { w.stop_accepting(); }, kAskTimeout, &error))
+      log::warn("drain_slow").kv("reason", error);
+  }
+  return live_streams();
+}
+
+}  // namespace rdmagw

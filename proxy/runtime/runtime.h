@@ -1,0 +1,99 @@
+#pragma once
+// The process: opens the sockets, runs one thread per worker and the admin
+// thread, waits for signals, and applies reloads. It is also what the admin
+// endpoint asks (admin::Backend): counters are read directly, everything a
+// worker owns is asked for through the worker's mailbox.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/metrics.h"
+#include "config/config.h"
+#include "proxy/admin/admin_model.h"
+#include "proxy/runtime/listener_sockets.h"
+#include "proxy/runtime/worker.h"
+#include "proxy/runtime/worker_mailbox.h"
+
+namespace rdmagw {
+
+struct RuntimeOptions {
+  std::string config_file;
+  bool log_level_from_command_line = false;  // then a reload leaves the level alone
+};
+
+class Runtime final : public admin::Backend {
+ public:
+  Runtime(RuntimeOptions options, std::shared_ptr<const Config> config);
+  ~Runtime() override;
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // The whole life of the process; returns its exit status.
+  int run();
+
+  // admin::Backend (admin thread); reload() also serves SIGHUP.
+  admin::Status status() override;
+  std::shared_ptr<const Config> config() override;
+  std::vector<const metrics::WorkerMetrics*> worker_metrics() override;
+  const metrics::ProcessMetrics& process_metrics() override { return process_metrics_; }
+  bool peers(std::vector<admin::PeerInfo>* out, std::string* error) override;
+  bool streams(std::vector<admin::StreamInfo>* out, std::string* error) override;
+  admin::ReloadResult reload() override;
+  uint64_t drain() override;
+
+ private:
+  bool check_rdma();
+  bool open_tunnel_sockets();
+  bool start_workers();
+  void wait_for_signals();
+  void worker_thread(unsigned index);
+  // Runs `task(worker)` on every worker and waits up to `timeout` for all.
+  // False with *error naming the first worker that did not answer.
+  bool on_every_worker(const std::function<void(Worker&)>& task, std::chrono::milliseconds timeout,
+                       std::string* error);
+  uint64_t live_streams() const;
+  admin::ReloadResult refuse_reload(std::vector<std::string> errors);
+
+  RuntimeOptions options_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::string features_;
+  bool rdma_ = false;
+  std::string rdma_reason_ = "configured";
+  std::string transport_;  // "tcp" | "rdma" | "rdma,tcp": decided at start, fixed
+
+  // Guards the fields below it (read by the admin thread, written on reload).
+  mutable std::mutex mu_;
+  std::shared_ptr<const Config> config_;
+  ListenerSet listeners_;  // main's hold on the listening sockets (dropped on drain)
+  uint64_t generation_ = 1;
+  admin::ReloadResult last_reload_;
+  double last_reload_unix_ = 0;
+
+  std::mutex reload_mu_;  // one reload at a time (SIGHUP and POST /reload)
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<int> stop_level_{0};
+
+  TunnelSockets tunnel_;
+  metrics::ProcessMetrics process_metrics_;
+  // Owned here, not by the workers, so that they outlive the worker threads:
+  // the admin thread may read or post to them at any time.
+  std::vector<std::unique_ptr<metrics::WorkerMetrics>> metrics_;
+  std::vector<std::unique_ptr<WorkerMailbox>> mailboxes_;
+  // Set by each worker thread while its Worker exists (under workers_mu_).
+  std::mutex workers_mu_;
+  std::condition_variable workers_cv_;
+  std::vector<Worker*> workers_;
+  unsigned initialized_ = 0;
+  bool init_failed_ = false;
+  std::atomic<unsigned> finished_{0};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace rdmagw

@@ -1,0 +1,49 @@
+"""A small client of rdmagw's admin endpoint (docs/admin.md) for the tests."""
+
+from __future__ import annotations
+
+import http.client
+import json
+
+
+class AdminResponse:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8")
+
+    def json(self):
+        return json.loads(self.body)
+
+
+def admin_request(port: int, path: str, method: str = "GET", timeout: float = 5.0) -> AdminResponse:
+    """One request to 127.0.0.1:port; the connection is closed afterwards."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path)
+        resp = conn.getresponse()
+        headers = {k.lower(): v for k, v in resp.getheaders()}
+        return AdminResponse(resp.status, headers, resp.read())
+    finally:
+        conn.close()
+
+
+def admin_json(port: int, path: str, method: str = "GET"):
+    r = admin_request(port, path, method)
+    assert r.status == 200, f"{method} {path}: {r.status} {r.text}"
+    return r.json()
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> {'name{labels}': value}, for exact comparisons."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, value = line.rsplit(" ", 1)
+        out[key] = float(value)
+    return out
