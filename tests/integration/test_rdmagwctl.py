@@ -1,0 +1,330 @@
+"""rdmagwctl, the admin endpoint's command-line client, against a real pair:
+status, peers, streams (tables and --json), top, check, and an unreachable
+endpoint.
+
+Binary: $RDMAGWCTL_BIN, else rdmagwctl next to the rdmagw binary (build/bin/).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from backends import EchoServer
+from clients import connect, echo_roundtrip, free_port, recv_exact, send_all
+from conftest import RDMAGW_BIN, TEST_TRANSPORT, render_config
+
+ERROR_LINE = re.compile(r"^(?P<file>.+):(?P<line>\d+):(?P<col>\d+): (?P<key>\S+): (?P<message>.+)$")
+ADMIN_LINE = re.compile(r'^admin:\s*"?(?P<address>[^"\s]+)"?\s*$', re.M)
+ADMIN_UP_TIMEOUT_S = 10.0
+
+# What `transport` says for the sessions of a pair on this run's transport.
+EXPECTED_TRANSPORT = "tcp" if TEST_TRANSPORT == "tcp" else "rdma"
+
+
+@pytest.fixture(scope="session")
+def rdmagwctl_bin(rdmagw_bin) -> str:
+    """Built with rdmagw, so missing it next to a built rdmagw is a failure."""
+    path = os.environ.get("RDMAGWCTL_BIN") or str(Path(RDMAGW_BIN).parent / "rdmagwctl")
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        pytest.fail(f"rdmagwctl not found at {path} (it is built with rdmagw; or set RDMAGWCTL_BIN)")
+    return path
+
+
+def run_ctl(binary: str, *args: str, env: dict | None = None, timeout: float = 30):
+    full_env = dict(os.environ)
+    full_env.pop("RDMAGW_ADMIN", None)  # tests say where the endpoint is
+    full_env.update(env or {})
+    r = subprocess.run([binary, *args], stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
+                       env=full_env)
+    return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
+
+
+def admin_address(sidecar) -> str:
+    """The `admin:` address conftest wrote into the sidecar's config."""
+    m = ADMIN_LINE.search(sidecar.config_path.read_text())
+    assert m, f"no admin: line in {sidecar.config_path}"
+    return m.group("address")
+
+
+def ctl_until(binary: str, sidecar, *args: str, accept=lambda rc, out: rc == 0,
+              timeout: float = ADMIN_UP_TIMEOUT_S):
+    """Runs `rdmagwctl --admin <sidecar's> ARGS` until `accept(rc, stdout)`:
+    the admin thread starts alongside the workers, and counters are read a
+    moment stale. Returns the last (rc, out, err); the caller asserts."""
+    address = admin_address(sidecar)
+    deadline = time.monotonic() + timeout
+    result = (None, "", "")
+    for _ in range(1000):
+        result = run_ctl(binary, "--admin", address, *args)
+        if accept(result[0], result[1]) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    return result
+
+
+def echo_pair(pair, backend, name: str = "ctl-echo"):
+    echo = backend(EchoServer())
+    p = pair([{"name": name, "target": echo.endpoint}], [echo.endpoint])
+    return p, echo
+
+
+def table_rows(out: str, first_column: str) -> list[list[str]]:
+    """The rows of the table whose header starts with `first_column`, split on
+    runs of two or more spaces (cells themselves hold at most one). The table
+    ends at a blank line or the streams view's "showing ..." line."""
+    rows, inside = [], False
+    for line in out.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if cells[0] == first_column:
+            inside = True
+            continue
+        if inside:
+            if not line.strip() or line.startswith("showing "):
+                break
+            rows.append(cells)
+    return rows
+
+
+# ---------------------------------------------------------------------------
+# status
+
+
+def test_status_names_the_listener_and_the_peer(rdmagwctl_bin, pair, backend):
+    p, _ = echo_pair(pair, backend)
+    assert echo_roundtrip(p.address("ctl-echo"), b"ping") == b"ping"
+    rc, out, err = ctl_until(rdmagwctl_bin, p.a, "status",
+                             accept=lambda rc, out: rc == 0 and "host-b" in out)
+    assert rc == 0, f"rc={rc}\n{out}{err}"
+    assert "host-a" in out, f"node name missing from status:\n{out}"
+    listeners = table_rows(out, "NAME")
+    assert any(row[0] == "ctl-echo" and row[1] == p.listeners["ctl-echo"]["listen"] for row in listeners), (
+        f"no row for listener ctl-echo with its address in:\n{out}")
+    assert "host-b" in out, f"peer host-b missing from status:\n{out}"
+    assert re.search(r"^state\s+ready", out, re.M), f"not reported ready:\n{out}"
+
+
+def test_status_json_has_the_documented_keys(rdmagwctl_bin, pair, backend):
+    p, _ = echo_pair(pair, backend)
+    assert echo_roundtrip(p.address("ctl-echo"), b"x" * 1000) == b"x" * 1000
+
+    def counted(rc, out):
+        if rc != 0:
+            return False
+        stats = json.loads(out)
+        return any(l.get("name") == "ctl-echo" and l.get("accepted", 0) >= 1 and l.get("bytes_received", 0) >= 1000
+                   and l.get("bytes_sent", 0) >= 1000 for l in stats.get("listeners", []))
+
+    rc, out, err = ctl_until(rdmagwctl_bin, p.a, "status", "--json", accept=counted)
+    assert rc == 0, f"rc={rc}\n{out}{err}"
+    stats = json.loads(out)
+    for key in ("version", "node", "uptime_seconds", "ready", "draining", "workers", "transport",
+                "transport_reason", "io_uring", "config", "listeners", "peers", "streams", "rdma", "latency"):
+        assert key in stats, f"/stats answer lacks {key!r}: {sorted(stats)}"
+    assert stats["node"] == "host-a"
+    assert stats["ready"] is True and stats["draining"] is False
+    assert stats["workers"] == 2
+    for key in ("file", "generation", "reloads", "reload_failures", "last_reload"):
+        assert key in stats["config"], f"config lacks {key!r}: {stats['config']}"
+    assert stats["config"]["file"].endswith("host-a.yaml"), stats["config"]
+    (listener,) = [l for l in stats["listeners"] if l["name"] == "ctl-echo"]
+    for key in ("listen", "configured", "accepted", "active", "bytes_received", "bytes_sent"):
+        assert key in listener, f"listener lacks {key!r}: {listener}"
+    assert listener["listen"] == p.listeners["ctl-echo"]["listen"]
+    assert listener["accepted"] >= 1 and listener["bytes_received"] >= 1000 and listener["bytes_sent"] >= 1000, listener
+    (peer,) = [x for x in stats["peers"] if x["name"] == "host-b"]
+    for key in ("sessions_tcp", "sessions_rdma", "streams_opened", "bytes_sent", "bytes_received",
+                "credit_stalls", "reconnects"):
+        assert key in peer, f"peer lacks {key!r}: {peer}"
+    for key in ("opened_outbound", "opened_inbound", "active", "failed"):
+        assert key in stats["streams"], f"streams lacks {key!r}: {stats['streams']}"
+    assert stats["streams"]["opened_outbound"] >= 1
+    for reason in ("no-session", "not-allowed", "target-refused", "target-unreachable", "peer-gone", "reset",
+                   "resource", "protocol", "shutdown", "rejected"):
+        assert reason in stats["streams"]["failed"], f"streams.failed lacks {reason!r}"
+    for key in ("stream_open", "target_connect", "session_rtt"):
+        assert key in stats["latency"], f"latency lacks {key!r}: {stats['latency']}"
+
+
+# ---------------------------------------------------------------------------
+# peers
+
+
+def test_peers_shows_the_peer_and_its_transport(rdmagwctl_bin, pair, backend):
+    p, _ = echo_pair(pair, backend)
+    assert echo_roundtrip(p.address("ctl-echo"), b"ping") == b"ping"  # a session is up
+
+    def session_row(rc, out):
+        return rc == 0 and any(row[0] == "host-b" and row[1] == "open" for row in table_rows(out, "PEER"))
+
+    rc, out, err = ctl_until(rdmagwctl_bin, p.a, "peers", accept=session_row)
+    assert rc == 0, f"rc={rc}\n{out}{err}"
+    rows = [row for row in table_rows(out, "PEER") if row[0] == "host-b"]
+    assert rows, f"no row for peer host-b in:\n{out}"
+    assert any(row[1] == "open" and row[2] == EXPECTED_TRANSPORT and row[3] == "dialer" for row in rows), (
+        f"no open {EXPECTED_TRANSPORT} dialer session to host-b in:\n{out}")
+
+    def listed(rc, out):
+        return rc == 0 and any(x.get("name") == "host-b" for x in json.loads(out).get("peers", []))
+
+    rc, out, err = ctl_until(rdmagwctl_bin, p.a, "peers", "--json", accept=listed)
+    assert rc == 0, f"rc={rc}\n{out}{err}"
+    (peer,) = [x for x in json.loads(out)["peers"] if x["name"] == "host-b"]
+    assert peer["configured"] is True and peer["state"] == "up", peer
+    assert peer["sessions"] and all(s["transport"] == EXPECTED_TRANSPORT for s in peer["sessions"]), peer
+
+
+# ---------------------------------------------------------------------------
+# streams
+
+
+def test_streams_shows_a_held_connection_on_both_sides(rdmagwctl_bin, pair, backend):
+    p, echo = echo_pair(pair, backend)
+    sock = connect(p.address("ctl-echo"))
+    try:
+        deadline = time.monotonic() + 10
+        send_all(sock, b"hold", deadline)
+        assert recv_exact(sock, 4, deadline) == b"hold"  # the stream is open end to end
+
+        def one_open(rc, out):
+            return rc == 0 and "showing 1-1 of 1" in out and " open" in out
+
+        rc, out, err = ctl_until(rdmagwctl_bin, p.a, "streams", accept=one_open)
+        assert rc == 0, f"rc={rc}\n{out}{err}"
+        rows = table_rows(out, "SIDE")
+        assert len(rows) == 1, f"expected one stream:\n{out}"
+        side, listener, peer, target = rows[0][:4]
+        assert (side, listener, peer, target) == ("client", "ctl-echo", "host-b", echo.endpoint), out
+        assert rows[0][-1] == "open", out
+        assert "showing 1-1 of 1" in out, out
+
+        rc, out, err = ctl_until(rdmagwctl_bin, p.b, "streams", accept=one_open)
+        assert rc == 0, f"rc={rc}\n{out}{err}"
+        rows = table_rows(out, "SIDE")
+        assert len(rows) == 1 and rows[0][0] == "target" and echo.endpoint in rows[0], (
+            f"host-b does not list the target side of the stream:\n{out}")
+
+        def bytes_counted(rc, out):
+            streams = json.loads(out)["streams"] if rc == 0 else []
+            return len(streams) == 1 and streams[0].get("bytes_to_app") == 4
+
+        rc, out, err = ctl_until(rdmagwctl_bin, p.a, "streams", "--json", accept=bytes_counted)
+        assert rc == 0, f"rc={rc}\n{out}{err}"
+        page = json.loads(out)
+        assert page["total"] == 1 and page["offset"] == 0, page
+        (stream,) = page["streams"]
+        assert stream["side"] == "client" and stream["listener"] == "ctl-echo" and stream["peer"] == "host-b"
+        assert stream["target"] == echo.endpoint and stream["state"] == "open"
+        assert stream["bytes_from_app"] == 4 and stream["bytes_to_app"] == 4, stream
+    finally:
+        sock.close()
+
+    rc, out, err = ctl_until(rdmagwctl_bin, p.a, "streams", accept=lambda rc, out: "no active streams" in out)
+    assert rc == 0 and "no active streams" in out, f"the closed stream is still listed (rc={rc}):\n{out}{err}"
+
+
+# ---------------------------------------------------------------------------
+# top
+
+
+@pytest.mark.deadline(60)
+def test_top_count_2_prints_two_tables(rdmagwctl_bin, pair, backend):
+    p, _ = echo_pair(pair, backend)
+    ctl_until(rdmagwctl_bin, p.a, "status")  # the admin endpoint is up
+    rc, out, err = run_ctl(rdmagwctl_bin, "--admin", admin_address(p.a), "top", "--count", "2",
+                           "--interval", "0.5")
+    assert rc == 0, f"rc={rc}\n{out}{err}"
+    headers = [l for l in out.splitlines() if l.startswith("LISTENER ")]
+    assert len(headers) == 2, f"expected two listener tables:\n{out}"
+    rows = [l for l in out.splitlines() if l.startswith("ctl-echo ")]
+    assert len(rows) == 2, f"expected the listener once per table:\n{out}"
+    assert all(re.search(r"/s\b", r) for r in rows), f"no rates in:\n{out}"
+    assert "\x1b[" not in out, "ANSI screen control in output that is not a terminal"
+
+
+# ---------------------------------------------------------------------------
+# check (offline) and failures
+
+
+def good_config() -> str:
+    return render_config(
+        "host-a", tunnel_port=free_port(), admin_port=free_port(), peers=[("host-b", free_port())],
+        listeners=[{"name": "echo", "listen": f"tcp:127.0.0.1:{free_port()}", "peer": "host-b",
+                    "target": "tcp:127.0.0.1:6379"}],
+        targets=["tcp:127.0.0.1:6379"])
+
+
+def test_ready_and_drain_wait_exit_codes(rdmagwctl_bin, pair, backend):
+    p, echo = echo_pair(pair, backend)
+    rc, out, err = ctl_until(rdmagwctl_bin, p.a, "ready")
+    assert rc == 0 and out.strip() == "ready", (rc, out, err)
+    sock = connect(p.address("ctl-echo"))
+    try:
+        send_all(sock, b"hold", time.monotonic() + 5)
+        assert recv_exact(sock, 4, time.monotonic() + 5) == b"hold"
+        # drain --wait gives up while a stream stays open, and says so.
+        rc, out, err = run_ctl(rdmagwctl_bin, "--admin", admin_address(p.a), "drain", "--wait",
+                               "--wait-timeout", "1")
+        assert rc == 1 and "1 stream still open" in err, (rc, out, err)
+        rc, out, err = run_ctl(rdmagwctl_bin, "--admin", admin_address(p.a), "ready")
+        assert rc == 1 and "draining" in err, (rc, out, err)
+    finally:
+        sock.close()
+    rc, out, err = run_ctl(rdmagwctl_bin, "--admin", admin_address(p.a), "drain", "--wait",
+                           "--wait-timeout", "10")
+    assert rc == 0 and "drained" in out, (rc, out, err)
+
+
+def test_check_accepts_a_good_config(rdmagwctl_bin, tmp_path):
+    cfg = tmp_path / "good.yaml"
+    cfg.write_text(good_config())
+    rc, out, err = run_ctl(rdmagwctl_bin, "check", str(cfg))
+    assert rc == 0, f"rc={rc}\n{out}{err}"
+    assert str(cfg) in out and "ok" in out, out
+
+
+def test_check_rejects_a_bad_config_with_file_line_col(rdmagwctl_bin, tmp_path):
+    lines = good_config().splitlines()
+    port_line = next(i for i, l in enumerate(lines) if l.startswith("  tcp_port:"))
+    lines[port_line] = "  tcp_port: 70000"
+    lines.append("bogus_key: 1")
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("\n".join(lines) + "\n")
+    rc, out, err = run_ctl(rdmagwctl_bin, "check", str(cfg))
+    assert rc == 2, f"rc={rc}\n{out}{err}"
+    errors = [m for m in map(ERROR_LINE.match, (out + err).splitlines()) if m]
+    assert any(m["file"] == str(cfg) and int(m["line"]) == port_line + 1 and m["key"] == "tunnel.tcp_port"
+               for m in errors), f"no FILE:LINE:COL: tunnel.tcp_port: line for line {port_line + 1}:\n{out}{err}"
+    assert any(int(m["line"]) == len(lines) and m["key"] == "bogus_key" for m in errors), (
+        f"no error at line {len(lines)} for bogus_key:\n{out}{err}")
+
+    rc, out, err = run_ctl(rdmagwctl_bin, "check", "--json", str(cfg))
+    assert rc == 2, f"rc={rc}\n{out}{err}"
+    answer = json.loads(out)
+    assert answer["ok"] is False and {e["key"] for e in answer["errors"]} >= {"tunnel.tcp_port", "bogus_key"}
+
+
+def test_unreachable_admin_exits_1_naming_the_address(rdmagwctl_bin):
+    port = free_port()  # nothing listens there
+    rc, out, err = run_ctl(rdmagwctl_bin, "--admin", f"127.0.0.1:{port}", "--timeout", "2", "status")
+    assert rc == 1, f"rc={rc}\n{out}{err}"
+    assert f"127.0.0.1:{port}" in err and "cannot reach" in err, err
+
+    # The same through $RDMAGW_ADMIN.
+    rc, out, err = run_ctl(rdmagwctl_bin, "peers", env={"RDMAGW_ADMIN": f"127.0.0.1:{port}"})
+    assert rc == 1 and f"127.0.0.1:{port}" in err, f"rc={rc}\n{out}{err}"
+
+
+def test_usage_errors_exit_2_and_help_answers(rdmagwctl_bin):
+    rc, out, err = run_ctl(rdmagwctl_bin, "--help")
+    assert rc == 0 and "status" in out and "--admin" in out, f"rc={rc}\n{out}{err}"
+    rc, out, err = run_ctl(rdmagwctl_bin, "no-such-command")
+    assert rc == 2 and "no-such-command" in err, f"rc={rc}\n{out}{err}"
+    rc, out, err = run_ctl(rdmagwctl_bin, "streams", "--limit", "0")
+    assert rc == 2 and "--limit" in err, f"rc={rc}\n{out}{err}"

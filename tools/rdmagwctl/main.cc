@@ -1,0 +1,58 @@
+// rdmagwctl: the command-line client of rdmagw's admin endpoint.
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "tools/rdmagwctl/cli_options.h"
+#include "tools/rdmagwctl/commands.h"
+
+namespace rdmagw::ctl {
+namespace {
+
+int run(const CliOptions& options) {
+  if (options.command == Command::kCheck) return run_check(options.config_file, options.json);
+  CommandContext ctx{AdminClient(options.admin, options.timeout_seconds), options.json};
+  switch (options.command) {
+    case Command::kStatus: return run_status(ctx);
+    case Command::kPeers: return run_peers(ctx);
+    case Command::kStreams: return run_streams(ctx, options.streams);
+    case Command::kTop: return run_top(ctx, options.top);
+    case Command::kReload: return run_reload(ctx);
+    case Command::kReady: return run_ready(ctx);
+    case Command::kDrain: return run_drain(ctx, options.drain);
+    case Command::kHelp:
+    case Command::kVersion:
+    case Command::kCheck: break;  // handled in main
+  }
+  return kExitUsage;
+}
+
+}  // namespace
+}  // namespace rdmagw::ctl
+
+int main(int argc, char** argv) {
+  using namespace rdmagw::ctl;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  CliOptions options;
+  std::string error;
+  if (!parse_cli(args, getenv(kAdminEnvironment), &options, &error)) {
+    fprintf(stderr, "rdmagwctl: %s\n(rdmagwctl --help shows the usage)\n", error.c_str());
+    return kExitUsage;
+  }
+  if (options.command == Command::kHelp) {
+    fputs(usage_text(), stdout);
+    return kExitOk;
+  }
+  if (options.command == Command::kVersion) {
+    printf("rdmagwctl %s\n", RDMAGW_VERSION);
+    return kExitOk;
+  }
+  try {
+    return run(options);
+  } catch (const std::exception& e) {
+    fprintf(stderr, "rdmagwctl: fatal: %s\n", e.what());
+    return kExitFailure;
+  }
+}

@@ -1,0 +1,106 @@
+// `rdmagwctl peers`: one row per tunnel session, and a row for each peer
+// that has none, saying why.
+#include "tools/rdmagwctl/table.h"
+#include "tools/rdmagwctl/view_fields.h"
+#include "tools/rdmagwctl/views.h"
+
+namespace rdmagw::ctl {
+
+namespace {
+
+bool any_rdma_session(const std::vector<JsonValue>& peers) {
+  for (const auto& p : peers)
+    for (const auto& s : p.array_at("sessions"))
+      if (s.find("rdma")) return true;
+  return false;
+}
+
+// What is true of the peer as a whole and worth a note on its first row.
+std::string peer_note(const JsonValue& peer) {
+  std::string note;
+  auto add = [&](const std::string& s) { note += (note.empty() ? "" : "; ") + s; };
+  std::string state = peer.string_or("state");
+  if (state == "removed") add("removed by a reload, open streams finish");
+  if (!peer.bool_or("configured", true)) add("not configured here (dialed us)");
+  if (uint64_t waiting = counter(peer, "waiting_streams"))
+    add(std::to_string(waiting) + (waiting == 1 ? " stream" : " streams") + " waiting for a session");
+  return note;
+}
+
+// The row of a peer without a session: why not, as far as rdmagw knows.
+std::string no_session_note(const JsonValue& peer) {
+  std::string note = "no session";
+  std::string error = peer.string_or("last_error"), reason = peer.string_or("transport_reason");
+  if (!error.empty()) note += "; last error: " + error;
+  if (!reason.empty()) note += "; transport " + text_or_dash(peer, "transport") + ": " + reason;
+  std::string extra = peer_note(peer);
+  if (!extra.empty()) note += "; " + extra;
+  return note;
+}
+
+}  // namespace
+
+std::string render_peers(const JsonValue& answer) {
+  const auto& peers = answer.array_at("peers");
+  if (peers.empty()) return "no peers (none configured, none connected)\n";
+  bool rdma = any_rdma_session(peers);
+  std::vector<Column> columns = {{"PEER"}, {"STATE"}, {"TRANSPORT"}, {"ROLE"}, {"WORKER", Align::kRight},
+                                 {"REMOTE"}, {"RTT", Align::kRight}, {"STREAMS", Align::kRight},
+                                 {"SENT", Align::kRight}, {"RECEIVED", Align::kRight},
+                                 {"CREDIT STALLS", Align::kRight}};
+  if (rdma) {
+    columns.push_back({"QP"});
+    columns.push_back({"CREDITS", Align::kRight});
+    columns.push_back({"IN FLIGHT", Align::kRight});
+  }
+  columns.push_back({"NOTE"});
+  Table table(std::move(columns));
+
+  for (const auto& peer : peers) {
+    std::string name = text_or_dash(peer, "name");
+    const auto& sessions = peer.array_at("sessions");
+    if (sessions.empty()) {
+      std::vector<std::string> row = {name, text_or_dash(peer, "state"), text_or_dash(peer, "transport"),
+                                      "-", "-", "-", "-", "-", "-", "-", "-"};
+      if (rdma) row.insert(row.end(), {"-", "-", "-"});
+      row.push_back(no_session_note(peer));
+      table.add_row(std::move(row));
+      continue;
+    }
+    std::string note = peer_note(peer);
+    for (const auto& s : sessions) {
+      std::string remote = text_or_dash(s, "remote_address");
+      std::vector<std::string> row = {name,
+                                      text_or_dash(s, "state"),
+                                      text_or_dash(s, "transport"),
+                                      text_or_dash(s, "role"),
+                                      counter_text(s, "worker"),
+                                      remote,
+                                      format_latency_us(static_cast<double>(s.int_or("rtt_us", -1))),
+                                      counter_text(s, "streams"),
+                                      format_bytes(counter(s, "bytes_sent")),
+                                      format_bytes(counter(s, "bytes_received")),
+                                      counter_text(s, "credit_stalls")};
+      if (rdma) {
+        if (const JsonValue* q = s.find("rdma")) {
+          row.push_back(text_or_dash(*q, "qp_state"));
+          row.push_back(counter_text(*q, "send_credits") + "/" + counter_text(*q, "peer_recv_depth"));
+          row.push_back(counter_text(*q, "sends_in_flight"));
+        } else {
+          row.insert(row.end(), {"-", "-", "-"});
+        }
+      }
+      // The node name matters when it differs from how we know the peer.
+      std::string node = s.string_or("peer_node");
+      std::string row_note = note;
+      if (!node.empty() && node != peer.string_or("name"))
+        row_note = "node " + node + (row_note.empty() ? "" : "; " + row_note);
+      row.push_back(row_note);
+      note.clear();  // peer-wide notes once, on the first row
+      table.add_row(std::move(row));
+    }
+  }
+  return table.render();
+}
+
+}  // namespace rdmagw::ctl

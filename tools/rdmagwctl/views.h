@@ -1,0 +1,30 @@
+#pragma once
+// The human views of rdmagwctl: each turns an admin answer (docs/admin.md)
+// into text, without I/O, so they can be tested on fixed JSON. Fields a
+// server does not send print as zero or "-" rather than failing, so an older
+// or newer rdmagw still gets a readable answer.
+#include <string>
+#include <vector>
+
+#include "tools/rdmagwctl/json.h"
+
+namespace rdmagw::ctl {
+
+// `status`: from GET /stats.
+std::string render_status(const JsonValue& stats);
+
+// `peers`: from GET /peers.
+std::string render_peers(const JsonValue& peers);
+
+// `streams`: the rows of one or more GET /streams pages, then
+// "showing FIRST-LAST of TOTAL" (FIRST is offset + 1).
+std::string render_streams(const std::vector<JsonValue>& streams, int64_t offset, int64_t total);
+
+// One `top` frame: rates are the counter deltas from `previous` to `current`
+// (two GET /stats answers) over `elapsed_seconds`.
+std::string render_top(const JsonValue& previous, const JsonValue& current, double elapsed_seconds);
+
+// Prefixes every non-empty line with `spaces` spaces.
+std::string indent_lines(const std::string& text, int spaces);
+
+}  // namespace rdmagw::ctl
