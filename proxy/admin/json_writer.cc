@@ -3,47 +3,8 @@
 #include <charconv>
 #include <cmath>
 
-#include "proxy/admin/utf8.h"
 
 namespace rdmagw::admin {
-
-void append_json_string(std::string* out, std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out->push_back('"');
-  for (size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x80) {
-      size_t length = utf8_sequence_length(text, i);
-      if (length == 0) {
-        out->append(kReplacementCharacter);
-        i += 1;
-      } else {
-        out->append(text.substr(i, length));
-        i += length;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\b': out->append("\\b"); break;
-      case '\f': out->append("\\f"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      default:
-        if (c < 0x20) {
-          out->append("\\u00");
-          out->push_back(kHex[c >> 4]);
-          out->push_back(kHex[c & 0xF]);
-        } else {
-          out->push_back(static_cast<char>(c));
-        }
-    }
-    i += 1;
-  }
-  out->push_back('"');
-}
 
 void append_json_double(std::string* out, double value) {
   if (!std::isfinite(value)) {

@@ -16,12 +16,11 @@
 #include <string_view>
 #include <vector>
 
+#include "common/json_string.h"
+
 namespace rdmagw::admin {
 
-// Appends `text` as a JSON string literal, quotes included: `"` and `\` are
-// escaped, control characters become \n, \t... or \u00XX, valid UTF-8 passes
-// through as is, and bytes that are not valid UTF-8 become U+FFFD.
-void append_json_string(std::string* out, std::string_view text);
+using rdmagw::append_json_string;
 
 // Appends a finite double in the shortest form that reads back to the same
 // value, without an exponent for everyday magnitudes (0.0003, not 3e-04);

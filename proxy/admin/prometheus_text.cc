@@ -6,7 +6,7 @@
 
 #include "proxy/admin/admin_render.h"
 #include "proxy/admin/metric_totals.h"
-#include "proxy/admin/utf8.h"
+#include "common/utf8.h"
 
 namespace rdmagw::admin {
 namespace {

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/json_string.h"
+
 namespace rdmagw::ctl {
 
 const std::string JsonValue::kEmptyString;
@@ -385,28 +387,8 @@ std::optional<JsonValue> parse_json(std::string_view text, JsonError* error) {
 }
 
 std::string json_quote(std::string_view text) {
-  std::string out = "\"";
-  for (char ch : text) {
-    unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          snprintf(buf, sizeof(buf), "\\u%04X", c);
-          out += buf;
-        } else {
-          out.push_back(ch);  // UTF-8 passes through unchanged
-        }
-    }
-  }
-  out += '"';
+  std::string out;
+  append_json_string(&out, text);
   return out;
 }
 

@@ -1,8 +1,8 @@
-#include "proxy/admin/utf8.h"
+#include "common/utf8.h"
 
 #include <cstdint>
 
-namespace rdmagw::admin {
+namespace rdmagw {
 
 size_t utf8_sequence_length(std::string_view text, size_t i) {
   auto byte = [&](size_t k) { return static_cast<uint8_t>(text[k]); };
@@ -32,4 +32,4 @@ size_t utf8_sequence_length(std::string_view text, size_t i) {
   return length;
 }
 
-}  // namespace rdmagw::admin
+}  // namespace rdmagw

@@ -1,5 +1,5 @@
 #pragma once
-// UTF-8 validation for text the admin endpoint prints. Some strings come from
+// UTF-8 validation for text rdmagw prints as JSON or Prometheus text. Some strings come from
 // the network (a peer's node name in its HELLO), and JSON and the Prometheus
 // text format must both be valid UTF-8: one stray byte would make a whole
 // /stats or /metrics answer unparsable. Valid non-ASCII text passes through
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace rdmagw::admin {
+namespace rdmagw {
 
 // "\xEF\xBF\xBD", the replacement character.
 inline constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";
@@ -18,4 +18,4 @@ inline constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";
 // and code points above U+10FFFF are not well-formed). text[i] must be >= 0x80.
 size_t utf8_sequence_length(std::string_view text, size_t i);
 
-}  // namespace rdmagw::admin
+}  // namespace rdmagw
