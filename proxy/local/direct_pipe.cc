@@ -9,8 +9,9 @@
 
 namespace rdmagw::local {
 
-DirectPipe::DirectPipe(StreamHost& host, UniqueFd client, std::string listener)
-    : host_(host), client_(std::move(client)), listener_(std::move(listener)) {
+DirectPipe::DirectPipe(StreamHost& host, UniqueFd client, std::string listener, metrics::ListenerMetrics* counters)
+    : host_(host), client_(std::move(client)), listener_(std::move(listener)), counters_(counters) {
+  if (counters_) counters_->active.add();
   connect_op_ = IoOp::bind<&DirectPipe::on_connect>(this);
   timeout_op_ = IoOp::bind<&DirectPipe::on_timeout>(this);
   for (Direction* d : {&up_, &down_}) {
@@ -25,11 +26,12 @@ DirectPipe::~DirectPipe() {
   for (Direction* d : {&up_, &down_})
     if (d->buffer) host_.pool.release(d->buffer);
   --host_.live_streams;
+  if (counters_) counters_->active.sub();
 }
 
 void DirectPipe::start(StreamHost& host, UniqueFd client, const sockaddr_storage& destination, socklen_t length,
-                       std::string listener) {
-  auto* p = new DirectPipe(host, std::move(client), std::move(listener));
+                       std::string listener, metrics::ListenerMetrics* counters) {
+  auto* p = new DirectPipe(host, std::move(client), std::move(listener), counters);
   p->addr_ = destination;
   p->addr_len_ = length;
   p->destination_ = sockaddr_to_string(reinterpret_cast<const sockaddr*>(&destination), length);
@@ -95,6 +97,7 @@ void DirectPipe::Direction::on_recv(int res, uint32_t) {
   if (res > 0) {
     filled = static_cast<uint32_t>(res);
     sent = 0;
+    if (p.counters_) (this == &p.up_ ? p.counters_->bytes_received : p.counters_->bytes_sent).add(filled);
     p.post_send(*this);
   } else if (res == 0) {
     ended = true;

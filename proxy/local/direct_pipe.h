@@ -17,8 +17,9 @@ namespace rdmagw::local {
 class DirectPipe {
  public:
   // Connects to `destination` and relays; frees itself when both directions end.
+  // `counters` (may be null): the listener's, for its active connections and bytes.
   static void start(StreamHost& host, UniqueFd client, const sockaddr_storage& destination, socklen_t length,
-                    std::string listener);
+                    std::string listener, metrics::ListenerMetrics* counters);
 
  private:
   struct Direction {
@@ -35,7 +36,7 @@ class DirectPipe {
     void on_send(int res, uint32_t flags);
   };
 
-  DirectPipe(StreamHost& host, UniqueFd client, std::string listener);
+  DirectPipe(StreamHost& host, UniqueFd client, std::string listener, metrics::ListenerMetrics* counters);
   ~DirectPipe();
   void on_connect(int res, uint32_t flags);
   void on_timeout(int res, uint32_t flags);
@@ -48,6 +49,7 @@ class DirectPipe {
   UniqueFd client_;
   UniqueFd server_;
   std::string listener_;
+  metrics::ListenerMetrics* counters_;
   std::string destination_;
   sockaddr_storage addr_{};
   socklen_t addr_len_ = 0;

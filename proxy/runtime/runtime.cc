@@ -412,7 +412,8 @@ admin::ReloadResult Runtime::reload() {
   {
     std::lock_guard lock(mu_);
     config_ = config;
-    listeners_ = std::move(next);
+    // A drain that began meanwhile let go of the sockets; so do we.
+    listeners_ = draining_ ? ListenerSet{} : std::move(next);
     generation = ++generation_;
     last_reload_ = result;
     last_reload_unix_ = unix_now();

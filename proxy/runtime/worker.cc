@@ -187,7 +187,7 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
         return;
       case RouteConfig::Action::kPassthrough:
         local.counters->accepted.add();
-        local::DirectPipe::start(*host_, std::move(fd), dst, len, l.name);
+        local::DirectPipe::start(*host_, std::move(fd), dst, len, l.name, local.counters);
         return;
       case RouteConfig::Action::kTunnel: {
         std::string target = route.has_target ? route.target.to_string() : "tcp:" + destination;

@@ -177,3 +177,16 @@ def free_port() -> int:
             _handed_out.add(p)
             return p
     raise RuntimeError("no free port found")
+
+
+def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
+    """Polls `predicate` every 50 ms until it returns something true (which is
+    returned); fails the test after `timeout` seconds naming `what`."""
+    deadline = time.monotonic() + timeout
+    for _ in range(100000):
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)

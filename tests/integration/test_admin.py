@@ -14,21 +14,10 @@ import pytest
 
 from admin_client import admin_json, admin_request, parse_metrics
 from backends import EchoServer, prng_bytes
-from clients import connect, echo_roundtrip, free_port, recv_exact, send_all
+from clients import wait_for, connect, echo_roundtrip, free_port, recv_exact, send_all
 from conftest import TEST_TRANSPORT
 
 ENDPOINTS = ["/live", "/ready", "/stats", "/metrics", "/peers", "/streams", "/config", "/reload", "/drain"]
-
-
-def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    for _ in range(100000):
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def listener_stats(port: int, name: str) -> dict:
@@ -49,6 +38,12 @@ def test_every_endpoint_answers_as_documented(pair, backend):
     echo = backend(EchoServer())
     p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint])
     port = p.a.admin_port
+
+    # curl, as an operator would: every GET endpoint answers 200.
+    for path in ["/live", "/ready", "/stats", "/metrics", "/peers", "/streams", "/config"]:
+        r = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}{path}"],
+                           capture_output=True, timeout=10)
+        assert r.stdout.decode() == "200", f"curl {path}: {r.stdout!r} {r.stderr!r}"
 
     live = admin_request(port, "/live")
     assert live.status == 200 and live.text.strip() == "live"

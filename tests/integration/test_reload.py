@@ -13,21 +13,10 @@ import pytest
 
 from admin_client import admin_json, admin_request, parse_metrics
 from backends import EchoServer, prng_bytes
-from clients import RESET_ERRORS, connect, echo_roundtrip, free_port, recv_exact, send_all
+from clients import wait_for, RESET_ERRORS, connect, echo_roundtrip, free_port, recv_exact, send_all
 from conftest import render_config, scaled
 
 STREAMS = 100
-
-
-def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    for _ in range(100000):
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 class ReloadablePair:
