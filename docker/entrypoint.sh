@@ -12,6 +12,9 @@
 #   RDMAGW_UID     the uid the init step exempted from the redirect (default
 #                  1337); a warning if rdmagw would run as another uid
 #   RDMAGW_BIN     the rdmagw binary (default /usr/local/bin/rdmagw)
+#   RDMAGW_ADMIN   where rdmagwctl (the HEALTHCHECK, probes, docker exec)
+#                  looks for the admin endpoint (default 127.0.0.1:9901); a
+#                  warning if the configuration's `admin:` is elsewhere
 #
 # Exit status before rdmagw starts: 2 invalid or unreadable configuration,
 # 1 rdmagw missing; afterwards, rdmagw's own (0 after a SIGTERM drain).
@@ -111,6 +114,19 @@ fi
 want_uid=${RDMAGW_UID:-1337}
 if config_text | grep -q 'transparent:' && [ "$(id -u)" != "$want_uid" ]; then
   note "warning: running as uid $(id -u), but the iptables redirect exempts uid $want_uid (RDMAGW_UID): rdmagw's own connections to captured destinations would loop back into it"
+fi
+
+# 4. rdmagwctl finds the admin endpoint through RDMAGW_ADMIN, not through the
+#    configuration: if they disagree, the HEALTHCHECK and the probes ask the
+#    wrong address and the container never turns healthy or ready.
+default_admin=127.0.0.1:9901
+admin=$(config_text | sed -n -E "s/^admin:[[:space:]]*[\"']?([^\"'[:space:]]+)[\"']?[[:space:]]*\$/\1/p" | head -n 1)
+admin=${admin:-$default_admin}
+want_admin=${RDMAGW_ADMIN:-$default_admin}
+admin_host=${admin%:*}
+if [ "${admin##*:}" != "${want_admin##*:}" ] ||
+  { [ "$admin_host" != "${want_admin%:*}" ] && [ "$admin_host" != 0.0.0.0 ] && [ "$admin_host" != "[::]" ]; }; then
+  note "warning: the admin endpoint is $admin (admin: in $RDMAGW_CONFIG) but rdmagwctl, the HEALTHCHECK and the probes ask RDMAGW_ADMIN=$want_admin: set RDMAGW_ADMIN=$admin in the container's environment"
 fi
 
 exec "$RDMAGW_BIN" --config "$RDMAGW_CONFIG" "$@"

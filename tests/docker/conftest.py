@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from container_support import RDMAGW_BIN, Netns, require_root, run, unavailable
+from container_support import RDMAGW_BIN, RDMAGWCTL_BIN, Netns, require_root, run, unavailable
 
 
 @pytest.fixture
@@ -27,6 +27,13 @@ def rdmagw_bin() -> Path:
     if not os.access(RDMAGW_BIN, os.X_OK):
         unavailable(f"{RDMAGW_BIN} not built (tools/dev/build)")
     return RDMAGW_BIN
+
+
+@pytest.fixture
+def rdmagwctl_bin() -> Path:
+    if not os.access(RDMAGWCTL_BIN, os.X_OK):
+        unavailable(f"{RDMAGWCTL_BIN} not built (tools/dev/build; or set RDMAGWCTL_BIN)")
+    return RDMAGWCTL_BIN
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ run the way the container runs them, without a container engine:
   the pod's;
 - entrypoint.sh as uid/gid 1337 with no supplementary groups (the image's
   USER), exec-ing rdmagw, which must then be the process that gets SIGTERM;
-- the Dockerfile, read statically.
+- the Dockerfile, read statically, and its build-time checks run against the
+  built binaries.
 """
 
 from __future__ import annotations
@@ -14,20 +15,19 @@ from __future__ import annotations
 import os
 import re
 import resource
-import selectors
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from container_support import (
-    DOCKER, ENTRYPOINT, INIT, REPO, SIDECAR_UID, TIMEOUT, TOOL, require_root, run, unavailable)
+    DEFAULT_ADMIN, DOCKER, ENTRYPOINT, IMAGE_RDMAGWCTL, INIT, REPO, SIDECAR_UID, TIMEOUT, TOOL, copy_parts,
+    dockerfile_instructions, free_port, healthcheck, rdmagwctl_timeout, read_until, require_ready_command,
+    require_root, run, runtime_env, seconds, stages, unavailable)
 
 # Root with exactly the init container's capabilities (cap_drop ALL, cap_add
 # NET_ADMIN NET_RAW): the bounding set limits what root gets at exec, and an
@@ -185,12 +185,6 @@ def test_init_stops_when_the_tool_refuses_the_settings():
 # entrypoint.sh
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def image_dir():
     """/usr/local/bin and /etc/rdmagw of the image, in a world-readable temp
@@ -230,26 +224,6 @@ def test_entrypoint_without_a_config_says_where_to_mount_it(rdmagw_bin, tmp_path
     assert proc.returncode == 2
     assert f"{tmp_path}/absent.yaml:0:0: (file): cannot read" in proc.stderr, proc.stderr
     assert "rdmagw-entrypoint: error: no configuration at" in proc.stderr
-
-
-def read_until(proc, text: str, timeout: float) -> str:
-    """proc's stderr up to the line containing text, waiting at most timeout."""
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stderr, selectors.EVENT_READ)
-    seen = ""
-    deadline = time.monotonic() + timeout
-    try:
-        while text not in seen:
-            left = deadline - time.monotonic()
-            if left <= 0 or not sel.select(left):
-                raise AssertionError(f"no {text!r} within {timeout} s; stderr so far:\n{seen}")
-            chunk = os.read(proc.stderr.fileno(), 65536).decode(errors="replace")
-            if not chunk:
-                raise AssertionError(f"stderr closed (exit {proc.wait(5)}) before {text!r}:\n{seen}")
-            seen += chunk
-    finally:
-        sel.close()
-    return seen
 
 
 def proc_ids(pid: int) -> dict:
@@ -353,44 +327,39 @@ def test_entrypoint_runs_another_command_given_instead_of_options(tmp_path):
     assert proc.returncode == 0 and proc.stdout == "other-ran\n", proc.stderr
 
 
+@pytest.mark.parametrize("admin, rdmagw_admin, warned", [
+    (None, None, False),                      # both defaults
+    ("127.0.0.1:9901", None, False),
+    ('"127.0.0.1:9902"   # moved', None, True),
+    ("127.0.0.1:9902", "127.0.0.1:9902", False),
+    (None, "127.0.0.1:9902", True),            # the endpoint stays on the default
+    ("0.0.0.0:9901", None, False),             # the wildcard includes loopback
+    ("0.0.0.0:9902", None, True),
+    ("'[::1]:9901'", None, True),
+    ("'[::1]:9901'", "[::1]:9901", False),
+])
+def test_entrypoint_warns_when_rdmagwctl_would_ask_another_admin_address(rdmagw_bin, tmp_path, admin, rdmagw_admin,
+                                                                         warned):
+    """The HEALTHCHECK and the probes find the endpoint through RDMAGW_ADMIN:
+    an `admin:` elsewhere would leave the container unhealthy for good."""
+    config = write_config(tmp_path, "node: sidecar\ntunnel: {transport: tcp}\n"
+                          + (f"admin: {admin}\n" if admin else ""))
+    env = entrypoint_env(rdmagw_bin, config)
+    if rdmagw_admin:
+        env["RDMAGW_ADMIN"] = rdmagw_admin
+    proc = run([ENTRYPOINT, "--check"], env=env)
+    assert proc.returncode == 0, proc.stderr
+    if warned:
+        endpoint = (admin or DEFAULT_ADMIN).split("#")[0].strip().strip("\"'")
+        assert (f"rdmagw-entrypoint: warning: the admin endpoint is {endpoint} (admin: in {config}) but rdmagwctl,"
+                f" the HEALTHCHECK and the probes ask RDMAGW_ADMIN={rdmagw_admin or DEFAULT_ADMIN}:"
+                f" set RDMAGW_ADMIN={endpoint}") in proc.stderr, proc.stderr
+    else:
+        assert "admin" not in proc.stderr, proc.stderr
+
+
 # ---------------------------------------------------------------------------
 # The Dockerfile, statically
-
-
-def dockerfile_instructions() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) in order, continuation lines joined, comments dropped."""
-    out, pending = [], ""
-    for line in (DOCKER / "Dockerfile").read_text().splitlines():
-        stripped = line.strip()
-        if not pending and (not stripped or stripped.startswith("#")):
-            continue
-        if stripped.startswith("#"):
-            continue
-        pending += " " + stripped
-        if pending.endswith("\\"):
-            pending = pending[:-1]
-            continue
-        word, _, rest = pending.strip().partition(" ")
-        out.append((word.upper(), " ".join(rest.split())))
-        pending = ""
-    return out
-
-
-def stages() -> list[list[tuple[str, str]]]:
-    result = []
-    for ins in dockerfile_instructions():
-        if ins[0] == "FROM":
-            result.append([])
-        result[-1].append(ins)
-    return result
-
-
-def copy_parts(args: str) -> tuple[list[str], list[str], str]:
-    """COPY [--flag ...] SRC... DEST -> (flags, sources, dest)."""
-    words = args.split()
-    flags = [w for w in words if w.startswith("--")]
-    paths = [w for w in words if not w.startswith("--")]
-    return flags, paths[:-1], paths[-1]
 
 
 def test_dockerfile_builds_in_debian_12_and_runs_on_slim_as_uid_1337():
@@ -408,16 +377,27 @@ def test_dockerfile_builds_in_debian_12_and_runs_on_slim_as_uid_1337():
     assert not [a for i, a in runtime if i == "EXPOSE"], "nothing is exposed by default"
 
 
-def test_dockerfile_installs_the_binary_the_iptables_tool_and_both_scripts():
-    runtime = stages()[-1]
+def installed_files() -> dict[str, tuple[str, list[str]]]:
+    """What the runtime stage COPYs: {target path: (source, flags)}."""
     installed = {}
-    for ins, args in runtime:
+    for ins, args in stages()[-1]:
         if ins == "COPY":
             flags, sources, dest = copy_parts(args)
             for src in sources:
                 target = dest + Path(src).name if dest.endswith("/") else dest
                 installed[target] = (src, flags)
-    assert installed["/usr/local/bin/rdmagw"] == ("/rdmagw", ["--from=build"])
+    return installed
+
+
+def test_dockerfile_installs_both_binaries_the_iptables_tool_and_both_scripts():
+    installed = installed_files()
+    build_runs = " && ".join(a for i, a in stages()[0] if i == "RUN")
+    for name in ("rdmagw", "rdmagwctl"):
+        assert installed[f"/usr/local/bin/{name}"] == (f"/{name}", ["--from=build"]), installed
+        # Built by tools/dev/build (every target) and stripped the same way.
+        assert f"strip --strip-debug -o /{name} build/bin/{name}" in build_runs, build_runs
+    build_copies = [copy_parts(a)[1] for i, a in stages()[0] if i == "COPY"]
+    assert ["tools/rdmagwctl/"] in build_copies, "rdmagwctl's sources must reach the build stage"
     for target, src in (("/usr/local/bin/rdmagw-iptables", "tools/rdmagw-iptables"),
                         ("/usr/local/bin/init.sh", "docker/init.sh"),
                         ("/usr/local/bin/entrypoint.sh", "docker/entrypoint.sh")):
@@ -434,38 +414,109 @@ def test_every_path_the_dockerfile_copies_exists_and_is_in_the_build_context():
             flags, sources, _ = copy_parts(args)
             if not any(f.startswith("--from=") for f in flags):
                 copied += sources
-    assert len(copied) >= 8, copied
+    assert len(copied) >= 9, copied
     for src in copied:
         path = src.rstrip("/")
         assert (REPO / path).exists(), f"COPY {src}: no such path in the repository"
         assert any(path == a or path.startswith(a + "/") for a in allowed), \
             f"COPY {src}: excluded from the build context by docker/Dockerfile.dockerignore"
+    # Every directory the top-level CMakeLists.txt adds (BUILD_TESTING=OFF:
+    # not tests/) is copied, or the image build fails at configure time.
+    subdirs = re.findall(r"^add_subdirectory\((\S+)\)", (REPO / "CMakeLists.txt").read_text(), re.M)
+    assert subdirs, "no add_subdirectory() in CMakeLists.txt"
+    for subdir in subdirs:
+        if subdir != "tests":
+            assert subdir in [c.rstrip("/") for c in copied], f"CMakeLists.txt builds {subdir}/, which is not COPYed"
 
 
-def test_the_runtime_stage_installs_every_library_rdmagw_links(rdmagw_bin):
-    """Each shared library rdmagw needs comes from a package the runtime stage
-    installs or from debian:12-slim itself (read through dpkg on this Debian 12
-    build machine; the image build's `rdmagw --version` checks it again)."""
-    if shutil.which("dpkg") is None or shutil.which("ldd") is None:
-        unavailable("dpkg or ldd missing: cannot map libraries to Debian packages")
-    base_image = {"libc6", "libgcc-s1", "libstdc++6"}
-    runtime = stages()[-1]
-    apt = " ".join(a for i, a in runtime if i == "RUN" and "apt-get install" in a)
-    packages = set(apt.split("--no-install-recommends", 1)[1].split("&&")[0].split())
+def test_dockerfile_healthcheck_asks_rdmagwctl_ready_within_its_timeout():
+    flags, command = healthcheck()
+    assert command[0] == IMAGE_RDMAGWCTL and command[0] in installed_files(), command
+    assert command[-1] == "ready", command
+    assert "--admin" not in command, "the address comes from RDMAGW_ADMIN, which rdmagwctl reads itself"
+    # rdmagwctl's --timeout bounds the connect and again the answer: both
+    # must fit in Docker's timeout, or a slow answer is cut as a hang.
+    assert 2 * rdmagwctl_timeout(command) < seconds(flags["--timeout"]), (flags, command)
+    assert seconds(flags["--timeout"]) <= seconds(flags["--interval"])
+    assert int(flags["--retries"]) >= 2, "one slow answer (a reload holds the endpoint) must not mark it unhealthy"
+    # RDMAGW_ADMIN is set in the image, to where rdmagw listens by default.
+    assert runtime_env()["RDMAGW_ADMIN"] == DEFAULT_ADMIN
+
+
+def runtime_apt_packages() -> set[str]:
+    apt = " ".join(a for i, a in stages()[-1] if i == "RUN" and "apt-get install" in a)
+    return set(apt.split("--no-install-recommends", 1)[1].split("&&")[0].split())
+
+
+BASE_IMAGE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6"}  # in debian:12-slim
+
+
+def require_library_tools():
+    if any(shutil.which(t) is None for t in ("dpkg", "dpkg-query", "ldd", "readelf")):
+        unavailable("dpkg, ldd or readelf missing: cannot map libraries to Debian packages")
+
+
+def package_of(path: str) -> str:
+    real = os.path.realpath(path)
+    candidates = [real, real.replace("/usr/lib/", "/lib/", 1), path]
+    owner = next((p.stdout for p in (run(["dpkg", "-S", c]) for c in candidates) if p.returncode == 0), "")
+    assert owner, f"no Debian package owns {path}"
+    return owner.split(":")[0]
+
+
+def linked_libraries(binary) -> dict[str, str]:
+    """Every shared library binary loads (ldd: direct and indirect) -> its package."""
     needed = {}
-    for line in run(["ldd", rdmagw_bin]).stdout.splitlines():
+    for line in run(["ldd", binary]).stdout.splitlines():
         m = re.match(r"\s*(\S+) => (/\S+)", line)
-        if not m:
-            continue
-        real = os.path.realpath(m.group(2))
-        candidates = [real, real.replace("/usr/lib/", "/lib/", 1), m.group(2)]
-        owner = next((p.stdout for p in (run(["dpkg", "-S", c]) for c in candidates) if p.returncode == 0), "")
-        assert owner, f"no Debian package owns {m.group(2)}"
-        needed[m.group(1)] = owner.split(":")[0]
-    assert needed, "ldd listed no libraries"
+        if m:
+            needed[m.group(1)] = package_of(m.group(2))
+    assert needed, f"ldd listed no libraries for {binary}"
+    return needed
+
+
+def direct_libraries(binary) -> set[str]:
+    """The sonames binary itself names (DT_NEEDED)."""
+    out = run(["readelf", "-d", binary]).stdout
+    return set(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out))
+
+
+@pytest.fixture(params=["rdmagw", "rdmagwctl"])
+def image_binary(request, rdmagw_bin, rdmagwctl_bin):
+    return {"rdmagw": rdmagw_bin, "rdmagwctl": rdmagwctl_bin}[request.param]
+
+
+def test_the_runtime_stage_installs_every_library_the_binaries_link(image_binary):
+    """Each shared library rdmagw / rdmagwctl needs comes from a package the
+    runtime stage installs or from debian:12-slim itself (read through dpkg on
+    this Debian 12 build machine; the image build's `rdmagw --version` and
+    `rdmagwctl --help` check it again).  Libraries the binary names itself
+    must be installed by name; the ones they pull in may come as dependencies."""
+    require_library_tools()
+    packages = runtime_apt_packages()
+    needed = linked_libraries(image_binary)
     missing = {lib: pkg for lib, pkg in needed.items()
-               if pkg not in packages | base_image and not is_dependency(pkg, packages)}
+               if pkg not in packages | BASE_IMAGE_PACKAGES and not is_dependency(pkg, packages)}
     assert not missing, f"libraries whose package the runtime stage does not install: {missing}"
+    unnamed = {lib: needed[lib] for lib in direct_libraries(image_binary)
+               if needed[lib] not in packages | BASE_IMAGE_PACKAGES}
+    assert not unnamed, f"{image_binary.name} links these itself; install their packages by name: {unnamed}"
+
+
+def test_every_library_package_of_the_runtime_stage_is_linked(rdmagw_bin, rdmagwctl_bin):
+    """The other way round: a lib* package the runtime stage installs is one
+    rdmagw or rdmagwctl names (DT_NEEDED), so the list does not rot.  Not
+    lib*: ibverbs-providers (loaded by libibverbs at run time), iptables and
+    python3 (rdmagw-iptables)."""
+    require_library_tools()
+    linked = set()
+    for binary in (rdmagw_bin, rdmagwctl_bin):
+        needed = linked_libraries(binary)
+        linked |= {needed[lib] for lib in direct_libraries(binary)}
+    unused = {p for p in runtime_apt_packages() if p.startswith("lib")} - linked
+    assert not unused, f"the runtime stage installs library packages neither binary links: {sorted(unused)}"
+    # The admin endpoint's libevent, by name.
+    assert {"libevent-2.1-7", "libevent-pthreads-2.1-7"} <= linked & runtime_apt_packages()
 
 
 def is_dependency(package: str, installed: set[str]) -> bool:
@@ -476,3 +527,20 @@ def is_dependency(package: str, installed: set[str]) -> bool:
         if re.search(rf"(^|[ ,]){re.escape(package)}([ :(,]|$)", depends):
             return True
     return False
+
+
+def test_the_build_time_checks_pass_against_the_built_binaries(rdmagw_bin, rdmagwctl_bin, tmp_path):
+    """The runtime stage's RUN that tries every program, run as written with
+    the built binaries on PATH: a library missing on this machine, or an
+    rdmagwctl whose `ready` is not the HEALTHCHECK's exit-1-when-unreachable
+    command, fails here before it fails an image build."""
+    require_ready_command(rdmagwctl_bin)
+    (checks,) = [a for i, a in stages()[-1] if i == "RUN" and "--version" in a]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, target in (("rdmagw", rdmagw_bin), ("rdmagwctl", rdmagwctl_bin), ("rdmagw-iptables", TOOL)):
+        (bin_dir / name).symlink_to(target)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RDMAGW_")}
+    env["PATH"] = f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
+    proc = run(["sh", "-c", checks], env=env)
+    assert proc.returncode == 0, f"{checks}\nexit {proc.returncode}\n{proc.stdout}{proc.stderr}"

@@ -3,7 +3,9 @@ and docker/kubernetes/pod.yaml.  No engine or cluster runs them here, so
 what would break them silently is checked: each rdmagw configuration passes
 `rdmagw --check`, and the settings that must agree across files (the uid the
 redirect exempts and the uid the sidecar runs as, the redirect port and the
-transparent listener, the addresses, the capabilities) do.
+transparent listener, the addresses, the capabilities, the admin address the
+health checks ask and the one rdmagw listens on, the stop timeouts) do.
+The health checks, probes and hook are run for real in test_health.py.
 
 Parsing the YAML needs PyYAML (Debian: python3-yaml), which tools/dev/install-deps
 does not install: without it those checks are skipped, saying so.
@@ -16,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from container_support import DOCKER, SIDECAR_UID, run
+from container_support import (
+    DEFAULT_ADMIN, DEFAULT_SHUTDOWN_TIMEOUT_MS, DOCKER, IMAGE_RDMAGWCTL, SIDECAR_UID, healthcheck, rdmagwctl_timeout, run,
+    runtime_env, seconds)
 
 EXAMPLES = DOCKER / "examples"
 
@@ -90,6 +94,14 @@ def test_compose_file_wires_init_sidecar_and_app_into_each_hosts_namespace():
     (peer,) = a_cfg["peers"]
     assert peer["address"] == address["host-b"] and peer["tcp_port"] == b_cfg["tunnel"]["tcp_port"]
 
+    # The application waits for its sidecar's health check, which is the
+    # image's (so the two cannot drift apart).
+    assert services["app-a"]["depends_on"]["rdmagw-a"]["condition"] == "service_healthy"
+    for sidecar, cfg in (("rdmagw-a", a_cfg), ("rdmagw-b", b_cfg)):
+        check_compose_healthcheck(services[sidecar]["healthcheck"])
+        admin = services[sidecar].get("environment", {}).get("RDMAGW_ADMIN", runtime_env()["RDMAGW_ADMIN"])
+        assert admin == cfg.get("admin", DEFAULT_ADMIN), f"{sidecar}: rdmagwctl would ask another address"
+
     init = services["init-a"]
     assert init["network_mode"] == "service:host-a" and init["user"].split(":")[0] == "0"
     assert init["entrypoint"] == ["/usr/local/bin/init.sh"]
@@ -99,6 +111,19 @@ def test_compose_file_wires_init_sidecar_and_app_into_each_hosts_namespace():
     assert int(env["RDMAGW_REDIRECT_PORT"]) == transparent_port(a_cfg)
     assert env["RDMAGW_CAPTURE"].split() == route_matches(a_cfg)
     assert services["rdmagw-a"]["depends_on"]["init-a"]["condition"] == "service_completed_successfully"
+
+
+COMPOSE_HEALTHCHECK_KEYS = {"test", "interval", "timeout", "retries", "start_period", "start_interval", "disable"}
+
+
+def check_compose_healthcheck(check: dict):
+    assert set(check) <= COMPOSE_HEALTHCHECK_KEYS, f"unknown healthcheck keys: {set(check) - COMPOSE_HEALTHCHECK_KEYS}"
+    _, image_command = healthcheck()
+    assert check["test"] == ["CMD", *image_command], "the compose health check must be the image's"
+    for key in ("interval", "timeout", "start_period"):
+        seconds(check[key])  # a valid duration
+    assert 2 * rdmagwctl_timeout(image_command) < seconds(check["timeout"]) <= seconds(check["interval"])
+    assert isinstance(check["retries"], int) and check["retries"] >= 2
 
 
 def test_compose_no_rdma_override_names_existing_sidecars():
@@ -165,3 +190,54 @@ def test_pod_init_sidecar_and_configmap_agree():
 
 def load_text(text: str) -> dict:
     return yaml_module().safe_load(text)
+
+
+# Fields of the Kubernetes v1 Probe and LifecycleHandler: a misspelt one would
+# be dropped by a lenient client and the probe silently not be what it seems.
+PROBE_KEYS = {"exec", "httpGet", "tcpSocket", "grpc", "initialDelaySeconds", "periodSeconds", "timeoutSeconds",
+              "successThreshold", "failureThreshold", "terminationGracePeriodSeconds"}
+HANDLER_KEYS = {"exec", "httpGet", "tcpSocket", "sleep"}
+
+
+def exec_command(handler: dict) -> list[str]:
+    assert set(handler["exec"]) == {"command"}, handler
+    command = handler["exec"]["command"]
+    assert isinstance(command, list) and all(isinstance(w, str) for w in command), command
+    return command
+
+
+def test_pod_probes_and_prestop_run_rdmagwctl_in_the_sidecar():
+    """The admin endpoint is on the pod's loopback: probes must be exec, ask
+    the address the ConfigMap gives rdmagw, and fit their timeouts."""
+    configmap, pod = pod_documents()
+    config = load_text(configmap["data"]["rdmagw.yaml"])
+    sidecar = {c["name"]: c for c in pod["spec"]["containers"]}["rdmagw"]
+    env = {e["name"]: e["value"] for e in sidecar.get("env", [])}
+    assert env.get("RDMAGW_ADMIN", runtime_env()["RDMAGW_ADMIN"]) == config.get("admin", DEFAULT_ADMIN)
+
+    commands = {}
+    for name in ("readinessProbe", "livenessProbe"):
+        probe = sidecar[name]
+        assert set(probe) <= PROBE_KEYS, f"{name}: unknown keys {set(probe) - PROBE_KEYS}"
+        assert "httpGet" not in probe and "tcpSocket" not in probe, f"{name} would go to the pod IP"
+        command = commands[name] = exec_command(probe)
+        assert command[0] == IMAGE_RDMAGWCTL, command
+        # rdmagwctl's --timeout bounds the connect and again the answer.
+        assert 2 * rdmagwctl_timeout(command) < probe["timeoutSeconds"] <= probe.get("periodSeconds", 10)
+        assert all(isinstance(v, int) and v > 0 for k, v in probe.items() if k.endswith(("Seconds", "Threshold")))
+    assert commands["readinessProbe"][-1] == "ready"
+    # /ready fails during a drain; liveness must not, or the kubelet restarts
+    # a draining sidecar.  test_health.py runs both against a drained rdmagw.
+    assert "ready" not in commands["livenessProbe"], commands["livenessProbe"]
+    assert sidecar["livenessProbe"]["failureThreshold"] >= 2
+
+    lifecycle = sidecar["lifecycle"]
+    assert set(lifecycle) == {"preStop"} and set(lifecycle["preStop"]) <= HANDLER_KEYS
+    hook = exec_command(lifecycle["preStop"])
+    assert hook[0] == IMAGE_RDMAGWCTL and "drain" in hook and "--wait" in hook, hook
+    wait_timeout = float(hook[hook.index("--wait-timeout") + 1])
+    # The grace period covers the hook's wait, the drain after SIGTERM, and a
+    # request's worst case (connect + answer) on top.
+    shutdown = config.get("shutdown_timeout_ms", DEFAULT_SHUTDOWN_TIMEOUT_MS) / 1000
+    grace = pod["spec"]["terminationGracePeriodSeconds"]
+    assert wait_timeout + shutdown + 2 * rdmagwctl_timeout(hook) <= grace, (wait_timeout, shutdown, grace)
