@@ -44,6 +44,7 @@ echo "   ib_send_lat typical (one-way): $ib_lat us"
 echo "== rdmagw pair on transport: rdma"
 cat >"$work/b.yaml" <<Y
 node: host-b
+admin: 127.0.0.1:17489
 workers: 1
 log_level: warn
 tunnel: {address: $addr, tcp_port: 17481, rdma_port: 17482, transport: $transport, buffer_size: $buffer, rdma: {slab_size: 128MiB, busy_poll_us: $busy}}
@@ -51,6 +52,7 @@ targets: ["tcp:127.0.0.1:16401", "tcp:127.0.0.1:16402"]
 Y
 cat >"$work/a.yaml" <<Y
 node: host-a
+admin: 127.0.0.1:17479
 workers: 1
 log_level: warn
 tunnel: {address: $addr, tcp_port: 17471, rdma_port: 17472, transport: $transport, buffer_size: $buffer, rdma: {slab_size: 128MiB, busy_poll_us: $busy}}

@@ -100,10 +100,12 @@ def main():
     redis_port, iperf_port = free_port(), free_port()
     a_tunnel, b_tunnel = free_port(), free_port()
     redis_listen, iperf_listen = free_port(), free_port()
+    a_admin, b_admin = free_port(), free_port()
     tunnel = (f"{{address: 127.0.0.1, tcp_port: %d, transport: tcp, buffer_size: {args.buffer_size}, "
               f"stream_window: {args.stream_window}}}")
     with open(f"{work}/a.yaml", "w") as f:
         f.write(f"""node: host-a
+admin: "127.0.0.1:{a_admin}"
 workers: {args.workers}
 log_level: warn
 tunnel: {tunnel % a_tunnel}
@@ -115,6 +117,7 @@ listeners:
 """)
     with open(f"{work}/b.yaml", "w") as f:
         f.write(f"""node: host-b
+admin: "127.0.0.1:{b_admin}"
 workers: {args.workers}
 log_level: warn
 tunnel: {tunnel % b_tunnel}
