@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -173,6 +174,20 @@ listeners:
         # Reject: reset, and logged.
         assert client(9150, "nope").startswith("reset:")
         assert f"event=stream_rejected listener=outbound destination={ep(B_IP, 9150)}" in log("a")
+
+        # Reload (SIGHUP) with the tunnel route turned into a reject: new
+        # connections follow the new routes; passthrough is unchanged.
+        config = (work / "a.yaml").read_text()
+        (work / "a.yaml").write_text(config.replace(
+            f'      - match: "{ep(B_IP, 8000)}"\n        peer: host-b\n',
+            f'      - match: "{ep(B_IP, 8000)}"\n        action: reject\n'))
+        procs[2].send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "event=config_reloaded" not in log("a"):
+            time.sleep(0.1)
+        assert 'changes="listener outbound changed"' in log("a"), log("a")
+        assert client(8000, "after-reload").startswith("reset:")
+        assert client(9000, "direct-again") == f"reply:{A_IP}|direct-again"
 
         run("ip", "netns", "exec", a, tool, "cleanup", *fam["extra"])
         after = run("ip", "netns", "exec", a, save, "-t", "nat").stdout
