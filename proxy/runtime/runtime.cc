@@ -132,7 +132,8 @@ void Runtime::worker_thread(unsigned index) {
   finished_.fetch_add(1);
 }
 
-bool Runtime::start_workers() {
+bool Runtime::prepare_workers() {
+  // Before the admin thread starts: it reads these vectors without a lock.
   unsigned count = config_->workers;
   workers_.assign(count, nullptr);
   for (unsigned w = 0; w < count; ++w) {
@@ -144,6 +145,11 @@ bool Runtime::start_workers() {
       return false;
     }
   }
+  return true;
+}
+
+bool Runtime::start_workers() {
+  unsigned count = config_->workers;
   for (unsigned w = 0; w < count; ++w) threads_.emplace_back([this, w] { worker_thread(w); });
   std::unique_lock lock(workers_mu_);
   workers_cv_.wait(lock, [&] { return initialized_ == count; });
@@ -170,7 +176,7 @@ int Runtime::run() {
     log::error("listen_failed").kv("key", key).kv("reason", error);
     return 1;
   }
-  if (!open_tunnel_sockets()) return 1;
+  if (!open_tunnel_sockets() || !prepare_workers()) return 1;
   // The admin endpoint is bound before the workers start, so a port in use
   // fails the start like any other listener; it answers 503 on /ready until
   // the workers are up.

@@ -50,6 +50,7 @@ class Runtime final : public admin::Backend {
  private:
   bool check_rdma();
   bool open_tunnel_sockets();
+  bool prepare_workers();
   bool start_workers();
   void wait_for_signals();
   void worker_thread(unsigned index);
