@@ -68,6 +68,7 @@ struct StreamInfo {
 
 struct ReloadResult {
   bool ok = false;
+  uint64_t generation = 0;           // the config generation this reload made (ok only)
   std::vector<std::string> errors;   // "FILE:LINE:COL: key: message", or a plain reason
   std::vector<std::string> changes;  // "listener redis added", "peer b removed", ...
 };

@@ -105,7 +105,7 @@ Response get_config(Backend& backend, std::string_view) {
 Response post_reload(Backend& backend, std::string_view) {
   ReloadResult result = backend.reload();
   if (!result.ok) return json_response(400, render_reload_json(result, 0));
-  return json_response(200, render_reload_json(result, backend.status().config_generation));
+  return json_response(200, render_reload_json(result, result.generation));
 }
 
 Response post_drain(Backend& backend, std::string_view) {

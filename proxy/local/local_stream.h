@@ -38,6 +38,7 @@ class LocalStream final : public tunnel::StreamEndpoint, public tunnel::PendingS
   // For the admin endpoint (GET /streams).
   void describe(admin::StreamInfo* out) const;
   LocalStream* next_in_host() const { return next_; }
+  bool closing() const { return closing_; }
 
   // tunnel::PendingStream
   void attach(tunnel::Session& session) override;

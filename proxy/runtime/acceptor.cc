@@ -31,6 +31,7 @@ void Acceptor::arm() {
 }
 
 void Acceptor::stop() {
+  if (stopping_) return;
   stopping_ = true;
   if (armed_) loop_.cancel(&op_);
 }

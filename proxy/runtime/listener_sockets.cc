@@ -71,14 +71,28 @@ std::shared_ptr<ListenFds> ListenFds::open(const Endpoint& endpoint, unsigned wo
     }
     fds.push_back(fd);
   }
-  return std::shared_ptr<ListenFds>(new ListenFds(endpoint, std::move(fds)));
+  auto result = std::shared_ptr<ListenFds>(new ListenFds(endpoint, std::move(fds), workers));
+  struct stat st;
+  if (endpoint.kind == Endpoint::Kind::kUnix &&
+      lstat(reinterpret_cast<const sockaddr_un*>(&endpoint.addr)->sun_path, &st) == 0) {
+    result->path_dev_ = st.st_dev;
+    result->path_ino_ = st.st_ino;
+  }
+  return result;
+}
+
+void ListenFds::stop_listening(unsigned worker) {
+  bool shared = fds_.size() == 1 && workers_ > 1;
+  if (shared && stopped_by_.fetch_add(1) + 1 < workers_) return;
+  ::shutdown(fd_for(worker), SHUT_RDWR);
 }
 
 ListenFds::~ListenFds() {
   for (int fd : fds_) ::close(fd);
   if (endpoint_.kind == Endpoint::Kind::kUnix) {
-    auto* un = reinterpret_cast<const sockaddr_un*>(&endpoint_.addr);
-    ::unlink(un->sun_path);
+    const char* path = reinterpret_cast<const sockaddr_un*>(&endpoint_.addr)->sun_path;
+    struct stat st;
+    if (lstat(path, &st) == 0 && st.st_dev == path_dev_ && st.st_ino == path_ino_) ::unlink(path);
   }
 }
 

@@ -3,6 +3,9 @@
 // that bind errors are reported once, clearly, before any worker uses them.
 // A reload keeps the sockets of every address that stays, so connections
 // waiting in their backlog are never lost.
+#include <sys/types.h>
+
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,11 +29,23 @@ class ListenFds {
 
   int fd_for(unsigned worker) const { return fds_.size() == 1 ? fds_[0] : fds_[worker]; }
   const Endpoint& endpoint() const { return endpoint_; }
+  // Worker `worker` stops accepting here (reload removed it, or a drain):
+  // its own socket stops listening at once, so connections are refused
+  // rather than queued where nobody accepts. A shared socket stops when the
+  // last worker lets go (earlier, the others' pending accepts would fail).
+  void stop_listening(unsigned worker);
 
  private:
-  ListenFds(Endpoint endpoint, std::vector<int> fds) : endpoint_(std::move(endpoint)), fds_(std::move(fds)) {}
+  ListenFds(Endpoint endpoint, std::vector<int> fds, unsigned workers)
+      : endpoint_(std::move(endpoint)), fds_(std::move(fds)), workers_(workers) {}
   Endpoint endpoint_;
   std::vector<int> fds_;
+  unsigned workers_;
+  std::atomic<unsigned> stopped_by_{0};  // workers that stopped accepting on a shared socket
+  // The unix socket file this process bound: unlinked on close only if the
+  // path still names it (a newer socket may have replaced it).
+  dev_t path_dev_ = 0;
+  ino_t path_ino_ = 0;
 };
 
 // One configured listener and its sockets.

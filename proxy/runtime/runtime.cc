@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
+#include <system_error>
 
 #include "common/log.h"
 #include "config/config_diff.h"
@@ -44,6 +45,9 @@ Runtime::Runtime(RuntimeOptions options, std::shared_ptr<const Config> config)
     : options_(std::move(options)), config_(std::move(config)) {}
 
 Runtime::~Runtime() {
+  // Only reached with threads left when run() ended early (an exception):
+  // make sure the workers stop rather than join forever.
+  stop_level_.store(static_cast<int>(StopLevel::kNow));
   for (auto& t : threads_)
     if (t.joinable()) t.join();
 }
@@ -99,8 +103,16 @@ bool Runtime::open_tunnel_sockets() {
 }
 
 void Runtime::worker_thread(unsigned index) {
+  std::shared_ptr<const Config> config;
+  ListenerSet listeners;
   {
-    Worker worker(index, config_, listeners_, tunnel_, stop_level_, *metrics_[index], *mailboxes_[index]);
+    std::lock_guard lock(mu_);
+    config = config_;
+    listeners = listeners_;
+  }
+  {
+    Worker worker(index, std::move(config), std::move(listeners), tunnel_, stop_level_, *metrics_[index],
+                  *mailboxes_[index]);
     std::string error;
     bool ok = worker.init(&error);
     {
@@ -150,7 +162,20 @@ bool Runtime::prepare_workers() {
 
 bool Runtime::start_workers() {
   unsigned count = config_->workers;
-  for (unsigned w = 0; w < count; ++w) threads_.emplace_back([this, w] { worker_thread(w); });
+  for (unsigned w = 0; w < count; ++w) {
+    try {
+      threads_.emplace_back([this, w] { worker_thread(w); });
+    } catch (const std::system_error& e) {
+      // E.g. a pids limit. The workers already started wait for all to
+      // initialize: count the missing ones as failed so they stop.
+      log::error("worker_failed").kv("worker", w).kv("reason", std::string("cannot start its thread: ") + e.what());
+      std::lock_guard lock(workers_mu_);
+      init_failed_ = true;
+      initialized_ += count - w;
+      workers_cv_.notify_all();
+      break;
+    }
+  }
   std::unique_lock lock(workers_mu_);
   workers_cv_.wait(lock, [&] { return initialized_ == count; });
   return !init_failed_;
@@ -195,7 +220,11 @@ int Runtime::run() {
   }
   std::string listeners;
   for (const auto& l : config_->listeners) listeners += (listeners.empty() ? "" : ",") + l.listen.to_string();
-  ready_ = true;
+  {
+    // A POST /drain may have come while the workers started.
+    std::lock_guard lock(mu_);
+    ready_ = !draining_;
+  }
   log::info("ready")
       .kv("version", RDMAGW_VERSION)
       .kv("workers", config_->workers)
@@ -205,6 +234,7 @@ int Runtime::run() {
       .kv("transport_reason", rdma_reason_)
       .kv("admin", config_->admin)
       .kv("io_uring", features_);
+  running_ = true;  // reloads are taken from here on
   wait_for_signals();
   for (auto& t : threads_) t.join();
   threads_.clear();
@@ -225,16 +255,21 @@ void Runtime::wait_for_signals() {
     int sig = sigtimedwait(&signals, &info, &poll);
     if (sig == SIGHUP) {
       log::info("reload_requested").kv("signal", "SIGHUP");
-      reload();
+      try {
+        reload();
+      } catch (const std::exception& e) {
+        // The running configuration stays; keep serving and handling signals.
+        log::error("reload_failed").kv("reason", std::string("internal error: ") + e.what());
+      }
     } else if (sig == SIGTERM || sig == SIGINT) {
       int previous = stop_level_.load();
       int next = previous == 0 ? static_cast<int>(StopLevel::kDrain) : static_cast<int>(StopLevel::kNow);
-      ready_ = false;
-      draining_ = true;
       {
         // Workers close the listening sockets as they drain; main's hold
         // must not keep them open.
         std::lock_guard lock(mu_);
+        ready_ = false;
+        draining_ = true;
         listeners_.clear();
       }
       stop_level_.store(next);
@@ -384,6 +419,7 @@ admin::ReloadResult Runtime::refuse_reload(std::vector<std::string> errors) {
 
 admin::ReloadResult Runtime::reload() {
   std::lock_guard reloading(reload_mu_);
+  if (!running_) return refuse_reload({"rdmagw is still starting; reload once /ready answers"});
   if (draining_) return refuse_reload({"rdmagw is draining; a reload would reopen nothing"});
   ConfigResult loaded = load_config_file(options_.config_file);
   if (!loaded.errors.empty()) {
@@ -421,6 +457,7 @@ admin::ReloadResult Runtime::reload() {
     // A drain that began meanwhile let go of the sockets; so do we.
     listeners_ = draining_ ? ListenerSet{} : std::move(next);
     generation = ++generation_;
+    result.generation = generation;
     last_reload_ = result;
     last_reload_unix_ = unix_now();
   }
@@ -437,12 +474,15 @@ admin::ReloadResult Runtime::reload() {
 }
 
 uint64_t Runtime::drain() {
-  if (!draining_.exchange(true)) {
+  bool first = false;
+  {
+    std::lock_guard lock(mu_);
+    first = !draining_;
+    draining_ = true;
     ready_ = false;
-    {
-      std::lock_guard lock(mu_);
-      listeners_.clear();
-    }
+    listeners_.clear();
+  }
+  if (first) {
     log::info("drain_requested").kv("source", "admin").kv("streams", live_streams());
     std::string error;
     if (!on_every_worker([](Worker& w) { w.stop_accepting(); }, kAskTimeout, &error))

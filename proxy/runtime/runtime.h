@@ -78,7 +78,8 @@ class Runtime final : public admin::Backend {
 
   std::mutex reload_mu_;  // one reload at a time (SIGHUP and POST /reload)
   std::atomic<bool> ready_{false};
-  std::atomic<bool> draining_{false};
+  std::atomic<bool> draining_{false};   // written under mu_ (with ready_), read anywhere
+  std::atomic<bool> running_{false};    // workers started and event=ready logged
   std::atomic<int> stop_level_{0};
 
   TunnelSockets tunnel_;

@@ -142,9 +142,12 @@ void Worker::retire_acceptor(std::unique_ptr<Acceptor> acceptor) {
 void Worker::retire_listener(LocalListener& l) {
   // Stop listening now: until its cancelled accept completes, the ring still
   // holds the socket open, and a connection could land in a backlog that
-  // nobody will accept from. shutdown() refuses new ones at once.
-  ::shutdown(l.socket->fds->fd_for(index_), SHUT_RDWR);
-  retire_acceptor(std::move(l.acceptor));
+  // nobody will accept from. Stopping first: this acceptor must ignore the
+  // error its pending accept gets when the socket stops listening.
+  std::unique_ptr<Acceptor> acceptor = std::move(l.acceptor);
+  acceptor->stop();
+  l.socket->fds->stop_listening(index_);
+  retire_acceptor(std::move(acceptor));
 }
 
 void Worker::on_local_accept(LocalListener& l, UniqueFd fd) {
@@ -236,6 +239,15 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
   }
   for (auto& old : links_) {
     if (!old) continue;
+    // Streams still waiting for a session go to the link that replaces
+    // this one (same name, new address); without one, the peer is gone.
+    tunnel::PeerLink* successor = nullptr;
+    for (auto& link : links)
+      if (link->name() == old->name()) successor = link.get();
+    for (tunnel::PendingStream* stream : old->take_waiting()) {
+      if (successor) successor->submit(stream);
+      else stream->abort(tunnel::ResetCode::kPeerGone, "peer " + old->name() + " was removed by a reload");
+    }
     old->retire();
     retired_links_.push_back(std::move(old));
   }
@@ -295,6 +307,7 @@ void Worker::describe_peers(std::vector<admin::PeerInfo>* out) const {
 
 void Worker::describe_streams(std::vector<admin::StreamInfo>* out) const {
   for (const local::LocalStream* s = host_->first_stream; s; s = s->next_in_host()) {
+    if (s->closing()) continue;  // ended; only waiting for its last completions
     out->emplace_back();
     s->describe(&out->back());
   }

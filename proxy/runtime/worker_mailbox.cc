@@ -54,7 +54,15 @@ void WorkerMailbox::on_wakeup(int res, uint32_t) {
     tasks.swap(tasks_);
     if (closed_) return;
   }
-  for (auto& t : tasks) t();
+  for (auto& t : tasks) {
+    // A task that throws (bad_alloc building an answer) must not take the
+    // worker, and every stream on it, down with it.
+    try {
+      t();
+    } catch (const std::exception& e) {
+      log::error("mailbox_task_failed").kv("reason", e.what());
+    }
+  }
   if (res < 0 && res != -EINTR && res != -EAGAIN) {
     // Not expected from an eventfd; re-arming could spin. Posted tasks are
     // then never run, and whoever waits for them times out and says so.

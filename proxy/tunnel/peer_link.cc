@@ -30,8 +30,9 @@ PeerLink::PeerLink(EventLoop& loop, BufferPool& pool, const PeerConfig& peer, co
 }
 
 PeerLink::~PeerLink() {
-  // Workers destroy links only after their loop ends; nothing is in flight
-  // that could call back. Waiting streams are failed so they close.
+  // Workers destroy links after their loop ends, or once a retired link is
+  // finished(): either way nothing is in flight that could call back.
+  // Waiting streams are failed so they close.
   for (auto& w : waiting_) w.stream->abort(ResetCode::kShutdown, "sidecar stopped");
   waiting_.clear();
   if (rdma_dialing_) rdma_dialing_->close();
@@ -145,6 +146,10 @@ void PeerLink::on_connect_timeout(int, uint32_t) { --dial_ops_; }
 void PeerLink::on_connect(int res, uint32_t) {
   --dial_ops_;
   dialing_ = false;
+  if (res < 0 && shutting_down_) {
+    dial_fd_.reset();  // cancelled by begin_shutdown(): not a failure to report
+    return;
+  }
   if (res < 0) {
     dial_fd_.reset();
     int err = res == -ECANCELED ? ETIMEDOUT : -res;
@@ -304,6 +309,13 @@ void PeerLink::retire() {
   begin_shutdown();
   // Its streams finish on it; tick() closes it once it carries none.
   if (active_) draining_.push_back(std::move(active_));
+}
+
+std::vector<PendingStream*> PeerLink::take_waiting() {
+  std::vector<PendingStream*> out;
+  for (const auto& w : waiting_) out.push_back(w.stream);
+  waiting_.clear();
+  return out;
 }
 
 bool PeerLink::finished() const {

@@ -54,6 +54,9 @@ class PeerLink final : public SessionOwner, public transport::RdmaTransport::Obs
   // once finished().
   void retire();
   bool finished() const;
+  // The streams still waiting for a session, handed over (to the link that
+  // replaces this one on a reload); the link forgets them.
+  std::vector<PendingStream*> take_waiting();
   // For the admin endpoint (GET /peers): this worker's view of the peer.
   void describe(unsigned worker, admin::PeerInfo* out) const;
   const PeerConfig& config() const { return peer_; }

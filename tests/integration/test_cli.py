@@ -94,3 +94,27 @@ def test_transport_rdma_without_a_device_exits_1_saying_why(rdmagw_bin, tmp_path
     assert code == 1, (code, out, err)
     assert "event=transport_unavailable" in err and "key=tunnel.transport" in err
     assert "no RDMA device" in err
+
+
+def test_too_few_threads_fails_start_naming_the_thread(rdmagw_bin):
+    """A pids/threads limit (RLIMIT_NPROC here, a container's pids.max in
+    practice) below 1 main + 1 admin + `workers` threads: rdmagw exits 1 at
+    once, saying which thread could not start, instead of hanging."""
+    import os
+    import shutil
+    import tempfile
+    work = tempfile.mkdtemp(prefix="rdmagw-nproc-")
+    try:
+        os.chmod(work, 0o755)  # read by the unprivileged uid below
+        cfg = os.path.join(work, "n.yaml")
+        with open(cfg, "w") as f:
+            f.write(render_config("host-a", tunnel_port=free_port(), admin_port=free_port(), workers=4))
+        os.chmod(cfg, 0o644)
+        for limit, expect in [(1, "cannot start the admin thread"), (3, "event=worker_failed worker=1")]:
+            # A uid nothing else runs as, so the limit counts only this process.
+            code, out, err = run("prlimit", f"--nproc={limit}", "setpriv", "--reuid=64321", "--regid=64321",
+                                 "--clear-groups", rdmagw_bin, "--config", cfg, timeout=20)
+            assert code == 1, (limit, code, err)
+            assert expect in err and "Resource temporarily unavailable" in err, (limit, err)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -32,17 +32,20 @@ class ReloadablePair:
         self.a = None
         self.sidecar = sidecar
 
-    def a_config(self, listeners, peers=None) -> str:
+    def a_config(self, listeners, peers=None, tunnel_extra=None) -> str:
         return render_config("host-a", tunnel_port=self.a_port, admin_port=self.a_admin, rdma_port=self.a_rdma,
-                             peers=peers or [("host-b", self.b_port, self.b_rdma)], listeners=listeners)
+                             peers=peers or [("host-b", self.b_port, self.b_rdma)], listeners=listeners,
+                             tunnel_extra=tunnel_extra)
 
     def b_config(self, targets) -> str:
         return render_config("host-b", tunnel_port=self.b_port, admin_port=self.b_admin, rdma_port=self.b_rdma,
                              targets=targets)
 
-    def start_a(self, listeners):
-        self.a = self.sidecar("host-a", self.a_config(listeners))
+    def start_a(self, listeners, config=None):
+        self.a = self.sidecar("host-a", config or self.a_config(listeners))
         self.a.start()
+        if config:
+            return
         wait_for(lambda: admin_json(self.a_admin, "/stats")["peers"]
                  and sum(p.get("sessions_tcp", 0) + p.get("sessions_rdma", 0)
                          for p in admin_json(self.a_admin, "/stats")["peers"] if p["name"] == "host-b") >= 2,
@@ -199,3 +202,53 @@ def test_reload_swaps_peer_and_allowlist_while_streams_continue(sidecar, backend
     wait_for(lambda: "host-b" not in {p["name"] for p in admin_json(pair.a_admin, "/peers")["peers"]
                                       if p["configured"] or p["sessions"]},
              what="the removed peer's sessions to close")
+
+
+def test_connections_waiting_for_a_peer_follow_its_new_address(sidecar, backend):
+    """A peer that is down gets its address fixed by a reload: the connection
+    already waiting for a session is carried by the new one, not reset."""
+    echo = backend(EchoServer())
+    pair = ReloadablePair(sidecar, [echo.endpoint])
+    port = free_port()
+    slow = {"connect_timeout_ms": 8000}
+    dead_tcp, dead_rdma = free_port(), free_port()
+    pair.start_a([], config=pair.a_config([listener("echo", port, echo.endpoint)],
+                                          peers=[("host-b", dead_tcp, dead_rdma)], tunnel_extra=slow))
+    sock = connect(("127.0.0.1", port), timeout=10)
+    try:
+        send_all(sock, b"waiting", time.monotonic() + 5)
+        wait_for(lambda: [x for x in admin_json(pair.a_admin, "/streams")["streams"] if x["state"] == "waiting"],
+                 what="the stream to wait for a session")
+        pair.a.config_path.write_text(pair.a_config([listener("echo", port, echo.endpoint)], tunnel_extra=slow))
+        r = admin_request(pair.a_admin, "/reload", "POST")
+        assert r.status == 200 and r.json()["changes"] == ["peer host-b changed"], r.text
+        assert recv_exact(sock, 7, time.monotonic() + 20) == b"waiting"
+    finally:
+        sock.close()
+    failed = {k: v for k, v in admin_json(pair.a_admin, "/stats")["streams"]["failed"].items() if v}
+    assert failed == {}, failed
+
+
+def test_a_shared_unix_listener_removed_and_added_again(sidecar, backend, sock_dir, monkeypatch):
+    """Two workers share one unix socket. Removing it by reload refuses new
+    connections (the path is gone); adding it back binds it again, round
+    after round; no accept fails meanwhile. Single-shot accepts, as on 5.10."""
+    monkeypatch.setenv("RDMAGW_IO_URING", "baseline")
+    echo = backend(EchoServer())
+    pair = ReloadablePair(sidecar, [echo.endpoint])
+    tcp_port = free_port()
+    path = str(sock_dir / "shared.sock")
+    shared = {"name": "shared", "listen": f"unix:{path}", "peer": "host-b", "target": echo.endpoint}
+    pair.start_a([listener("tcp", tcp_port, echo.endpoint), shared])
+    assert echo_roundtrip(path, b"unix before") == b"unix before"
+    for round_no in range(5):
+        pair.a.config_path.write_text(pair.a_config([listener("tcp", tcp_port, echo.endpoint)]))
+        assert admin_request(pair.a_admin, "/reload", "POST").status == 200
+        with pytest.raises((ConnectionRefusedError, FileNotFoundError)):
+            connect(path, timeout=2).close()
+        pair.a.config_path.write_text(pair.a_config([listener("tcp", tcp_port, echo.endpoint), shared]))
+        assert admin_request(pair.a_admin, "/reload", "POST").status == 200
+        assert echo_roundtrip(path, b"unix again %d" % round_no) == b"unix again %d" % round_no
+    time.sleep(0.2)  # a tick or more, for a failed accept to be logged
+    assert "event=accept_failed" not in pair.a.log_text(), pair.a.tail()
+

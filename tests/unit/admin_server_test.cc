@@ -59,8 +59,9 @@ class FakeBackend : public Backend {
   }
   ReloadResult reload() override {
     std::lock_guard lock(mu_);
-    if (reload_.ok) ++status_.config_generation;
-    return reload_;
+    ReloadResult result = reload_;
+    if (result.ok) result.generation = ++status_.config_generation;
+    return result;
   }
   uint64_t drain() override {
     std::lock_guard lock(mu_);
