@@ -40,7 +40,7 @@ PeerMetrics& WorkerMetrics::peer(std::string_view name) {
   auto it = peers_.find(name);
   if (it != peers_.end()) return *it->second;
   // Peer node names come from the network: bound the label set.
-  if (peers_.size() >= kMaxPeers) name = "other";
+  if (peers_.size() >= kMaxPeers) name = kOtherPeers;
   it = peers_.find(name);
   if (it == peers_.end()) it = peers_.emplace(std::string(name), std::make_unique<PeerMetrics>()).first;
   return *it->second;

@@ -95,7 +95,10 @@ struct PeerMetrics {
 // stays valid for the worker's life and the data path caches it.
 class alignas(64) WorkerMetrics {
  public:
-  static constexpr size_t kMaxPeers = 1024;  // beyond this, peers share "other"
+  static constexpr size_t kMaxPeers = 1024;  // beyond this, peers share kOtherPeers
+  // Labels that no sensible node name looks like, so they never merge with one.
+  static constexpr std::string_view kOtherPeers = "(other)";
+  static constexpr std::string_view kUnnamedPeer = "(unnamed)";  // a HELLO with an empty node name
 
   Counter streams_opened_outbound;  // OPEN sent for an application's connection
   Counter streams_opened_inbound;   // OPEN accepted from a peer

@@ -443,7 +443,8 @@ bool Session::on_hello(std::span<const uint8_t> payload) {
   if (peer_hello_.session_window > settings_.session_window)
     session_send_reserve_ = peer_hello_.session_window - settings_.session_window;
   state_ = State::kOpen;
-  if (settings_.metrics && !peer_metrics_) peer_metrics_ = &settings_.metrics->peer(peer_node_.empty() ? "?" : peer_node_);
+  if (settings_.metrics && !peer_metrics_)
+    peer_metrics_ = &settings_.metrics->peer(peer_node_.empty() ? metrics::WorkerMetrics::kUnnamedPeer : peer_node_);
   counted_gauge_ = sessions_gauge();
   if (counted_gauge_) {
     counted_gauge_->add();
