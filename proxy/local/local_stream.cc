@@ -426,6 +426,13 @@ void LocalStream::on_send_credit() {
   start_reading();
 }
 
+void LocalStream::on_detached() {
+  // The session is gone, but our FIN went out and the peer's came in: only
+  // the bytes queued for our socket remain, and they need no session.
+  session_ = nullptr;
+  maybe_shutdown_write();
+}
+
 void LocalStream::maybe_done() {
   if (!read_closed_ || !write_shut_ || closing_) return;
   log::debug("stream_closed")

@@ -49,6 +49,7 @@ class LocalStream final : public tunnel::StreamEndpoint, public tunnel::PendingS
   void on_fin() override;
   void on_reset(tunnel::ResetCode code) override;
   void on_send_credit() override;
+  void on_detached() override;
 
  private:
   LocalStream(StreamHost& host, UniqueFd fd);

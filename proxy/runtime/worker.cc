@@ -415,7 +415,8 @@ void Worker::tick() {
     return;
   }
   // Give resets, closes and queued tunnel frames a moment to reach the wire.
-  bool quiet = host_->live_streams == 0 && transport::TcpTransport::live_count() == 0;
+  bool quiet = host_->live_streams == 0 && transport::TcpTransport::live_count() == 0 &&
+               transport::RdmaTransport::flushing_count() == 0;
   if (quiet || now - closed_at_ > std::chrono::seconds(2)) loop_.stop();
 }
 

@@ -148,7 +148,11 @@ void Session::close(std::string_view reason, bool flush) {
   streams.swap(streams_);
   blocked_streams_.clear();
   for (auto& [id, s] : streams) {
-    if (s.endpoint) s.endpoint->on_reset(ResetCode::kPeerGone);
+    if (!s.endpoint) continue;
+    // Both directions ended in the protocol: what is left (bytes queued for
+    // the local socket) needs no session, so it is not lost with it.
+    if (s.fin_received && s.fin_sent) s.endpoint->on_detached();
+    else s.endpoint->on_reset(ResetCode::kPeerGone);
   }
   owner_->on_session_closed(*this, reason);
 }
@@ -314,7 +318,11 @@ void Session::send_data(uint32_t id, uint8_t* buffer, uint32_t len) {
   transport_->request_send();
 }
 
-void Session::send_fin(uint32_t id) { send_control(FrameType::kFin, id, 0, 0); }
+void Session::send_fin(uint32_t id) {
+  auto it = streams_.find(id);
+  if (it != streams_.end()) it->second.fin_sent = true;
+  send_control(FrameType::kFin, id, 0, 0);
+}
 
 void Session::reset_stream(uint32_t id, ResetCode code) {
   auto it = streams_.find(id);

@@ -33,6 +33,9 @@ class StreamEndpoint {
   virtual void on_reset(ResetCode code) = 0;
   // Send credit became available after the endpoint found none.
   virtual void on_send_credit() = 0;
+  // The session ended after both FINs were exchanged: the stream needs
+  // nothing more from it and finishes delivering locally on its own.
+  virtual void on_detached() = 0;
 };
 
 class Session;
@@ -145,6 +148,7 @@ class Session {
     SendCredit send;
     ReceiveWindow receive;
     bool fin_received = false;
+    bool fin_sent = false;
     bool wants_credit = false;        // waiting for a stream WINDOW
     bool waits_for_session = false;   // in blocked_streams_
   };

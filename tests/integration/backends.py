@@ -429,6 +429,40 @@ class StallServer(_Server):
 
 
 # ---------------------------------------------------------------------------
+# A server that reads everything, then echoes it when told to
+
+
+class HoldEchoServer(_Server):
+    """Reads each connection to EOF (counted in .eof_count), waits for
+    release(), then sends back what it read and closes: the replies of every
+    connection can be made to leave at one chosen moment."""
+
+    def __init__(self, unix_path: str | None = None):
+        super().__init__(unix_path)
+        self.released = threading.Event()
+        self.eof_count = 0
+
+    def release(self):
+        self.released.set()
+
+    def handle(self, conn):
+        data = bytearray()
+        for _ in range(1 << 20):
+            chunk = conn.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+        with self._lock:
+            self.eof_count += 1
+        # Bounded wait: at most 10 minutes, checked every 0.1 s.
+        for _ in range(6000):
+            if self.released.wait(0.1) or self._stop.is_set():
+                break
+        conn.sendall(bytes(data))
+        conn.shutdown(socket.SHUT_WR)
+
+
+# ---------------------------------------------------------------------------
 # A server that resets every connection
 
 

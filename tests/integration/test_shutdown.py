@@ -7,8 +7,8 @@ import socket
 import threading
 import time
 
-from backends import EchoServer, prng_bytes
-from clients import connect, recv_to_eof
+from backends import EchoServer, HoldEchoServer, prng_bytes
+from clients import connect, recv_exact, recv_to_eof
 from conftest import scaled
 
 MiB = 1 << 20
@@ -88,3 +88,64 @@ def test_sigterm_lets_inflight_stream_finish_refuses_new_and_exits_0(pair, backe
     assert exited_after <= shutdown_timeout_s + 1.0, (
         f"host-a took {exited_after:.2f}s to exit (shutdown_timeout {shutdown_timeout_s}s)")
     assert p.b.running()
+
+
+def test_far_side_drain_delivers_the_frames_queued_when_it_closes(pair, backend):
+    """host-b drains on SIGTERM. Its streams end while host-a is stopped
+    (SIGSTOP), so their last data and FINs are still queued in host-b, for
+    want of socket space or RDMA credits, when host-b closes its sessions.
+    A clean close must still deliver them once host-a runs again: every
+    client gets all of its echo and then EOF, never a reset."""
+    hold = backend(HoldEchoServer())
+    p = pair([{"name": "echo", "target": hold.endpoint}], [hold.endpoint], shutdown_timeout_ms=10000)
+    addr = p.address("echo")
+    # More than loopback's socket buffers hold (~10 MB), each stream within
+    # its 256 KiB window, so host-b's own queue is not empty at its close.
+    streams = scaled(48, 8)
+    size = scaled(240 * 1024, 24 * 1024)
+    payloads = [prng_bytes(700 + i, size) for i in range(streams)]
+    socks = [connect(addr, timeout=10) for _ in range(streams)]
+    results: list = [None] * streams
+    deadline = time.monotonic() + 90
+    stopped = False
+    try:
+        for s, data in zip(socks, payloads):
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+        for _ in range(1200):
+            if hold.eof_count == streams or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert hold.eof_count == streams, f"only {hold.eof_count} of {streams} requests reached the server"
+        since = p.b.log_size()
+        p.a.send_signal(signal.SIGSTOP)
+        stopped = True
+        p.b.send_signal(signal.SIGTERM)
+        assert p.b.wait_log("event=drain_started", 10, since=since), p.b.tail()
+        hold.release()
+        # host-b's streams end as it reads the replies; then it closes.
+        assert p.b.wait_log("event=session_closed", 30, since=since), p.b.tail()
+        time.sleep(0.3)
+        p.a.send_signal(signal.SIGCONT)
+        stopped = False
+
+        def finish(i):
+            try:
+                results[i] = recv_to_eof(socks[i], deadline)
+            except Exception as e:  # a reset instead of EOF lands here
+                results[i] = f"{type(e).__name__}: {e}"
+
+        threads = [threading.Thread(target=finish, args=(i,), daemon=True) for i in range(streams)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        if stopped:
+            p.a.send_signal(signal.SIGCONT)
+        for s in socks:
+            s.close()
+    for i, got in enumerate(results):
+        assert isinstance(got, bytes), f"stream {i}: {got}"
+        assert got == payloads[i], f"stream {i}: {len(got)} of {size} bytes, then EOF"
+    assert p.b.wait(timeout=15) == 0

@@ -16,7 +16,7 @@ echo "== lab: integration tests on transport: rdma (recv_depth 32)"
   tests/integration/test_flow_control.py tests/integration/test_shutdown.py \
   tests/integration/test_admin.py tests/integration/test_reload.py
 
-echo "== lab: credit exhaustion (recv_depth 8, send_depth 8: every few messages wait for credits)"
+echo "== lab: credit exhaustion (recv_depth 8, send_depth 8: every few messages wait for credits; a drain closes with frames still waiting)"
 RDMAGW_TEST_RDMA="{slab_size: 64MiB, recv_depth: 8, send_depth: 8}" \
 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-  tests/integration/test_tunnel.py tests/integration/test_resources.py
+  tests/integration/test_tunnel.py tests/integration/test_resources.py tests/integration/test_shutdown.py

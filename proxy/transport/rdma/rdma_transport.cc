@@ -60,6 +60,7 @@ RdmaTransport::RdmaTransport(EventLoop& loop, RdmaContext& ctx, uint32_t max_dat
       reader_(max_data),
       outbound_(&ctx.pool()) {
   cm_op_ = IoOp::bind<&RdmaTransport::on_cm_ready>(this);
+  flush_timer_op_ = IoOp::bind<&RdmaTransport::on_flush_timeout>(this);
   cq_op_ = IoOp::bind<&RdmaTransport::on_cq_ready>(this);
 }
 
@@ -302,6 +303,11 @@ void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const v
       return;
     }
     case RDMA_CM_EVENT_DISCONNECTED:
+      // The CM event and the last messages' completions come through
+      // different channels: take in what already arrived (a peer that
+      // closed cleanly flushed its last frames first), then end.
+      peer_disconnected_ = true;
+      if (sink_) drain_cq();
       fail("peer disconnected");
       return;
     case RDMA_CM_EVENT_TIMEWAIT_EXIT:
@@ -329,11 +335,52 @@ void RdmaTransport::fail(std::string reason) {
   close();
 }
 
-void RdmaTransport::close(bool) {
+namespace {
+thread_local size_t t_flushing_transports = 0;
+}  // namespace
+
+size_t RdmaTransport::flushing_count() { return t_flushing_transports; }
+
+void RdmaTransport::close(bool flush_first) {
   if (closed_) return;
-  closed_ = true;
   sink_ = nullptr;
   observer_ = nullptr;
+  if (flushing_on_close_) {
+    if (!flush_first) finish_close();  // a failure during the flush ends it
+    return;
+  }
+  if (flush_first && state_ == State::kEstablished && (!outbound_.empty() || sends_in_flight_ > 0)) {
+    // Like the TCP transport: a session that ends cleanly (drained, shut
+    // down) still delivers what it queued, such as the last FINs, or the
+    // peer would see its streams reset rather than closed.
+    flushing_on_close_ = true;
+    ++t_flushing_transports;
+    flush();
+    flush_timeout_.tv_sec = 2;
+    io_uring_sqe* s = loop_.sqe(&flush_timer_op_);
+    io_uring_prep_timeout(s, &flush_timeout_, 0, 0);
+    flush_timer_armed_ = true;
+    ++inflight_;
+    return;
+  }
+  finish_close();
+}
+
+void RdmaTransport::on_flush_timeout(int, uint32_t) {
+  flush_timer_armed_ = false;
+  if (flushing_on_close_) {
+    log::warn("rdma_flush_timeout").kv("remote", remote_).kv("unsent_bytes", outbound_.size());
+    finish_close();
+  }
+  finish_op();
+}
+
+void RdmaTransport::finish_close() {
+  if (closed_) return;
+  if (flushing_on_close_) --t_flushing_transports;
+  flushing_on_close_ = false;
+  closed_ = true;
+  if (flush_timer_armed_) loop_.cancel(&flush_timer_op_);
   if (id_ && state_ == State::kEstablished) rdma_disconnect(id_);
   state_ = State::kClosed;
   // Destroying the QP guarantees no more DMA into our buffers; they return to
@@ -370,12 +417,14 @@ void RdmaTransport::on_cq_ready(int, uint32_t) {
     // raises an event, so none is ever missed. Until a session is attached,
     // completions stay in the CQ; start() drains them.
     ibv_req_notify_cq(cq_, 0);
-    if (sink_) drain_cq();
+    if (sink_ || flushing_on_close_) drain_cq();
     if (!closed_ && sink_ && config_.busy_poll_us > 0) {
       auto until = Clock::now() + std::chrono::microseconds(config_.busy_poll_us);
       while (!closed_ && Clock::now() < until) drain_cq();
     }
     if (!closed_) request_send();
+    // Flushing on close: done once every queued byte was sent and completed.
+    if (flushing_on_close_ && outbound_.empty() && sends_in_flight_ == 0) finish_close();
   }
   arm_cq_poll();
   finish_op();
@@ -444,20 +493,26 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
       return;
     }
     offset += consumed;
-    if (!sink_ || !sink_->on_frame(header, payload)) return;
+    // Without a session (flushing on close) frames are dropped, but the
+    // receive is still re-posted below: the credits it returns keep the
+    // peer able to tell us about the receives our flush uses.
+    if (!sink_) break;
+    if (!sink_->on_frame(header, payload) && !flushing_on_close_) return;
   }
-  if (closed_) return;
+  if (closed_ || (!sink_ && !flushing_on_close_)) return;
   // The frames' payloads were handed on (copied into stream queues or
   // written to sockets): the buffer can take the next message.
   if (!post_recv(index)) {
-    fail(std::string("ibv_post_recv: ") + strerror(errno));
+    // After the peer's disconnect the QP is in error and takes no receives;
+    // the messages still in the CQ are what matters then.
+    if (!peer_disconnected_) fail(std::string("ibv_post_recv: ") + strerror(errno));
     return;
   }
   credits_.on_repost();
 }
 
 void RdmaTransport::flush() {
-  if (closed_ || state_ != State::kEstablished || !sink_) return;
+  if (closed_ || state_ != State::kEstablished || (!sink_ && !flushing_on_close_)) return;
   while (sends_in_flight_ < send_slots_) {
     bool has_data = outbound_.size() > posted_bytes_;
     if (has_data && credits_.can_send_data()) {

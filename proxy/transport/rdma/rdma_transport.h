@@ -11,6 +11,7 @@
 // side can end up unable to return credits. Completions arrive through the CQ's
 // completion channel, whose fd the worker's io_uring polls.
 #include <infiniband/verbs.h>
+#include <linux/time_types.h>
 #include <rdma/rdma_cma.h>
 
 #include <string>
@@ -50,12 +51,16 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   void start(tunnel::TransportSink* sink) override;
   ByteQueue& outbound() override { return outbound_; }
   void request_send() override;
-  // RDMA sessions end at once: queued frames are not flushed (yet).
+  // With `flush`, frames already queued (and credits permitting) still go
+  // out, and the QP stays up until their sends complete, for at most 2 s.
   void close(bool flush) override;
   using tunnel::Transport::close;
   std::string remote_address() const override { return remote_; }
   void describe(admin::SessionInfo* out) const override;
   void flush() override;
+  // Transports of this thread still flushing after a clean close: a worker
+  // that stops waits for them (bounded), as for TcpTransport::live_count().
+  static size_t flushing_count();
 
  private:
   enum class State { kResolvingAddress, kResolvingRoute, kConnecting, kEstablished, kClosed };
@@ -75,6 +80,9 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   void on_message(uint32_t index, uint32_t length);
   bool post_message(bool with_data);
   void fail(std::string reason);
+  // Tears the QP down; frees this once no operation is in flight.
+  void finish_close();
+  void on_flush_timeout(int res, uint32_t flags);
   void finish_op();
 
   EventLoop& loop_;
@@ -97,8 +105,14 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   uint32_t max_inline_ = 0;
   uint32_t max_send_sge_ = 1;
 
-  IoOp cm_op_, cq_op_;
+  IoOp cm_op_, cq_op_, flush_timer_op_;
   bool cm_armed_ = false, cq_armed_ = false;
+  // close(true) with frames queued: the session is gone (sink_ is null) but
+  // sends continue until outbound_ is empty or the timer fires.
+  bool flushing_on_close_ = false;
+  bool flush_timer_armed_ = false;
+  bool peer_disconnected_ = false;  // taking in the last completions before failing
+  __kernel_timespec flush_timeout_{};
   int inflight_ = 0;
 
   std::vector<uint8_t*> recv_buffers_;

@@ -74,7 +74,16 @@ void TcpTransport::fail(std::string reason) {
 }
 
 void TcpTransport::on_recv(int res, uint32_t) {
-  if (closed_) return finish_op();  // cancelled on close; the fd closes with the object
+  if (closed_) {
+    if (lingering_ && (res > 0 || res == -EINTR || res == -EAGAIN)) {
+      rx_len_ = 0;  // dropped: the session is gone
+      post_recv();
+    } else if (lingering_) {
+      // The peer's FIN (or an error): the connection can go.
+      end_lingering();
+    }
+    return finish_op();  // otherwise cancelled on close; the fd closes with the object
+  }
   if (res <= 0) {
     if (res == -EINTR || res == -EAGAIN) {
       post_recv();
@@ -111,30 +120,37 @@ void TcpTransport::on_recv(int res, uint32_t) {
   finish_op();
 }
 
-void TcpTransport::on_flush_timeout(int, uint32_t) {
-  if (flushing_on_close_) {
-    // The peer did not take our last frames in time: give up on them.
-    flushing_on_close_ = false;
-    ::shutdown(fd_.get(), SHUT_RDWR);
-    loop_.cancel(&send_op_);
-    loop_.cancel(&recv_op_);
+void TcpTransport::on_flush_timeout(int res, uint32_t) {
+  if (res != -ECANCELED && lingering_) {
+    // The peer did not take our last frames, or did not close, in time.
+    end_lingering();
   }
   finish_op();
+}
+
+void TcpTransport::end_lingering() {
+  lingering_ = false;
+  flushing_on_close_ = false;
+  ::shutdown(fd_.get(), SHUT_RDWR);
+  loop_.cancel(&send_op_);
+  loop_.cancel(&recv_op_);
+  loop_.cancel(&flush_timer_op_);
 }
 
 void TcpTransport::on_send(int res, uint32_t) {
   sending_ = false;
   if (closed_ && flushing_on_close_) {
     if (res > 0) outbound_.consume(static_cast<size_t>(res));
-    if (res > 0 && !outbound_.empty()) {
+    bool retry = res > 0 || res == -EINTR || res == -EAGAIN;
+    if (retry && !outbound_.empty()) {
       flush();
     } else {
-      // Everything queued is in the kernel (or the socket failed): finish the
-      // close. SHUT_WR lets the kernel deliver what it holds, then FIN.
+      // Everything queued is in the kernel: SHUT_WR lets it deliver that,
+      // then FIN; we keep reading until the peer's FIN. A failed send ends
+      // the close at once.
       flushing_on_close_ = false;
-      ::shutdown(fd_.get(), SHUT_WR);
-      loop_.cancel(&recv_op_);
-      loop_.cancel(&flush_timer_op_);
+      if (!retry) end_lingering();
+      else ::shutdown(fd_.get(), SHUT_WR);
     }
     return finish_op();
   }
@@ -159,9 +175,15 @@ void TcpTransport::close(bool flush_first) {
   // On a clean ending, frames already queued (a last FIN, a GOAWAY, trailing
   // DATA) still go out, for at most kFlushTimeout: a peer that does not read
   // cannot hold the connection and its buffers.
-  if (flush_first && (!outbound_.empty() || sending_)) {
-    flushing_on_close_ = true;
-    if (!sending_) flush();
+  if (flush_first && inflight_ > 0) {
+    // The receive stays posted: on_recv drops what arrives until the FIN.
+    lingering_ = true;
+    flushing_on_close_ = !outbound_.empty() || sending_;
+    if (flushing_on_close_) {
+      if (!sending_) flush();
+    } else {
+      ::shutdown(fd_.get(), SHUT_WR);
+    }
     flush_timeout_.tv_sec = 2;
     io_uring_sqe* s = loop_.sqe(&flush_timer_op_);
     io_uring_prep_timeout(s, &flush_timeout_, 0, 0);
