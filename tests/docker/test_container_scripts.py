@@ -245,7 +245,9 @@ def test_entrypoint_execs_rdmagw_as_uid_1337_and_sigterm_drains_it(rdmagw_bin, i
     shutil.copy2(ENTRYPOINT, entrypoint)
     for path in (rdmagw, entrypoint):
         path.chmod(0o755)
+    admin = f"127.0.0.1:{free_port()}"  # not the default 9901, which another rdmagw may hold
     config = write_config(image_dir, f"""node: sidecar
+admin: {admin}
 workers: 1
 tunnel: {{address: 127.0.0.1, tcp_port: {free_port()}, transport: tcp}}
 peers:
@@ -254,6 +256,7 @@ listeners:
   - {{name: app, listen: "tcp:127.0.0.1:{free_port()}", peer: peer, target: "tcp:127.0.0.1:6379"}}
 """)
     env = entrypoint_env(rdmagw, config)
+    env["RDMAGW_ADMIN"] = admin
     proc = subprocess.Popen(
         ["setpriv", f"--reuid={SIDECAR_UID}", f"--regid={SIDECAR_UID}", "--clear-groups",
          *env_args(env), str(entrypoint)],
