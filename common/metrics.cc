@@ -7,7 +7,6 @@ namespace rdmagw::metrics {
 void Histogram::observe_us(uint64_t us) {
   auto it = std::lower_bound(kLatencyBucketsUs.begin(), kLatencyBucketsUs.end(), us);
   buckets_[static_cast<size_t>(it - kLatencyBucketsUs.begin())].add();
-  count_.add();
   sum_us_.add(us);
 }
 

@@ -45,13 +45,13 @@ class Histogram {
   static constexpr size_t kBuckets = kLatencyBucketsUs.size();
   void observe_us(uint64_t us);
   // Per-bucket (not cumulative) counts; index kBuckets is the overflow (+Inf).
+  // Their sum is the count.
   uint64_t bucket(size_t i) const { return buckets_[i].value(); }
-  uint64_t count() const { return count_.value(); }
   uint64_t sum_us() const { return sum_us_.value(); }
 
  private:
   std::array<Counter, kBuckets + 1> buckets_;
-  Counter count_, sum_us_;
+  Counter sum_us_;
 };
 
 // Why a stream ended before carrying data both ways as asked. The label

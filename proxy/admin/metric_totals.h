@@ -16,9 +16,8 @@ namespace rdmagw::admin {
 struct HistogramTotals {
   // Per-bucket (not cumulative) counts; the last one is the overflow (+Inf).
   std::array<uint64_t, metrics::Histogram::kBuckets + 1> buckets{};
-  // The sum of `buckets`, not of Histogram::count(): a worker may observe a
-  // value between our reads of its buckets and of its count, and Prometheus
-  // requires the +Inf bucket to equal _count exactly.
+  // The sum of `buckets`, so that the +Inf bucket equals _count exactly, as
+  // Prometheus requires, however the workers' counts move while we read.
   uint64_t count = 0;
   uint64_t sum_us = 0;
 };

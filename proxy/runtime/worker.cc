@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "common/socket_options.h"
 #include <linux/netfilter_ipv4.h>
@@ -72,7 +74,7 @@ bool Worker::init(std::string* error) {
     links_.push_back(
         std::make_unique<tunnel::PeerLink>(loop_, *pool_, peer, session_settings_, t, graveyard_, rdma_.get()));
   }
-  for (auto& socket : initial_listeners_) add_listener(std::move(socket));
+  for (auto& socket : initial_listeners_) listeners_.push_back(make_listener(std::move(socket)));
   initial_listeners_.clear();
   tunnel_acceptor_ = std::make_unique<Acceptor>(loop_, tunnel_.tcp_fds[index_], "tunnel",
                                                 [this](UniqueFd fd) { on_tunnel_accept(std::move(fd)); });
@@ -116,7 +118,7 @@ void Worker::run() {
   mailbox_.close();
 }
 
-void Worker::add_listener(std::shared_ptr<const ListenerSocket> socket) {
+std::unique_ptr<Worker::LocalListener> Worker::make_listener(std::shared_ptr<const ListenerSocket> socket) {
   auto local = std::make_unique<LocalListener>();
   LocalListener* l = local.get();
   l->socket = std::move(socket);
@@ -124,7 +126,7 @@ void Worker::add_listener(std::shared_ptr<const ListenerSocket> socket) {
   l->link = l->socket->config.transparent ? nullptr : find_link(l->socket->config.peer);
   l->acceptor = std::make_unique<Acceptor>(loop_, l->socket->fds->fd_for(index_), l->socket->config.name,
                                            [this, l](UniqueFd client) { on_local_accept(*l, std::move(client)); });
-  listeners_.push_back(std::move(local));
+  return local;
 }
 
 tunnel::PeerLink* Worker::find_link(const std::string& peer) const {
@@ -257,26 +259,21 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
   // its backlog); only their settings change.
   std::vector<std::unique_ptr<LocalListener>> kept;
   for (auto& socket : listeners) {
-    bool found = false;
-    for (auto& l : listeners_) {
-      if (l && l->socket->fds == socket->fds) {
-        l->socket = socket;
-        l->counters = &metrics_.listener(socket->config.name);
-        l->acceptor->rename(socket->config.name);
-        kept.push_back(std::move(l));
-        found = true;
-        break;
-      }
+    auto same = std::find_if(listeners_.begin(), listeners_.end(),
+                             [&](const auto& l) { return l && l->socket->fds == socket->fds; });
+    if (same == listeners_.end()) {
+      kept.push_back(make_listener(socket));
+      kept.back()->acceptor->start();
+      continue;
     }
-    if (!found) {
-      add_listener(socket);
-      listeners_.back()->acceptor->start();
-      kept.push_back(std::move(listeners_.back()));
-      listeners_.pop_back();
-    }
+    LocalListener& l = **same;
+    l.socket = socket;
+    l.counters = &metrics_.listener(socket->config.name);
+    l.acceptor->rename(socket->config.name);
+    kept.push_back(std::move(*same));
   }
   for (auto& l : listeners_)
-    if (l) retire_listener(*l);
+    if (l) retire_listener(*l);  // what was not moved to `kept` was removed
   listeners_ = std::move(kept);
   for (auto& l : listeners_)
     l->link = l->socket->config.transparent ? nullptr : find_link(l->socket->config.peer);

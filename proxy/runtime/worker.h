@@ -78,7 +78,7 @@ class Worker final : public tunnel::SessionOwner, public transport::RdmaTranspor
     metrics::ListenerMetrics* counters = nullptr;
     tunnel::PeerLink* link = nullptr;  // non-transparent listeners: where streams go
   };
-  void add_listener(std::shared_ptr<const ListenerSocket> socket);
+  std::unique_ptr<LocalListener> make_listener(std::shared_ptr<const ListenerSocket> socket);
   void retire_acceptor(std::unique_ptr<Acceptor> acceptor);
   // The listener was removed or we drain: stop listening and accepting.
   void retire_listener(LocalListener& listener);

@@ -43,11 +43,9 @@ void WorkerMailbox::start(EventLoop& loop) {
 void WorkerMailbox::arm() {
   io_uring_sqe* s = loop_->sqe(&op_);
   io_uring_prep_read(s, event_fd_.get(), &counter_, sizeof(counter_), 0);
-  armed_ = true;
 }
 
 void WorkerMailbox::on_wakeup(int res, uint32_t) {
-  armed_ = false;
   std::vector<Task> tasks;
   {
     std::lock_guard lock(mu_);

@@ -39,7 +39,6 @@ class WorkerMailbox {
   EventLoop* loop_ = nullptr;
   IoOp op_;
   uint64_t counter_ = 0;  // the eventfd read lands here
-  bool armed_ = false;
 };
 
 }  // namespace rdmagw

@@ -333,7 +333,9 @@ void PeerLink::describe(unsigned worker, admin::PeerInfo* out) const {
                           : tunnel_.transport == TransportMode::kTcp ? "configured"
                           : !rdma_                                   ? "no usable RDMA device here"
                                                                      : "RDMA device available";
-  out->state = retired_ ? "removed" : up() ? "up" : (dialing_ || active_) ? "connecting" : failures_ > 0 ? "down" : "connecting";
+  // "down": the last attempt failed and the next waits for its backoff.
+  bool waiting_to_retry = failures_ > 0 && !dialing_ && !active_;
+  out->state = retired_ ? "removed" : up() ? "up" : waiting_to_retry ? "down" : "connecting";
   out->last_error = last_error_;
   out->waiting_streams = waiting_.size();
   auto add = [&](const Session& s) {

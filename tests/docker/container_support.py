@@ -81,6 +81,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def sidecar_config(admin: str) -> str:
+    """A minimal sidecar configuration on free loopback ports, admin at `admin`."""
+    return f"""node: sidecar
+admin: {admin}
+workers: 1
+tunnel: {{address: 127.0.0.1, tcp_port: {free_port()}, transport: tcp}}
+peers:
+  - {{name: peer, address: 127.0.0.1, tcp_port: {free_port()}}}
+listeners:
+  - {{name: app, listen: "tcp:127.0.0.1:{free_port()}", peer: peer, target: "tcp:127.0.0.1:6379"}}
+"""
+
+
 def read_until(proc, text: str, timeout: float) -> str:
     """proc's stderr up to the line containing text, waiting at most timeout."""
     sel = selectors.DefaultSelector()

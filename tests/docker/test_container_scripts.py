@@ -27,7 +27,7 @@ import pytest
 from container_support import (
     DEFAULT_ADMIN, DOCKER, ENTRYPOINT, IMAGE_RDMAGWCTL, INIT, REPO, SIDECAR_UID, TIMEOUT, TOOL, copy_parts,
     dockerfile_instructions, free_port, healthcheck, rdmagwctl_timeout, read_until, require_ready_command,
-    require_root, run, runtime_env, seconds, stages, unavailable)
+    require_root, run, runtime_env, seconds, sidecar_config, stages, unavailable)
 
 # Root with exactly the init container's capabilities (cap_drop ALL, cap_add
 # NET_ADMIN NET_RAW): the bounding set limits what root gets at exec, and an
@@ -246,15 +246,7 @@ def test_entrypoint_execs_rdmagw_as_uid_1337_and_sigterm_drains_it(rdmagw_bin, i
     for path in (rdmagw, entrypoint):
         path.chmod(0o755)
     admin = f"127.0.0.1:{free_port()}"  # not the default 9901, which another rdmagw may hold
-    config = write_config(image_dir, f"""node: sidecar
-admin: {admin}
-workers: 1
-tunnel: {{address: 127.0.0.1, tcp_port: {free_port()}, transport: tcp}}
-peers:
-  - {{name: peer, address: 127.0.0.1, tcp_port: {free_port()}}}
-listeners:
-  - {{name: app, listen: "tcp:127.0.0.1:{free_port()}", peer: peer, target: "tcp:127.0.0.1:6379"}}
-""")
+    config = write_config(image_dir, sidecar_config(admin))
     env = entrypoint_env(rdmagw, config)
     env["RDMAGW_ADMIN"] = admin
     proc = subprocess.Popen(

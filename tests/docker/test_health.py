@@ -21,7 +21,7 @@ import pytest
 
 from container_support import (
     DOCKER, ENTRYPOINT, IMAGE_RDMAGWCTL, TIMEOUT, free_port, healthcheck, read_until, require_ready_command, run,
-    seconds)
+    seconds, sidecar_config)
 from test_examples import load, pod_documents
 
 
@@ -47,15 +47,7 @@ def sidecar(rdmagw_bin, rdmagwctl_bin, tmp_path):
     require_ready_command(rdmagwctl_bin)
     admin = f"127.0.0.1:{free_port()}"
     config = tmp_path / "rdmagw.yaml"
-    config.write_text(f"""node: sidecar
-admin: {admin}
-workers: 1
-tunnel: {{address: 127.0.0.1, tcp_port: {free_port()}, transport: tcp}}
-peers:
-  - {{name: peer, address: 127.0.0.1, tcp_port: {free_port()}}}
-listeners:
-  - {{name: app, listen: "tcp:127.0.0.1:{free_port()}", peer: peer, target: "tcp:127.0.0.1:6379"}}
-""")
+    config.write_text(sidecar_config(admin))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RDMAGW_")}
     env.update(RDMAGW_BIN=str(rdmagw_bin), RDMAGW_CONFIG=str(config), RDMAGW_ADMIN=admin)
     proc = subprocess.Popen([str(ENTRYPOINT)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

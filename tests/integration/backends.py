@@ -70,6 +70,12 @@ def send_all(sock: socket.socket, data, deadline: float) -> None:
 class _Server:
     """A listening socket plus an accept loop in a daemon thread."""
 
+    def _wait_released(self, released: threading.Event) -> None:
+        """Bounded wait for `released` (or stop): at most 10 minutes, checked every 0.1 s."""
+        for _ in range(6000):
+            if released.wait(0.1) or self._stop.is_set():
+                return
+
     def __init__(self, unix_path: str | None = None, backlog: int = 4096):
         if unix_path is None:
             self.family = socket.AF_INET
@@ -401,10 +407,7 @@ class StallServer(_Server):
 
     def handle(self, conn):
         self.connected.set()
-        # Bounded wait: at most 10 minutes, checked every 0.1 s.
-        for _ in range(6000):
-            if self.released.wait(0.1) or self._stop.is_set():
-                break
+        self._wait_released(self.released)
         res = {"recv_bytes": 0, "recv_sha": None, "error": None}
         h = hashlib.sha256()
         got = 0
@@ -454,10 +457,7 @@ class HoldEchoServer(_Server):
             data += chunk
         with self._lock:
             self.eof_count += 1
-        # Bounded wait: at most 10 minutes, checked every 0.1 s.
-        for _ in range(6000):
-            if self.released.wait(0.1) or self._stop.is_set():
-                break
+        self._wait_released(self.released)
         conn.sendall(bytes(data))
         conn.shutdown(socket.SHUT_WR)
 
