@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/address.h"
@@ -12,6 +13,10 @@
 namespace rdmagw {
 
 enum class TransportMode { kAuto, kRdma, kTcp };
+// "auto" | "rdma" | "tcp", as written in tunnel.transport.
+inline std::string_view transport_mode_name(TransportMode mode) {
+  return mode == TransportMode::kAuto ? "auto" : mode == TransportMode::kRdma ? "rdma" : "tcp";
+}
 
 struct PeerConfig {
   std::string name;

@@ -85,15 +85,6 @@ void write_session(JsonWriter& w, const SessionInfo& s) {
   w.end_object();
 }
 
-const char* transport_mode_name(TransportMode mode) {
-  switch (mode) {
-    case TransportMode::kAuto: return "auto";
-    case TransportMode::kRdma: return "rdma";
-    case TransportMode::kTcp: return "tcp";
-  }
-  return "auto";
-}
-
 const char* route_action_name(RouteConfig::Action action) {
   switch (action) {
     case RouteConfig::Action::kTunnel: return "tunnel";

@@ -3,23 +3,29 @@
 // its original destination, on this host, without the tunnel. rdmagw's own
 // connection is not redirected again because iptables skips rdmagw's uid.
 // One receive and one send in flight per direction; EOF in one direction is
-// passed on as shutdown(SHUT_WR); an error on either side resets both.
-#include <linux/time_types.h>
+// passed on as shutdown(SHUT_WR); an error on either side resets both. Both
+// sockets carry SO_LINGER 0 until both directions ended cleanly.
 #include <sys/socket.h>
 
 #include <string>
 
 #include "common/unique_fd.h"
+#include "proxy/io/timed_connect.h"
 #include "proxy/local/stream_host.h"
 
 namespace rdmagw::local {
 
-class DirectPipe {
+class DirectPipe final : public LocalConnection {
  public:
-  // Connects to `destination` and relays; frees itself when both directions end.
+  // Connects to `destination` and relays. The pipe is on the host's list
+  // until it ends (it ends itself: both directions done, or an error).
   // `counters` (may be null): the listener's, for its active connections and bytes.
   static void start(StreamHost& host, UniqueFd client, const sockaddr_storage& destination, socklen_t length,
                     std::string listener, metrics::ListenerMetrics* counters);
+
+  // LocalConnection
+  void reset_now(std::string_view reason) override { fail(reason, 0); }
+  bool ending() const override { return closing_; }
 
  private:
   struct Direction {
@@ -37,26 +43,21 @@ class DirectPipe {
   };
 
   DirectPipe(StreamHost& host, UniqueFd client, std::string listener, metrics::ListenerMetrics* counters);
-  ~DirectPipe();
-  void on_connect(int res, uint32_t flags);
-  void on_timeout(int res, uint32_t flags);
+  ~DirectPipe() override;
+  void on_connected(int error);
   void post_recv(Direction& d);
   void post_send(Direction& d);
-  void fail(const char* what, int error);
-  void finish_op();
+  // Ends the pipe with a reset both ways. `error` (an errno, or 0) is logged.
+  void fail(std::string_view what, int error);
+  void end(bool clean);
 
-  StreamHost& host_;
   UniqueFd client_;
   UniqueFd server_;
   std::string listener_;
   metrics::ListenerMetrics* counters_;
   std::string destination_;
-  sockaddr_storage addr_{};
-  socklen_t addr_len_ = 0;
-  __kernel_timespec timeout_{};
-  IoOp connect_op_, timeout_op_;
+  TimedConnect connect_;
   Direction up_, down_;  // up: client -> destination
-  int inflight_ = 0;
   bool closing_ = false;
 };
 

@@ -1,7 +1,5 @@
 #include "proxy/local/local_stream.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -16,63 +14,6 @@ namespace rdmagw::local {
 
 using tunnel::kBufferHeadroom;
 using tunnel::ResetCode;
-
-LocalStream::LocalStream(StreamHost& host, UniqueFd fd)
-    : host_(host), fd_(std::move(fd)), to_socket_(&host.pool) {
-  recv_op_ = IoOp::bind<&LocalStream::on_recv>(this);
-  send_op_ = IoOp::bind<&LocalStream::on_send>(this);
-  connect_op_ = IoOp::bind<&LocalStream::on_connect>(this);
-  timeout_op_ = IoOp::bind<&LocalStream::on_connect_timeout>(this);
-  error_poll_op_ = IoOp::bind<&LocalStream::on_error_poll>(this);
-  started_ = Clock::now();
-  ++host_.live_streams;
-  next_ = host_.first_stream;
-  if (next_) next_->prev_ = this;
-  host_.first_stream = this;
-}
-
-LocalStream::~LocalStream() {
-  if (recv_buffer_) host_.pool.release(recv_buffer_);
-  if (parked_buffer_) host_.pool.release(parked_buffer_);
-  --host_.live_streams;
-  if (listener_counters_) listener_counters_->active.sub();
-  if (target_side_) host_.metrics.target_streams_active.sub();
-  if (prev_) prev_->next_ = next_;
-  else host_.first_stream = next_;
-  if (next_) next_->prev_ = prev_;
-}
-
-LocalStream* LocalStream::from_client(StreamHost& host, UniqueFd fd, std::string listener,
-                                      metrics::ListenerMetrics* counters, std::string peer, std::string target) {
-  set_nodelay(fd.get());
-  auto* s = new LocalStream(host, std::move(fd));
-  s->listener_ = std::move(listener);
-  s->peer_ = std::move(peer);
-  s->target_ = std::move(target);
-  s->listener_counters_ = counters;
-  if (counters) {
-    counters->accepted.add();
-    counters->active.add();
-  }
-  return s;
-}
-
-void LocalStream::describe(admin::StreamInfo* out) const {
-  out->worker = host_.worker;
-  out->side = target_side_ ? "target" : "client";
-  out->listener = listener_;
-  out->peer = peer_;
-  out->target = target_;
-  out->stream_id = id_;
-  out->age_ms = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
-  out->bytes_from_app = bytes_up_;
-  out->bytes_to_app = bytes_down_;
-  if (connecting_) out->state = "connecting";
-  else if (!target_side_ && !session_ && id_ == 0) out->state = "waiting";
-  else if (read_closed_ || remote_fin_ || write_shut_) out->state = "half-closed";
-  else out->state = "open";
-}
 
 namespace {
 metrics::StreamFailure failure_of(ResetCode code) {
@@ -90,23 +31,39 @@ metrics::StreamFailure failure_of(ResetCode code) {
 }
 }  // namespace
 
-void LocalStream::count_failure(metrics::StreamFailure why) {
-  if (failure_counted_) return;
-  failure_counted_ = true;
-  host_.metrics.failed(why);
+LocalStream::LocalStream(StreamHost& host, UniqueFd fd)
+    : LocalConnection(host), fd_(std::move(fd)), to_socket_(&host.pool) {
+  set_abortive_close(fd_.get());
+  recv_op_ = IoOp::bind<&LocalStream::on_recv>(this);
+  send_op_ = IoOp::bind<&LocalStream::on_send>(this);
+  error_poll_op_ = IoOp::bind<&LocalStream::on_error_poll>(this);
+  connect_.bind<&LocalStream::on_target_connected>(this);
+  started_ = Clock::now();
 }
 
-void LocalStream::add_bytes_from_app(uint64_t n) {
-  bytes_up_ += n;
-  if (listener_counters_) listener_counters_->bytes_received.add(n);
+LocalStream::~LocalStream() {
+  if (recv_buffer_) host_.pool.release(recv_buffer_);
+  if (parked_buffer_) host_.pool.release(parked_buffer_);
+  if (listener_counters_) listener_counters_->active.sub();
+  if (target_side_) host_.metrics.target_streams_active.sub();
 }
 
-void LocalStream::add_bytes_to_app(uint64_t n) {
-  bytes_down_ += n;
-  if (listener_counters_) listener_counters_->bytes_sent.add(n);
+LocalStream* LocalStream::from_client(StreamHost& host, UniqueFd fd, std::string listener,
+                                      metrics::ListenerMetrics* counters, std::string peer, std::string target) {
+  set_nodelay(fd.get());
+  auto* s = new LocalStream(host, std::move(fd));
+  s->listener_ = std::move(listener);
+  s->peer_ = std::move(peer);
+  s->target_ = std::move(target);
+  s->listener_counters_ = counters;
+  if (counters) {
+    counters->accepted.add();
+    counters->active.add();
+  }
+  return s;
 }
 
-LocalStream* LocalStream::to_target(StreamHost& host, tunnel::Session& session, uint32_t id,
+LocalStream* LocalStream::to_target(StreamHost& host, const tunnel::Session& session, uint32_t id,
                                     const Endpoint& target, ResetCode* refuse) {
   int fd = ::socket(target.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
@@ -121,61 +78,89 @@ LocalStream* LocalStream::to_target(StreamHost& host, tunnel::Session& session, 
   }
   auto* s = new LocalStream(host, UniqueFd(fd));
   s->target_side_ = true;
+  s->opened_ = true;
   host.metrics.target_streams_active.add();
   host.metrics.streams_opened_inbound.add();
-  s->session_ = &session;
-  s->id_ = id;
   s->peer_ = session.peer_node();
   s->target_ = target.to_string();
-  s->start_connect(target);
+  s->connecting_ = true;
+  s->connect_.start(host.loop, fd, target.addr, target.addr_len, host.connect_timeout_ms);
   return s;
+}
+
+bool LocalStream::describe(StreamInfo* out) const {
+  if (closing_) return false;  // ended; only waiting for its last completions
+  out->worker = host_.worker;
+  out->side = target_side_ ? "target" : "client";
+  out->listener = listener_;
+  out->peer = peer_;
+  out->target = target_;
+  out->stream_id = stream_id();
+  out->age_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
+  out->bytes_from_app = bytes_up_;
+  out->bytes_to_app = bytes_down_;
+  if (connecting_) out->state = "connecting";
+  else if (!opened_) out->state = "waiting";
+  else if (read_closed_ || remote_fin_ || write_shut_) out->state = "half-closed";
+  else out->state = "open";
+  return true;
+}
+
+void LocalStream::add_bytes_from_app(uint64_t n) {
+  bytes_up_ += n;
+  if (listener_counters_) listener_counters_->bytes_received.add(n);
+}
+
+void LocalStream::add_bytes_to_app(uint64_t n) {
+  bytes_down_ += n;
+  if (listener_counters_) listener_counters_->bytes_sent.add(n);
+}
+
+// --- the one failure path ------------------------------------------------------
+
+void LocalStream::fail(std::string_view event, metrics::StreamFailure why, ResetCode to_peer,
+                       std::string_view reason, std::string_view error) {
+  if (closing_) return;
+  auto line = why == metrics::StreamFailure::kReset ? log::info(event) : log::warn(event);
+  line.kv("listener", listener_).kv("peer", peer_).kv("stream", stream_id()).kv("target", target_).kv("reason", reason);
+  if (!error.empty()) line.kv("error", error);
+  if (!failure_counted_) {
+    failure_counted_ = true;
+    host_.metrics.failed(why);
+  }
+  if (session()) session()->reset_stream(*this, to_peer);
+  terminate(Ending::kReset);
+}
+
+void LocalStream::fail_local(int error) {
+  // The application reset its connection (or its socket broke): abort the
+  // whole stream, and tell the peer.
+  fail("stream_reset", metrics::StreamFailure::kReset, ResetCode::kCancel, "local-reset", strerror(error));
+}
+
+void LocalStream::reset_now(std::string_view reason) {
+  fail("stream_reset", metrics::StreamFailure::kShutdown, ResetCode::kShutdown, reason);
 }
 
 // --- connecting to the target (far side) --------------------------------------
 
-void LocalStream::start_connect(const Endpoint& target) {
-  connecting_ = true;
-  target_addr_ = target.addr;
-  target_len_ = target.addr_len;
-  connect_timeout_.tv_sec = host_.connect_timeout_ms / 1000;
-  connect_timeout_.tv_nsec = (host_.connect_timeout_ms % 1000) * 1000000LL;
-  host_.loop.reserve(2);
-  io_uring_sqe* c = host_.loop.sqe(&connect_op_);
-  io_uring_prep_connect(c, fd_.get(), reinterpret_cast<sockaddr*>(&target_addr_), target_len_);
-  c->flags |= IOSQE_IO_LINK;
-  io_uring_sqe* t = host_.loop.sqe(&timeout_op_);
-  io_uring_prep_link_timeout(t, &connect_timeout_, 0);
-  inflight_ += 2;
-}
-
-void LocalStream::on_connect_timeout(int, uint32_t) { finish_op(); }
-
-void LocalStream::on_connect(int res, uint32_t) {
+void LocalStream::on_target_connected(int error) {
   connecting_ = false;
-  if (closing_) return finish_op();
-  if (res < 0) {
-    int err = res == -ECANCELED ? ETIMEDOUT : -res;
-    log::warn("stream_refused")
-        .kv("peer", peer_)
-        .kv("stream", id_)
-        .kv("target", target_)
-        .kv("reason", "connect-failed")
-        .kv("error", strerror(err));
-    count_failure(err == ECONNREFUSED ? metrics::StreamFailure::kTargetRefused
-                                      : metrics::StreamFailure::kTargetUnreachable);
-    if (session_) session_->reset_stream(id_, err == ECONNREFUSED ? ResetCode::kRefused : ResetCode::kConnectFailed);
-    session_ = nullptr;
-    terminate(false);
-    return finish_op();
+  if (closing_) return;
+  if (error != 0) {
+    bool refused = error == ECONNREFUSED;
+    fail("stream_refused", refused ? metrics::StreamFailure::kTargetRefused : metrics::StreamFailure::kTargetUnreachable,
+         refused ? ResetCode::kRefused : ResetCode::kConnectFailed, "connect-failed", strerror(error));
+    return;
   }
   set_nodelay(fd_.get());
   host_.metrics.target_connect.observe_us(static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
-  log::debug("stream_connected").kv("peer", peer_).kv("stream", id_).kv("target", target_);
+  log::debug("stream_connected").kv("peer", peer_).kv("stream", stream_id()).kv("target", target_);
   start_reading();
   pump_send();
   maybe_shutdown_write();
-  finish_op();
 }
 
 // --- dialing side: waiting for and opening on a session -----------------------
@@ -184,7 +169,7 @@ void LocalStream::attach(tunnel::Session& session) {
   if (closing_) return;
   uint8_t* buffer = host_.pool.acquire();
   if (!buffer) {
-    abort(ResetCode::kResource, "out of buffers");
+    fail("stream_failed", metrics::StreamFailure::kResource, ResetCode::kResource, "out of buffers");
     return;
   }
   // 0-RTT: if the application already wrote, its first bytes ride in the OPEN.
@@ -196,23 +181,20 @@ void LocalStream::attach(tunnel::Session& session) {
     if (n == 0) eof = true;
     if (n < 0) n = 0;  // nothing yet (EAGAIN), or an error the first recv will report
   }
-  session_ = &session;
-  peer_ = session.peer_node().empty() ? peer_ : session.peer_node();
-  id_ = session.open_stream(this, target_, buffer, static_cast<uint32_t>(n));
-  if (id_ == 0) {
-    session_ = nullptr;
-    count_failure(metrics::StreamFailure::kResource);
-    terminate(true);
+  if (!session.peer_node().empty()) peer_ = session.peer_node();
+  if (!session.open_stream(*this, target_, buffer, static_cast<uint32_t>(n))) {
+    fail("stream_failed", metrics::StreamFailure::kResource, ResetCode::kResource, "the session could not open it");
     return;
   }
+  opened_ = true;
   host_.metrics.streams_opened_outbound.add();
   host_.metrics.stream_open.observe_us(static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
   add_bytes_from_app(static_cast<uint64_t>(n));
-  log::debug("stream_open").kv("listener", listener_).kv("peer", peer_).kv("stream", id_).kv("target", target_);
+  log::debug("stream_open").kv("listener", listener_).kv("peer", peer_).kv("stream", stream_id()).kv("target", target_);
   if (eof) {
     read_closed_ = true;
-    session_->send_fin(id_);
+    session.send_fin(*this);
     maybe_done();
     return;
   }
@@ -220,37 +202,26 @@ void LocalStream::attach(tunnel::Session& session) {
 }
 
 void LocalStream::abort(ResetCode code, std::string_view reason) {
-  log::warn("stream_failed")
-      .kv("listener", listener_)
-      .kv("peer", peer_)
-      .kv("target", target_)
-      .kv("reason", reason)
-      .kv("code", tunnel::reset_code_name(code));
   // kPeerGone here means no session came up for the stream in time.
-  count_failure(code == ResetCode::kPeerGone ? metrics::StreamFailure::kNoSession : failure_of(code));
-  session_ = nullptr;
-  terminate(true);
+  fail("stream_failed", code == ResetCode::kPeerGone ? metrics::StreamFailure::kNoSession : failure_of(code), code,
+       reason);
 }
 
 // --- socket -> tunnel --------------------------------------------------------
 
 void LocalStream::start_reading() {
-  if (recv_posted_ || read_closed_ || closing_ || connecting_ || parked_buffer_ || !session_) return;
+  if (recv_posted_ || read_closed_ || closing_ || connecting_ || parked_buffer_ || !session()) return;
   // Only stream credit is held while the receive waits: an idle connection
   // must not pin any of the session's shared budget.
-  uint32_t credit = session_->take_stream_credit(id_, host_.payload_size);
+  uint32_t credit = session()->take_stream_credit(*this, host_.payload_size);
   if (credit == 0) {  // on_send_credit() resumes us
     watch_for_errors();
     return;
   }
   uint8_t* buffer = host_.pool.acquire();
   if (!buffer) {
-    session_->refund_stream_credit(id_, credit);
-    log::warn("stream_reset").kv("peer", peer_).kv("stream", id_).kv("reason", "out of buffers");
-    count_failure(metrics::StreamFailure::kResource);
-    session_->reset_stream(id_, ResetCode::kResource);
-    session_ = nullptr;
-    terminate(true);
+    session()->refund_stream_credit(*this, credit);
+    fail("stream_reset", metrics::StreamFailure::kResource, ResetCode::kResource, "out of buffers");
     return;
   }
   recv_buffer_ = buffer;
@@ -258,57 +229,50 @@ void LocalStream::start_reading() {
   io_uring_sqe* s = host_.loop.sqe(&recv_op_);
   io_uring_prep_recv(s, fd_.get(), buffer + kBufferHeadroom, credit, 0);
   recv_posted_ = true;
-  ++inflight_;
 }
 
 void LocalStream::on_recv(int res, uint32_t) {
   recv_posted_ = false;
-  uint8_t* buffer = recv_buffer_;
-  recv_buffer_ = nullptr;
-  if (closing_ || !session_) {
+  uint8_t* buffer = std::exchange(recv_buffer_, nullptr);
+  if (closing_ || !session()) {
     host_.pool.release(buffer);
-    return finish_op();
+    return;
   }
   if (res > 0) {
-    session_->refund_stream_credit(id_, recv_credit_ - static_cast<uint32_t>(res));
+    session()->refund_stream_credit(*this, recv_credit_ - static_cast<uint32_t>(res));
     forward(buffer, static_cast<uint32_t>(res));
-    return finish_op();
+    return;
   }
-  session_->refund_stream_credit(id_, recv_credit_);
+  session()->refund_stream_credit(*this, recv_credit_);
   host_.pool.release(buffer);
   if (res == 0) {
     read_closed_ = true;
-    session_->send_fin(id_);
+    session()->send_fin(*this);
     maybe_done();
   } else if (res == -EINTR || res == -EAGAIN) {
     start_reading();
   } else {
-    // The application reset its connection: abort the whole stream.
-    log::info("stream_reset").kv("peer", peer_).kv("stream", id_).kv("reason", "local-reset").kv("error", strerror(-res));
-    count_failure(metrics::StreamFailure::kReset);
-    session_->reset_stream(id_, ResetCode::kCancel);
-    session_ = nullptr;
-    terminate(true);
+    fail_local(-res);
   }
-  finish_op();
 }
 
 void LocalStream::forward(uint8_t* buffer, uint32_t len) {
-  if (!session_->take_session_credit(id_, len)) {
+  if (!session()->take_session_credit(*this, len)) {
     parked_buffer_ = buffer;
     parked_len_ = len;
     watch_for_errors();
     return;
   }
-  session_->send_data(id_, buffer, len);
+  session()->send_data(*this, buffer, len);
   add_bytes_from_app(len);
   start_reading();
 }
 
 // --- tunnel -> socket --------------------------------------------------------
 
-bool LocalStream::on_data(std::span<const uint8_t> bytes) {
-  if (closing_) return true;
+tunnel::Stream::Delivery LocalStream::on_peer_data(std::span<const uint8_t> bytes) {
+  Delivery d;
+  if (closing_) return d;  // ending: the bytes are dropped (and counted delivered by detach)
   // Fast path: nothing queued ahead of these bytes, so try to hand them to the
   // socket straight from the tunnel's receive buffer. This skips the copy into
   // to_socket_ and an io_uring round trip; whatever the socket does not take
@@ -318,13 +282,16 @@ bool LocalStream::on_data(std::span<const uint8_t> bytes) {
     if (n > 0) {
       add_bytes_to_app(static_cast<uint64_t>(n));
       bytes = bytes.subspan(static_cast<size_t>(n));
-      if (session_) session_->delivered(id_, static_cast<uint32_t>(n));
-      if (bytes.empty()) return true;
+      d.delivered = static_cast<uint32_t>(n);
+      if (bytes.empty()) return d;
     }
   }
-  if (!to_socket_.append(bytes.data(), bytes.size())) return false;
+  if (!to_socket_.append(bytes.data(), bytes.size())) {
+    d.accepted = false;
+    return d;
+  }
   pump_send();
-  return true;
+  return d;
 }
 
 void LocalStream::pump_send() {
@@ -336,33 +303,24 @@ void LocalStream::pump_send() {
   io_uring_sqe* s = host_.loop.sqe(&send_op_);
   io_uring_prep_sendmsg(s, fd_.get(), &msg_, MSG_NOSIGNAL);
   sending_ = true;
-  ++inflight_;
 }
 
 void LocalStream::on_send(int res, uint32_t) {
   sending_ = false;
-  if (closing_) return finish_op();
+  if (closing_) return;
   if (res < 0) {
-    if (res == -EINTR || res == -EAGAIN) {
-      pump_send();
-      return finish_op();
-    }
-    log::info("stream_reset").kv("peer", peer_).kv("stream", id_).kv("reason", "local-reset").kv("error", strerror(-res));
-    count_failure(metrics::StreamFailure::kReset);
-    if (session_) session_->reset_stream(id_, ResetCode::kCancel);
-    session_ = nullptr;
-    terminate(true);
-    return finish_op();
+    if (res == -EINTR || res == -EAGAIN) pump_send();
+    else fail_local(-res);
+    return;
   }
   to_socket_.consume(static_cast<size_t>(res));
   add_bytes_to_app(static_cast<uint64_t>(res));
-  if (session_) session_->delivered(id_, static_cast<uint32_t>(res));
+  if (session()) session()->delivered(*this, static_cast<uint32_t>(res));
   pump_send();
   maybe_shutdown_write();
-  finish_op();
 }
 
-void LocalStream::on_fin() {
+void LocalStream::on_peer_fin() {
   remote_fin_ = true;
   maybe_shutdown_write();
 }
@@ -374,50 +332,26 @@ void LocalStream::maybe_shutdown_write() {
   maybe_done();
 }
 
-// --- teardown --------------------------------------------------------------------
+// --- the session's word -------------------------------------------------------
 
-void LocalStream::on_reset(ResetCode code) {
-  // The session has already forgotten the stream.
-  session_ = nullptr;
-  if (closing_) return;
-  log::info("stream_reset")
-      .kv("listener", listener_)
-      .kv("peer", peer_)
-      .kv("stream", id_)
-      .kv("target", target_)
-      .kv("reason", tunnel::reset_code_name(code));
-  count_failure(failure_of(code));
-  terminate(true);
+void LocalStream::on_peer_reset(ResetCode code) {
+  // Detached already: nothing goes back to the peer.
+  fail("stream_reset", failure_of(code), code, tunnel::reset_code_name(code));
 }
 
-void LocalStream::watch_for_errors() {
-  if (error_poll_posted_ || closing_) return;
-  io_uring_sqe* s = host_.loop.sqe(&error_poll_op_);
-  io_uring_prep_poll_add(s, fd_.get(), POLLERR);  // POLLHUP is always reported too
-  error_poll_posted_ = true;
-  ++inflight_;
-}
-
-void LocalStream::on_error_poll(int res, uint32_t) {
-  error_poll_posted_ = false;
-  if (closing_ || res < 0 || !(res & POLLERR)) return finish_op();
-  int err = 0;
-  socklen_t len = sizeof(err);
-  getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-  log::info("stream_reset")
-      .kv("peer", peer_)
-      .kv("stream", id_)
-      .kv("reason", "local-reset")
-      .kv("error", strerror(err ? err : ECONNRESET));
-  count_failure(metrics::StreamFailure::kReset);
-  if (session_) session_->reset_stream(id_, ResetCode::kCancel);
-  session_ = nullptr;
-  terminate(true);
-  finish_op();
+void LocalStream::on_session_lost(std::string_view reason) {
+  // Both FINs crossed: only the bytes queued for our socket remain, and they
+  // need no session.
+  if (tunnel_done()) {
+    maybe_shutdown_write();
+    maybe_done();
+    return;
+  }
+  fail("stream_reset", metrics::StreamFailure::kPeerGone, ResetCode::kPeerGone, "peer-gone", reason);
 }
 
 void LocalStream::on_send_credit() {
-  if (closing_ || !session_) return;
+  if (closing_ || !session()) return;
   if (parked_buffer_) {
     uint8_t* buffer = std::exchange(parked_buffer_, nullptr);
     forward(buffer, std::exchange(parked_len_, 0));
@@ -426,46 +360,52 @@ void LocalStream::on_send_credit() {
   start_reading();
 }
 
-void LocalStream::on_detached() {
-  // The session is gone, but our FIN went out and the peer's came in: only
-  // the bytes queued for our socket remain, and they need no session.
-  session_ = nullptr;
-  maybe_shutdown_write();
+void LocalStream::watch_for_errors() {
+  if (error_poll_posted_ || closing_) return;
+  io_uring_sqe* s = host_.loop.sqe(&error_poll_op_);
+  io_uring_prep_poll_add(s, fd_.get(), POLLERR);  // POLLHUP is always reported too
+  error_poll_posted_ = true;
 }
+
+void LocalStream::on_error_poll(int res, uint32_t) {
+  error_poll_posted_ = false;
+  if (closing_ || res < 0 || !(res & POLLERR)) return;
+  int err = 0;
+  socklen_t len = sizeof(err);
+  getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  fail_local(err ? err : ECONNRESET);
+}
+
+// --- the end -------------------------------------------------------------------
 
 void LocalStream::maybe_done() {
   if (!read_closed_ || !write_shut_ || closing_) return;
+  // Our FIN could not leave (the session closed under us): the session's
+  // end, dispatched later in this batch, resets the stream instead.
+  if (session() && !tunnel_done()) return;
   log::debug("stream_closed")
       .kv("peer", peer_)
-      .kv("stream", id_)
+      .kv("stream", stream_id())
       .kv("bytes_up", bytes_up_)
       .kv("bytes_down", bytes_down_);
-  if (session_) session_->stream_done(id_);
-  session_ = nullptr;
-  terminate(false);
+  if (session()) session()->detach(*this);
+  terminate(Ending::kClean);
 }
 
-void LocalStream::terminate(bool abortive) {
+void LocalStream::terminate(Ending how) {
   if (closing_) return;
   closing_ = true;
+  // The only clean close: both directions finished. Everything else keeps
+  // the abortive close armed at construction, so the application sees RST.
+  if (how == Ending::kClean) set_graceful_close(fd_.get());
   // to_socket_ is not cleared here: a send in flight may still read from its
-  // buffers. The destructor returns them once every operation has completed.
-  if (abortive) {
-    // SO_LINGER 0: close() sends RST, so the application sees a reset
-    // rather than a clean EOF it could mistake for a complete reply.
-    linger lg{1, 0};
-    setsockopt(fd_.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-  }
+  // buffers. They return to the pool when the object is deleted, after every
+  // operation has completed (IoObject).
   if (recv_posted_) host_.loop.cancel(&recv_op_);
   if (sending_) host_.loop.cancel(&send_op_);
-  if (connecting_) host_.loop.cancel(&connect_op_);
   if (error_poll_posted_) host_.loop.cancel(&error_poll_op_);
-  if (inflight_ == 0) delete this;
-}
-
-void LocalStream::finish_op() {
-  --inflight_;
-  if (closing_ && inflight_ == 0) delete this;
+  connect_.cancel(host_.loop);
+  retire();
 }
 
 }  // namespace rdmagw::local

@@ -1,16 +1,20 @@
 #pragma once
-// What every local stream of a worker shares: its loop, its buffers, limits,
-// counters and the list of live streams (for the admin endpoint). One per
-// worker; never shared across threads.
+// What every application connection of a worker shares: its loop, its
+// buffers, limits, counters, and the list of live connections (streams and
+// passthrough pipes), so that the end of a drain can reset whatever is left
+// and the admin endpoint can list streams. One per worker; never shared
+// across threads.
 #include <cstdint>
+#include <string_view>
 
 #include "common/buffer_pool.h"
 #include "common/metrics.h"
-#include "proxy/runtime/event_loop.h"
+#include "proxy/io/event_loop.h"
+#include "proxy/local/stream_info.h"
 
 namespace rdmagw::local {
 
-class LocalStream;
+class LocalConnection;
 
 struct StreamHost {
   EventLoop& loop;
@@ -19,8 +23,35 @@ struct StreamHost {
   unsigned worker;              // index, for the admin endpoint
   uint32_t payload_size;        // bytes read from a socket per DATA frame
   uint32_t connect_timeout_ms;  // for connections to targets
-  uint64_t live_streams = 0;    // streams not yet fully closed (drain waits for 0)
-  LocalStream* first_stream = nullptr;  // intrusive list of live LocalStreams
+  uint64_t live = 0;            // connections not yet freed (a drain waits for 0)
+  LocalConnection* first = nullptr;
+
+  // Resets every connection still open (the end of a drain, a forced stop).
+  void reset_all(std::string_view reason);
+};
+
+// An application connection: its lifetime follows the IoObject rule, and it
+// is on its host's list from construction to deletion.
+class LocalConnection : public IoObject {
+ public:
+  // Ends the connection now with a reset towards the application (and the
+  // target, and the peer); no-op once it is ending.
+  virtual void reset_now(std::string_view reason) = 0;
+  // Fills `out` and returns true for what GET /streams lists (tunnel streams).
+  virtual bool describe(StreamInfo*) const { return false; }
+  // Ending: only waiting for its last completions.
+  virtual bool ending() const = 0;
+  LocalConnection* next_in_host() const { return next_; }
+
+ protected:
+  explicit LocalConnection(StreamHost& host);
+  ~LocalConnection() override;
+
+  StreamHost& host_;
+
+ private:
+  LocalConnection* prev_ = nullptr;
+  LocalConnection* next_ = nullptr;
 };
 
 }  // namespace rdmagw::local

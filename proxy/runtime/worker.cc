@@ -7,14 +7,15 @@
 
 #include <algorithm>
 
-#include "common/log.h"
-#include "common/socket_options.h"
 #include <linux/netfilter_ipv4.h>
 #include <linux/netfilter_ipv6/ip6_tables.h>
 
+#include "common/log.h"
+#include "common/socket_options.h"
 #include "proxy/local/direct_pipe.h"
 #include "proxy/local/local_stream.h"
-#include "proxy/transport/tcp/tcp_transport.h"
+#include "proxy/transport/rdma/rdma_connector.h"
+#include "proxy/transport/tcp/tcp_connector.h"
 
 namespace rdmagw {
 
@@ -36,16 +37,17 @@ Worker::Worker(unsigned index, std::shared_ptr<const Config> config, ListenerSet
       mailbox_(mailbox) {}
 
 Worker::~Worker() {
-  // Order: streams and sessions reference the loop and the pool.
+  // Owners let go first, while the ring still runs (closing may submit
+  // cancels); then the loop ends the ring and deletes what is left.
+  close_everything("worker stopped", tunnel::CloseMode::kAbort);
+  if (host_) host_->reset_all("worker stopped");
   listeners_.clear();
-  tunnel_acceptor_.reset();
-  retired_acceptors_.clear();
-  for (auto& link : links_) link->close_all("worker stopped");
-  for (auto& link : retired_links_) link->close_all("worker stopped");
+  tunnel_listeners_.clear();
   links_.clear();
   retired_links_.clear();
+  for (auto& s : inbound_) s->disown();
   inbound_.clear();
-  graveyard_.clear();
+  loop_.shut_down();
 }
 
 bool Worker::init(std::string* error) {
@@ -70,49 +72,38 @@ bool Worker::init(std::string* error) {
   session_settings_.handshake_timeout_ms = t.connect_timeout_ms;
   session_settings_.metrics = &metrics_;
 
-  for (const PeerConfig& peer : config_->peers) {
-    links_.push_back(
-        std::make_unique<tunnel::PeerLink>(loop_, *pool_, peer, session_settings_, t, graveyard_, rdma_.get()));
-  }
-  for (auto& socket : initial_listeners_) listeners_.push_back(make_listener(std::move(socket)));
-  initial_listeners_.clear();
-  tunnel_acceptor_ = std::make_unique<Acceptor>(loop_, tunnel_.tcp_fds[index_], "tunnel",
-                                                [this](UniqueFd fd) { on_tunnel_accept(std::move(fd)); });
-  // RDMA CM has no SO_REUSEPORT: worker 0 accepts every inbound RDMA session.
-  if (rdma_ && index_ == 0) {
-    rdma_listener_ = std::make_unique<transport::RdmaListener>(
-        loop_, [this](rdma_cm_id* id, const uint8_t* data, size_t len) { on_rdma_connect_request(id, data, len); });
-    auto at = make_tcp_endpoint(t.address, t.rdma_port, error);
-    if (!at || !rdma_listener_->listen(*at, error)) {
-      *error = "tunnel.rdma_port: " + *error;
-      return false;
+  tcp_connector_ = std::make_unique<transport::TcpConnector>(loop_, *pool_, t.buffer_size);
+  tunnel_listeners_.push_back(
+      std::make_unique<transport::TcpTransportListener>(loop_, *pool_, tunnel_.tcp_fds[index_], t.buffer_size));
+  if (rdma_) {
+    rdma_connector_ = std::make_unique<transport::RdmaConnector>(loop_, *rdma_, t.buffer_size);
+    // RDMA CM has no SO_REUSEPORT: worker 0 accepts every inbound RDMA session.
+    if (index_ == 0) {
+      auto listener = std::make_unique<transport::RdmaTransportListener>(loop_, *rdma_, t.buffer_size);
+      auto at = make_tcp_endpoint(t.address, t.rdma_port, error);
+      if (!at || !listener->listen(*at, error)) {
+        *error = "tunnel.rdma_port: " + *error;
+        return false;
+      }
+      tunnel_listeners_.push_back(std::move(listener));
     }
   }
+  for (const PeerConfig& peer : config_->peers) links_.push_back(make_link(peer));
+  for (auto& socket : initial_listeners_) listeners_.push_back(make_listener(std::move(socket)));
+  initial_listeners_.clear();
   return true;
 }
 
-void Worker::on_rdma_connect_request(rdma_cm_id* id, const uint8_t* data, size_t len) {
-  if (!accepting_) {
-    rdma_reject(id, nullptr, 0);
-    rdma_destroy_id(id);
-    return;
-  }
-  std::string error;
-  if (!transport::RdmaTransport::accept(loop_, *rdma_, id, data, len, config_->tunnel.buffer_size, this, &error))
-    log::warn("rdma_accept_failed").kv("reason", error);
-}
-
-void Worker::on_rdma_established(transport::RdmaTransport* transport) { adopt_inbound(transport); }
-
-void Worker::on_rdma_failed(transport::RdmaTransport* transport, std::string_view reason) {
-  log::warn("rdma_accept_failed").kv("remote", transport->remote_address()).kv("reason", reason);
+std::unique_ptr<tunnel::PeerLink> Worker::make_link(const PeerConfig& peer) {
+  return std::make_unique<tunnel::PeerLink>(loop_, *pool_, peer, session_settings_, config_->tunnel,
+                                            tunnel::Connectors{tcp_connector_.get(), rdma_connector_.get()});
 }
 
 void Worker::run() {
   log::set_thread_worker(static_cast<int>(index_));
   mailbox_.start(loop_);
   for (auto& l : listeners_) l->acceptor->start();
-  tunnel_acceptor_->start();
+  for (auto& t : tunnel_listeners_) t->start(this);
   for (auto& link : links_) link->start();
   loop_.run(kTick, [this] { tick(); });
   mailbox_.close();
@@ -124,8 +115,8 @@ std::unique_ptr<Worker::LocalListener> Worker::make_listener(std::shared_ptr<con
   l->socket = std::move(socket);
   l->counters = &metrics_.listener(l->socket->config.name);
   l->link = l->socket->config.transparent ? nullptr : find_link(l->socket->config.peer);
-  l->acceptor = std::make_unique<Acceptor>(loop_, l->socket->fds->fd_for(index_), l->socket->config.name,
-                                           [this, l](UniqueFd client) { on_local_accept(*l, std::move(client)); });
+  l->acceptor = make_io<Acceptor>(loop_, l->socket->fds->fd_for(index_), l->socket->config.name,
+                                  [this, l](UniqueFd client) { on_local_accept(*l, std::move(client)); });
   return local;
 }
 
@@ -135,21 +126,14 @@ tunnel::PeerLink* Worker::find_link(const std::string& peer) const {
   return nullptr;
 }
 
-void Worker::retire_acceptor(std::unique_ptr<Acceptor> acceptor) {
-  // Its accept is being cancelled; the completion still refers to it.
-  acceptor->stop();
-  retired_acceptors_.push_back(std::move(acceptor));
-}
-
 void Worker::retire_listener(LocalListener& l) {
   // Stop listening now: until its cancelled accept completes, the ring still
   // holds the socket open, and a connection could land in a backlog that
   // nobody will accept from. Stopping first: this acceptor must ignore the
   // error its pending accept gets when the socket stops listening.
-  std::unique_ptr<Acceptor> acceptor = std::move(l.acceptor);
-  acceptor->stop();
+  l.acceptor->stop();
   l.socket->fds->stop_listening(index_);
-  retire_acceptor(std::move(acceptor));
+  l.acceptor.reset();  // freed once its cancelled accept completes
 }
 
 void Worker::on_local_accept(LocalListener& l, UniqueFd fd) {
@@ -176,8 +160,7 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
     local.counters->accepted.add();
     metrics_.failed(metrics::StreamFailure::kRejected);
     log::warn("stream_rejected").kv("listener", l.name).kv("destination", destination).kv("reason", reason);
-    linger lg{1, 0};
-    setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    set_abortive_close(fd.get());  // the fd closes as this returns: the application sees RST
   };
   if (rc != 0) {
     reject(std::string("no original destination (not redirected by iptables?): ") + strerror(errno), "?");
@@ -210,15 +193,6 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
   reject("no route matches", destination);
 }
 
-void Worker::on_tunnel_accept(UniqueFd fd) {
-  set_nodelay(fd.get());
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  getpeername(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
-  std::string remote = sockaddr_to_string(reinterpret_cast<sockaddr*>(&ss), len);
-  adopt_inbound(new transport::TcpTransport(loop_, *pool_, std::move(fd), config_->tunnel.buffer_size, remote));
-}
-
 void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) {
   config_ = std::move(config);
   // Peers: one whose address changed is a new peer; its old link finishes
@@ -232,8 +206,7 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
         link = std::move(old);
     }
     if (!link) {
-      link = std::make_unique<tunnel::PeerLink>(loop_, *pool_, peer, session_settings_, config_->tunnel, graveyard_,
-                                                rdma_.get());
+      link = make_link(peer);
       if (accepting_) link->start();
       else link->begin_shutdown();
     }
@@ -279,7 +252,7 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
     l->link = l->socket->config.transparent ? nullptr : find_link(l->socket->config.peer);
 }
 
-void Worker::describe_peers(std::vector<admin::PeerInfo>* out) const {
+void Worker::describe_peers(std::vector<tunnel::PeerInfo>* out) const {
   for (const auto& link : links_) {
     out->emplace_back();
     link->describe(index_, &out->back());
@@ -289,8 +262,8 @@ void Worker::describe_peers(std::vector<admin::PeerInfo>* out) const {
     link->describe(index_, &out->back());
   }
   for (const auto& s : inbound_) {
-    admin::PeerInfo peer;
-    admin::SessionInfo info;
+    tunnel::PeerInfo peer;
+    tunnel::SessionInfo info;
     info.worker = index_;
     s->describe(&info);
     peer.name = info.peer_node.empty() ? info.remote_address : info.peer_node;
@@ -302,40 +275,35 @@ void Worker::describe_peers(std::vector<admin::PeerInfo>* out) const {
   }
 }
 
-void Worker::describe_streams(std::vector<admin::StreamInfo>* out) const {
-  for (const local::LocalStream* s = host_->first_stream; s; s = s->next_in_host()) {
-    if (s->closing()) continue;  // ended; only waiting for its last completions
-    out->emplace_back();
-    s->describe(&out->back());
+void Worker::describe_streams(std::vector<local::StreamInfo>* out) const {
+  for (const local::LocalConnection* c = host_->first; c; c = c->next_in_host()) {
+    local::StreamInfo info;
+    if (c->describe(&info)) out->push_back(std::move(info));
   }
 }
 
-void Worker::adopt_inbound(tunnel::Transport* transport) {
-  inbound_.push_back(std::make_unique<tunnel::Session>(loop_, *pool_, tunnel::Session::Role::kAcceptor,
-                                                       session_settings_, transport, this));
-  tunnel::Session* session = inbound_.back().get();
-  if (!accepting_) session->send_goaway();
-  session->start();
+void Worker::on_inbound(IoPtr<tunnel::Transport> transport) {
+  if (!accepting_) {
+    transport->close(tunnel::CloseMode::kAbort);
+    return;
+  }
+  inbound_.push_back(make_io<tunnel::Session>(loop_, *pool_, tunnel::Session::Role::kAcceptor, session_settings_,
+                                              std::move(transport), this));
+  inbound_.back()->start();
 }
 
 void Worker::on_session_open(tunnel::Session&) {}
 
-void Worker::on_session_closed(tunnel::Session& session, std::string_view) {
-  for (auto& s : inbound_) {
-    if (s.get() == &session) {
-      graveyard_.push_back(std::move(s));
-      break;
-    }
-  }
-  std::erase(inbound_, nullptr);
+void Worker::on_session_closed(tunnel::Session& session, tunnel::SessionEnd, std::string_view) {
+  std::erase_if(inbound_, [&](const IoPtr<tunnel::Session>& s) { return s.get() == &session; });
 }
 
-void Worker::on_goaway(tunnel::Session&) {
+void Worker::on_session_draining(tunnel::Session&) {
   // The dialer drains: its open streams finish here, it opens no more.
 }
 
-tunnel::StreamEndpoint* Worker::on_stream_open(tunnel::Session& session, uint32_t id, std::string_view target,
-                                               tunnel::ResetCode* refuse) {
+tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, std::string_view target,
+                                       tunnel::ResetCode* refuse) {
   std::string error;
   auto endpoint = parse_endpoint(target, &error);
   if (!endpoint || !config_->target_allowed(*endpoint)) {
@@ -360,8 +328,7 @@ void Worker::stop_accepting() {
   // backlog nobody accepts from.
   for (auto& l : listeners_) retire_listener(*l);
   listeners_.clear();
-  retire_acceptor(std::move(tunnel_acceptor_));
-  if (rdma_listener_) rdma_listener_->stop();
+  for (auto& t : tunnel_listeners_) t->stop();
   ::shutdown(tunnel_.tcp_fds[index_], SHUT_RDWR);
   ::close(tunnel_.tcp_fds[index_]);
   tunnel_.tcp_fds[index_] = -1;
@@ -372,49 +339,45 @@ void Worker::stop_accepting() {
 void Worker::begin_drain() {
   draining_ = true;
   drain_deadline_ = loop_.now() + std::chrono::milliseconds(config_->shutdown_timeout_ms);
-  log::info("drain_started").kv("streams", host_->live_streams).kv("timeout_ms", config_->shutdown_timeout_ms);
+  log::info("drain_started").kv("streams", host_->live).kv("timeout_ms", config_->shutdown_timeout_ms);
   stop_accepting();
 }
 
-void Worker::close_everything(std::string_view reason) {
-  for (auto& link : links_) link->close_all(reason);
-  for (auto& link : retired_links_) link->close_all(reason);
-  std::vector<tunnel::Session*> inbound;
-  for (auto& s : inbound_) inbound.push_back(s.get());
-  for (auto* s : inbound) s->close_gracefully(reason);
+void Worker::close_everything(std::string_view reason, tunnel::CloseMode mode) {
+  for (auto& link : links_) link->close_all(reason, mode);
+  for (auto& link : retired_links_) link->close_all(reason, mode);
+  for (auto& s : inbound_) s->close(tunnel::SessionEnd::kLocalClose, reason, mode);
 }
 
 void Worker::tick() {
-  graveyard_.clear();
   Clock::time_point now = loop_.now();
   for (auto& l : listeners_) l->acceptor->tick();
-  if (tunnel_acceptor_) tunnel_acceptor_->tick();
-  std::erase_if(retired_acceptors_, [](const auto& a) { return a->idle(); });
+  for (auto& t : tunnel_listeners_) t->tick();
   for (auto& link : links_) link->tick(now);
   for (auto& link : retired_links_) link->tick(now);
   std::erase_if(retired_links_, [](const auto& link) { return link->finished(); });
-  std::vector<tunnel::Session*> inbound;
-  for (auto& s : inbound_) inbound.push_back(s.get());
-  for (auto* s : inbound) s->tick(now);
+  for (auto& s : inbound_) s->tick(now);
 
   int level = stop_level_.load(std::memory_order_relaxed);
   if (level >= static_cast<int>(StopLevel::kDrain) && !draining_) begin_drain();
   if (!draining_) return;
   if (!closed_all_) {
-    bool idle = host_->live_streams == 0;
+    bool idle = host_->live == 0;
     bool forced = level >= static_cast<int>(StopLevel::kNow);
     if (idle || forced || now >= drain_deadline_) {
-      if (!idle) log::warn("drain_timeout").kv("streams_reset", host_->live_streams);
-      close_everything(idle ? "shutdown" : "shutdown: drain timeout");
+      if (!idle) log::warn("drain_timeout").kv("streams_reset", host_->live);
+      // Sessions end cleanly (what they queued still goes out); streams still
+      // open on them, and passthrough pipes, are reset.
+      close_everything(idle ? "shutdown" : "shutdown: drain timeout", tunnel::CloseMode::kFlush);
+      host_->reset_all("shutdown: drain timeout");
       closed_all_ = true;
       closed_at_ = now;
     }
     return;
   }
-  // Give resets, closes and queued tunnel frames a moment to reach the wire.
-  bool quiet = host_->live_streams == 0 && transport::TcpTransport::live_count() == 0 &&
-               transport::RdmaTransport::flushing_count() == 0;
-  if (quiet || now - closed_at_ > std::chrono::seconds(2)) loop_.stop();
+  // Give resets, closes and queued tunnel frames a moment to reach the wire:
+  // every object with I/O in flight is gone once the loop has none alive.
+  if (loop_.live_objects() == 0 || now - closed_at_ > std::chrono::seconds(2)) loop_.stop();
 }
 
 }  // namespace rdmagw

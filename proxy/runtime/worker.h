@@ -2,25 +2,30 @@
 // A worker thread: one io_uring loop, one buffer slab, its own accepted
 // connections and its own sessions to every peer. Nothing on the data path
 // is shared with other workers, so nothing there takes a lock.
+//
+// The worker is where the layers are wired together: listeners (local/)
+// feed streams to peer links (tunnel/), which dial through the transports'
+// connectors (transport/); the transports' listeners hand inbound tunnels to
+// sessions the worker owns.
 #include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/buffer_pool.h"
-#include "config/config.h"
 #include "common/metrics.h"
-#include "proxy/admin/admin_model.h"
+#include "config/config.h"
+#include "proxy/io/acceptor.h"
+#include "proxy/io/event_loop.h"
 #include "proxy/local/stream_host.h"
-#include "proxy/runtime/acceptor.h"
-#include "proxy/runtime/event_loop.h"
+#include "proxy/local/stream_info.h"
 #include "proxy/runtime/listener_sockets.h"
 #include "proxy/runtime/worker_mailbox.h"
 #include "proxy/transport/rdma/rdma_context.h"
-#include "proxy/transport/rdma/rdma_listener.h"
-#include "proxy/transport/rdma/rdma_transport.h"
 #include "proxy/tunnel/peer_link.h"
 #include "proxy/tunnel/session.h"
+#include "proxy/tunnel/transport.h"
+#include "proxy/tunnel/tunnel_info.h"
 
 namespace rdmagw {
 
@@ -34,7 +39,7 @@ struct TunnelSockets {
 
 enum class StopLevel : int { kRunning = 0, kDrain = 1, kNow = 2 };
 
-class Worker final : public tunnel::SessionOwner, public transport::RdmaTransport::Observer {
+class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserver {
  public:
   // `mailbox` and `metrics` outlive the worker (the runtime owns them, so
   // that the admin thread can use them at any time).
@@ -53,41 +58,36 @@ class Worker final : public tunnel::SessionOwner, public transport::RdmaTranspor
   void apply(std::shared_ptr<const Config> config, ListenerSet listeners);
   // POST /drain: stop accepting and tell peers; streams finish; keep running.
   void stop_accepting();
-  void describe_peers(std::vector<admin::PeerInfo>* out) const;
-  void describe_streams(std::vector<admin::StreamInfo>* out) const;
+  void describe_peers(std::vector<tunnel::PeerInfo>* out) const;
+  void describe_streams(std::vector<local::StreamInfo>* out) const;
 
   // SessionOwner, for sessions peers dialed to us.
   void on_session_open(tunnel::Session& session) override;
-  void on_session_closed(tunnel::Session& session, std::string_view reason) override;
-  void on_goaway(tunnel::Session& session) override;
-  tunnel::StreamEndpoint* on_stream_open(tunnel::Session& session, uint32_t id, std::string_view target,
-                                         tunnel::ResetCode* refuse) override;
-
-  // RdmaTransport::Observer, for sessions peers dial to us over RDMA.
-  void on_rdma_established(transport::RdmaTransport* transport) override;
-  void on_rdma_failed(transport::RdmaTransport* transport, std::string_view reason) override;
+  void on_session_closed(tunnel::Session& session, tunnel::SessionEnd end, std::string_view reason) override;
+  void on_session_draining(tunnel::Session& session) override;
+  tunnel::Stream* on_stream_open(tunnel::Session& session, uint32_t id, std::string_view target,
+                                 tunnel::ResetCode* refuse) override;
 
  private:
-  void on_rdma_connect_request(rdma_cm_id* id, const uint8_t* data, size_t len);
-  void adopt_inbound(tunnel::Transport* transport);
+  // InboundObserver: a peer dialed us (either transport).
+  void on_inbound(IoPtr<tunnel::Transport> transport) override;
   void tick();
   // A listener as this worker serves it.
   struct LocalListener {
     std::shared_ptr<const ListenerSocket> socket;
-    std::unique_ptr<Acceptor> acceptor;
+    IoPtr<Acceptor> acceptor;
     metrics::ListenerMetrics* counters = nullptr;
     tunnel::PeerLink* link = nullptr;  // non-transparent listeners: where streams go
   };
   std::unique_ptr<LocalListener> make_listener(std::shared_ptr<const ListenerSocket> socket);
-  void retire_acceptor(std::unique_ptr<Acceptor> acceptor);
   // The listener was removed or we drain: stop listening and accepting.
   void retire_listener(LocalListener& listener);
+  std::unique_ptr<tunnel::PeerLink> make_link(const PeerConfig& peer);
   tunnel::PeerLink* find_link(const std::string& peer) const;
   void on_local_accept(LocalListener& listener, UniqueFd fd);
   void on_transparent_accept(const LocalListener& listener, UniqueFd fd);
-  void on_tunnel_accept(UniqueFd fd);
   void begin_drain();
-  void close_everything(std::string_view reason);
+  void close_everything(std::string_view reason, tunnel::CloseMode mode);
 
   unsigned index_;
   std::shared_ptr<const Config> config_;
@@ -103,17 +103,16 @@ class Worker final : public tunnel::SessionOwner, public transport::RdmaTranspor
   // After pool_ (its MR covers the slab) and before loop_.
   std::unique_ptr<transport::RdmaContext> rdma_;
   EventLoop loop_;
-  std::unique_ptr<transport::RdmaListener> rdma_listener_;
   std::unique_ptr<local::StreamHost> host_;
   tunnel::SessionSettings session_settings_;
+  // The transports, behind the tunnel's seam.
+  std::unique_ptr<tunnel::Connector> tcp_connector_;
+  std::unique_ptr<tunnel::Connector> rdma_connector_;  // null without RDMA
+  std::vector<std::unique_ptr<tunnel::TransportListener>> tunnel_listeners_;
   std::vector<std::unique_ptr<LocalListener>> listeners_;
-  std::unique_ptr<Acceptor> tunnel_acceptor_;
-  // Stopped acceptors whose cancelled accept has not completed yet.
-  std::vector<std::unique_ptr<Acceptor>> retired_acceptors_;
   std::vector<std::unique_ptr<tunnel::PeerLink>> links_;          // one per configured peer
   std::vector<std::unique_ptr<tunnel::PeerLink>> retired_links_;  // removed by a reload, finishing
-  std::vector<std::unique_ptr<tunnel::Session>> inbound_;         // sessions peers dialed to us
-  tunnel::SessionGraveyard graveyard_;
+  std::vector<IoPtr<tunnel::Session>> inbound_;                   // sessions peers dialed to us
   bool accepting_ = true;
   bool draining_ = false;
   bool closed_all_ = false;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
-#include "proxy/runtime/event_loop.h"
+#include "proxy/io/event_loop.h"
 
 namespace rdmagw {
 

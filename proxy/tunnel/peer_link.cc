@@ -1,93 +1,82 @@
 #include "proxy/tunnel/peer_link.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 
 #include "common/log.h"
-#include "common/socket_options.h"
-#include "proxy/transport/tcp/tcp_transport.h"
 
 namespace rdmagw::tunnel {
 
 PeerLink::PeerLink(EventLoop& loop, BufferPool& pool, const PeerConfig& peer, const SessionSettings& settings,
-                   const TunnelConfig& tunnel, SessionGraveyard& graveyard, transport::RdmaContext* rdma)
-    : loop_(loop),
-      pool_(pool),
-      peer_(peer),
-      settings_(settings),
-      tunnel_(tunnel),
-      graveyard_(graveyard),
-      rdma_(rdma) {
-  connect_op_ = IoOp::bind<&PeerLink::on_connect>(this);
-  timeout_op_ = IoOp::bind<&PeerLink::on_connect_timeout>(this);
+                   const TunnelConfig& tunnel, Connectors connectors)
+    : loop_(loop), pool_(pool), peer_(peer), settings_(settings), tunnel_(tunnel), connectors_(connectors) {
   settings_.peer_label = peer_.name;
   if (settings_.metrics) counters_ = &settings_.metrics->peer(peer_.name);
 }
 
 PeerLink::~PeerLink() {
-  // Workers destroy links after their loop ends, or once a retired link is
-  // finished(): either way nothing is in flight that could call back.
-  // Waiting streams are failed so they close.
+  // Waiting streams are failed so they close; a dial in progress is
+  // cancelled by dropping it; sessions still held are closed and told
+  // nothing more (they outlive this link until their I/O ends).
   for (auto& w : waiting_) w.stream->abort(ResetCode::kShutdown, "sidecar stopped");
   waiting_.clear();
-  if (rdma_dialing_) rdma_dialing_->close();
+  dial_.reset();
+  close_all("peer link destroyed", CloseMode::kAbort);
+  if (active_) active_->disown();
+  for (auto& d : draining_) d->disown();
 }
 
 void PeerLink::start() { dial(); }
 
-void PeerLink::dial() {
-  if (dialing_ || shutting_down_ || active_) return;
-  if (use_rdma()) dial_rdma();
-  else dial_tcp();
-}
-
-bool PeerLink::use_rdma() const {
-  if (!rdma_ || tunnel_.transport == TransportMode::kTcp) return false;
+TransportKind PeerLink::preferred_kind() const {
+  if (!connectors_.rdma || tunnel_.transport == TransportMode::kTcp) return TransportKind::kTcp;
   // auto: RDMA until it has failed three times in a row, then TCP.
-  return tunnel_.transport == TransportMode::kRdma || rdma_failures_ < 3;
+  if (tunnel_.transport == TransportMode::kRdma || rdma_failures_ < 3) return TransportKind::kRdma;
+  return TransportKind::kTcp;
 }
 
-void PeerLink::dial_rdma() {
+void PeerLink::dial() {
+  if (dial_ || shutting_down_ || active_) return;
+  dial(preferred_kind());
+}
+
+void PeerLink::dial(TransportKind kind) {
+  Connector* connector = kind == TransportKind::kRdma ? connectors_.rdma : connectors_.tcp;
   std::string error;
-  auto ep = make_tcp_endpoint(peer_.address, peer_.rdma_port, &error);
-  if (ep) {
-    rdma_dialing_ = transport::RdmaTransport::dial(loop_, *rdma_, *ep, settings_.max_data, tunnel_.connect_timeout_ms,
-                                                   this, &error);
-  }
-  if (!rdma_dialing_) {
-    rdma_dial_failed(error);
+  std::optional<Endpoint> at;
+  if (kind == TransportKind::kRdma) at = make_tcp_endpoint(peer_.address, peer_.rdma_port, &error);
+  else at = peer_.tcp_endpoint;
+  if (at) dial_ = connector->dial(*at, tunnel_.connect_timeout_ms, this, &error);
+  if (!dial_) {
+    dial_failed(kind, error);
     return;
   }
-  dialing_ = true;
+  dialing_kind_ = kind;
 }
 
-void PeerLink::on_rdma_established(transport::RdmaTransport* transport) {
-  rdma_dialing_ = nullptr;
-  dialing_ = false;
+void PeerLink::on_dialed(IoPtr<Transport> transport) {
+  dial_.reset();
   if (shutting_down_) {
-    transport->close();
+    transport->close(CloseMode::kAbort);
     return;
   }
-  rdma_failures_ = 0;
-  open_session(transport);
+  if (transport->kind() == TransportKind::kRdma) rdma_failures_ = 0;
+  open_session(std::move(transport));
 }
 
-void PeerLink::on_rdma_failed(transport::RdmaTransport*, std::string_view reason) {
-  rdma_dialing_ = nullptr;
-  dialing_ = false;
-  rdma_dial_failed(std::string(reason));
+void PeerLink::on_dial_failed(std::string_view reason) {
+  dial_.reset();
+  dial_failed(dialing_kind_, std::string(reason));
 }
 
-void PeerLink::rdma_dial_failed(std::string reason) {
+void PeerLink::dial_failed(TransportKind kind, std::string reason) {
+  if (kind == TransportKind::kTcp) {
+    connect_failed(kind, reason);
+    return;
+  }
   ++rdma_failures_;
   if (tunnel_.transport == TransportMode::kRdma) {
     // rdma never falls back; it says why and retries with backoff.
-    connect_failed("rdma: " + reason);
+    connect_failed(kind, "rdma: " + reason);
     return;
   }
   log::warn("transport_fallback")
@@ -97,77 +86,30 @@ void PeerLink::rdma_dial_failed(std::string reason) {
       .kv("rdma_failures", rdma_failures_)
       .kv("reason", reason);
   transport_reason_ = "RDMA failed (" + reason + "); falling back";
-  if (!shutting_down_) dial_tcp();
+  if (!shutting_down_ && !active_) dial(TransportKind::kTcp);
 }
 
-void PeerLink::open_session(Transport* transport) {
-  std::string kind(transport->kind());
-  transport_reason_ = kind == "rdma"                               ? "RDMA CM connect succeeded"
+void PeerLink::open_session(IoPtr<Transport> transport) {
+  TransportKind kind = transport->kind();
+  transport_reason_ = kind == TransportKind::kRdma             ? "RDMA CM connect succeeded"
                       : tunnel_.transport == TransportMode::kTcp ? "configured"
-                      : !rdma_                                    ? "no usable RDMA device here"
+                      : !connectors_.rdma                         ? "no usable RDMA device here"
                       : transport_reason_.empty()                 ? "RDMA failed; falling back"
                                                                   : transport_reason_;
-  if (kind != last_transport_) {
+  std::string name(transport_kind_name(kind));
+  if (name != last_transport_) {
     log::info("transport_selected")
         .kv("peer", peer_.name)
-        .kv("transport", kind)
-        .kv("mode", tunnel_.transport == TransportMode::kAuto ? "auto"
-                    : tunnel_.transport == TransportMode::kRdma ? "rdma" : "tcp")
+        .kv("transport", name)
+        .kv("mode", transport_mode_name(tunnel_.transport))
         .kv("reason", transport_reason_);
-    last_transport_ = kind;
+    last_transport_ = name;
   }
-  active_ = std::make_unique<Session>(loop_, pool_, Session::Role::kDialer, settings_, transport, this);
+  active_ = make_io<Session>(loop_, pool_, Session::Role::kDialer, settings_, std::move(transport), this);
   active_->start();
 }
 
-void PeerLink::dial_tcp() {
-  if (dialing_ || shutting_down_ || active_) return;
-  const Endpoint& ep = peer_.tcp_endpoint;
-  int fd = ::socket(ep.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    connect_failed(std::string("socket: ") + strerror(errno));
-    return;
-  }
-  dial_fd_.reset(fd);
-  dialing_ = true;
-  dial_timeout_.tv_sec = tunnel_.connect_timeout_ms / 1000;
-  dial_timeout_.tv_nsec = (tunnel_.connect_timeout_ms % 1000) * 1000000LL;
-  loop_.reserve(2);
-  io_uring_sqe* c = loop_.sqe(&connect_op_);
-  io_uring_prep_connect(c, fd, reinterpret_cast<const sockaddr*>(&ep.addr), ep.addr_len);
-  c->flags |= IOSQE_IO_LINK;
-  io_uring_sqe* t = loop_.sqe(&timeout_op_);
-  io_uring_prep_link_timeout(t, &dial_timeout_, 0);
-  dial_ops_ += 2;
-}
-
-void PeerLink::on_connect_timeout(int, uint32_t) { --dial_ops_; }
-
-void PeerLink::on_connect(int res, uint32_t) {
-  --dial_ops_;
-  dialing_ = false;
-  if (res < 0 && shutting_down_) {
-    dial_fd_.reset();  // cancelled by begin_shutdown(): not a failure to report
-    return;
-  }
-  if (res < 0) {
-    dial_fd_.reset();
-    int err = res == -ECANCELED ? ETIMEDOUT : -res;
-    connect_failed(std::string("connect ") + peer_.tcp_endpoint.to_string() + ": " + strerror(err));
-    return;
-  }
-  if (shutting_down_) {
-    dial_fd_.reset();
-    return;
-  }
-  set_nodelay(dial_fd_.get());
-  auto* transport = new transport::TcpTransport(loop_, pool_, std::move(dial_fd_), settings_.max_data,
-                                                sockaddr_to_string(reinterpret_cast<const sockaddr*>(&peer_.tcp_endpoint.addr),
-                                                                   peer_.tcp_endpoint.addr_len));
-  open_session(transport);
-}
-
-void PeerLink::connect_failed(std::string reason) {
+void PeerLink::connect_failed(TransportKind kind, std::string reason) {
   ++failures_;
   last_error_ = reason;
   // Log the first failure and then every tenth, so a peer that stays down
@@ -175,7 +117,7 @@ void PeerLink::connect_failed(std::string reason) {
   if (failures_ == 1 || failures_ % 10 == 0) {
     log::warn("peer_connect_failed")
         .kv("peer", peer_.name)
-        .kv("transport", use_rdma() ? "rdma" : "tcp")
+        .kv("transport", transport_kind_name(kind))
         .kv("attempt", failures_)
         .kv("reason", reason);
   }
@@ -192,45 +134,17 @@ void PeerLink::submit(PendingStream* stream) {
     stream->abort(ResetCode::kShutdown, "sidecar is shutting down");
     return;
   }
+  waiting_.push_back({stream, loop_.now() + std::chrono::milliseconds(tunnel_.connect_timeout_ms)});
   if (up()) {
-    stream->attach(*active_);
+    attach_waiting();
     return;
   }
-  waiting_.push_back({stream, loop_.now() + std::chrono::milliseconds(tunnel_.connect_timeout_ms)});
   // A stream is waiting: do not sit out the rest of a long backoff.
-  if (!dialing_ && !active_) dial();
+  dial();
 }
 
-void PeerLink::tick(Clock::time_point now) {
-  if (active_) active_->tick(now);
-  // Closing a session removes it from draining_: walk a copy.
-  std::vector<Session*> draining;
-  for (auto& d : draining_) draining.push_back(d.get());
-  for (Session* d : draining) {
-    d->tick(now);
-    // A drained session with no streams left is done.
-    if (d->state() != Session::State::kClosed && d->stream_count() == 0) d->close_gracefully("drained");
-  }
-  while (!waiting_.empty() && waiting_.front().deadline <= now) {
-    PendingStream* s = waiting_.front().stream;
-    waiting_.pop_front();
-    s->abort(ResetCode::kPeerGone, "no session to peer " + peer_.name + " within connect_timeout_ms");
-  }
-  if (!active_ && !dialing_ && !shutting_down_ && now >= next_dial_) dial();
-}
-
-void PeerLink::on_session_open(Session& session) {
-  if (&session != active_.get()) return;
-  if (was_up_ || failures_ > 0) {
-    log::info("peer_up").kv("peer", peer_.name).kv("transport", session.transport_kind()).kv("after_failures", failures_);
-  }
-  if (was_up_ && counters_) counters_->reconnects.add();
-  was_up_ = true;
-  last_error_.clear();
-  failures_ = 0;
-  backoff_ms_ = 0;
-  // Attach in arrival order; attaching cannot close the session synchronously
-  // except on buffer exhaustion, which the loop below tolerates.
+void PeerLink::attach_waiting() {
+  // Attach in arrival order; a stream that fails to open is failed by itself.
   while (!waiting_.empty() && up()) {
     PendingStream* s = waiting_.front().stream;
     waiting_.pop_front();
@@ -238,32 +152,57 @@ void PeerLink::on_session_open(Session& session) {
   }
 }
 
-void PeerLink::on_session_closed(Session& session, std::string_view reason) {
-  if (&session == active_.get()) {
-    graveyard_.push_back(std::move(active_));
-    if (!shutting_down_) connect_failed(std::string(reason));
-    return;
-  }
+void PeerLink::tick(Clock::time_point now) {
+  if (active_) active_->tick(now);
   for (auto& d : draining_) {
-    if (d.get() == &session) {
-      graveyard_.push_back(std::move(d));
-      break;
-    }
+    d->tick(now);
+    // A drained session with no streams left is done.
+    if (d->state() != Session::State::kClosed && d->stream_count() == 0)
+      d->close(SessionEnd::kLocalClose, "drained", CloseMode::kFlush);
   }
-  std::erase(draining_, nullptr);
+  while (!waiting_.empty() && waiting_.front().deadline <= now) {
+    PendingStream* s = waiting_.front().stream;
+    waiting_.pop_front();
+    s->abort(ResetCode::kPeerGone, "no session to peer " + peer_.name + " within connect_timeout_ms");
+  }
+  if (!active_ && !dial_ && !shutting_down_ && now >= next_dial_) dial();
 }
 
-void PeerLink::on_goaway(Session& session) {
+void PeerLink::on_session_open(Session& session) {
   if (&session != active_.get()) return;
-  // The peer drains this session: finish its streams there, dial anew now.
+  if (was_up_ || failures_ > 0) {
+    log::info("peer_up")
+        .kv("peer", peer_.name)
+        .kv("transport", transport_kind_name(session.transport_kind()))
+        .kv("after_failures", failures_);
+  }
+  if (was_up_ && counters_) counters_->reconnects.add();
+  was_up_ = true;
+  last_error_.clear();
+  failures_ = 0;
+  backoff_ms_ = 0;
+  attach_waiting();
+}
+
+void PeerLink::on_session_closed(Session& session, SessionEnd, std::string_view reason) {
+  if (&session == active_.get()) {
+    active_.reset();  // retired: deleted once its transport is done
+    if (!shutting_down_) connect_failed(session.transport_kind(), std::string(reason));
+    return;
+  }
+  std::erase_if(draining_, [&](const IoPtr<Session>& d) { return d.get() == &session; });
+}
+
+void PeerLink::on_session_draining(Session& session) {
+  if (&session != active_.get()) return;
+  // Finish its streams there, dial anew now for the next ones.
   draining_.push_back(std::move(active_));
   backoff_ms_ = 0;
   next_dial_ = loop_.now();
   dial();
 }
 
-StreamEndpoint* PeerLink::on_stream_open(Session& session, uint32_t id, std::string_view target,
-                                         ResetCode* refuse) {
+Stream* PeerLink::on_stream_open(Session& session, uint32_t id, std::string_view target, ResetCode* refuse) {
   // Streams flow from the dialer to the acceptor; a peer opening one back on
   // our dialed session is refused.
   log::warn("stream_refused")
@@ -278,31 +217,18 @@ StreamEndpoint* PeerLink::on_stream_open(Session& session, uint32_t id, std::str
 
 void PeerLink::begin_shutdown() {
   shutting_down_ = true;
-  if (dialing_ && !rdma_dialing_) loop_.cancel(&connect_op_);
-  if (rdma_dialing_) {
-    rdma_dialing_->close();
-    rdma_dialing_ = nullptr;
-    dialing_ = false;
-  }
+  dial_.reset();
   while (!waiting_.empty()) {
     PendingStream* s = waiting_.front().stream;
     waiting_.pop_front();
     s->abort(ResetCode::kShutdown, "sidecar is shutting down");
   }
-  // GOAWAY is the acceptor's word ("open no more here"); the dialer simply
-  // opens nothing new and lets its streams finish.
 }
 
-void PeerLink::close_all(std::string_view reason) {
-  if (active_) active_->close_gracefully(reason);
-  std::vector<Session*> draining;
-  for (auto& d : draining_) draining.push_back(d.get());
-  for (Session* d : draining) d->close_gracefully(reason);
+void PeerLink::close_all(std::string_view reason, CloseMode mode) {
+  if (active_) active_->close(SessionEnd::kLocalClose, reason, mode);
+  for (auto& d : draining_) d->close(SessionEnd::kLocalClose, reason, mode);
 }
-
-}  // namespace rdmagw::tunnel
-
-namespace rdmagw::tunnel {
 
 void PeerLink::retire() {
   retired_ = true;
@@ -318,28 +244,26 @@ std::vector<PendingStream*> PeerLink::take_waiting() {
   return out;
 }
 
-bool PeerLink::finished() const {
-  return !active_ && draining_.empty() && waiting_.empty() && !dialing_ && dial_ops_ == 0 && !rdma_dialing_;
-}
+bool PeerLink::finished() const { return !active_ && draining_.empty() && waiting_.empty() && !dial_; }
 
-void PeerLink::describe(unsigned worker, admin::PeerInfo* out) const {
+void PeerLink::describe(unsigned worker, PeerInfo* out) const {
   out->name = peer_.name;
   out->configured = !retired_;
   out->address = peer_.address;
   out->tcp_port = peer_.tcp_port;
   out->rdma_port = peer_.rdma_port;
-  out->transport = active_ ? std::string(active_->transport_kind()) : use_rdma() ? "rdma" : "tcp";
+  out->transport = std::string(transport_kind_name(active_ ? active_->transport_kind() : preferred_kind()));
   out->transport_reason = !transport_reason_.empty()                ? transport_reason_
                           : tunnel_.transport == TransportMode::kTcp ? "configured"
-                          : !rdma_                                   ? "no usable RDMA device here"
+                          : !connectors_.rdma                        ? "no usable RDMA device here"
                                                                      : "RDMA device available";
   // "down": the last attempt failed and the next waits for its backoff.
-  bool waiting_to_retry = failures_ > 0 && !dialing_ && !active_;
+  bool waiting_to_retry = failures_ > 0 && !dial_ && !active_;
   out->state = retired_ ? "removed" : up() ? "up" : waiting_to_retry ? "down" : "connecting";
   out->last_error = last_error_;
   out->waiting_streams = waiting_.size();
   auto add = [&](const Session& s) {
-    admin::SessionInfo info;
+    SessionInfo info;
     info.worker = worker;
     s.describe(&info);
     out->sessions.push_back(std::move(info));

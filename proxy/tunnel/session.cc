@@ -1,6 +1,7 @@
 #include "proxy/tunnel/session.h"
 
 #include <algorithm>
+#include <cassert>
 
 #include "common/log.h"
 
@@ -10,15 +11,44 @@ namespace {
 int64_t to_ns(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
+
+// Marks the session as parsing for the length of a frame; streams must not
+// call in meanwhile (Stream's re-entrance rule).
+class ParsingScope {
+ public:
+  explicit ParsingScope(bool& flag) : flag_(flag) { flag_ = true; }
+  ~ParsingScope() { flag_ = false; }
+
+ private:
+  bool& flag_;
+};
 }  // namespace
 
+std::string_view transport_kind_name(TransportKind kind) { return kind == TransportKind::kRdma ? "rdma" : "tcp"; }
+
+std::string_view session_end_name(SessionEnd end) {
+  switch (end) {
+    case SessionEnd::kLocalClose: return "local-close";
+    case SessionEnd::kTransportFailed: return "transport-failed";
+    case SessionEnd::kProtocolError: return "protocol-error";
+    case SessionEnd::kHandshakeTimeout: return "handshake-timeout";
+    case SessionEnd::kKeepaliveTimeout: return "keepalive-timeout";
+    case SessionEnd::kOutOfBuffers: return "out-of-buffers";
+    case SessionEnd::kPeerNotReading: return "peer-not-reading";
+  }
+  return "unknown";
+}
+
 Session::Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSettings& settings,
-                 Transport* transport, SessionOwner* owner)
-    : loop_(loop),
+                 IoPtr<Transport> transport, SessionOwner* owner)
+    : IoObject(loop),
+      loop_(loop),
       pool_(pool),
       role_(role),
       settings_(settings),
-      transport_(transport),
+      transport_(std::move(transport)),
+      transport_kind_(transport_->kind()),
+      remote_address_(transport_->remote_address()),
       owner_(owner),
       next_local_id_(role == Role::kDialer ? 1 : 2),
       session_receive_(settings.session_window) {
@@ -28,8 +58,8 @@ Session::Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSett
 }
 
 Session::~Session() {
+  // Streams were detached by close(); none is touched here (see IoObject).
   count_session_closed();
-  if (transport_) transport_->close();
 }
 
 void Session::count_bytes_out(uint64_t n) {
@@ -52,25 +82,20 @@ void Session::count_stream_opened() {
   if (peer_metrics_) peer_metrics_->streams_opened.add();
 }
 
-metrics::Gauge* Session::sessions_gauge() const {
-  if (!peer_metrics_ || !transport_) return nullptr;
-  return transport_->kind() == "rdma" ? &peer_metrics_->sessions_rdma : &peer_metrics_->sessions_tcp;
-}
-
 void Session::count_session_closed() {
-  if (!counted_open_) return;
-  counted_open_ = false;
+  if (!counted_gauge_) return;
   counted_gauge_->sub();
+  counted_gauge_ = nullptr;
 }
 
-void Session::describe(admin::SessionInfo* out) const {
+void Session::describe(SessionInfo* out) const {
   out->role = role_ == Role::kDialer ? "dialer" : "acceptor";
-  out->transport = std::string(transport_kind());
+  out->transport = std::string(transport_kind_name(transport_kind_));
   out->state = state_ == State::kHandshake ? "handshake"
                : state_ == State::kClosed  ? "closed"
-               : (goaway_sent_ || goaway_received_) ? "draining"
-                                                    : "open";
-  out->remote_address = transport_ ? transport_->remote_address() : std::string();
+               : (goaway_sent_ || goaway_received_ || draining_announced_) ? "draining"
+                                                                          : "open";
+  out->remote_address = remote_address_;
   out->peer_node = peer_node_;
   out->rtt_us = rtt_us_;
   out->age_ms = static_cast<uint64_t>(
@@ -83,17 +108,13 @@ void Session::describe(admin::SessionInfo* out) const {
   if (transport_) transport_->describe(out);
 }
 
-std::string_view Session::transport_kind() const { return transport_ ? transport_->kind() : "none"; }
-
-std::string Session::peer_label() const {
-  return peer_node_.empty() ? std::string("?") : peer_node_;
-}
+std::string Session::peer_label() const { return peer_node_.empty() ? std::string("?") : peer_node_; }
 
 void Session::start() {
-  transport_->start(&sink_);
+  transport_->start(this);
   // The dialer speaks first (RDMA CM's active side must); the acceptor
   // answers from on_hello().
-  if (role_ == Role::kDialer && !send_hello()) close("out of buffers");
+  if (role_ == Role::kDialer && !send_hello()) close(SessionEnd::kOutOfBuffers, "out of buffers", CloseMode::kAbort);
 }
 
 bool Session::send_hello() {
@@ -105,23 +126,23 @@ bool Session::send_hello() {
   uint8_t* out = transport_->outbound().append_contiguous(kHeaderSize + kHelloFixedSize + hello.node.size());
   if (!out) return false;
   encode_hello(out, hello);
+  ++counters_.frames_out;
   transport_->request_send();
   return true;
 }
 
 void Session::tick(Clock::time_point now) {
   if (state_ == State::kClosed) return;
-  if (!failure_.empty()) {
-    close(failure_);
-    return;
-  }
   notify_blocked_streams();
   if (state_ == State::kHandshake) {
-    if (now - started_ > std::chrono::milliseconds(settings_.handshake_timeout_ms)) close("handshake timeout");
+    if (now - started_ > std::chrono::milliseconds(settings_.handshake_timeout_ms))
+      close(SessionEnd::kHandshakeTimeout, "handshake timeout", CloseMode::kAbort);
     return;
   }
   if (now - last_receive_ > std::chrono::milliseconds(settings_.keepalive_timeout_ms)) {
-    close("keepalive timeout: nothing received for " + std::to_string(settings_.keepalive_timeout_ms) + " ms");
+    close(SessionEnd::kKeepaliveTimeout,
+          "keepalive timeout: nothing received for " + std::to_string(settings_.keepalive_timeout_ms) + " ms",
+          CloseMode::kAbort);
     return;
   }
   if (now - last_ping_ >= std::chrono::milliseconds(settings_.keepalive_interval_ms)) {
@@ -130,31 +151,26 @@ void Session::tick(Clock::time_point now) {
   }
 }
 
-void Session::close(std::string_view reason, bool flush) {
+void Session::close(SessionEnd end, std::string_view reason, CloseMode mode) {
   if (state_ == State::kClosed) return;
   state_ = State::kClosed;
+  end_ = end;
+  end_reason_ = std::string(reason);
   count_session_closed();
   log::info("session_closed")
       .kv("peer", peer_label())
-      .kv("transport", transport_kind())
+      .kv("transport", transport_kind_name(transport_kind_))
       .kv("streams", streams_.size())
+      .kv("end", session_end_name(end))
       .kv("reason", reason);
-  if (transport_) {
-    transport_->close(flush);
-    transport_ = nullptr;
-  }
-  // Endpoints may run arbitrary teardown: detach them all first.
-  std::unordered_map<uint32_t, StreamState> streams;
-  streams.swap(streams_);
+  transport_->close(mode);
+  // Streams learn of it at the end of the batch (never inside a call of
+  // theirs or mid-parse); until then they stay attached but the session
+  // refuses their calls.
+  for (auto& [id, stream] : streams_) queue_event(*stream, kEventLost);
   blocked_streams_.clear();
-  for (auto& [id, s] : streams) {
-    if (!s.endpoint) continue;
-    // Both directions ended in the protocol: what is left (bytes queued for
-    // the local socket) needs no session, so it is not lost with it.
-    if (s.fin_received && s.fin_sent) s.endpoint->on_detached();
-    else s.endpoint->on_reset(ResetCode::kPeerGone);
-  }
-  owner_->on_session_closed(*this, reason);
+  closed_to_announce_ = true;
+  request_dispatch();
 }
 
 void Session::send_goaway() {
@@ -171,9 +187,9 @@ void Session::send_goaway() {
 bool Session::protocol_error(std::string reason) {
   log::warn("session_error")
       .kv("peer", peer_label())
-      .kv("remote", transport_ ? transport_->remote_address() : std::string("?"))
+      .kv("remote", remote_address_)
       .kv("reason", "malformed frame: " + reason);
-  close("protocol error: " + reason);
+  close(SessionEnd::kProtocolError, "protocol error: " + reason, CloseMode::kAbort);
   return false;
 }
 
@@ -182,11 +198,36 @@ bool Session::was_opened(uint32_t id) const {
   return id < next_local_id_;
 }
 
-void Session::forget(std::unordered_map<uint32_t, StreamState>::iterator it) {
-  // Bytes the endpoint still held are dropped with it: return them to the
+Stream* Session::find_stream(uint32_t id, bool* known) const {
+  *known = was_opened(id);
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return nullptr;
+  // Reset or lost, waiting for dispatch: frames for it are late, as if gone.
+  if (it->second->events_ & (kEventReset | kEventLost)) return nullptr;
+  return it->second;
+}
+
+void Session::attach(Stream& stream, uint32_t id, uint64_t send_window) {
+  assert(!stream.session_);
+  stream.session_ = this;
+  stream.id_ = id;
+  stream.send_ = SendCredit(send_window);
+  stream.receive_ = ReceiveWindow(settings_.stream_window);
+  stream.fin_sent_ = stream.fin_received_ = false;
+  stream.wants_credit_ = stream.waits_for_session_ = false;
+  streams_[id] = &stream;
+}
+
+void Session::detach(Stream& stream) {
+  if (stream.session_ != this) return;
+  unqueue_events(stream);
+  if (stream.waits_for_session_) std::erase(blocked_streams_, &stream);
+  // Bytes the stream still held are dropped with it: return them to the
   // session budget or the session would slowly starve.
-  session_receive_.on_delivered(it->second.receive.buffered());
-  streams_.erase(it);
+  session_receive_.on_delivered(stream.receive_.buffered());
+  streams_.erase(stream.id_);
+  stream.session_ = nullptr;
+  stream.waits_for_session_ = stream.wants_credit_ = false;
   grant_session();
 }
 
@@ -200,37 +241,113 @@ void Session::grant_session() {
   }
 }
 
-void Session::send_control(FrameType type, uint32_t id, uint64_t value, size_t value_size) {
-  if (state_ == State::kClosed || !transport_) return;
-  if (!failure_.empty()) return;
+bool Session::send_control(FrameType type, uint32_t id, uint64_t value, size_t value_size) {
+  if (state_ == State::kClosed) return false;
   // DATA in the queue is bounded by the peer's session window. Beyond that
   // only control frames pile up, i.e. answers to a peer that keeps sending
   // (PINGs, OPENs we refuse) but does not read: end it before it eats the
   // worker's buffers, which other sessions share.
   size_t queued = transport_->outbound().size();
   if (queued > std::min(peer_hello_.session_window, settings_.session_window) + kControlBacklogLimit) {
-    failure_ = "peer is not reading (" + std::to_string(queued) + " bytes queued)";
-    return;
+    close(SessionEnd::kPeerNotReading, "peer is not reading (" + std::to_string(queued) + " bytes queued)",
+          CloseMode::kAbort);
+    return false;
   }
   uint8_t* out = transport_->outbound().append_contiguous(kHeaderSize + value_size);
   if (!out) {
-    // Callers are stream endpoints in the middle of their own work: closing
-    // here would free them under their feet. Fail now, close on the tick.
-    failure_ = "out of buffers for control frames";
-    return;
+    close(SessionEnd::kOutOfBuffers, "out of buffers for control frames", CloseMode::kAbort);
+    return false;
   }
   if (value_size == 8) encode_u64_frame(out, type, id, value);
   else if (value_size == 4) encode_u32_frame(out, type, id, static_cast<uint32_t>(value));
   else encode_empty_frame(out, type, id);
   ++counters_.frames_out;
   transport_->request_send();
+  return true;
+}
+
+// --- dispatch at the end of the batch -------------------------------------------
+
+void Session::request_dispatch() { loop_.request_flush(this); }
+
+void Session::queue_event(Stream& stream, uint8_t event) {
+  if (stream.events_ == 0) events_.push_back(&stream);
+  stream.events_ |= event;
+  request_dispatch();
+}
+
+void Session::unqueue_events(Stream& stream) {
+  if (stream.events_ == 0) return;
+  stream.events_ = 0;
+  // Rare (a stream ending with events queued): a linear scan is fine.
+  for (Stream*& s : events_)
+    if (s == &stream) s = nullptr;
+}
+
+void Session::flush() {
+  assert(!parsing_);
+  if (open_to_announce_) {
+    open_to_announce_ = false;
+    if (owner_) owner_->on_session_open(*this);
+  }
+  // Hooks may queue further events (appended) or detach streams (their slot
+  // becomes null): walk by index until quiet.
+  for (size_t i = 0; i < events_.size(); ++i) {
+    Stream* stream = events_[i];
+    if (!stream) continue;
+    events_[i] = nullptr;
+    dispatch(*stream, std::exchange(stream->events_, 0));
+  }
+  events_.clear();
+  if (draining_to_announce_) {
+    draining_to_announce_ = false;
+    if (owner_) owner_->on_session_draining(*this);
+  }
+  if (closed_to_announce_) {
+    closed_to_announce_ = false;
+    if (owner_) owner_->on_session_closed(*this, end_, end_reason_);
+  }
+}
+
+void Session::dispatch(Stream& stream, uint8_t events) {
+  if (events & kEventLost) {
+    detach(stream);
+    stream.on_session_lost(end_reason_);
+    return;
+  }
+  if (events & kEventReset) {
+    detach(stream);
+    stream.on_peer_reset(stream.reset_code_);
+    return;
+  }
+  if (events & kEventFin) stream.on_peer_fin();
+  if ((events & kEventCredit) && stream.session_ == this) stream.on_send_credit();
+}
+
+void Session::notify_blocked_streams() {
+  if (state_ != State::kOpen) return;
+  size_t i = 0;
+  for (; i < blocked_streams_.size() && usable_session_credit() > 0; ++i) {
+    blocked_streams_[i]->waits_for_session_ = false;
+    queue_event(*blocked_streams_[i], kEventCredit);
+  }
+  blocked_streams_.erase(blocked_streams_.begin(), blocked_streams_.begin() + static_cast<long>(i));
 }
 
 // --- stream-facing API ---------------------------------------------------------
 
+bool Session::stream_api_usable(const Stream& stream) const {
+  assert(!parsing_ && "a stream called its session while the session parsed frames");
+  return state_ == State::kOpen && stream.session_ == this;
+}
+
 uint64_t Session::usable_session_credit() const {
   uint64_t a = session_send_.available();
   return a > session_send_reserve_ ? a - session_send_reserve_ : 0;
+}
+
+bool Session::can_open_streams() const {
+  return state_ == State::kOpen && !goaway_received_ && next_local_id_ <= settings_.max_stream_id;
 }
 
 uint32_t Session::open_credit() const {
@@ -239,141 +356,119 @@ uint32_t Session::open_credit() const {
   return static_cast<uint32_t>(c);
 }
 
-uint32_t Session::open_stream(StreamEndpoint* endpoint, std::string_view target, uint8_t* buffer,
-                              uint32_t first_len) {
-  if (state_ != State::kOpen || !transport_ || !failure_.empty() || first_len > open_credit()) {
+bool Session::open_stream(Stream& stream, std::string_view target, uint8_t* buffer, uint32_t first_len) {
+  assert(!parsing_);
+  if (!can_open_streams() || stream.session_ || first_len > open_credit()) {
     if (buffer) pool_.release(buffer);
-    return 0;
+    return false;
   }
   uint32_t id = next_local_id_;
-  next_local_id_ += 2;
-  StreamState& s = streams_[id];
-  s.endpoint = endpoint;
-  s.send = SendCredit(peer_hello_.stream_window - first_len);
-  s.receive = ReceiveWindow(settings_.stream_window);
-  session_send_.take(first_len);
   ByteQueue& out = transport_->outbound();
   if (buffer) {
     uint8_t* frame = encode_open_before(buffer + kBufferHeadroom, id, target, first_len);
     out.adopt(buffer, static_cast<uint32_t>(frame - buffer), static_cast<uint32_t>(kBufferHeadroom + first_len));
   } else {
     uint8_t* p = out.append_contiguous(kHeaderSize + 2 + target.size());
-    if (!p) {
-      streams_.erase(id);
-      return 0;
-    }
+    if (!p) return false;
     encode_open_before(p + kHeaderSize + 2 + target.size(), id, target, 0);
   }
+  next_local_id_ += 2;
+  attach(stream, id, peer_hello_.stream_window - first_len);
+  session_send_.take(first_len);
   count_bytes_out(first_len);
   ++counters_.frames_out;
   count_stream_opened();
   transport_->request_send();
-  return id;
+  if (next_local_id_ > settings_.max_stream_id) {
+    // Ids are never reused: a session whose ids ran out carries its streams
+    // to the end, and new ones go to a fresh session.
+    log::info("session_ids_exhausted").kv("peer", peer_label()).kv("last_id", id);
+    draining_to_announce_ = true;
+    request_dispatch();
+  }
+  return true;
 }
 
-uint32_t Session::take_stream_credit(uint32_t id, uint32_t want) {
-  auto it = streams_.find(id);
-  if (it == streams_.end() || state_ != State::kOpen) return 0;
-  StreamState& s = it->second;
-  uint64_t n = std::min<uint64_t>({want, peer_hello_.max_data, s.send.available()});
+uint32_t Session::take_stream_credit(Stream& stream, uint32_t want) {
+  if (!stream_api_usable(stream)) return 0;
+  uint64_t n = std::min<uint64_t>({want, peer_hello_.max_data, stream.send_.available()});
   if (n == 0) {
     count_credit_stall();
-    s.wants_credit = true;
+    stream.wants_credit_ = true;
     return 0;
   }
-  s.send.take(n);
+  stream.send_.take(n);
   return static_cast<uint32_t>(n);
 }
 
-void Session::refund_stream_credit(uint32_t id, uint32_t n) {
-  auto it = streams_.find(id);
-  if (n > 0 && it != streams_.end()) it->second.send.refund(n);
+void Session::refund_stream_credit(Stream& stream, uint32_t n) {
+  if (n > 0 && stream.session_ == this) stream.send_.refund(n);
 }
 
-bool Session::take_session_credit(uint32_t id, uint32_t n) {
-  auto it = streams_.find(id);
-  if (it == streams_.end() || state_ != State::kOpen) return false;
+bool Session::take_session_credit(Stream& stream, uint32_t n) {
+  if (!stream_api_usable(stream)) return false;
   if (usable_session_credit() >= n) {
     session_send_.take(n);
     return true;
   }
   count_credit_stall();
-  if (!it->second.waits_for_session) {
-    it->second.waits_for_session = true;
-    blocked_streams_.push_back(id);
+  if (!stream.waits_for_session_) {
+    stream.waits_for_session_ = true;
+    blocked_streams_.push_back(&stream);
   }
   return false;
 }
 
-void Session::send_data(uint32_t id, uint8_t* buffer, uint32_t len) {
-  if (state_ == State::kClosed || !transport_) {
+void Session::send_data(Stream& stream, uint8_t* buffer, uint32_t len) {
+  if (!stream_api_usable(stream)) {
     pool_.release(buffer);
     return;
   }
   uint8_t* frame = buffer + kBufferHeadroom - kHeaderSize;
-  encode_header(frame, FrameType::kData, id, len);
+  encode_header(frame, FrameType::kData, stream.id_, len);
   transport_->outbound().adopt(buffer, kBufferHeadroom - kHeaderSize, static_cast<uint32_t>(kBufferHeadroom + len));
   count_bytes_out(len);
   ++counters_.frames_out;
   transport_->request_send();
 }
 
-void Session::send_fin(uint32_t id) {
-  auto it = streams_.find(id);
-  if (it != streams_.end()) it->second.fin_sent = true;
-  send_control(FrameType::kFin, id, 0, 0);
+void Session::send_fin(Stream& stream) {
+  if (!stream_api_usable(stream) || stream.fin_sent_) return;
+  stream.fin_sent_ = true;
+  send_control(FrameType::kFin, stream.id_, 0, 0);
 }
 
-void Session::reset_stream(uint32_t id, ResetCode code) {
-  auto it = streams_.find(id);
-  if (it == streams_.end()) return;
-  send_control(FrameType::kReset, id, static_cast<uint32_t>(code), 4);
-  forget(it);
+void Session::reset_stream(Stream& stream, ResetCode code) {
+  if (stream.session_ != this) return;
+  assert(!parsing_);
+  send_control(FrameType::kReset, stream.id_, static_cast<uint32_t>(code), 4);
+  detach(stream);
 }
 
-void Session::stream_done(uint32_t id) {
-  auto it = streams_.find(id);
-  if (it != streams_.end()) forget(it);
-}
-
-void Session::delivered(uint32_t id, uint32_t n) {
-  auto it = streams_.find(id);
-  if (it == streams_.end()) return;  // already forgotten; forget() returned its bytes
-  StreamState& s = it->second;
-  s.receive.on_delivered(n);
+void Session::delivered(Stream& stream, uint32_t n) {
+  if (!stream_api_usable(stream)) return;
+  stream.receive_.on_delivered(n);
   session_receive_.on_delivered(n);
-  if (!s.fin_received) {
-    uint64_t g = s.receive.take_grant();
-    if (g > 0) send_control(FrameType::kWindow, id, g, 4);
+  if (!stream.fin_received_) {
+    uint64_t g = stream.receive_.take_grant();
+    if (g > 0) send_control(FrameType::kWindow, stream.id_, g, 4);
   }
   grant_session();
 }
 
-void Session::notify_blocked_streams() {
-  if (blocked_streams_.empty()) return;
-  std::vector<uint32_t> blocked;
-  blocked.swap(blocked_streams_);
-  for (size_t i = 0; i < blocked.size(); ++i) {
-    uint32_t id = blocked[i];
-    auto it = streams_.find(id);
-    if (it == streams_.end()) continue;
-    if (usable_session_credit() == 0) {
-      // Still nothing to hand out: keep the rest waiting, in order.
-      blocked_streams_.insert(blocked_streams_.end(), blocked.begin() + static_cast<long>(i), blocked.end());
-      return;
-    }
-    it->second.waits_for_session = false;
-    if (it->second.endpoint) it->second.endpoint->on_send_credit();
-    if (state_ == State::kClosed) return;
-  }
-}
-
 // --- frames from the peer ------------------------------------------------------
 
-void Session::handle_transport_closed(std::string_view reason) { close(reason); }
+void Session::on_transport_closed(std::string_view reason) {
+  close(SessionEnd::kTransportFailed, reason, CloseMode::kAbort);
+}
+
+bool Session::on_frame(const FrameHeader& h, std::span<const uint8_t> payload) {
+  if (state_ == State::kClosed) return false;
+  ParsingScope scope(parsing_);
+  return handle_frame(h, payload) && state_ != State::kClosed;
+}
 
 bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payload) {
-  if (state_ == State::kClosed) return false;
   ++counters_.frames_in;
   last_receive_ = loop_.now();
   if (state_ == State::kHandshake && h.type != FrameType::kHello)
@@ -388,35 +483,15 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
       return on_data(h, payload);
     case FrameType::kWindow:
       return on_window(h, payload);
-    case FrameType::kFin: {
-      auto it = streams_.find(h.stream_id);
-      if (it == streams_.end()) {
-        if (!was_opened(h.stream_id)) return protocol_error("FIN on unknown stream " + std::to_string(h.stream_id));
-        return true;
-      }
-      if (it->second.fin_received) return protocol_error("second FIN on stream " + std::to_string(h.stream_id));
-      it->second.fin_received = true;
-      if (it->second.endpoint) it->second.endpoint->on_fin();
-      return state_ != State::kClosed;
-    }
-    case FrameType::kReset: {
-      uint32_t code;
-      if (!decode_u32(h, payload, &code, &reason)) return protocol_error(reason);
-      auto it = streams_.find(h.stream_id);
-      if (it == streams_.end()) {
-        if (!was_opened(h.stream_id)) return protocol_error("RESET on unknown stream " + std::to_string(h.stream_id));
-        return true;
-      }
-      StreamEndpoint* endpoint = it->second.endpoint;
-      forget(it);
-      if (endpoint) endpoint->on_reset(static_cast<ResetCode>(code));
-      return state_ != State::kClosed;
-    }
+    case FrameType::kFin:
+      return on_fin(h);
+    case FrameType::kReset:
+      return on_reset(h, payload);
     case FrameType::kPing: {
       uint64_t value;
       if (!decode_u64(h, payload, &value, &reason)) return protocol_error(reason);
       send_control(FrameType::kPong, 0, value, 8);
-      return state_ != State::kClosed;
+      return true;
     }
     case FrameType::kPong: {
       uint64_t value;
@@ -434,9 +509,12 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
       if (!goaway_received_) {
         goaway_received_ = true;
         log::info("session_goaway").kv("peer", peer_label()).kv("streams", streams_.size());
-        owner_->on_goaway(*this);
+        if (!draining_announced_) {
+          draining_announced_ = draining_to_announce_ = true;
+          request_dispatch();
+        }
       }
-      return state_ != State::kClosed;
+      return true;
     }
   }
   return protocol_error("unhandled frame type");
@@ -453,24 +531,25 @@ bool Session::on_hello(std::span<const uint8_t> payload) {
   state_ = State::kOpen;
   if (settings_.metrics && !peer_metrics_)
     peer_metrics_ = &settings_.metrics->peer(peer_node_.empty() ? metrics::WorkerMetrics::kUnnamedPeer : peer_node_);
-  counted_gauge_ = sessions_gauge();
-  if (counted_gauge_) {
+  if (peer_metrics_) {
+    counted_gauge_ =
+        transport_kind_ == TransportKind::kRdma ? &peer_metrics_->sessions_rdma : &peer_metrics_->sessions_tcp;
     counted_gauge_->add();
-    counted_open_ = true;
   }
   if (role_ == Role::kAcceptor && !send_hello()) {
-    close("out of buffers");
+    close(SessionEnd::kOutOfBuffers, "out of buffers", CloseMode::kAbort);
     return false;
   }
   last_ping_ = loop_.now();
   if (goaway_pending_) send_goaway();
   log::info("session_open")
       .kv("peer", peer_node_)
-      .kv("transport", transport_kind())
+      .kv("transport", transport_kind_name(transport_kind_))
       .kv("role", role_ == Role::kDialer ? "dialer" : "acceptor")
-      .kv("remote", transport_->remote_address());
-  owner_->on_session_open(*this);
-  return state_ != State::kClosed;
+      .kv("remote", remote_address_);
+  open_to_announce_ = true;
+  request_dispatch();
+  return true;
 }
 
 bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
@@ -486,61 +565,69 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
   highest_remote_id_ = id;
   count_bytes_in(first);
 
-  if (goaway_sent_) {
-    session_receive_.on_delivered(first);
-    send_control(FrameType::kReset, id, static_cast<uint32_t>(ResetCode::kShutdown), 4);
-    grant_session();
-    return state_ != State::kClosed;
-  }
-  StreamState& s = streams_[id];
-  s.send = SendCredit(peer_hello_.stream_window);
-  s.receive = ReceiveWindow(settings_.stream_window);
-  s.receive.on_receive(first);
   ResetCode refuse = ResetCode::kRefused;
-  StreamEndpoint* endpoint = owner_->on_stream_open(*this, id, open.target, &refuse);
-  if (state_ == State::kClosed) return false;
-  auto it = streams_.find(id);
-  if (it == streams_.end()) return true;
-  if (!endpoint) {
-    ++counters_.streams_refused;
+  Stream* stream = goaway_sent_ || !owner_ ? nullptr : owner_->on_stream_open(*this, id, open.target, &refuse);
+  if (goaway_sent_) refuse = ResetCode::kShutdown;
+  if (!stream) {
+    if (!goaway_sent_) ++counters_.streams_refused;
+    session_receive_.on_delivered(first);
     send_control(FrameType::kReset, id, static_cast<uint32_t>(refuse), 4);
-    forget(it);
-    return state_ != State::kClosed;
+    grant_session();
+    return true;
   }
   count_stream_opened();
-  it->second.endpoint = endpoint;
-  if (first > 0 && !endpoint->on_data(open.first_bytes)) {
-    reset_stream(id, ResetCode::kResource);
-    endpoint->on_reset(ResetCode::kResource);
+  attach(*stream, id, peer_hello_.stream_window);
+  stream->receive_.on_receive(first);
+  if (first > 0) {
+    Stream::Delivery d = stream->on_peer_data(open.first_bytes);
+    if (!d.accepted) {
+      send_control(FrameType::kReset, id, static_cast<uint32_t>(ResetCode::kResource), 4);
+      stream->reset_code_ = ResetCode::kResource;
+      queue_event(*stream, kEventReset);
+    } else if (d.delivered > 0) {
+      stream->receive_.on_delivered(d.delivered);
+      session_receive_.on_delivered(d.delivered);
+    }
   }
-  return state_ != State::kClosed;
+  return true;
 }
 
 bool Session::on_data(const FrameHeader& h, std::span<const uint8_t> payload) {
   uint32_t n = h.length;
-  auto it = streams_.find(h.stream_id);
-  if (it == streams_.end()) {
-    if (!was_opened(h.stream_id)) return protocol_error("DATA on unknown stream " + std::to_string(h.stream_id));
+  bool known = false;
+  Stream* stream = find_stream(h.stream_id, &known);
+  if (!stream) {
+    if (!known) return protocol_error("DATA on unknown stream " + std::to_string(h.stream_id));
     // Late data for a stream we already reset: drop it, keep the budget whole.
     if (!session_receive_.on_receive(n)) return protocol_error("DATA exceeds the session window");
     session_receive_.on_delivered(n);
     grant_session();
-    return state_ != State::kClosed;
+    return true;
   }
-  StreamState& s = it->second;
-  if (s.fin_received) return protocol_error("DATA after FIN on stream " + std::to_string(h.stream_id));
-  if (!s.receive.on_receive(n))
+  if (stream->fin_received_) return protocol_error("DATA after FIN on stream " + std::to_string(h.stream_id));
+  if (!stream->receive_.on_receive(n))
     return protocol_error("DATA overruns the window of stream " + std::to_string(h.stream_id));
   if (!session_receive_.on_receive(n)) return protocol_error("DATA exceeds the session window");
   count_bytes_in(n);
   if (n == 0) return true;
-  StreamEndpoint* endpoint = s.endpoint;
-  if (!endpoint->on_data(payload)) {
+  Stream::Delivery d = stream->on_peer_data(payload);
+  if (!d.accepted) {
     log::warn("stream_reset").kv("peer", peer_label()).kv("stream", h.stream_id).kv("reason", "out of buffers");
-    reset_stream(h.stream_id, ResetCode::kResource);
-    endpoint->on_reset(ResetCode::kResource);
+    send_control(FrameType::kReset, h.stream_id, static_cast<uint32_t>(ResetCode::kResource), 4);
+    stream->reset_code_ = ResetCode::kResource;
+    queue_event(*stream, kEventReset);
+    return true;
   }
-  return state_ != State::kClosed;
+  if (d.delivered > 0) {
+    // Bytes the stream wrote to its socket at once: their credit returns
+    // like any delivered bytes (WINDOW frames are appended, nothing re-enters).
+    stream->receive_.on_delivered(d.delivered);
+    session_receive_.on_delivered(d.delivered);
+    uint64_t g = stream->receive_.take_grant();
+    if (g > 0) send_control(FrameType::kWindow, h.stream_id, g, 4);
+    grant_session();
+  }
+  return true;
 }
 
 bool Session::on_window(const FrameHeader& h, std::span<const uint8_t> payload) {
@@ -551,21 +638,51 @@ bool Session::on_window(const FrameHeader& h, std::span<const uint8_t> payload) 
     if (!session_send_.grant(n, peer_hello_.session_window))
       return protocol_error("session WINDOW of " + std::to_string(n) + " exceeds the peer's own budget");
     notify_blocked_streams();
-    return state_ != State::kClosed;
-  }
-  auto it = streams_.find(h.stream_id);
-  if (it == streams_.end()) {
-    if (!was_opened(h.stream_id)) return protocol_error("WINDOW on unknown stream " + std::to_string(h.stream_id));
     return true;
   }
-  StreamState& s = it->second;
-  if (!s.send.grant(n, peer_hello_.stream_window))
-    return protocol_error("WINDOW of " + std::to_string(n) + " overflows stream " + std::to_string(h.stream_id));
-  if (s.wants_credit) {
-    s.wants_credit = false;
-    if (s.endpoint) s.endpoint->on_send_credit();
+  bool known = false;
+  Stream* stream = find_stream(h.stream_id, &known);
+  if (!stream) {
+    if (!known) return protocol_error("WINDOW on unknown stream " + std::to_string(h.stream_id));
+    return true;
   }
-  return state_ != State::kClosed;
+  if (!stream->send_.grant(n, peer_hello_.stream_window))
+    return protocol_error("WINDOW of " + std::to_string(n) + " overflows stream " + std::to_string(h.stream_id));
+  if (stream->wants_credit_) {
+    stream->wants_credit_ = false;
+    queue_event(*stream, kEventCredit);
+  }
+  return true;
+}
+
+bool Session::on_fin(const FrameHeader& h) {
+  bool known = false;
+  Stream* stream = find_stream(h.stream_id, &known);
+  if (!stream) {
+    if (!known) return protocol_error("FIN on unknown stream " + std::to_string(h.stream_id));
+    return true;
+  }
+  if (stream->fin_received_) return protocol_error("second FIN on stream " + std::to_string(h.stream_id));
+  stream->fin_received_ = true;
+  queue_event(*stream, kEventFin);
+  return true;
+}
+
+bool Session::on_reset(const FrameHeader& h, std::span<const uint8_t> payload) {
+  std::string reason;
+  uint32_t code;
+  if (!decode_u32(h, payload, &code, &reason)) return protocol_error(reason);
+  bool known = false;
+  Stream* stream = find_stream(h.stream_id, &known);
+  if (!stream) {
+    if (!known) return protocol_error("RESET on unknown stream " + std::to_string(h.stream_id));
+    return true;
+  }
+  // Codes we do not know (a newer peer) still reset: as a protocol-level cancel.
+  stream->reset_code_ = code <= static_cast<uint32_t>(ResetCode::kShutdown) ? static_cast<ResetCode>(code)
+                                                                            : ResetCode::kProtocol;
+  queue_event(*stream, kEventReset);
+  return true;
 }
 
 }  // namespace rdmagw::tunnel

@@ -1,15 +1,32 @@
 #pragma once
-// The seam between the tunnel (frames, streams, flow control) and the bytes
-// carrier underneath. TCP today, RDMA next: both carry the same frames.
+// The seam between the tunnel (frames, streams, flow control) and the byte
+// carriers underneath. The tunnel knows transports only through this file:
+// a Transport carries frames of one session; a Connector dials one; a
+// TransportListener accepts them. TCP and RDMA implement all three
+// (proxy/transport/), the runtime wires them up, unit tests fake them.
+#include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include "common/address.h"
 #include "common/byte_queue.h"
-#include "proxy/admin/admin_model.h"
+#include "proxy/io/io_object.h"
 #include "proxy/tunnel/frame.h"
+#include "proxy/tunnel/tunnel_info.h"
 
 namespace rdmagw::tunnel {
+
+enum class TransportKind : uint8_t { kTcp, kRdma };
+std::string_view transport_kind_name(TransportKind kind);
+
+// How a transport ends.
+enum class CloseMode : uint8_t {
+  kAbort,  // drop what is queued: errors, peers that misbehave
+  kFlush,  // frames already queued still go out first, bounded in time:
+           // a session that ended cleanly (drained, shutting down)
+};
 
 // Implemented by the session: frames arrive here.
 class TransportSink {
@@ -22,25 +39,70 @@ class TransportSink {
   virtual void on_transport_closed(std::string_view reason) = 0;
 };
 
-class Transport {
+// An IoObject: its owner (the session) retires it after close().
+class Transport : public IoObject {
  public:
-  virtual ~Transport() = default;
-  virtual std::string_view kind() const = 0;  // "tcp" or "rdma"
+  virtual TransportKind kind() const = 0;
   virtual void start(TransportSink* sink) = 0;
   // Frames are written here by the session; the transport owns the queue so
   // that buffers stay alive while a send is in flight, even past close().
   virtual ByteQueue& outbound() = 0;
   // New bytes are in outbound(); they leave at the end of this loop batch.
   virtual void request_send() = 0;
-  // Stops all I/O. The transport frees itself once its operations finish;
-  // the caller must not touch it afterwards and the sink is never called again.
-  // With `flush`, frames already queued still go out first (bounded in time):
-  // used when a session ends cleanly, never when the peer misbehaves.
-  virtual void close(bool flush) = 0;
-  void close() { close(false); }
+  // Stops all I/O (kFlush: after the queued frames). The sink is never
+  // called again.
+  virtual void close(CloseMode mode) = 0;
   virtual std::string remote_address() const = 0;
   // Fills in what this carrier knows beyond the session (RDMA: QP, credits).
-  virtual void describe(admin::SessionInfo*) const {}
+  virtual void describe(SessionInfo*) const {}
+
+ protected:
+  using IoObject::IoObject;
+};
+
+// Told how a dial ended; exactly one of the two, unless the Dial was
+// destroyed first (then neither).
+class DialObserver {
+ public:
+  virtual ~DialObserver() = default;
+  virtual void on_dialed(IoPtr<Transport> transport) = 0;
+  virtual void on_dial_failed(std::string_view reason) = 0;
+};
+
+// A connection attempt in progress. Destroying it cancels the attempt.
+class Dial {
+ public:
+  virtual ~Dial() = default;
+};
+
+// Dials the peer sidecar over one kind of transport.
+class Connector {
+ public:
+  virtual ~Connector() = default;
+  virtual TransportKind kind() const = 0;
+  // Starts a dial to `peer` (address and this transport's port). Returns
+  // nullptr with *error set when it fails at once (the observer is not called).
+  virtual std::unique_ptr<Dial> dial(const Endpoint& peer, uint32_t timeout_ms, DialObserver* observer,
+                                     std::string* error) = 0;
+};
+
+// Handed every transport a peer dialed to us, once it can carry frames.
+class InboundObserver {
+ public:
+  virtual ~InboundObserver() = default;
+  virtual void on_inbound(IoPtr<Transport> transport) = 0;
+};
+
+// Accepts transports on one kind of tunnel port.
+class TransportListener {
+ public:
+  virtual ~TransportListener() = default;
+  virtual TransportKind kind() const = 0;
+  virtual void start(InboundObserver* observer) = 0;
+  // Accepts no more (drain); connections being set up are dropped.
+  virtual void stop() = 0;
+  // Called every worker tick (retries after resource errors such as EMFILE).
+  virtual void tick() {}
 };
 
 }  // namespace rdmagw::tunnel

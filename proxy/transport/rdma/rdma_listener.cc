@@ -43,14 +43,14 @@ bool RdmaListener::listen(const Endpoint& at, std::string* error) {
 
 void RdmaListener::arm() {
   if (armed_ || stopped_) return;
-  io_uring_sqe* s = loop_.sqe(&op_);
+  io_uring_sqe* s = loop().sqe(&op_);
   io_uring_prep_poll_add(s, channel_->fd, POLLIN);
   armed_ = true;
 }
 
 void RdmaListener::stop() {
   stopped_ = true;
-  if (armed_) loop_.cancel(&op_);
+  if (armed_) loop().cancel(&op_);
 }
 
 void RdmaListener::on_ready(int, uint32_t) {

@@ -8,28 +8,26 @@
 #include <string>
 
 #include "common/address.h"
-#include "proxy/runtime/event_loop.h"
+#include "proxy/io/event_loop.h"
 
 namespace rdmagw::transport {
 
-class RdmaListener {
+class RdmaListener final : public IoObject {
  public:
   using Handler = std::function<void(rdma_cm_id* id, const uint8_t* private_data, size_t len)>;
-  RdmaListener(EventLoop& loop, Handler handler) : loop_(loop), handler_(std::move(handler)) {
+  RdmaListener(EventLoop& loop, Handler handler) : IoObject(loop), handler_(std::move(handler)) {
     op_ = IoOp::bind<&RdmaListener::on_ready>(this);
   }
-  ~RdmaListener();
-  RdmaListener(const RdmaListener&) = delete;
-  RdmaListener& operator=(const RdmaListener&) = delete;
 
   bool listen(const Endpoint& at, std::string* error);
+  // Stops listening; the owner then lets go (freed once the poll completes).
   void stop();
 
  private:
+  ~RdmaListener() override;
   void arm();
   void on_ready(int res, uint32_t flags);
 
-  EventLoop& loop_;
   Handler handler_;
   rdma_event_channel* channel_ = nullptr;
   rdma_cm_id* id_ = nullptr;

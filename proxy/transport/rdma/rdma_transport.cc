@@ -52,7 +52,8 @@ std::string cm_status_text(int status) {
 }  // namespace
 
 RdmaTransport::RdmaTransport(EventLoop& loop, RdmaContext& ctx, uint32_t max_data, Observer* observer)
-    : loop_(loop),
+    : tunnel::Transport(loop),
+      loop_(loop),
       ctx_(ctx),
       pool_(ctx.pool()),
       config_(ctx.config()),
@@ -86,20 +87,20 @@ bool RdmaTransport::open_channel(std::string* error) {
   return true;
 }
 
-RdmaTransport* RdmaTransport::dial(EventLoop& loop, RdmaContext& ctx, const Endpoint& peer, uint32_t max_data,
-                                   uint32_t timeout_ms, Observer* observer, std::string* error) {
-  auto* t = new RdmaTransport(loop, ctx, max_data, nullptr);
+IoPtr<RdmaTransport> RdmaTransport::dial(EventLoop& loop, RdmaContext& ctx, const Endpoint& peer, uint32_t max_data,
+                                         uint32_t timeout_ms, Observer* observer, std::string* error) {
+  auto t = make_io<RdmaTransport>(loop, ctx, max_data, nullptr);
   t->remote_ = "rdma:" + sockaddr_to_string(reinterpret_cast<const sockaddr*>(&peer.addr), peer.addr_len);
   t->timeout_ms_ = timeout_ms;
-  if (!t->open_channel(error) || rdma_create_id(t->channel_, &t->id_, t, RDMA_PS_TCP) != 0) {
+  if (!t->open_channel(error) || rdma_create_id(t->channel_, &t->id_, t.get(), RDMA_PS_TCP) != 0) {
     if (error->empty()) *error = std::string("rdma_create_id: ") + strerror(errno);
-    t->close();
+    t->close(tunnel::CloseMode::kAbort);
     return nullptr;
   }
   sockaddr_storage dst = peer.addr;
   if (rdma_resolve_addr(t->id_, nullptr, reinterpret_cast<sockaddr*>(&dst), static_cast<int>(timeout_ms)) != 0) {
     *error = std::string("rdma_resolve_addr: ") + strerror(errno);
-    t->close();
+    t->close(tunnel::CloseMode::kAbort);
     return nullptr;
   }
   t->observer_ = observer;
@@ -107,8 +108,9 @@ RdmaTransport* RdmaTransport::dial(EventLoop& loop, RdmaContext& ctx, const Endp
   return t;
 }
 
-RdmaTransport* RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, rdma_cm_id* id, const void* private_data,
-                                     size_t private_len, uint32_t max_data, Observer* observer, std::string* error) {
+IoPtr<RdmaTransport> RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, rdma_cm_id* id,
+                                           const void* private_data, size_t private_len, uint32_t max_data,
+                                           Observer* observer, std::string* error) {
   ConnectionParams params{};
   if (!decode_params(private_data, private_len, &params)) {
     *error = "connect request without valid rdmagw parameters (not an rdmagw peer?)";
@@ -116,9 +118,9 @@ RdmaTransport* RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, rdma_cm_
     rdma_destroy_id(id);
     return nullptr;
   }
-  auto* t = new RdmaTransport(loop, ctx, max_data, observer);
+  auto t = make_io<RdmaTransport>(loop, ctx, max_data, observer);
   t->id_ = id;
-  id->context = t;
+  id->context = t.get();
   sockaddr* peer = rdma_get_peer_addr(id);
   t->remote_ = "rdma:" + sockaddr_to_string(peer, sizeof(sockaddr_storage));
   t->peer_recv_depth_ = params.recv_depth;
@@ -128,13 +130,13 @@ RdmaTransport* RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, rdma_cm_
     if (error->empty()) *error = std::string("rdma_migrate_id: ") + strerror(errno);
     rdma_reject(id, nullptr, 0);
     t->observer_ = nullptr;
-    t->close();
+    t->close(tunnel::CloseMode::kAbort);
     return nullptr;
   }
   if (!t->setup_qp(error)) {
     rdma_reject(id, nullptr, 0);
     t->observer_ = nullptr;
-    t->close();
+    t->close(tunnel::CloseMode::kAbort);
     return nullptr;
   }
   uint8_t mine[12];
@@ -147,7 +149,7 @@ RdmaTransport* RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, rdma_cm_
   if (rdma_accept(id, &param) != 0) {
     *error = std::string("rdma_accept: ") + strerror(errno);
     t->observer_ = nullptr;
-    t->close();
+    t->close(tunnel::CloseMode::kAbort);
     return nullptr;
   }
   t->arm_cm_poll();
@@ -223,7 +225,6 @@ void RdmaTransport::arm_cm_poll() {
   io_uring_sqe* s = loop_.sqe(&cm_op_);
   io_uring_prep_poll_add(s, channel_->fd, POLLIN);
   cm_armed_ = true;
-  ++inflight_;
 }
 
 void RdmaTransport::arm_cq_poll() {
@@ -231,13 +232,9 @@ void RdmaTransport::arm_cq_poll() {
   io_uring_sqe* s = loop_.sqe(&cq_op_);
   io_uring_prep_poll_add(s, comp_channel_->fd, POLLIN);
   cq_armed_ = true;
-  ++inflight_;
 }
 
-void RdmaTransport::finish_op() {
-  --inflight_;
-  if (closed_ && inflight_ == 0) delete this;
-}
+void RdmaTransport::abandon() { observer_ = nullptr; }
 
 // --- connection management (RDMA CM) -------------------------------------------
 
@@ -256,7 +253,6 @@ void RdmaTransport::on_cm_ready(int, uint32_t) {
     handle_cm_event(type, status, data, len);
   }
   arm_cm_poll();
-  finish_op();
 }
 
 void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const void* data, size_t len) {
@@ -332,17 +328,12 @@ void RdmaTransport::fail(std::string reason) {
     sink_ = nullptr;
     s->on_transport_closed(reason);
   }
-  close();
+  close(tunnel::CloseMode::kAbort);
 }
 
-namespace {
-thread_local size_t t_flushing_transports = 0;
-}  // namespace
-
-size_t RdmaTransport::flushing_count() { return t_flushing_transports; }
-
-void RdmaTransport::close(bool flush_first) {
+void RdmaTransport::close(tunnel::CloseMode mode) {
   if (closed_) return;
+  bool flush_first = mode == tunnel::CloseMode::kFlush;
   sink_ = nullptr;
   observer_ = nullptr;
   if (flushing_on_close_) {
@@ -354,13 +345,11 @@ void RdmaTransport::close(bool flush_first) {
     // down) still delivers what it queued, such as the last FINs, or the
     // peer would see its streams reset rather than closed.
     flushing_on_close_ = true;
-    ++t_flushing_transports;
     flush();
     flush_timeout_.tv_sec = 2;
     io_uring_sqe* s = loop_.sqe(&flush_timer_op_);
     io_uring_prep_timeout(s, &flush_timeout_, 0, 0);
     flush_timer_armed_ = true;
-    ++inflight_;
     return;
   }
   finish_close();
@@ -372,12 +361,10 @@ void RdmaTransport::on_flush_timeout(int, uint32_t) {
     log::warn("rdma_flush_timeout").kv("remote", remote_).kv("unsent_bytes", outbound_.size());
     finish_close();
   }
-  finish_op();
 }
 
 void RdmaTransport::finish_close() {
   if (closed_) return;
-  if (flushing_on_close_) --t_flushing_transports;
   flushing_on_close_ = false;
   closed_ = true;
   if (flush_timer_armed_) loop_.cancel(&flush_timer_op_);
@@ -388,7 +375,6 @@ void RdmaTransport::finish_close() {
   if (id_ && id_->qp) rdma_destroy_qp(id_);
   if (cm_armed_) loop_.cancel(&cm_op_);
   if (cq_armed_) loop_.cancel(&cq_op_);
-  if (inflight_ == 0) delete this;
 }
 
 // --- data path -----------------------------------------------------------------
@@ -427,7 +413,6 @@ void RdmaTransport::on_cq_ready(int, uint32_t) {
     if (flushing_on_close_ && outbound_.empty() && sends_in_flight_ == 0) finish_close();
   }
   arm_cq_poll();
-  finish_op();
 }
 
 void RdmaTransport::drain_cq() {
@@ -574,7 +559,7 @@ bool RdmaTransport::post_message(bool with_data) {
 
 namespace rdmagw::transport {
 
-void RdmaTransport::describe(admin::SessionInfo* out) const {
+void RdmaTransport::describe(tunnel::SessionInfo* out) const {
   out->has_rdma = true;
   out->qp_state = "none";
   if (id_ && id_->qp) {

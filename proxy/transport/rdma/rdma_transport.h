@@ -19,7 +19,7 @@
 
 #include "common/address.h"
 #include "common/byte_queue.h"
-#include "proxy/runtime/event_loop.h"
+#include "proxy/io/event_loop.h"
 #include "proxy/transport/rdma/rdma_context.h"
 #include "proxy/transport/rdma/rdma_credits.h"
 #include "proxy/tunnel/transport.h"
@@ -41,30 +41,28 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   // Active side: resolves and connects to `peer` (its address and rdma_port).
   // A failure detected at once returns nullptr with *error set (the observer
   // is not called); later ones go to the observer.
-  static RdmaTransport* dial(EventLoop& loop, RdmaContext& ctx, const Endpoint& peer, uint32_t max_data,
-                             uint32_t timeout_ms, Observer* observer, std::string* error);
+  static IoPtr<RdmaTransport> dial(EventLoop& loop, RdmaContext& ctx, const Endpoint& peer, uint32_t max_data,
+                                   uint32_t timeout_ms, Observer* observer, std::string* error);
   // Passive side: `id` is from an acknowledged CONNECT_REQUEST.
-  static RdmaTransport* accept(EventLoop& loop, RdmaContext& ctx, rdma_cm_id* id, const void* private_data,
-                               size_t private_len, uint32_t max_data, Observer* observer, std::string* error);
+  static IoPtr<RdmaTransport> accept(EventLoop& loop, RdmaContext& ctx, rdma_cm_id* id, const void* private_data,
+                                     size_t private_len, uint32_t max_data, Observer* observer, std::string* error);
+  RdmaTransport(EventLoop& loop, RdmaContext& ctx, uint32_t max_data, Observer* observer);
 
-  std::string_view kind() const override { return "rdma"; }
+  tunnel::TransportKind kind() const override { return tunnel::TransportKind::kRdma; }
   void start(tunnel::TransportSink* sink) override;
   ByteQueue& outbound() override { return outbound_; }
   void request_send() override;
-  // With `flush`, frames already queued (and credits permitting) still go
+  // With kFlush, frames already queued (and credits permitting) still go
   // out, and the QP stays up until their sends complete, for at most 2 s.
-  void close(bool flush) override;
-  using tunnel::Transport::close;
+  void close(tunnel::CloseMode mode) override;
   std::string remote_address() const override { return remote_; }
-  void describe(admin::SessionInfo* out) const override;
+  void describe(tunnel::SessionInfo* out) const override;
   void flush() override;
-  // Transports of this thread still flushing after a clean close: a worker
-  // that stops waits for them (bounded), as for TcpTransport::live_count().
-  static size_t flushing_count();
+  // Setup ends without telling the observer (the dial or accept was dropped).
+  void abandon();
 
  private:
   enum class State { kResolvingAddress, kResolvingRoute, kConnecting, kEstablished, kClosed };
-  RdmaTransport(EventLoop& loop, RdmaContext& ctx, uint32_t max_data, Observer* observer);
   ~RdmaTransport() override;
 
   bool open_channel(std::string* error);
@@ -80,10 +78,9 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   void on_message(uint32_t index, uint32_t length);
   bool post_message(bool with_data);
   void fail(std::string reason);
-  // Tears the QP down; frees this once no operation is in flight.
+  // Tears the QP down; the owner retires the object (deleted once idle).
   void finish_close();
   void on_flush_timeout(int res, uint32_t flags);
-  void finish_op();
 
   EventLoop& loop_;
   RdmaContext& ctx_;
@@ -113,7 +110,6 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   bool flush_timer_armed_ = false;
   bool peer_disconnected_ = false;  // taking in the last completions before failing
   __kernel_timespec flush_timeout_{};
-  int inflight_ = 0;
 
   std::vector<uint8_t*> recv_buffers_;
   uint8_t* header_slots_ = nullptr;       // one slab buffer cut into 16-byte header slots

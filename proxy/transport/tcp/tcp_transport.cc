@@ -7,15 +7,10 @@
 
 namespace rdmagw::transport {
 
-namespace {
-thread_local size_t t_live_transports = 0;
-}
-
-size_t TcpTransport::live_count() { return t_live_transports; }
-
 TcpTransport::TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint32_t max_data,
                            std::string remote)
-    : loop_(loop),
+    : tunnel::Transport(loop),
+      loop_(loop),
       fd_(std::move(fd)),
       remote_(std::move(remote)),
       reader_(max_data),
@@ -24,13 +19,10 @@ TcpTransport::TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint3
       // holds at least one whole frame to parse.
       rx_capacity_(std::max<size_t>(256 * 1024, 4 * (tunnel::kHeaderSize + 2 + tunnel::kMaxTargetLength + max_data))) {
   rx_ = std::make_unique<uint8_t[]>(rx_capacity_);
-  ++t_live_transports;
   recv_op_ = IoOp::bind<&TcpTransport::on_recv>(this);
   send_op_ = IoOp::bind<&TcpTransport::on_send>(this);
   flush_timer_op_ = IoOp::bind<&TcpTransport::on_flush_timeout>(this);
 }
-
-TcpTransport::~TcpTransport() { --t_live_transports; }
 
 void TcpTransport::start(tunnel::TransportSink* sink) {
   sink_ = sink;
@@ -40,7 +32,6 @@ void TcpTransport::start(tunnel::TransportSink* sink) {
 void TcpTransport::post_recv() {
   io_uring_sqe* s = loop_.sqe(&recv_op_);
   io_uring_prep_recv(s, fd_.get(), rx_.get() + rx_len_, rx_capacity_ - rx_len_, 0);
-  ++inflight_;
 }
 
 void TcpTransport::request_send() {
@@ -56,12 +47,6 @@ void TcpTransport::flush() {
   io_uring_sqe* s = loop_.sqe(&send_op_);
   io_uring_prep_sendmsg(s, fd_.get(), &msg_, MSG_NOSIGNAL);
   sending_ = true;
-  ++inflight_;
-}
-
-void TcpTransport::finish_op() {
-  --inflight_;
-  if (closed_ && inflight_ == 0) delete this;
 }
 
 void TcpTransport::fail(std::string reason) {
@@ -70,7 +55,7 @@ void TcpTransport::fail(std::string reason) {
   sink_ = nullptr;
   // The sink closes us in response; if it does not, close anyway.
   if (sink) sink->on_transport_closed(reason);
-  close();
+  close(tunnel::CloseMode::kAbort);
 }
 
 void TcpTransport::on_recv(int res, uint32_t) {
@@ -82,15 +67,15 @@ void TcpTransport::on_recv(int res, uint32_t) {
       // The peer's FIN (or an error): the connection can go.
       end_lingering();
     }
-    return finish_op();  // otherwise cancelled on close; the fd closes with the object
+    return;  // otherwise cancelled on close; the fd closes with the object
   }
   if (res <= 0) {
     if (res == -EINTR || res == -EAGAIN) {
       post_recv();
-      return finish_op();
+      return;
     }
     fail(res == 0 ? "peer closed the connection" : std::string("recv: ") + strerror(-res));
-    return finish_op();
+    return;
   }
   rx_len_ += static_cast<size_t>(res);
   size_t offset = 0;
@@ -109,15 +94,21 @@ void TcpTransport::on_recv(int res, uint32_t) {
     offset += consumed;
     if (!sink_ || !sink_->on_frame(header, payload)) break;
   }
-  if (!closed_) {
-    // Keep the partial frame at the front; it is at most one frame long.
-    if (offset > 0) {
-      std::memmove(rx_.get(), rx_.get() + offset, rx_len_ - offset);
-      rx_len_ -= offset;
+  if (closed_) {
+    // Closed cleanly by a frame of this batch: keep reading (and dropping)
+    // until the peer's FIN, as a clean close does.
+    if (lingering_) {
+      rx_len_ = 0;
+      post_recv();
     }
-    post_recv();
+    return;
   }
-  finish_op();
+  // Keep the partial frame at the front; it is at most one frame long.
+  if (offset > 0) {
+    std::memmove(rx_.get(), rx_.get() + offset, rx_len_ - offset);
+    rx_len_ -= offset;
+  }
+  post_recv();
 }
 
 void TcpTransport::on_flush_timeout(int res, uint32_t) {
@@ -125,7 +116,6 @@ void TcpTransport::on_flush_timeout(int res, uint32_t) {
     // The peer did not take our last frames, or did not close, in time.
     end_lingering();
   }
-  finish_op();
 }
 
 void TcpTransport::end_lingering() {
@@ -152,30 +142,30 @@ void TcpTransport::on_send(int res, uint32_t) {
       if (!retry) end_lingering();
       else ::shutdown(fd_.get(), SHUT_WR);
     }
-    return finish_op();
+    return;
   }
-  if (closed_) return finish_op();
+  if (closed_) return;
   if (res < 0) {
     if (res == -EINTR || res == -EAGAIN) {
       flush();
-      return finish_op();
+      return;
     }
     fail(std::string("send: ") + strerror(-res));
-    return finish_op();
+    return;
   }
   outbound_.consume(static_cast<size_t>(res));
   flush();
-  finish_op();
 }
 
-void TcpTransport::close(bool flush_first) {
+void TcpTransport::close(tunnel::CloseMode mode) {
   if (closed_) return;
+  bool flush_first = mode == tunnel::CloseMode::kFlush;
   closed_ = true;
   sink_ = nullptr;
   // On a clean ending, frames already queued (a last FIN, a GOAWAY, trailing
   // DATA) still go out, for at most kFlushTimeout: a peer that does not read
   // cannot hold the connection and its buffers.
-  if (flush_first && inflight_ > 0) {
+  if (flush_first && ops_in_flight() > 0) {
     // The receive stays posted: on_recv drops what arrives until the FIN.
     lingering_ = true;
     flushing_on_close_ = !outbound_.empty() || sending_;
@@ -187,7 +177,6 @@ void TcpTransport::close(bool flush_first) {
     flush_timeout_.tv_sec = 2;
     io_uring_sqe* s = loop_.sqe(&flush_timer_op_);
     io_uring_prep_timeout(s, &flush_timeout_, 0, 0);
-    ++inflight_;
     return;
   }
   if (sending_) {
@@ -198,11 +187,7 @@ void TcpTransport::close(bool flush_first) {
   // shutdown(SHUT_WR) sends FIN after what the kernel holds; cancelling the
   // receive releases the last operation.
   ::shutdown(fd_.get(), SHUT_WR);
-  if (inflight_ > 0) {
-    loop_.cancel(&recv_op_);
-  } else {
-    delete this;
-  }
+  loop_.cancel(&recv_op_);
 }
 
 }  // namespace rdmagw::transport

@@ -10,7 +10,7 @@
 
 #include "common/byte_queue.h"
 #include "common/unique_fd.h"
-#include "proxy/runtime/event_loop.h"
+#include "proxy/io/event_loop.h"
 #include "proxy/tunnel/transport.h"
 
 namespace rdmagw::transport {
@@ -20,21 +20,17 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   // `max_data` bounds DATA frames accepted from the peer (our buffer size).
   TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint32_t max_data, std::string remote);
 
-  std::string_view kind() const override { return "tcp"; }
+  tunnel::TransportKind kind() const override { return tunnel::TransportKind::kTcp; }
   void start(tunnel::TransportSink* sink) override;
   ByteQueue& outbound() override { return outbound_; }
   void request_send() override;
-  void close(bool flush) override;
-  using tunnel::Transport::close;
+  void close(tunnel::CloseMode mode) override;
   std::string remote_address() const override { return remote_; }
-  // Transports not yet freed on this thread (closing ones included): a
-  // worker stopping waits for them so queued frames reach the wire.
-  static size_t live_count();
 
   void flush() override;
 
  private:
-  ~TcpTransport() override;
+  ~TcpTransport() override = default;
   void post_recv();
   void on_recv(int res, uint32_t flags);
   void on_send(int res, uint32_t flags);
@@ -42,7 +38,6 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   // Ends a clean close: stop sending and reading; the object then frees itself.
   void end_lingering();
   void fail(std::string reason);
-  void finish_op();
 
   static constexpr int kMaxIov = 64;
 
@@ -61,7 +56,6 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   IoOp send_op_;
   IoOp flush_timer_op_;
   __kernel_timespec flush_timeout_{};
-  int inflight_ = 0;
   bool sending_ = false;
   bool closed_ = false;
   bool flushing_on_close_ = false;  // closed, but queued frames still go out first

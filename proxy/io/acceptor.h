@@ -8,35 +8,30 @@
 #include <string>
 
 #include "common/unique_fd.h"
-#include "proxy/runtime/event_loop.h"
+#include "proxy/io/event_loop.h"
 
 namespace rdmagw {
 
-class Acceptor {
+class Acceptor final : public IoObject {
  public:
   using Handler = std::function<void(UniqueFd fd)>;
   // Does not own `listen_fd` (it may be shared by several workers).
   Acceptor(EventLoop& loop, int listen_fd, std::string name, Handler handler);
-  ~Acceptor();
-  Acceptor(const Acceptor&) = delete;
-  Acceptor& operator=(const Acceptor&) = delete;
 
   void start();
-  // Stops accepting (cancels the pending accept).
+  // Stops accepting (cancels the pending accept). An owner that lets go of
+  // the acceptor (IoPtr) stops it first; it is freed once the accept completes.
   void stop();
   // Re-arms after a resource error (EMFILE...) without spinning on it.
   void tick();
   const std::string& name() const { return name_; }
   // A reload renamed the listener (logs use the name).
   void rename(std::string name) { name_ = std::move(name); }
-  // Stopped and no accept pending: safe to destroy.
-  bool idle() const { return stopping_ && !armed_; }
-
  private:
+  ~Acceptor() override = default;
   void arm();
   void on_accept(int res, uint32_t flags);
 
-  EventLoop& loop_;
   int listen_fd_;
   std::string name_;
   Handler handler_;

@@ -1,4 +1,4 @@
-#include "proxy/runtime/event_loop.h"
+#include "proxy/io/event_loop.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -15,8 +15,67 @@ std::string LoopFeatures::describe() const {
   return "basic";
 }
 
-EventLoop::~EventLoop() {
+EventLoop::~EventLoop() { shut_down(); }
+
+IoObject::IoObject(EventLoop& loop) : loop_(loop) { loop_.adopt(this); }
+
+IoObject::~IoObject() { loop_.forget(this); }
+
+void IoObject::retire() {
+  if (retired_) return;
+  retired_ = true;
+  if (in_flight_ == 0) loop_.condemn(this);
+}
+
+void EventLoop::adopt(IoObject* object) {
+  object->next_live_ = first_live_;
+  if (first_live_) first_live_->prev_live_ = object;
+  first_live_ = object;
+  ++live_count_;
+}
+
+void EventLoop::forget(IoObject* object) {
+  if (object->prev_live_) object->prev_live_->next_live_ = object->next_live_;
+  else first_live_ = object->next_live_;
+  if (object->next_live_) object->next_live_->prev_live_ = object->prev_live_;
+  --live_count_;
+}
+
+void EventLoop::condemn(IoObject* object) {
+  if (object->condemned_) return;
+  object->condemned_ = true;
+  condemned_.push_back(object);
+}
+
+void EventLoop::delete_condemned() {
+  // A destructor may retire what the object owned: loop until none is left.
+  while (!condemned_.empty()) {
+    std::vector<IoObject*> batch;
+    batch.swap(condemned_);
+    for (IoObject* object : batch) delete object;
+  }
+}
+
+void EventLoop::end_batch() {
+  run_flushes();
+  delete_condemned();
+}
+
+void EventLoop::shut_down() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  // Exiting the ring ends every operation in flight (the kernel cancels
+  // them), so no completion can reach an object deleted below.
   if (initialized_) io_uring_queue_exit(&ring_);
+  initialized_ = false;
+  condemned_.clear();
+  flush_queue_.clear();
+  flushing_.clear();
+  while (first_live_) {
+    IoObject* object = first_live_;
+    object->condemned_ = true;  // retire() from a destructor must not queue it again
+    delete object;              // unlinks itself
+  }
 }
 
 bool baseline_io_uring_forced() {
@@ -80,6 +139,11 @@ bool EventLoop::init(unsigned entries, std::string* error) {
 }
 
 io_uring_sqe* EventLoop::sqe(IoOp* op) {
+  if (shut_down_) {
+    // Only a destructor run by shut_down() could ask; nothing may be submitted.
+    fprintf(stderr, "rdmagw: fatal: submission after the event loop shut down\n");
+    abort();
+  }
   io_uring_sqe* s = io_uring_get_sqe(&ring_);
   // A full SQ is submitted to make room. Submission can fail transiently
   // (EBUSY while the CQ overflows on old kernels); retry a bounded number of
@@ -94,6 +158,7 @@ io_uring_sqe* EventLoop::sqe(IoOp* op) {
     abort();
   }
   io_uring_sqe_set_data(s, op);
+  if (op && op->counted) ++op->counted->in_flight_;
   return s;
 }
 
@@ -103,7 +168,7 @@ void EventLoop::reserve(unsigned count) {
 }
 
 void EventLoop::cancel(IoOp* op) {
-  io_uring_sqe* s = sqe(nullptr);
+  io_uring_sqe* s = sqe(nullptr);  // not counted: its completion carries no op
   io_uring_prep_cancel(s, op, 0);
   io_uring_sqe_set_data(s, nullptr);
 }
@@ -142,14 +207,38 @@ void EventLoop::run_flushes() {
   }
 }
 
+void EventLoop::run_once(std::chrono::milliseconds timeout) {
+  end_batch();
+  wait_and_dispatch(timeout);
+  end_batch();
+}
+
+void EventLoop::dispatch(io_uring_cqe* cqe) {
+  auto* op = static_cast<IoOp*>(io_uring_cqe_get_data(cqe));
+  if (!op) return;  // a cancel request's own completion
+  int res = cqe->res;
+  uint32_t flags = cqe->flags;
+  // Read before the call: the handler may rebind or resubmit the op.
+  IoObject* counted = op->counted;
+  op->fn(op->owner, res, flags);
+  // A multishot operation stays in flight while the kernel says MORE.
+  if (counted && !(flags & IORING_CQE_F_MORE)) {
+    if (--counted->in_flight_ == 0 && counted->retired_) condemn(counted);
+  }
+}
+
 void EventLoop::wait_and_dispatch(std::chrono::milliseconds timeout) {
-  run_flushes();
   __kernel_timespec ts{};
   ts.tv_sec = timeout.count() / 1000;
   ts.tv_nsec = (timeout.count() % 1000) * 1000000;
   io_uring_cqe* cqe = nullptr;
   int rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
-  if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) return;
+  if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+    // Only a broken ring gets here (EBADF, EFAULT, EINVAL): nothing this
+    // worker does can work any more. Say so instead of spinning silently.
+    fprintf(stderr, "rdmagw: fatal: io_uring_submit_and_wait: %s\n", strerror(-rc));
+    abort();
+  }
   now_ = Clock::now();
   // Drain everything that is ready, then flush once for the whole batch.
   for (int round = 0; round < 4; ++round) {
@@ -160,16 +249,12 @@ void EventLoop::wait_and_dispatch(std::chrono::milliseconds timeout) {
       // Before 5.11 (no IORING_FEAT_EXT_ARG) liburing implements the wait
       // timeout with an SQE of its own; its completion is not ours.
       if (cqe->user_data == LIBURING_UDATA_TIMEOUT) continue;
-      auto* op = static_cast<IoOp*>(io_uring_cqe_get_data(cqe));
-      int res = cqe->res;
-      uint32_t flags = cqe->flags;
-      if (op) op->fn(op->owner, res, flags);
+      dispatch(cqe);
     }
     if (count == 0) break;
     io_uring_cq_advance(&ring_, count);
     if (io_uring_cq_ready(&ring_) == 0) break;
   }
-  run_flushes();
 }
 
 }  // namespace rdmagw

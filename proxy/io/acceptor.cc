@@ -1,4 +1,4 @@
-#include "proxy/runtime/acceptor.h"
+#include "proxy/io/acceptor.h"
 
 #include <cerrno>
 #include <cstring>
@@ -13,18 +13,16 @@ std::atomic<bool> g_multishot_accept{true};
 }  // namespace
 
 Acceptor::Acceptor(EventLoop& loop, int listen_fd, std::string name, Handler handler)
-    : loop_(loop), listen_fd_(listen_fd), name_(std::move(name)), handler_(std::move(handler)) {
+    : IoObject(loop), listen_fd_(listen_fd), name_(std::move(name)), handler_(std::move(handler)) {
   op_ = IoOp::bind<&Acceptor::on_accept>(this);
   multishot_ = g_multishot_accept.load(std::memory_order_relaxed) && !baseline_io_uring_forced();
 }
-
-Acceptor::~Acceptor() = default;
 
 void Acceptor::start() { arm(); }
 
 void Acceptor::arm() {
   if (stopping_) return;
-  io_uring_sqe* s = loop_.sqe(&op_);
+  io_uring_sqe* s = loop().sqe(&op_);
   if (multishot_) io_uring_prep_multishot_accept(s, listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
   else io_uring_prep_accept(s, listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
   armed_ = true;
@@ -33,7 +31,7 @@ void Acceptor::arm() {
 void Acceptor::stop() {
   if (stopping_) return;
   stopping_ = true;
-  if (armed_) loop_.cancel(&op_);
+  if (armed_) loop().cancel(&op_);
 }
 
 void Acceptor::on_accept(int res, uint32_t flags) {

@@ -1,0 +1,23 @@
+#pragma once
+// What the local layer tells about a stream, as a plain struct (GET
+// /streams). The admin endpoint renders it. Schema: docs/admin.md.
+#include <cstdint>
+#include <string>
+
+namespace rdmagw::local {
+
+// One active stream.
+struct StreamInfo {
+  unsigned worker = 0;
+  std::string side;      // "client" (an application connected to a listener) | "target" (the peer opened it)
+  std::string listener;  // client side: listener name; target side: ""
+  std::string peer;      // peer name (client side) or peer node (target side)
+  std::string target;
+  uint32_t stream_id = 0;  // 0 while waiting for a session
+  uint64_t age_ms = 0;
+  uint64_t bytes_from_app = 0;  // read from the local socket, sent into the tunnel
+  uint64_t bytes_to_app = 0;    // received from the tunnel, written to the local socket
+  std::string state;     // "waiting" | "connecting" | "open" | "half-closed"
+};
+
+}  // namespace rdmagw::local

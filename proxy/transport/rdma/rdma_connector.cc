@@ -1,0 +1,105 @@
+#include "proxy/transport/rdma/rdma_connector.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+
+namespace rdmagw::transport {
+
+namespace {
+
+// Owns the transport while RDMA CM sets it up; hands it to the observer
+// once ESTABLISHED. Dropping the dial closes a transport still in setup.
+class RdmaDial final : public tunnel::Dial, private RdmaTransport::Observer {
+ public:
+  explicit RdmaDial(tunnel::DialObserver* observer) : observer_(observer) {}
+  ~RdmaDial() override {
+    if (transport_) {
+      transport_->abandon();
+      transport_->close(tunnel::CloseMode::kAbort);
+    }
+  }
+  RdmaTransport::Observer* as_observer() { return this; }
+  void adopt(IoPtr<RdmaTransport> transport) { transport_ = std::move(transport); }
+
+ private:
+  // The observer may destroy this dial inside either call: nothing is
+  // touched after it.
+  void on_rdma_established(RdmaTransport*) override { observer_->on_dialed(std::move(transport_)); }
+  void on_rdma_failed(RdmaTransport*, std::string_view reason) override {
+    transport_.reset();  // it closes itself after this returns
+    observer_->on_dial_failed(reason);
+  }
+
+  tunnel::DialObserver* observer_;
+  IoPtr<RdmaTransport> transport_;
+};
+
+}  // namespace
+
+std::unique_ptr<tunnel::Dial> RdmaConnector::dial(const Endpoint& peer, uint32_t timeout_ms,
+                                                  tunnel::DialObserver* observer, std::string* error) {
+  auto dial = std::make_unique<RdmaDial>(observer);
+  auto transport = RdmaTransport::dial(loop_, ctx_, peer, max_data_, timeout_ms, dial->as_observer(), error);
+  if (!transport) return nullptr;
+  dial->adopt(std::move(transport));
+  return dial;
+}
+
+RdmaTransportListener::~RdmaTransportListener() { stop(); }
+
+bool RdmaTransportListener::listen(const Endpoint& at, std::string* error) {
+  listener_ = make_io<RdmaListener>(
+      loop_, [this](rdma_cm_id* id, const uint8_t* data, size_t len) { on_connect_request(id, data, len); });
+  return listener_->listen(at, error);
+}
+
+void RdmaTransportListener::stop() {
+  observer_ = nullptr;
+  if (listener_) {
+    listener_->stop();
+    listener_.reset();
+  }
+  for (auto& t : pending_) {
+    t->abandon();
+    t->close(tunnel::CloseMode::kAbort);
+  }
+  pending_.clear();
+}
+
+void RdmaTransportListener::on_connect_request(rdma_cm_id* id, const uint8_t* data, size_t len) {
+  if (!observer_) {
+    rdma_reject(id, nullptr, 0);
+    rdma_destroy_id(id);
+    return;
+  }
+  std::string error;
+  auto transport = RdmaTransport::accept(loop_, ctx_, id, data, len, max_data_, this, &error);
+  if (!transport) {
+    log::warn("rdma_accept_failed").kv("reason", error);
+    return;
+  }
+  pending_.push_back(std::move(transport));
+}
+
+IoPtr<RdmaTransport> RdmaTransportListener::take_pending(RdmaTransport* transport) {
+  auto it = std::find_if(pending_.begin(), pending_.end(), [&](const auto& t) { return t.get() == transport; });
+  if (it == pending_.end()) return nullptr;
+  IoPtr<RdmaTransport> out = std::move(*it);
+  pending_.erase(it);
+  return out;
+}
+
+void RdmaTransportListener::on_rdma_established(RdmaTransport* transport) {
+  IoPtr<RdmaTransport> t = take_pending(transport);
+  if (!t) return;
+  if (observer_) observer_->on_inbound(std::move(t));
+  else t->close(tunnel::CloseMode::kAbort);
+}
+
+void RdmaTransportListener::on_rdma_failed(RdmaTransport* transport, std::string_view reason) {
+  log::warn("rdma_accept_failed").kv("remote", transport->remote_address()).kv("reason", reason);
+  take_pending(transport);  // dropped: it closes itself after this returns
+}
+
+}  // namespace rdmagw::transport

@@ -1,0 +1,55 @@
+#pragma once
+// The RDMA transport's two ends of the tunnel seam (tunnel/transport.h): a
+// Connector that dials the peer's rdma_port through RDMA CM, and a
+// TransportListener that accepts on ours. Both hand over an RdmaTransport
+// only once it is ESTABLISHED.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "proxy/io/event_loop.h"
+#include "proxy/transport/rdma/rdma_context.h"
+#include "proxy/transport/rdma/rdma_listener.h"
+#include "proxy/transport/rdma/rdma_transport.h"
+#include "proxy/tunnel/transport.h"
+
+namespace rdmagw::transport {
+
+class RdmaConnector final : public tunnel::Connector {
+ public:
+  RdmaConnector(EventLoop& loop, RdmaContext& ctx, uint32_t max_data) : loop_(loop), ctx_(ctx), max_data_(max_data) {}
+  tunnel::TransportKind kind() const override { return tunnel::TransportKind::kRdma; }
+  std::unique_ptr<tunnel::Dial> dial(const Endpoint& peer, uint32_t timeout_ms, tunnel::DialObserver* observer,
+                                     std::string* error) override;
+
+ private:
+  EventLoop& loop_;
+  RdmaContext& ctx_;
+  uint32_t max_data_;
+};
+
+class RdmaTransportListener final : public tunnel::TransportListener, private RdmaTransport::Observer {
+ public:
+  RdmaTransportListener(EventLoop& loop, RdmaContext& ctx, uint32_t max_data) : loop_(loop), ctx_(ctx), max_data_(max_data) {}
+  ~RdmaTransportListener() override;
+  // Binds and listens on `at` (tunnel.address:rdma_port).
+  bool listen(const Endpoint& at, std::string* error);
+  tunnel::TransportKind kind() const override { return tunnel::TransportKind::kRdma; }
+  void start(tunnel::InboundObserver* observer) override { observer_ = observer; }
+  void stop() override;
+
+ private:
+  void on_connect_request(rdma_cm_id* id, const uint8_t* data, size_t len);
+  void on_rdma_established(RdmaTransport* transport) override;
+  void on_rdma_failed(RdmaTransport* transport, std::string_view reason) override;
+  IoPtr<RdmaTransport> take_pending(RdmaTransport* transport);
+
+  EventLoop& loop_;
+  RdmaContext& ctx_;
+  uint32_t max_data_;
+  IoPtr<RdmaListener> listener_;
+  tunnel::InboundObserver* observer_ = nullptr;
+  std::vector<IoPtr<RdmaTransport>> pending_;  // accepted, not yet ESTABLISHED
+};
+
+}  // namespace rdmagw::transport

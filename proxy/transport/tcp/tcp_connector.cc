@@ -1,0 +1,111 @@
+#include "proxy/transport/tcp/tcp_connector.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/socket_options.h"
+#include "proxy/io/timed_connect.h"
+#include "proxy/transport/tcp/tcp_transport.h"
+
+namespace rdmagw::transport {
+
+namespace {
+
+// The socket and its connect in flight; tells the dial's observer, unless
+// the dial was dropped first.
+class TcpConnectAttempt final : public IoObject {
+ public:
+  TcpConnectAttempt(EventLoop& loop, BufferPool& pool, uint32_t max_data, UniqueFd fd, std::string remote,
+                    tunnel::DialObserver* observer)
+      : IoObject(loop), pool_(pool), max_data_(max_data), fd_(std::move(fd)), remote_(std::move(remote)),
+        observer_(observer) {
+    connect_.bind<&TcpConnectAttempt::on_connected>(this);
+  }
+  void start(const Endpoint& peer, uint32_t timeout_ms) {
+    connect_.start(loop(), fd_.get(), peer.addr, peer.addr_len, timeout_ms);
+  }
+  // The dial was dropped: tell nobody, stop connecting.
+  void abandon() {
+    observer_ = nullptr;
+    connect_.cancel(loop());
+  }
+
+ private:
+  ~TcpConnectAttempt() override = default;
+  void on_connected(int error) {
+    tunnel::DialObserver* observer = std::exchange(observer_, nullptr);
+    if (!observer) return;
+    if (error != 0) {
+      observer->on_dial_failed("connect " + remote_ + ": " + strerror(error));
+      return;
+    }
+    set_nodelay(fd_.get());
+    observer->on_dialed(make_io<TcpTransport>(loop(), pool_, std::move(fd_), max_data_, remote_));
+  }
+
+  BufferPool& pool_;
+  uint32_t max_data_;
+  UniqueFd fd_;
+  std::string remote_;
+  tunnel::DialObserver* observer_;
+  TimedConnect connect_;
+};
+
+class TcpDial final : public tunnel::Dial {
+ public:
+  explicit TcpDial(IoPtr<TcpConnectAttempt> attempt) : attempt_(std::move(attempt)) {}
+  ~TcpDial() override { attempt_->abandon(); }
+
+ private:
+  IoPtr<TcpConnectAttempt> attempt_;
+};
+
+}  // namespace
+
+std::unique_ptr<tunnel::Dial> TcpConnector::dial(const Endpoint& peer, uint32_t timeout_ms,
+                                                 tunnel::DialObserver* observer, std::string* error) {
+  int fd = ::socket(peer.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = std::string("socket: ") + strerror(errno);
+    return nullptr;
+  }
+  auto attempt = make_io<TcpConnectAttempt>(loop_, pool_, max_data_, UniqueFd(fd),
+      sockaddr_to_string(reinterpret_cast<const sockaddr*>(&peer.addr), peer.addr_len), observer);
+  attempt->start(peer, timeout_ms);
+  return std::make_unique<TcpDial>(std::move(attempt));
+}
+
+TcpTransportListener::TcpTransportListener(EventLoop& loop, BufferPool& pool, int listen_fd, uint32_t max_data)
+    : loop_(loop), pool_(pool), max_data_(max_data) {
+  acceptor_ = make_io<Acceptor>(loop_, listen_fd, "tunnel", [this](UniqueFd fd) { on_accept(std::move(fd)); });
+}
+
+TcpTransportListener::~TcpTransportListener() { stop(); }
+
+void TcpTransportListener::start(tunnel::InboundObserver* observer) {
+  observer_ = observer;
+  acceptor_->start();
+}
+
+void TcpTransportListener::stop() {
+  if (!acceptor_) return;
+  acceptor_->stop();
+  acceptor_.reset();  // freed once its cancelled accept completes
+}
+
+void TcpTransportListener::tick() {
+  if (acceptor_) acceptor_->tick();
+}
+
+void TcpTransportListener::on_accept(UniqueFd fd) {
+  set_nodelay(fd.get());
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  getpeername(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
+  std::string remote = sockaddr_to_string(reinterpret_cast<sockaddr*>(&ss), len);
+  if (observer_) observer_->on_inbound(make_io<TcpTransport>(loop_, pool_, std::move(fd), max_data_, remote));
+}
+
+}  // namespace rdmagw::transport

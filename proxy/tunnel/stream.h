@@ -1,0 +1,74 @@
+#pragma once
+// The tunnel half of a stream: its id on the session carrying it, its flow
+// control windows in both directions and how far its FINs went. The local
+// layer's stream object derives from it, so one object owns all of a
+// stream's state; the session only holds a pointer per id (to route frames)
+// and the stream holds a handle to its session, which may come and go under
+// it (Session::detach).
+//
+// Re-entrance rule: while a session parses frames it calls only
+// on_peer_data(), and a stream must not call its session from there. Every
+// other hook runs after the batch of frames, when the session is not
+// mid-parse, and may call the session freely.
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "proxy/tunnel/frame.h"
+#include "proxy/tunnel/stream_window.h"
+
+namespace rdmagw::tunnel {
+
+class Session;
+
+class Stream {
+ public:
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  uint32_t stream_id() const { return id_; }       // 0 before it was opened
+  Session* session() const { return session_; }   // null while detached
+  bool fin_sent() const { return fin_sent_; }
+  bool fin_received() const { return fin_received_; }
+  // Both FINs crossed the tunnel: nothing more is owed to or by the session.
+  bool tunnel_done() const { return fin_sent_ && fin_received_; }
+
+  // What on_peer_data() did with the bytes it was handed.
+  struct Delivery {
+    bool accepted = true;      // false: no room to keep them (the session resets the stream)
+    uint32_t delivered = 0;    // written to the local socket already (the rest is kept)
+  };
+
+ protected:
+  Stream() = default;
+  virtual ~Stream() = default;
+
+  // Payload from the peer. Called mid-parse: the bytes live only during the
+  // call, and the stream must not call its session.
+  virtual Delivery on_peer_data(std::span<const uint8_t> bytes) = 0;
+  // The peer sent FIN: no more data will come.
+  virtual void on_peer_fin() = 0;
+  // The peer reset the stream, or the session had to (out of buffers). The
+  // stream is detached when this is called.
+  virtual void on_peer_reset(ResetCode code) = 0;
+  // Stream or session credit became available after the stream found none.
+  virtual void on_send_credit() = 0;
+  // The session ended; the stream is detached. With tunnel_done() it only
+  // has local delivery left; otherwise it cannot complete over that session.
+  virtual void on_session_lost(std::string_view reason) = 0;
+
+ private:
+  friend class Session;
+  Session* session_ = nullptr;
+  uint32_t id_ = 0;
+  SendCredit send_;
+  ReceiveWindow receive_;
+  bool fin_sent_ = false;
+  bool fin_received_ = false;
+  bool wants_credit_ = false;       // took no stream credit: waiting for a WINDOW
+  bool waits_for_session_ = false;  // in the session's list of streams short of session credit
+  uint8_t events_ = 0;              // Session::Event bits queued for dispatch
+  ResetCode reset_code_ = ResetCode::kCancel;  // with Event::kReset
+};
+
+}  // namespace rdmagw::tunnel
