@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/protocol_limits.h"
+#include "config/config.h"
 #include "proxy/tunnel/frame.h"
 
 using namespace rdmagw::tunnel;
@@ -307,4 +308,68 @@ TEST_CASE("OPEN carries a target of up to 300 bytes and no more", "[limits]") {
   CHECK(decode_all(h, rdmagw::kMaxDataMax).last == FrameReader::Status::kNeedMore);
   encode_header(h.data(), FrameType::kOpen, 1, 2 + rdmagw::kMaxTargetLength + rdmagw::kMaxDataMax + 1);
   CHECK(decode_all(h, rdmagw::kMaxDataMax).last == FrameReader::Status::kError);
+}
+
+// ---------------------------------------------------------------------------
+// The property the limits exist for: whatever `rdmagw --check` accepts, the
+// peer's decoder accepts in the HELLO built from it.
+
+namespace {
+// What a sidecar announces for `config`, filled in as proxy/runtime/worker.cc
+// and Session::send_hello do.
+HelloPayload hello_from(const rdmagw::Config& config) {
+  return hello(config.tunnel.buffer_size, config.tunnel.stream_window, config.tunnel.session_budget,
+               config.node);
+}
+
+rdmagw::ConfigResult parse_tunnel(uint64_t buffer_size, uint64_t stream_window, uint64_t session_budget,
+                                  const std::string& node = "host-a") {
+  std::string text = "node: " + node + "\ntunnel:\n  buffer_size: " + std::to_string(buffer_size) +
+                     "\n  stream_window: " + std::to_string(stream_window) +
+                     "\n  session_budget: " + std::to_string(session_budget) + "\n";
+  return rdmagw::parse_config_text(text, "limits.yaml");
+}
+}  // namespace
+
+TEST_CASE("a HELLO built from the largest config that --check accepts is accepted by the peer", "[limits]") {
+  const std::string longest_node(rdmagw::kMaxNodeNameLength, 'n');
+  auto r = parse_tunnel(rdmagw::kMaxDataMax, rdmagw::kStreamWindowMax, rdmagw::kSessionWindowMax, longest_node);
+  INFO((r.errors.empty() ? "" : r.errors[0].to_string()));
+  REQUIRE(r.config);
+  HelloPayload out;
+  std::string reason;
+  bool accepted = hello_accepted(hello_from(*r.config), &out, &reason);
+  INFO(reason);
+  REQUIRE(accepted);
+  CHECK(out.max_data == rdmagw::kMaxDataMax);
+  CHECK(out.stream_window == rdmagw::kStreamWindowMax);
+  CHECK(out.session_window == rdmagw::kSessionWindowMax);
+  CHECK(out.node == longest_node);
+
+  // The defect this guards against: session_budget 2^64-1 passed --check and
+  // every HELLO carrying it was refused. Now --check refuses it.
+  CHECK_FALSE(parse_tunnel(16384, 262144, UINT64_MAX).config);
+  CHECK_FALSE(parse_tunnel(16384, 262144, rdmagw::kSessionWindowMax + 1).config);
+}
+
+TEST_CASE("config check and HELLO decoder agree on every value around the limits", "[limits]") {
+  auto around = [](uint64_t min, uint64_t max, uint64_t typical) {
+    return std::vector<uint64_t>{min - 1, min, min + 1, typical, max - 1, max, max + 1};
+  };
+  size_t accepted = 0, refused = 0;
+  for (uint64_t b : around(rdmagw::kMaxDataMin, rdmagw::kMaxDataMax, 16384)) {
+    for (uint64_t w : around(rdmagw::kStreamWindowMin, rdmagw::kStreamWindowMax, 262144)) {
+      for (uint64_t s : around(rdmagw::kSessionWindowMin, rdmagw::kSessionWindowMax, 32u << 20)) {
+        bool config_ok = parse_tunnel(b, w, s).config != nullptr;
+        // Every value here fits its wire field, so the HELLO can always be built.
+        std::string reason;
+        bool peer_ok = hello_accepted(hello(static_cast<uint32_t>(b), static_cast<uint32_t>(w), s), &reason);
+        INFO("buffer_size " << b << ", stream_window " << w << ", session_budget " << s << ": " << reason);
+        CHECK(config_ok == peer_ok);
+        (config_ok ? accepted : refused)++;
+      }
+    }
+  }
+  CHECK(accepted > 0);  // the sweep covers both outcomes
+  CHECK(refused > 0);
 }
