@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/address.h"
@@ -12,6 +13,11 @@
 namespace rdmagw {
 
 enum class TransportMode { kAuto, kRdma, kTcp };
+// The YAML spelling of a mode ("auto", "rdma", "tcp"), for messages, logs and
+// the admin API. (Not called transport_mode_name: proxy/admin/admin_render.cc
+// still has a local function of that name, which argument-dependent lookup
+// would make ambiguous.)
+std::string_view transport_mode_text(TransportMode mode);
 
 struct PeerConfig {
   std::string name;

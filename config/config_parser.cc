@@ -31,6 +31,15 @@
 
 namespace rdmagw {
 
+std::string_view transport_mode_text(TransportMode mode) {
+  switch (mode) {
+    case TransportMode::kAuto: return "auto";
+    case TransportMode::kRdma: return "rdma";
+    case TransportMode::kTcp: return "tcp";
+  }
+  return "auto";
+}
+
 std::string ConfigError::to_string() const {
   return file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + key_path + ": " +
          message;
@@ -45,6 +54,7 @@ constexpr uint64_t kU32Max = std::numeric_limits<uint32_t>::max();
 constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
 constexpr uint16_t kDefaultPeerRdmaPort = 7472;
 constexpr unsigned kMaxWorkers = 256;
+constexpr TransportMode kTransportModes[] = {TransportMode::kAuto, TransportMode::kRdma, TransportMode::kTcp};
 
 // listeners[].target and routes[].target travel in OPEN frames as their
 // canonical text (and targets[] is compared with what arrives there), so the
@@ -562,11 +572,12 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   }
   bool transport_ok = true;
   if (const Value* x = find(f, "transport")) {
-    auto s = get_choice(*x, {"auto", "rdma", "tcp"});
+    Keys names;
+    for (TransportMode m : kTransportModes) names.push_back(transport_mode_text(m));
+    auto s = get_choice(*x, names);
     transport_ok = s.has_value();
-    if (s == "auto") t->transport = TransportMode::kAuto;
-    if (s == "rdma") t->transport = TransportMode::kRdma;
-    if (s == "tcp") t->transport = TransportMode::kTcp;
+    for (TransportMode m : kTransportModes)
+      if (s == transport_mode_text(m)) t->transport = m;
   }
 
   auto number = [&](std::string_view key, auto* out, uint64_t min, uint64_t max, bool size) {

@@ -9,6 +9,7 @@
 
 #include "common/protocol_limits.h"
 #include "config/config.h"
+#include "config/config_diff.h"
 
 using rdmagw::Config;
 using rdmagw::ConfigError;
@@ -599,6 +600,23 @@ TEST_CASE("an invalid admin address", "[config][errors]") {
   expect_errors(lines({kNode, "admin: localhost:9901"}),
                 {{2, 8, "admin", "invalid address 'localhost:9901'"}});
   expect_errors(lines({kNode, "admin: 9901"}), {{2, 8, "admin", "invalid address '9901'"}});
+}
+
+TEST_CASE("transport_mode_text spells each mode as the YAML does, and parses back", "[config]") {
+  CHECK(rdmagw::transport_mode_text(TransportMode::kAuto) == "auto");
+  CHECK(rdmagw::transport_mode_text(TransportMode::kRdma) == "rdma");
+  CHECK(rdmagw::transport_mode_text(TransportMode::kTcp) == "tcp");
+  for (TransportMode m : {TransportMode::kAuto, TransportMode::kRdma, TransportMode::kTcp}) {
+    std::string text = "node: a\ntunnel:\n  transport: " + std::string(rdmagw::transport_mode_text(m)) + "\n";
+    CHECK(parse_ok(text)->tunnel.transport == m);
+  }
+}
+
+TEST_CASE("a transport change is named with the YAML spelling when a reload refuses it", "[config]") {
+  auto running = parse_ok(lines({"node: a", "tunnel:", "  transport: tcp"}));
+  auto next = parse_ok(lines({"node: a", "tunnel:", "  transport: rdma"}));
+  CHECK(rdmagw::restart_only_changes(*running, *next) ==
+        std::vector<std::string>{"tunnel.transport: tcp -> rdma"});
 }
 
 TEST_CASE("an invalid transport value", "[config][errors]") {
