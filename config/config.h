@@ -13,10 +13,9 @@
 namespace rdmagw {
 
 enum class TransportMode { kAuto, kRdma, kTcp };
-// "auto" | "rdma" | "tcp", as written in tunnel.transport.
-inline std::string_view transport_mode_name(TransportMode mode) {
-  return mode == TransportMode::kAuto ? "auto" : mode == TransportMode::kRdma ? "rdma" : "tcp";
-}
+// The YAML spelling of a mode ("auto", "rdma", "tcp"), for messages, logs and
+// the admin API.
+std::string_view transport_mode_name(TransportMode mode);
 
 struct PeerConfig {
   std::string name;
@@ -64,6 +63,7 @@ struct TunnelConfig {
   uint16_t rdma_port = 7472;
   TransportMode transport = TransportMode::kAuto;
   // Extensions beyond the schema (all optional):
+  // Announced in HELLO; their ranges are the protocol's (common/protocol_limits.h).
   uint32_t buffer_size = 16 * 1024;             // tunnel.buffer_size: max DATA payload per frame
   uint32_t stream_window = 256 * 1024;          // tunnel.stream_window: initial per-stream window
   uint64_t session_budget = 32ull * 1024 * 1024;  // tunnel.session_budget: bytes buffered per session

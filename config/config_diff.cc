@@ -11,9 +11,7 @@ template <class T>
 std::string text(const T& v) {
   return std::to_string(v);
 }
-std::string text(TransportMode m) {
-  return m == TransportMode::kAuto ? "auto" : m == TransportMode::kRdma ? "rdma" : "tcp";
-}
+std::string text(TransportMode m) { return std::string(transport_mode_name(m)); }
 
 struct Differ {
   std::vector<std::string>* out;

@@ -26,9 +26,19 @@
 #include <utility>
 #include <vector>
 
+#include "common/protocol_limits.h"
 #include "config/config.h"
 
 namespace rdmagw {
+
+std::string_view transport_mode_name(TransportMode mode) {
+  switch (mode) {
+    case TransportMode::kAuto: return "auto";
+    case TransportMode::kRdma: return "rdma";
+    case TransportMode::kTcp: return "tcp";
+  }
+  return "auto";
+}
 
 std::string ConfigError::to_string() const {
   return file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + key_path + ": " +
@@ -44,6 +54,16 @@ constexpr uint64_t kU32Max = std::numeric_limits<uint32_t>::max();
 constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
 constexpr uint16_t kDefaultPeerRdmaPort = 7472;
 constexpr unsigned kMaxWorkers = 256;
+constexpr TransportMode kTransportModes[] = {TransportMode::kAuto, TransportMode::kRdma, TransportMode::kTcp};
+
+// listeners[].target and routes[].target travel in OPEN frames as their
+// canonical text (and targets[] is compared with what arrives there), so the
+// longest endpoint the parser accepts must fit the protocol's target limit:
+// "unix:" + a path of at most sizeof(sun_path) - 1 bytes, or "tcp:[IPv6]:65535".
+static_assert(sizeof("unix:") - 1 + sizeof(sockaddr_un::sun_path) - 1 <= kMaxTargetLength,
+              "a unix endpoint the parser accepts would not fit in an OPEN frame");
+static_assert(sizeof("tcp:[]:65535") - 1 + INET6_ADDRSTRLEN - 1 <= kMaxTargetLength,
+              "a tcp endpoint the parser accepts would not fit in an OPEN frame");
 
 using Keys = std::vector<std::string_view>;
 
@@ -420,7 +440,17 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
   auto fields = *read_map(top, kTopKeys, false);
 
   if (require(fields, top, "node")) {
-    if (auto s = get_string(*find(fields, "node"))) cfg->node = *s;
+    const Value& node = *find(fields, "node");
+    if (auto s = get_string(node)) {
+      // The node name travels in HELLO, whose length field is one byte.
+      if (s->size() > kMaxNodeNameLength)
+        error(node.mark, node.path,
+              "must be at most " + std::to_string(kMaxNodeNameLength) +
+                  " bytes long (the tunnel handshake carries it), got " + std::to_string(s->size()) +
+                  " bytes: " + quote(*s));
+      else
+        cfg->node = *s;
+    }
   }
 
   std::string ignored;
@@ -499,13 +529,13 @@ void Parser::parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size) {
     return read_number(f, key, out, min, max, size);
   };
   bool slab_ok = number("slab_size", &r->slab_size, kMiB, 64 * kGiB, true);
-  bool recv_ok = number("recv_depth", &r->recv_depth, 8, 8192, false);
+  bool recv_ok = number("recv_depth", &r->recv_depth, kRdmaRecvDepthMin, kRdmaRecvDepthMax, false);
   number("send_depth", &r->send_depth, 8, 8192, false);
   number("busy_poll_us", &r->busy_poll_us, 0, 1000000, false);
   number("inline_threshold", &r->inline_threshold, 0, 96, false);
   // Every session keeps recv_depth buffers posted; a slab that cannot hold
   // a few sessions' worth could never work.
-  uint64_t stride = buffer_size + 512;
+  uint64_t stride = buffer_size + kBufferHeadroom;
   if (slab_ok && recv_ok && r->slab_size < stride * r->recv_depth * 4) {
     const Value* at = find(f, "slab_size") ? find(f, "slab_size") : find(f, "recv_depth");
     if (at)
@@ -542,19 +572,21 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   }
   bool transport_ok = true;
   if (const Value* x = find(f, "transport")) {
-    auto s = get_choice(*x, {"auto", "rdma", "tcp"});
+    Keys names;
+    for (TransportMode m : kTransportModes) names.push_back(transport_mode_name(m));
+    auto s = get_choice(*x, names);
     transport_ok = s.has_value();
-    if (s == "auto") t->transport = TransportMode::kAuto;
-    if (s == "rdma") t->transport = TransportMode::kRdma;
-    if (s == "tcp") t->transport = TransportMode::kTcp;
+    for (TransportMode m : kTransportModes)
+      if (s == transport_mode_name(m)) t->transport = m;
   }
 
   auto number = [&](std::string_view key, auto* out, uint64_t min, uint64_t max, bool size) {
     return read_number(f, key, out, min, max, size);
   };
-  bool buffer_ok = number("buffer_size", &t->buffer_size, kKiB, kMiB, true);
-  bool window_ok = number("stream_window", &t->stream_window, kKiB, 64 * kMiB, true);
-  bool budget_ok = number("session_budget", &t->session_budget, kKiB, kU64Max, true);
+  // What HELLO announces: the peer refuses values outside these limits.
+  bool buffer_ok = number("buffer_size", &t->buffer_size, kMaxDataMin, kMaxDataMax, true);
+  bool window_ok = number("stream_window", &t->stream_window, kStreamWindowMin, kStreamWindowMax, true);
+  bool budget_ok = number("session_budget", &t->session_budget, kSessionWindowMin, kSessionWindowMax, true);
   bool interval_ok = number("keepalive_interval_ms", &t->keepalive_interval_ms, 100, 3600000, false);
   bool timeout_ok = number("keepalive_timeout_ms", &t->keepalive_timeout_ms, 1, kU32Max, false);
   number("connect_timeout_ms", &t->connect_timeout_ms, 100, 600000, false);

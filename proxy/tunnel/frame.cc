@@ -144,15 +144,18 @@ bool decode_hello(std::span<const uint8_t> payload, HelloPayload* out, std::stri
     *reason = "unsupported protocol version " + std::to_string(out->version);
     return false;
   }
-  if (out->max_data < 1024 || out->max_data > 1024 * 1024) {
-    *reason = "HELLO max_data " + std::to_string(out->max_data) + " outside 1024..1048576";
-    return false;
-  }
-  if (out->stream_window > 64u * 1024 * 1024 || out->session_window > (1ull << 32)) {
-    *reason = "HELLO windows too large (stream " + std::to_string(out->stream_window) + ", session " +
-              std::to_string(out->session_window) + ")";
-    return false;
-  }
+  // The ranges the config parser enforces on buffer_size, stream_window and
+  // session_budget (common/protocol_limits.h): a peer whose config passed
+  // --check is never refused here.
+  auto outside = [&](const char* field, uint64_t value, uint64_t min, uint64_t max) {
+    if (value >= min && value <= max) return false;
+    *reason = std::string("HELLO ") + field + " " + std::to_string(value) + " outside " + std::to_string(min) +
+              ".." + std::to_string(max);
+    return true;
+  };
+  if (outside("max_data", out->max_data, kMaxDataMin, kMaxDataMax)) return false;
+  if (outside("stream_window", out->stream_window, kStreamWindowMin, kStreamWindowMax)) return false;
+  if (outside("session_window", out->session_window, kSessionWindowMin, kSessionWindowMax)) return false;
   if (out->stream_window < out->max_data || out->session_window < out->stream_window) {
     *reason = "HELLO windows inconsistent (stream " + std::to_string(out->stream_window) +
               ", session " + std::to_string(out->session_window) + ")";

@@ -9,18 +9,23 @@
 #include <string>
 #include <string_view>
 
+#include "common/protocol_limits.h"
+
 namespace rdmagw::tunnel {
 
 inline constexpr uint16_t kProtocolVersion = 1;
 inline constexpr size_t kHeaderSize = 12;
-// Largest payload of any frame; DATA payloads are further limited by the
-// peer's advertised max_data (its buffer size).
-inline constexpr uint32_t kMaxPayload = 1024 * 1024 + 512;
-inline constexpr size_t kMaxTargetLength = 300;
-inline constexpr size_t kMaxNodeNameLength = 255;
-// Room a local-side buffer keeps in front of the payload so that an OPEN or
-// DATA header can be written in place, without copying the payload.
-inline constexpr size_t kBufferHeadroom = 512;
+// The limits shared with the config parser (common/protocol_limits.h), also
+// reachable as tunnel::k...: kMaxPayload is the largest payload of any frame
+// (DATA payloads are further limited by the receiver's max_data, its buffer
+// size); kBufferHeadroom is the room a buffer keeps in front of its payload
+// for an OPEN or DATA header written in place.
+using rdmagw::kBufferHeadroom;
+using rdmagw::kMaxNodeNameLength;
+using rdmagw::kMaxPayload;
+using rdmagw::kMaxTargetLength;
+static_assert(kHeaderSize + 2 + kMaxTargetLength <= kBufferHeadroom,
+              "an OPEN header (frame header, target length, target) fits in the headroom");
 
 enum class FrameType : uint8_t {
   kHello = 1,

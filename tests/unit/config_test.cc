@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "common/protocol_limits.h"
 #include "config/config.h"
+#include "config/config_diff.h"
 
 using rdmagw::Config;
 using rdmagw::ConfigError;
@@ -289,6 +291,93 @@ TEST_CASE("byte sizes reject bad suffixes, fractions and out-of-range values", "
                 {{3, 19, "tunnel.session_budget", "got a list"}});
 }
 
+// ---------------------------------------------------------------------------
+// Protocol limits (common/protocol_limits.h). Every value that travels to the
+// peer is accepted up to the limit the peer's decoder enforces and refused one
+// past it, with the value and the range in the message; tests/unit/frame_test.cc
+// checks the decoder side of the same limits.
+
+TEST_CASE("tunnel sizes are accepted at the protocol limits", "[config][limits]") {
+  auto c = parse_ok(lines({"node: a", "tunnel:", "  buffer_size: 1048576", "  stream_window: 67108864",
+                           "  session_budget: 4294967296"}));
+  CHECK(c->tunnel.buffer_size == rdmagw::kMaxDataMax);
+  CHECK(c->tunnel.stream_window == rdmagw::kStreamWindowMax);
+  CHECK(c->tunnel.session_budget == rdmagw::kSessionWindowMax);
+  c = parse_ok(lines({"node: a", "tunnel:", "  buffer_size: 1024", "  stream_window: 1024",
+                      "  session_budget: 1024"}));
+  CHECK(c->tunnel.buffer_size == rdmagw::kMaxDataMin);
+  CHECK(c->tunnel.stream_window == rdmagw::kStreamWindowMin);
+  CHECK(c->tunnel.session_budget == rdmagw::kSessionWindowMin);
+}
+
+TEST_CASE("tunnel sizes one past the protocol limits are refused with value and range", "[config][limits][errors]") {
+  expect_errors(lines({kNode, "tunnel:", "  buffer_size: 1048577"}),
+                {{3, 16, "tunnel.buffer_size", "must be between 1KiB and 1MiB, got 1048577"}});
+  expect_errors(lines({kNode, "tunnel:", "  buffer_size: 1023"}),
+                {{3, 16, "tunnel.buffer_size", "must be between 1KiB and 1MiB, got 1023"}});
+  expect_errors(lines({kNode, "tunnel:", "  stream_window: 67108865"}),
+                {{3, 18, "tunnel.stream_window", "must be between 1KiB and 64MiB, got 67108865"}});
+  expect_errors(lines({kNode, "tunnel:", "  stream_window: 1023"}),
+                {{3, 18, "tunnel.stream_window", "must be between 1KiB and 64MiB, got 1023"}});
+  expect_errors(lines({kNode, "tunnel:", "  session_budget: 4294967297"}),
+                {{3, 19, "tunnel.session_budget", "must be between 1KiB and 4GiB, got 4294967297"}});
+  expect_errors(lines({kNode, "tunnel:", "  session_budget: 1023"}),
+                {{3, 19, "tunnel.session_budget", "must be between 1KiB and 4GiB, got 1023"}});
+}
+
+TEST_CASE("session_budget beyond what HELLO may announce is refused (it was accepted up to 2^64-1)",
+          "[config][limits][errors]") {
+  expect_errors(lines({kNode, "tunnel:", "  session_budget: 18446744073709551615"}),
+                {{3, 19, "tunnel.session_budget",
+                  "must be between 1KiB and 4GiB, got 18446744073709551615"}});
+  expect_errors(lines({kNode, "tunnel:", "  session_budget: 5GiB"}),
+                {{3, 19, "tunnel.session_budget",
+                  "must be between 1KiB and 4GiB, got '5GiB' (5368709120 bytes)"}});
+  CHECK(parse_ok(lines({kNode, "tunnel:", "  session_budget: 4GiB"}))->tunnel.session_budget ==
+        4294967296ull);
+}
+
+TEST_CASE("node names are accepted up to the 255 bytes HELLO carries", "[config][limits]") {
+  const std::string at_limit(rdmagw::kMaxNodeNameLength, 'n');
+  CHECK(parse_ok("node: " + at_limit + "\n")->node == at_limit);
+  expect_errors("node: " + at_limit + "n\n",
+                {{1, 7, "node",
+                  "must be at most 255 bytes long (the tunnel handshake carries it), got 256 bytes: 'nnnn"}});
+  // Bytes, not characters: 128 two-byte characters are 256 bytes.
+  std::string wide;
+  for (int i = 0; i < 128; ++i) wide += "\xc3\xa9";  // U+00E9
+  expect_errors("node: " + wide + "\n", {{1, 7, "node", "got 256 bytes"}});
+}
+
+TEST_CASE("tunnel.rdma.recv_depth is accepted within the limits the peer's RDMA CM check uses",
+          "[config][limits]") {
+  // 8192 receives of 16KiB + headroom need a 528MiB slab for 4 sessions.
+  auto c = parse_ok(lines({kNode, "tunnel:", "  rdma:", "    recv_depth: 8192", "    slab_size: 1GiB"}));
+  CHECK(c->tunnel.rdma.recv_depth == rdmagw::kRdmaRecvDepthMax);
+  CHECK(parse_ok(lines({kNode, "tunnel:", "  rdma:", "    recv_depth: 8"}))->tunnel.rdma.recv_depth ==
+        rdmagw::kRdmaRecvDepthMin);
+  expect_errors(lines({kNode, "tunnel:", "  rdma:", "    recv_depth: 8193", "    slab_size: 1GiB"}),
+                {{4, 17, "tunnel.rdma.recv_depth", "must be between 8 and 8192, got 8193"}});
+  expect_errors(lines({kNode, "tunnel:", "  rdma:", "    recv_depth: 7"}),
+                {{4, 17, "tunnel.rdma.recv_depth", "must be between 8 and 8192, got 7"}});
+}
+
+TEST_CASE("the longest endpoints the parser accepts fit in an OPEN frame's target", "[config][limits]") {
+  const std::string longest_path = "/" + std::string(106, 'p');  // sun_path holds 107 bytes + NUL
+  auto c = parse_ok(lines({kNode, kPeers, kPeerB1, kPeerB2, kPeerB3, "listeners:", "  - name: l",
+                           "    listen: tcp:127.0.0.1:6000", "    peer: host-b",
+                           "    target: \"tcp:[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535\"", "targets:"}) +
+                    "  - unix:" + longest_path + "\n");
+  REQUIRE(c->targets.size() == 1);
+  CHECK(c->targets[0].to_string().size() == 112);
+  CHECK(c->targets[0].to_string().size() <= rdmagw::kMaxTargetLength);
+  REQUIRE(c->listeners.size() == 1);
+  CHECK(c->listeners[0].target.to_string().size() <= rdmagw::kMaxTargetLength);
+  // One byte more is not a unix socket path at all.
+  expect_errors(lines({kNode, "targets:"}) + "  - unix:" + longest_path + "p\n",
+                {{3, 5, "targets[0]", "longer than 107 bytes"}});
+}
+
 TEST_CASE("integers may be quoted", "[config]") {
   auto c = parse_ok(lines({"node: a", "workers: \"4\"", "tunnel:", "  tcp_port: '7600'"}));
   CHECK(c->workers == 4);
@@ -511,6 +600,23 @@ TEST_CASE("an invalid admin address", "[config][errors]") {
   expect_errors(lines({kNode, "admin: localhost:9901"}),
                 {{2, 8, "admin", "invalid address 'localhost:9901'"}});
   expect_errors(lines({kNode, "admin: 9901"}), {{2, 8, "admin", "invalid address '9901'"}});
+}
+
+TEST_CASE("transport_mode_name spells each mode as the YAML does, and parses back", "[config]") {
+  CHECK(rdmagw::transport_mode_name(TransportMode::kAuto) == "auto");
+  CHECK(rdmagw::transport_mode_name(TransportMode::kRdma) == "rdma");
+  CHECK(rdmagw::transport_mode_name(TransportMode::kTcp) == "tcp");
+  for (TransportMode m : {TransportMode::kAuto, TransportMode::kRdma, TransportMode::kTcp}) {
+    std::string text = "node: a\ntunnel:\n  transport: " + std::string(rdmagw::transport_mode_name(m)) + "\n";
+    CHECK(parse_ok(text)->tunnel.transport == m);
+  }
+}
+
+TEST_CASE("a transport change is named with the YAML spelling when a reload refuses it", "[config]") {
+  auto running = parse_ok(lines({"node: a", "tunnel:", "  transport: tcp"}));
+  auto next = parse_ok(lines({"node: a", "tunnel:", "  transport: rdma"}));
+  CHECK(rdmagw::restart_only_changes(*running, *next) ==
+        std::vector<std::string>{"tunnel.transport: tcp -> rdma"});
 }
 
 TEST_CASE("an invalid transport value", "[config][errors]") {

@@ -1,7 +1,12 @@
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "common/protocol_limits.h"
+#include "config/config.h"
 #include "proxy/tunnel/frame.h"
 
 using namespace rdmagw::tunnel;
@@ -190,7 +195,7 @@ TEST_CASE("payload decoders reject inconsistent contents") {
     encode_hello(buf.data(), in);
     HelloPayload out;
     CHECK_FALSE(decode_hello(std::span<const uint8_t>(buf).subspan(kHeaderSize), &out, &reason));
-    CHECK_THAT(reason, Catch::Contains("too large"));
+    CHECK_THAT(reason, Catch::Contains("session_window 4294967297 outside 1024..4294967296"));
   }
   SECTION("OPEN whose target runs past the payload") {
     std::vector<uint8_t> p = {50, 0, 't', 'c'};
@@ -202,4 +207,169 @@ TEST_CASE("payload decoders reject inconsistent contents") {
     OpenPayload out;
     CHECK_FALSE(decode_open(p, &out, &reason));
   }
+}
+
+// ---------------------------------------------------------------------------
+// Protocol limits (common/protocol_limits.h): the decoder accepts each limit
+// and refuses one past it. tests/unit/config_test.cc checks the parser side.
+
+namespace {
+HelloPayload hello(uint32_t max_data, uint32_t stream_window, uint64_t session_window, std::string node = "n") {
+  HelloPayload h;
+  h.max_data = max_data;
+  h.stream_window = stream_window;
+  h.session_window = session_window;
+  h.node = std::move(node);
+  return h;
+}
+
+// Encodes `in`, passes it through a receiver's stream decoder and HELLO
+// decoder, as a session does.
+bool hello_accepted(const HelloPayload& in, HelloPayload* out, std::string* reason) {
+  std::vector<uint8_t> buf(kHeaderSize + kHelloFixedSize + in.node.size());
+  REQUIRE(encode_hello(buf.data(), in) == buf.size());
+  auto d = decode_all(buf);
+  if (d.last == FrameReader::Status::kError) {
+    *reason = d.reason;
+    return false;
+  }
+  REQUIRE(d.headers.size() == 1);
+  return decode_hello(d.payloads[0], out, reason);
+}
+bool hello_accepted(const HelloPayload& in, std::string* reason) {
+  HelloPayload out;
+  return hello_accepted(in, &out, reason);
+}
+}  // namespace
+
+TEST_CASE("HELLO fields are accepted at the protocol limits and refused one past", "[limits]") {
+  using rdmagw::kMaxDataMax;
+  using rdmagw::kMaxDataMin;
+  using rdmagw::kSessionWindowMax;
+  using rdmagw::kSessionWindowMin;
+  using rdmagw::kStreamWindowMax;
+  using rdmagw::kStreamWindowMin;
+  std::string reason;
+  CHECK(hello_accepted(hello(kMaxDataMax, kStreamWindowMax, kSessionWindowMax), &reason));
+  CHECK(hello_accepted(hello(kMaxDataMin, kStreamWindowMin, kSessionWindowMin), &reason));
+
+  CHECK_FALSE(hello_accepted(hello(kMaxDataMax + 1, kStreamWindowMax, kSessionWindowMax), &reason));
+  CHECK(reason == "HELLO max_data 1048577 outside 1024..1048576");
+  CHECK_FALSE(hello_accepted(hello(kMaxDataMin - 1, kStreamWindowMin, kSessionWindowMin), &reason));
+  CHECK(reason == "HELLO max_data 1023 outside 1024..1048576");
+  CHECK_FALSE(hello_accepted(hello(kMaxDataMax, kStreamWindowMax + 1, kSessionWindowMax), &reason));
+  CHECK(reason == "HELLO stream_window 67108865 outside 1024..67108864");
+  CHECK_FALSE(hello_accepted(hello(kMaxDataMin, kStreamWindowMin - 1, kSessionWindowMin), &reason));
+  CHECK(reason == "HELLO stream_window 1023 outside 1024..67108864");
+  CHECK_FALSE(hello_accepted(hello(kMaxDataMax, kStreamWindowMax, kSessionWindowMax + 1), &reason));
+  CHECK(reason == "HELLO session_window 4294967297 outside 1024..4294967296");
+  CHECK_FALSE(hello_accepted(hello(kMaxDataMin, kStreamWindowMin, kSessionWindowMin - 1), &reason));
+  CHECK(reason == "HELLO session_window 1023 outside 1024..4294967296");
+}
+
+TEST_CASE("HELLO carries a node name of up to 255 bytes and no more", "[limits]") {
+  std::string reason;
+  HelloPayload out;
+  const std::string longest(rdmagw::kMaxNodeNameLength, 'n');
+  REQUIRE(hello_accepted(hello(16384, 262144, 1 << 20, longest), &out, &reason));
+  CHECK(out.node == longest);
+  // One byte more cannot be encoded (node_len is a u8); a header announcing
+  // such a HELLO is refused before its payload is read.
+  std::vector<uint8_t> h(kHeaderSize);
+  encode_header(h.data(), FrameType::kHello, 0, static_cast<uint32_t>(kHelloFixedSize + longest.size()));
+  CHECK(decode_all(h).last == FrameReader::Status::kNeedMore);  // valid, waits for the payload
+  encode_header(h.data(), FrameType::kHello, 0, static_cast<uint32_t>(kHelloFixedSize + longest.size() + 1));
+  auto d = decode_all(h);
+  CHECK(d.last == FrameReader::Status::kError);
+  CHECK(d.reason == "HELLO payload of 281 bytes exceeds limit 280");
+}
+
+TEST_CASE("OPEN carries a target of up to 300 bytes and no more", "[limits]") {
+  std::string reason;
+  OpenPayload open;
+  const std::string longest(rdmagw::kMaxTargetLength, 't');
+  std::vector<uint8_t> buf(kBufferHeadroom + 3, 'x');
+  uint8_t* frame = encode_open_before(buf.data() + kBufferHeadroom, 1, longest, 3);
+  std::vector<uint8_t> wire(frame, buf.data() + buf.size());
+  auto d = decode_all(wire);
+  REQUIRE(d.headers.size() == 1);
+  REQUIRE(decode_open(d.payloads[0], &open, &reason));
+  CHECK(open.target == longest);
+  CHECK(open.first_bytes.size() == 3);
+
+  std::vector<uint8_t> payload(2 + rdmagw::kMaxTargetLength + 1, 't');
+  put_u16(payload.data(), static_cast<uint16_t>(rdmagw::kMaxTargetLength + 1));
+  CHECK_FALSE(decode_open(payload, &open, &reason));
+  CHECK(reason == "OPEN target length 301 invalid");
+
+  // The largest OPEN: the longest target and a full max_data of first bytes.
+  std::vector<uint8_t> h(kHeaderSize);
+  encode_header(h.data(), FrameType::kOpen, 1, 2 + rdmagw::kMaxTargetLength + rdmagw::kMaxDataMax);
+  CHECK(decode_all(h, rdmagw::kMaxDataMax).last == FrameReader::Status::kNeedMore);
+  encode_header(h.data(), FrameType::kOpen, 1, 2 + rdmagw::kMaxTargetLength + rdmagw::kMaxDataMax + 1);
+  CHECK(decode_all(h, rdmagw::kMaxDataMax).last == FrameReader::Status::kError);
+}
+
+// ---------------------------------------------------------------------------
+// The property the limits exist for: whatever `rdmagw --check` accepts, the
+// peer's decoder accepts in the HELLO built from it.
+
+namespace {
+// What a sidecar announces for `config`, filled in as proxy/runtime/worker.cc
+// and Session::send_hello do.
+HelloPayload hello_from(const rdmagw::Config& config) {
+  return hello(config.tunnel.buffer_size, config.tunnel.stream_window, config.tunnel.session_budget,
+               config.node);
+}
+
+rdmagw::ConfigResult parse_tunnel(uint64_t buffer_size, uint64_t stream_window, uint64_t session_budget,
+                                  const std::string& node = "host-a") {
+  std::string text = "node: " + node + "\ntunnel:\n  buffer_size: " + std::to_string(buffer_size) +
+                     "\n  stream_window: " + std::to_string(stream_window) +
+                     "\n  session_budget: " + std::to_string(session_budget) + "\n";
+  return rdmagw::parse_config_text(text, "limits.yaml");
+}
+}  // namespace
+
+TEST_CASE("a HELLO built from the largest config that --check accepts is accepted by the peer", "[limits]") {
+  const std::string longest_node(rdmagw::kMaxNodeNameLength, 'n');
+  auto r = parse_tunnel(rdmagw::kMaxDataMax, rdmagw::kStreamWindowMax, rdmagw::kSessionWindowMax, longest_node);
+  INFO((r.errors.empty() ? "" : r.errors[0].to_string()));
+  REQUIRE(r.config);
+  HelloPayload out;
+  std::string reason;
+  bool accepted = hello_accepted(hello_from(*r.config), &out, &reason);
+  INFO(reason);
+  REQUIRE(accepted);
+  CHECK(out.max_data == rdmagw::kMaxDataMax);
+  CHECK(out.stream_window == rdmagw::kStreamWindowMax);
+  CHECK(out.session_window == rdmagw::kSessionWindowMax);
+  CHECK(out.node == longest_node);
+
+  // The defect this guards against: session_budget 2^64-1 passed --check and
+  // every HELLO carrying it was refused. Now --check refuses it.
+  CHECK_FALSE(parse_tunnel(16384, 262144, UINT64_MAX).config);
+  CHECK_FALSE(parse_tunnel(16384, 262144, rdmagw::kSessionWindowMax + 1).config);
+}
+
+TEST_CASE("config check and HELLO decoder agree on every value around the limits", "[limits]") {
+  auto around = [](uint64_t min, uint64_t max, uint64_t typical) {
+    return std::vector<uint64_t>{min - 1, min, min + 1, typical, max - 1, max, max + 1};
+  };
+  size_t accepted = 0, refused = 0;
+  for (uint64_t b : around(rdmagw::kMaxDataMin, rdmagw::kMaxDataMax, 16384)) {
+    for (uint64_t w : around(rdmagw::kStreamWindowMin, rdmagw::kStreamWindowMax, 262144)) {
+      for (uint64_t s : around(rdmagw::kSessionWindowMin, rdmagw::kSessionWindowMax, 32u << 20)) {
+        bool config_ok = parse_tunnel(b, w, s).config != nullptr;
+        // Every value here fits its wire field, so the HELLO can always be built.
+        std::string reason;
+        bool peer_ok = hello_accepted(hello(static_cast<uint32_t>(b), static_cast<uint32_t>(w), s), &reason);
+        INFO("buffer_size " << b << ", stream_window " << w << ", session_budget " << s << ": " << reason);
+        CHECK(config_ok == peer_ok);
+        (config_ok ? accepted : refused)++;
+      }
+    }
+  }
+  CHECK(accepted > 0);  // the sweep covers both outcomes
+  CHECK(refused > 0);
 }
