@@ -17,6 +17,12 @@ std::string LoopFeatures::describe() const {
 
 EventLoop::~EventLoop() { shut_down(); }
 
+namespace {
+thread_local bool t_sweeping = false;
+}  // namespace
+
+bool IoObject::sweeping() { return t_sweeping; }
+
 IoObject::IoObject(EventLoop& loop) : loop_(loop) { loop_.adopt(this); }
 
 IoObject::~IoObject() { loop_.forget(this); }
@@ -71,11 +77,9 @@ void EventLoop::shut_down() {
   condemned_.clear();
   flush_queue_.clear();
   flushing_.clear();
-  while (first_live_) {
-    IoObject* object = first_live_;
-    object->condemned_ = true;  // retire() from a destructor must not queue it again
-    delete object;              // unlinks itself
-  }
+  t_sweeping = true;
+  while (first_live_) delete first_live_;  // each unlinks itself
+  t_sweeping = false;
 }
 
 bool baseline_io_uring_forced() {

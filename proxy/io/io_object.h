@@ -26,6 +26,10 @@ class IoObject {
 
   // The owner lets go. Idempotent.
   void retire();
+  // True while EventLoop::shut_down() deletes what is left on this thread:
+  // owners' handles then let go without touching their objects, which the
+  // sweep may have deleted already.
+  static bool sweeping();
   bool retired() const { return retired_; }
   unsigned ops_in_flight() const { return in_flight_; }
   EventLoop& loop() const { return loop_; }
@@ -47,7 +51,9 @@ class IoObject {
 };
 
 struct IoRetire {
-  void operator()(IoObject* object) const { object->retire(); }
+  void operator()(IoObject* object) const {
+    if (!IoObject::sweeping()) object->retire();
+  }
 };
 // Owning handle: dropping it retires the object (deleted once idle).
 template <class T>

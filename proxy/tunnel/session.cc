@@ -310,18 +310,21 @@ void Session::flush() {
 }
 
 void Session::dispatch(Stream& stream, uint8_t events) {
-  if (events & kEventLost) {
-    detach(stream);
-    stream.on_session_lost(end_reason_);
-    return;
-  }
   if (events & kEventReset) {
     detach(stream);
     stream.on_peer_reset(stream.reset_code_);
     return;
   }
+  // A FIN parsed before the session ended (an RDMA disconnect takes in the
+  // last messages first) still counts: the stream may finish cleanly on it.
   if (events & kEventFin) stream.on_peer_fin();
-  if ((events & kEventCredit) && stream.session_ == this) stream.on_send_credit();
+  if (stream.session_ != this) return;  // it finished and detached itself
+  if (events & kEventLost) {
+    detach(stream);
+    stream.on_session_lost(end_reason_);
+    return;
+  }
+  if (events & kEventCredit) stream.on_send_credit();
 }
 
 void Session::notify_blocked_streams() {

@@ -24,9 +24,12 @@ std::string_view transport_kind_name(TransportKind kind);
 // How a transport ends.
 enum class CloseMode : uint8_t {
   kAbort,  // drop what is queued: errors, peers that misbehave
-  kFlush,  // frames already queued still go out first, bounded in time:
-           // a session that ended cleanly (drained, shutting down)
+  kFlush,  // frames already queued still go out first, for at most
+           // kCloseFlushSeconds: a session that ended cleanly (drained, shutting down)
 };
+// A peer that does not take our last frames cannot hold a closing transport
+// (and its buffers) longer than this.
+inline constexpr int kCloseFlushSeconds = 2;
 
 // Implemented by the session: frames arrive here.
 class TransportSink {

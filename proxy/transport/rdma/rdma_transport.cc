@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/protocol_limits.h"
 #include "proxy/transport/rdma/frame_packing.h"
 #include "proxy/tunnel/frame.h"
 
@@ -36,8 +37,8 @@ bool decode_params(const void* data, size_t len, ConnectionParams* out) {
   out->magic = tunnel::get_u32(p);
   out->recv_depth = tunnel::get_u32(p + 4);
   out->buffer_size = tunnel::get_u32(p + 8);
-  return out->magic == kPrivateMagic && out->recv_depth >= 8 && out->recv_depth <= 65536 &&
-         out->buffer_size >= 1024 + kRdmaHeaderSize;
+  return out->magic == kPrivateMagic && out->recv_depth >= kRdmaRecvDepthMin &&
+         out->recv_depth <= kRdmaRecvDepthMax && out->buffer_size >= kMaxDataMin + kRdmaHeaderSize;
 }
 
 bool set_nonblocking(int fd) {
@@ -346,7 +347,7 @@ void RdmaTransport::close(tunnel::CloseMode mode) {
     // peer would see its streams reset rather than closed.
     flushing_on_close_ = true;
     flush();
-    flush_timeout_.tv_sec = 2;
+    flush_timeout_.tv_sec = tunnel::kCloseFlushSeconds;
     io_uring_sqe* s = loop_.sqe(&flush_timer_op_);
     io_uring_prep_timeout(s, &flush_timeout_, 0, 0);
     flush_timer_armed_ = true;

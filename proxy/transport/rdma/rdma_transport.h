@@ -53,7 +53,7 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   ByteQueue& outbound() override { return outbound_; }
   void request_send() override;
   // With kFlush, frames already queued (and credits permitting) still go
-  // out, and the QP stays up until their sends complete, for at most 2 s.
+  // out, and the QP stays up until their sends complete, for at most kCloseFlushSeconds.
   void close(tunnel::CloseMode mode) override;
   std::string remote_address() const override { return remote_; }
   void describe(tunnel::SessionInfo* out) const override;

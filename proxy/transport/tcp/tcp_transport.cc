@@ -163,7 +163,7 @@ void TcpTransport::close(tunnel::CloseMode mode) {
   closed_ = true;
   sink_ = nullptr;
   // On a clean ending, frames already queued (a last FIN, a GOAWAY, trailing
-  // DATA) still go out, for at most kFlushTimeout: a peer that does not read
+  // DATA) still go out, for at most kCloseFlushSeconds: a peer that does not read
   // cannot hold the connection and its buffers.
   if (flush_first && ops_in_flight() > 0) {
     // The receive stays posted: on_recv drops what arrives until the FIN.
@@ -174,7 +174,7 @@ void TcpTransport::close(tunnel::CloseMode mode) {
     } else {
       ::shutdown(fd_.get(), SHUT_WR);
     }
-    flush_timeout_.tv_sec = 2;
+    flush_timeout_.tv_sec = tunnel::kCloseFlushSeconds;
     io_uring_sqe* s = loop_.sqe(&flush_timer_op_);
     io_uring_prep_timeout(s, &flush_timeout_, 0, 0);
     return;

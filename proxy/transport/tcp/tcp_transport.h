@@ -60,7 +60,7 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   bool closed_ = false;
   bool flushing_on_close_ = false;  // closed, but queued frames still go out first
   // A clean close (close(true)) in progress: after our frames and FIN, we
-  // read and drop until the peer's FIN, for at most 2 s. Closing with its
+  // read and drop until the peer's FIN, for at most kCloseFlushSeconds. Closing with its
   // bytes unread would answer them with a reset, which can cost the peer
   // data it has received but not yet read.
   bool lingering_ = false;
