@@ -279,3 +279,514 @@ TEST_CASE("handshake: a GOAWAY asked for during the handshake follows our HELLO"
   CHECK(w[0].type() == FrameType::kHello);
   CHECK(w[1].is(FrameType::kGoaway, 0));
 }
+
+// ============================================================================
+// OPEN
+// ============================================================================
+
+TEST_CASE("OPEN: the owner accepts; the stream is attached with the peer's id and gets the first bytes via on_peer_data") {
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  FakeStream a("a", &h.log);
+  h.owner.give(a);
+  h.inject(open_bytes(1, kTarget, "hello"));
+  REQUIRE(h.owner.open_requests.size() == 1);
+  CHECK(h.owner.open_requests[0].id == 1);
+  CHECK(h.owner.open_requests[0].target == kTarget);
+  CHECK(a.stream_id() == 1);
+  CHECK(a.session() == h.session.get());
+  CHECK(a.received == "hello");
+  CHECK(a.data_calls == 1);
+  CHECK(h.s().stream_count() == 1);
+  CHECK(h.s().counters().streams_opened == 1);
+  CHECK(h.s().counters().bytes_in == 5);
+  CHECK(h.written().empty());  // an accepted OPEN needs no answer
+
+  SECTION("an OPEN without first bytes does not call on_peer_data") {
+    FakeStream b("b", &h.log);
+    h.owner.give(b);
+    h.inject(open_bytes(3, kTarget));
+    CHECK(b.stream_id() == 3);
+    CHECK(b.data_calls == 0);
+    CHECK(h.s().stream_count() == 2);
+  }
+  h.end_batch();
+  CHECK(h.log.empty());  // nothing else to tell anyone
+}
+
+TEST_CASE("OPEN: the owner refuses; the session answers RESET with the owner's code") {
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  h.owner.refuse_code = ResetCode::kNotAllowed;
+  h.inject(open_bytes(1, "tcp:10.9.9.9:22", "abc"));
+  REQUIRE(h.owner.open_requests.size() == 1);
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kReset, 1));
+  CHECK(w[0].u32() == static_cast<uint32_t>(ResetCode::kNotAllowed));
+  CHECK(h.s().stream_count() == 0);
+  CHECK(h.s().counters().streams_refused == 1);
+  CHECK(h.s().open());
+  // The session goes on: the next OPEN is asked about again.
+  FakeStream b("b", &h.log);
+  h.accept(b, 3);
+}
+
+TEST_CASE("OPEN: an id of our own parity is a protocol error") {
+  SECTION("acceptor gets an even id") {
+    Harness h(Session::Role::kAcceptor);
+    h.handshake();
+    h.inject(open_bytes(2, kTarget));
+    CHECK(h.owner.open_requests.empty());
+    h.expect_protocol_error("parity");
+  }
+  SECTION("dialer gets an odd id") {
+    Harness h(Session::Role::kDialer);
+    h.handshake();
+    h.inject(open_bytes(1, kTarget));
+    CHECK(h.owner.open_requests.empty());
+    h.expect_protocol_error("parity");
+  }
+}
+
+TEST_CASE("OPEN: a reused or decreasing stream id is a protocol error") {
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  SECTION("reused after a refusal") {
+    h.inject(open_bytes(3, kTarget));
+    CHECK(h.written().size() == 1);  // RESET(refused)
+    h.inject(open_bytes(3, kTarget));
+    h.expect_protocol_error("reuses stream id 3");
+  }
+  SECTION("reused while open") {
+    FakeStream a;
+    h.accept(a, 3);
+    h.inject(open_bytes(3, kTarget));
+    h.expect_protocol_error("reuses stream id 3");
+    CHECK(a.lost.size() == 1);
+  }
+  SECTION("going back below the highest id") {
+    FakeStream a;
+    h.accept(a, 5);
+    h.inject(open_bytes(3, kTarget));
+    h.expect_protocol_error("reuses stream id 3");
+  }
+  CHECK(h.owner.open_requests.size() == 1);
+}
+
+TEST_CASE("OPEN: first bytes beyond the stream window are a protocol error") {
+  // max_data == stream_window: an OPEN's payload may hold up to 2 + 300 +
+  // max_data bytes, so with a short target its first bytes can overrun.
+  Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 1 * kKiB, 4 * kKiB));
+  h.handshake();
+  h.inject(open_bytes(1, "x", std::string(1 * kKiB + 1, 'z')));
+  CHECK(h.owner.open_requests.empty());
+  h.expect_protocol_error("OPEN first bytes exceed the window");
+}
+
+TEST_CASE("OPEN: first bytes beyond the session window are a protocol error") {
+  Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 1 * kKiB, 2 * kKiB));
+  h.handshake();
+  FakeStream a, b;
+  h.accept(a, 1, std::string(1 * kKiB, 'a'));  // kept: the session budget stays used
+  h.accept(b, 3, std::string(1 * kKiB, 'b'));
+  h.inject(open_bytes(5, kTarget, "c"));
+  CHECK(h.owner.open_requests.size() == 2);
+  h.expect_protocol_error("OPEN first bytes exceed the window");
+}
+
+TEST_CASE("OPEN: after our GOAWAY an OPEN is answered RESET(shutdown) without asking the owner") {
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  h.s().send_goaway();
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kGoaway, 0));
+  FakeStream a;
+  h.owner.give(a);
+  h.inject(open_bytes(1, kTarget, "abc"));
+  CHECK(h.owner.open_requests.empty());
+  w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kReset, 1));
+  CHECK(w[0].u32() == static_cast<uint32_t>(ResetCode::kShutdown));
+  CHECK(h.s().counters().streams_refused == 0);
+  CHECK(a.session() == nullptr);
+}
+
+TEST_CASE("OPEN: first bytes the stream cannot keep reset it with RESET(resource) and return their budget") {
+  Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 1 * kKiB, 4 * kKiB));
+  h.handshake();
+  FakeStream a("a", &h.log);
+  a.refuse_data = true;
+  h.owner.give(a);
+  h.inject(open_bytes(1, kTarget, std::string(1 * kKiB, 'q')));
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kReset, 1));
+  CHECK(w[0].u32() == static_cast<uint32_t>(ResetCode::kResource));
+  CHECK(a.resets.empty());
+  h.end_batch();
+  REQUIRE(a.resets.size() == 1);
+  CHECK(a.resets[0] == ResetCode::kResource);
+  CHECK(!a.attached_in_last_hook);
+  CHECK(a.session() == nullptr);
+  CHECK(h.s().stream_count() == 0);
+  // The 1 KiB the stream dropped is a quarter of the session budget: returned.
+  w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kWindow, 0));
+  CHECK(w[0].u32() == 1 * kKiB);
+}
+
+// ============================================================================
+// DATA
+// ============================================================================
+
+TEST_CASE("DATA: payload reaches the stream's on_peer_data in order") {
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  FakeStream a("a", &h.log), b("b", &h.log);
+  h.accept(a, 1);
+  h.accept(b, 3);
+  h.inject(cat({data_bytes(1, "abc"), data_bytes(3, "xyz"), data_bytes(1, "def"), data_bytes(1, "")}));
+  CHECK(a.received == "abcdef");
+  CHECK(a.data_calls == 2);  // an empty DATA is not handed over
+  CHECK(b.received == "xyz");
+  CHECK(h.s().counters().bytes_in == 9);
+  CHECK(h.written().empty());  // nothing delivered yet: no WINDOW
+  h.end_batch();
+  CHECK(h.log.empty());
+}
+
+TEST_CASE("DATA: overrunning the stream window is a protocol error") {
+  Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 1 * kKiB, 4 * kKiB));
+  h.handshake();
+  FakeStream a;
+  h.accept(a, 1);
+  h.inject(data_bytes(1, 1 * kKiB));
+  CHECK(h.s().open());
+  h.inject(data_bytes(1, "!"));
+  h.expect_protocol_error("overruns the window of stream 1");
+  CHECK(a.received.size() == 1 * kKiB);
+  REQUIRE(a.lost.size() == 1);
+  CHECK_THAT(a.lost[0], Contains("protocol error"));
+}
+
+TEST_CASE("DATA: overrunning the session window is a protocol error") {
+  Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 1 * kKiB, 2 * kKiB));
+  h.handshake();
+  FakeStream a, b, c;
+  h.accept(a, 1);
+  h.accept(b, 3);
+  h.accept(c, 5);
+  h.inject(cat({data_bytes(1, 1 * kKiB), data_bytes(3, 1 * kKiB)}));
+  CHECK(h.s().open());
+  h.inject(data_bytes(5, "!"));  // stream 5 has credit, the session has none
+  h.expect_protocol_error("DATA exceeds the session window");
+  CHECK(c.received.empty());
+}
+
+TEST_CASE("DATA: DATA after the peer's FIN is a protocol error") {
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  FakeStream a;
+  h.accept(a, 1);
+  h.inject(cat({data_bytes(1, "a"), fin_bytes(1), data_bytes(1, "b")}));
+  h.expect_protocol_error("DATA after FIN on stream 1");
+  CHECK(a.received == "a");
+}
+
+TEST_CASE("DATA: DATA on a stream id never opened is a protocol error") {
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  FakeStream a;
+  h.accept(a, 1);
+  uint32_t id = GENERATE(3u, 2u);  // the peer's next id; one of ours
+  h.inject(data_bytes(id, "x"));
+  h.expect_protocol_error("DATA on unknown stream " + std::to_string(id));
+}
+
+TEST_CASE("DATA: late DATA for a stream we reset is dropped; its session budget returns as WINDOW") {
+  Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 1 * kKiB, 4 * kKiB));
+  h.handshake();
+  FakeStream a("a", &h.log);
+  h.accept(a, 1);
+  h.s().reset_stream(a, ResetCode::kCancel);
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kReset, 1));
+  // The peer had sent these before it saw our RESET.
+  h.inject(data_bytes(1, 512));
+  CHECK(h.s().open());
+  CHECK(a.received.empty());
+  CHECK(h.written().empty());  // 512 is under a quarter of the session window: not yet
+  h.inject(data_bytes(1, 512));
+  w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kWindow, 0));
+  CHECK(w[0].u32() == 1 * kKiB);
+  h.end_batch();
+  CHECK(h.log.empty());  // reset_stream tells the stream nothing
+}
+
+TEST_CASE("DATA: late DATA behind the peer's RESET in the same batch is dropped") {
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  FakeStream a;
+  h.accept(a, 1);
+  h.inject(cat({data_bytes(1, "ab"), reset_bytes(1, ResetCode::kCancel), data_bytes(1, "late")}));
+  CHECK(h.s().open());
+  CHECK(a.received == "ab");
+  h.end_batch();
+  REQUIRE(a.resets.size() == 1);
+  CHECK(a.resets[0] == ResetCode::kCancel);
+}
+
+TEST_CASE("DATA: bytes the stream cannot keep reset it with RESET(resource); their budget returns") {
+  Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 1 * kKiB, 4 * kKiB));
+  h.handshake();
+  FakeStream a("a", &h.log);
+  h.accept(a, 1);
+  a.refuse_data = true;
+  h.inject(cat({data_bytes(1, 1 * kKiB), data_bytes(1, "late")}));
+  CHECK(h.s().open());
+  CHECK(a.data_calls == 1);  // the second DATA was late: dropped
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kReset, 1));
+  CHECK(w[0].u32() == static_cast<uint32_t>(ResetCode::kResource));
+  CHECK(a.resets.empty());
+  h.end_batch();
+  CHECK(a.resets == std::vector<ResetCode>{ResetCode::kResource});
+  CHECK(a.session() == nullptr);
+  w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kWindow, 0));
+  CHECK(w[0].u32() == 1 * kKiB + 4);
+}
+
+// ============================================================================
+// WINDOW
+// ============================================================================
+
+TEST_CASE("WINDOW: stream credit beyond the peer's stream window is a protocol error") {
+  Harness h(Session::Role::kDialer);
+  h.handshake(hello(1 * kKiB, 2 * kKiB, 64 * kKiB));
+  FakeStream a;
+  REQUIRE(h.open(a));
+  CHECK(h.s().take_stream_credit(a, 1 * kKiB) == 1 * kKiB);
+  h.inject(window_bytes(1, 1 * kKiB));  // back to the full 2 KiB: fine
+  CHECK(h.s().open());
+  h.inject(window_bytes(1, 1));
+  h.expect_protocol_error("overflows stream 1");
+}
+
+TEST_CASE("WINDOW: session credit beyond the peer's session window is a protocol error") {
+  Harness h(Session::Role::kDialer);
+  h.handshake(hello(1 * kKiB, 2 * kKiB, 8 * kKiB));
+  FakeStream a;
+  REQUIRE(h.open(a));
+  REQUIRE(h.send(a, std::string(1 * kKiB, 'x')));
+  h.inject(window_bytes(0, 1 * kKiB));
+  CHECK(h.s().open());
+  h.inject(window_bytes(0, 1));
+  h.expect_protocol_error("session WINDOW of 1 exceeds the peer's own budget");
+}
+
+TEST_CASE("WINDOW: on a stream id never opened it is a protocol error; on an ended stream it is ignored") {
+  Harness h(Session::Role::kDialer);
+  h.handshake();
+  FakeStream a;
+  REQUIRE(h.open(a));
+  REQUIRE(h.open(a) == false);  // already attached
+  SECTION("never opened") {
+    h.inject(window_bytes(3, 100));
+    h.expect_protocol_error("WINDOW on unknown stream 3");
+  }
+  SECTION("ended") {
+    h.s().reset_stream(a, ResetCode::kCancel);
+    h.inject(window_bytes(1, 100));
+    CHECK(h.s().open());
+  }
+}
+
+// ============================================================================
+// FIN, RESET
+// ============================================================================
+
+TEST_CASE("FIN: the stream hears on_peer_fin at dispatch; a second FIN is a protocol error") {
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  FakeStream a("a", &h.log);
+  h.accept(a, 1);
+  h.inject(fin_bytes(1));
+  CHECK(a.fin_received());
+  CHECK(!a.tunnel_done());
+  CHECK(a.fins == 0);
+  h.end_batch();
+  CHECK(a.fins == 1);
+  CHECK(a.attached_in_last_hook);
+  CHECK(a.session() == h.session.get());  // FIN one way: the stream goes on
+  SECTION("second FIN") {
+    h.inject(fin_bytes(1));
+    h.expect_protocol_error("second FIN on stream 1");
+  }
+  SECTION("FIN on a stream never opened") {
+    h.inject(fin_bytes(5));
+    h.expect_protocol_error("FIN on unknown stream 5");
+  }
+  SECTION("both FINs crossed") {
+    h.s().send_fin(a);
+    auto w = h.written();
+    REQUIRE(w.size() == 1);
+    CHECK(w[0].is(FrameType::kFin, 1));
+    CHECK(a.tunnel_done());
+    h.s().send_fin(a);  // once only
+    CHECK(h.written().empty());
+  }
+}
+
+TEST_CASE("RESET: the stream gets on_peer_reset with the code at dispatch, detached by then") {
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  FakeStream a("a", &h.log), b("b", &h.log);
+  h.accept(a, 1);
+  h.accept(b, 3);
+  h.inject(reset_bytes(1, ResetCode::kConnectFailed));
+  CHECK(a.resets.empty());
+  CHECK(a.session() == h.session.get());
+  h.end_batch();
+  CHECK(a.resets == std::vector<ResetCode>{ResetCode::kConnectFailed});
+  CHECK(!a.attached_in_last_hook);
+  CHECK(a.session() == nullptr);
+  CHECK(h.s().stream_count() == 1);
+  CHECK(h.written().empty());  // a RESET is not answered
+
+  SECTION("a code this version does not know resets as protocol") {
+    h.inject(reset_bytes(3, 99u));
+    h.end_batch();
+    CHECK(b.resets == std::vector<ResetCode>{ResetCode::kProtocol});
+  }
+  SECTION("a RESET for an ended stream is ignored") {
+    h.inject(reset_bytes(1, ResetCode::kCancel));
+    h.end_batch();
+    CHECK(a.resets.size() == 1);
+    CHECK(h.s().open());
+  }
+  SECTION("a RESET on a stream id never opened is a protocol error") {
+    h.inject(reset_bytes(7, ResetCode::kCancel));
+    h.expect_protocol_error("RESET on unknown stream 7");
+    CHECK(b.lost.size() == 1);
+  }
+}
+
+// ============================================================================
+// PING, PONG, GOAWAY
+// ============================================================================
+
+TEST_CASE("PING is answered by a PONG echoing its value") {
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  h.inject(cat({ping_bytes(0x1122334455667788ull), ping_bytes(7)}));
+  auto w = h.written();
+  REQUIRE(w.size() == 2);
+  CHECK(w[0].is(FrameType::kPong, 0));
+  CHECK(w[0].u64() == 0x1122334455667788ull);
+  CHECK(w[1].u64() == 7);
+}
+
+TEST_CASE("PONG gives the round-trip time from the echoed clock") {
+  Harness h(Session::Role::kDialer);
+  h.handshake();
+  CHECK(h.s().rtt_us() == -1);
+  h.inject(pong_bytes(static_cast<uint64_t>(clock_ns(h.loop.now() - 2ms))));
+  CHECK(h.s().rtt_us() == 2000);
+  // An echo from the future (a confused peer) leaves it alone.
+  h.inject(pong_bytes(static_cast<uint64_t>(clock_ns(h.loop.now() + 1s))));
+  CHECK(h.s().rtt_us() == 2000);
+  CHECK(h.written().empty());
+}
+
+TEST_CASE("GOAWAY: the owner hears on_session_draining at dispatch; no new streams, open ones go on") {
+  Harness h(Session::Role::kDialer);
+  h.handshake();
+  FakeStream a("a", &h.log);
+  REQUIRE(h.open(a, "first"));
+  h.written();
+  h.inject(goaway_bytes());
+  CHECK(h.s().goaway_received());
+  CHECK(!h.s().can_open_streams());
+  CHECK(h.owner.draining == 0);
+  h.end_batch();
+  CHECK(h.owner.draining == 1);
+  FakeStream b;
+  size_t in_use = h.pool.in_use();
+  CHECK(!h.open(b, "refused"));  // its buffer goes back to the pool
+  CHECK(h.pool.in_use() == in_use);
+  CHECK(b.session() == nullptr);
+  CHECK(b.stream_id() == 0);
+  // Stream 1 still carries both ways.
+  REQUIRE(h.send(a, "more"));
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kData, 1));
+  CHECK(w[0].text() == "more");
+  h.inject(data_bytes(1, "reply"));
+  CHECK(a.received == "reply");
+  // A second GOAWAY changes nothing.
+  h.inject(goaway_bytes());
+  h.end_batch();
+  CHECK(h.owner.draining == 1);
+  SessionInfo info;
+  h.s().describe(&info);
+  CHECK(info.state == "draining");
+}
+
+// ============================================================================
+// Malformed payloads
+// ============================================================================
+
+namespace {
+struct Malformed {
+  const char* name;
+  Bytes frame;
+  const char* reason;
+};
+const std::vector<Malformed>& malformed_cases() {
+  static const std::vector<Malformed> cases = {
+      {"WINDOW with a 2-byte payload", raw_bytes(FrameType::kWindow, 1, {1, 0}), "WINDOW payload must be 4 bytes"},
+      {"session WINDOW without payload", raw_bytes(FrameType::kWindow, 0, {}), "WINDOW payload must be 4 bytes"},
+      {"RESET with a 3-byte payload", raw_bytes(FrameType::kReset, 1, {0, 0, 0}), "RESET payload must be 4 bytes"},
+      {"GOAWAY with a 1-byte payload", raw_bytes(FrameType::kGoaway, 0, {0}), "GOAWAY payload must be 4 bytes"},
+      {"PING with a 4-byte payload", raw_bytes(FrameType::kPing, 0, {1, 2, 3, 4}), "PING payload must be 8 bytes"},
+      {"PONG with a 7-byte payload", raw_bytes(FrameType::kPong, 0, {1, 2, 3, 4, 5, 6, 7}),
+       "PONG payload must be 8 bytes"},
+      {"OPEN without a target length", raw_bytes(FrameType::kOpen, 3, {4}), "OPEN without target length"},
+      {"OPEN with an empty target", raw_bytes(FrameType::kOpen, 3, {0, 0}), "OPEN target length 0 invalid"},
+      {"OPEN with a target longer than its payload", raw_bytes(FrameType::kOpen, 3, {9, 0, 'a', 'b'}),
+       "OPEN target length 9 invalid"},
+  };
+  return cases;
+}
+}  // namespace
+
+TEST_CASE("malformed payloads (short u32/u64, bad OPEN) end the session with kProtocolError and kAbort") {
+  size_t i = GENERATE(range(size_t{0}, malformed_cases().size()));
+  const Malformed& m = malformed_cases()[i];
+  INFO(m.name);
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  FakeStream a("a", &h.log);
+  h.accept(a, 1);
+  h.inject(cat({m.frame, ping_bytes(1)}));
+  CHECK(h.transport->refusals == 1);
+  CHECK(h.written().empty());  // the PING behind it was never handled
+  CHECK(a.lost.empty());
+  h.expect_protocol_error(m.reason);
+  // The stream learns of it after the batch, detached.
+  REQUIRE(a.lost.size() == 1);
+  CHECK(!a.attached_in_last_hook);
+  CHECK(a.session() == nullptr);
+  CHECK(h.log == std::vector<std::string>{"a:lost", "owner:closed"});
+}
