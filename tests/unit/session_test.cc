@@ -790,3 +790,197 @@ TEST_CASE("malformed payloads (short u32/u64, bad OPEN) end the session with kPr
   CHECK(a.session() == nullptr);
   CHECK(h.log == std::vector<std::string>{"a:lost", "owner:closed"});
 }
+
+// ============================================================================
+// Credit
+// ============================================================================
+
+TEST_CASE("credit: stream credit runs out at the peer's window; a WINDOW brings on_send_credit") {
+  Harness h(Session::Role::kDialer);
+  h.handshake(hello(1 * kKiB, 2 * kKiB, 1024 * kKiB));
+  FakeStream a("a", &h.log);
+  REQUIRE(h.open(a));
+  CHECK(h.s().take_stream_credit(a, 4 * kKiB) == 1 * kKiB);  // the peer's max_data at most
+  CHECK(h.s().take_stream_credit(a, 4 * kKiB) == 1 * kKiB);
+  CHECK(h.s().counters().credit_stalls == 0);
+  CHECK(h.s().take_stream_credit(a, 4 * kKiB) == 0);
+  CHECK(h.s().counters().credit_stalls == 1);
+  h.end_batch();
+  CHECK(a.credits == 0);
+  h.inject(window_bytes(1, 512));
+  CHECK(a.credits == 0);  // at dispatch, not mid-parse
+  h.end_batch();
+  CHECK(a.credits == 1);
+  CHECK(a.attached_in_last_hook);
+  CHECK(h.s().take_stream_credit(a, 4 * kKiB) == 512);
+  // A WINDOW the stream was not waiting for tells it nothing.
+  h.inject(window_bytes(1, 512));
+  h.end_batch();
+  CHECK(a.credits == 1);
+}
+
+TEST_CASE("credit: refund_stream_credit gives back what a short read did not use") {
+  Harness h(Session::Role::kDialer);
+  h.handshake(hello(1 * kKiB, 2 * kKiB, 1024 * kKiB));
+  FakeStream a;
+  REQUIRE(h.open(a));
+  CHECK(h.s().take_stream_credit(a, 1 * kKiB) == 1 * kKiB);
+  h.s().refund_stream_credit(a, 1000);
+  CHECK(h.s().take_stream_credit(a, 4 * kKiB) == 1 * kKiB);
+  CHECK(h.s().take_stream_credit(a, 4 * kKiB) == 1000);
+  CHECK(h.s().take_stream_credit(a, 4 * kKiB) == 0);
+}
+
+TEST_CASE("credit: first bytes in OPEN use stream and session credit") {
+  Harness h(Session::Role::kDialer);
+  h.handshake(hello(1 * kKiB, 2 * kKiB, 3 * kKiB));
+  FakeStream a, b, c;
+  CHECK(h.s().open_credit() == 1 * kKiB);
+  CHECK(!h.open(a, std::string(1 * kKiB + 1, 'x')));  // more than open_credit(): refused
+  CHECK(a.session() == nullptr);
+  REQUIRE(h.open(a, std::string(1 * kKiB, 'a')));
+  REQUIRE(h.open(b, std::string(1 * kKiB, 'b')));
+  REQUIRE(h.open(c, std::string(512, 'c')));
+  CHECK(h.s().open_credit() == 512);  // the session's budget is what is left
+  CHECK(h.s().take_stream_credit(a, 4 * kKiB) == 1 * kKiB);  // 2 KiB less the 1 KiB in the OPEN
+  CHECK(h.s().take_stream_credit(a, 4 * kKiB) == 0);
+  auto w = h.written();
+  REQUIRE(w.size() == 3);
+  CHECK(w[0].is(FrameType::kOpen, 1));
+  OpenPayload open;
+  std::string reason;
+  REQUIRE(decode_open(w[0].payload, &open, &reason));
+  CHECK(open.target == kTarget);
+  CHECK(open.first_bytes.size() == 1 * kKiB);
+  CHECK(h.s().counters().bytes_out == 2 * kKiB + 512);
+}
+
+TEST_CASE("credit: session credit runs out; blocked streams hear on_send_credit in order after a session WINDOW") {
+  Harness h(Session::Role::kDialer);
+  h.handshake(hello(1 * kKiB, 2 * kKiB, 2 * kKiB));
+  FakeStream a("a", &h.log), b("b", &h.log), c("c", &h.log);
+  REQUIRE(h.open(a));
+  REQUIRE(h.open(b));
+  REQUIRE(h.open(c));
+  REQUIRE(h.send(a, std::string(1 * kKiB, 'a')));
+  REQUIRE(h.send(b, std::string(1 * kKiB, 'b')));
+  // The session's 2 KiB are in flight; c and then b have stream credit but
+  // find no session credit.
+  CHECK(h.s().take_stream_credit(c, 100) == 100);
+  CHECK(!h.s().take_session_credit(c, 100));
+  CHECK(h.s().take_stream_credit(b, 100) == 100);
+  CHECK(!h.s().take_session_credit(b, 100));
+  CHECK(!h.s().take_session_credit(c, 100));  // asking again keeps its place
+  CHECK(h.s().counters().credit_stalls == 3);
+  h.end_batch();
+  CHECK(h.log.empty());
+  h.s().tick(h.loop.now());  // no credit yet: nobody is told
+  h.end_batch();
+  CHECK(h.log.empty());
+  auto w = of_type(h.written(), FrameType::kData);
+  CHECK(w.size() == 2);
+
+  h.inject(window_bytes(0, 1 * kKiB));
+  CHECK(h.log.empty());
+  h.end_batch();
+  CHECK(h.log == std::vector<std::string>{"c:credit", "b:credit"});
+  CHECK(a.credits == 0);
+  CHECK(h.s().take_session_credit(c, 100));
+  CHECK(h.s().take_session_credit(b, 100));
+}
+
+TEST_CASE("credit: the receiver grants stream WINDOW only after delivered(), a quarter window at a time") {
+  // stream window 4 KiB (quarter 1 KiB), session window large (quarter 16 KiB).
+  Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 4 * kKiB, 64 * kKiB));
+  h.handshake();
+  FakeStream a;
+  h.accept(a, 1);
+  h.inject(cat({data_bytes(1, 1 * kKiB), data_bytes(1, 1 * kKiB)}));
+  h.end_batch();
+  CHECK(h.written().empty());  // received is not delivered
+  h.s().delivered(a, 512);
+  CHECK(h.written().empty());  // under a quarter, and the peer has half the window left
+  h.s().delivered(a, 512);
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kWindow, 1));
+  CHECK(w[0].u32() == 1 * kKiB);
+  // The peer is down to its last quarter: even a small delivery is granted.
+  h.inject(cat({data_bytes(1, 1 * kKiB), data_bytes(1, 1 * kKiB)}));
+  CHECK(h.written().empty());
+  h.s().delivered(a, 100);
+  w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kWindow, 1));
+  CHECK(w[0].u32() == 100);
+  // The session budget (quarter 16 KiB) has seen no grant yet.
+  h.s().delivered(a, 2 * kKiB + 924);
+  w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kWindow, 1));
+  CHECK(w[0].u32() == 2 * kKiB + 924);
+}
+
+TEST_CASE("credit: the session WINDOW follows deliveries, a quarter of the session window at a time") {
+  Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 1 * kKiB, 4 * kKiB));
+  h.handshake();
+  FakeStream a, b;
+  h.accept(a, 1);
+  h.accept(b, 3);
+  h.inject(cat({data_bytes(1, 1 * kKiB), data_bytes(3, 1 * kKiB)}));
+  h.s().delivered(a, 512);
+  auto w = h.written();
+  REQUIRE(w.size() == 1);  // stream 1's quarter (256) is reached, the session's (1 KiB) not
+  CHECK(w[0].is(FrameType::kWindow, 1));
+  CHECK(w[0].u32() == 512);
+  h.s().delivered(b, 512);
+  w = h.written();
+  REQUIRE(w.size() == 2);
+  CHECK(w[0].is(FrameType::kWindow, 3));
+  CHECK(w[0].u32() == 512);
+  CHECK(w[1].is(FrameType::kWindow, 0));
+  CHECK(w[1].u32() == 1 * kKiB);
+}
+
+TEST_CASE("credit: bytes delivered inside on_peer_data return as WINDOW at once") {
+  Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 4 * kKiB, 16 * kKiB));
+  h.handshake();
+  FakeStream a;
+  a.deliver_now = 1 * kKiB;
+  h.accept(a, 1);
+  h.inject(data_bytes(1, 1 * kKiB));
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kWindow, 1));
+  CHECK(w[0].u32() == 1 * kKiB);
+  h.inject(cat({data_bytes(1, 1 * kKiB), data_bytes(1, 1 * kKiB), data_bytes(1, 1 * kKiB)}));
+  w = h.written();
+  REQUIRE(w.size() == 4);  // the fourth KiB fills the session's quarter (4 KiB)
+  CHECK(w[2].is(FrameType::kWindow, 1));
+  CHECK(w[3].is(FrameType::kWindow, 0));
+  CHECK(w[3].u32() == 4 * kKiB);
+  SECTION("partly delivered: the rest waits for delivered()") {
+    a.deliver_now = 300;
+    h.inject(data_bytes(1, 1 * kKiB));
+    CHECK(h.written().empty());  // 300 is under a quarter
+    h.s().delivered(a, 724);
+    w = h.written();
+    REQUIRE(w.size() == 1);
+    CHECK(w[0].is(FrameType::kWindow, 1));
+    CHECK(w[0].u32() == 1 * kKiB);
+  }
+}
+
+TEST_CASE("credit: after the peer's FIN deliveries return session budget but no stream WINDOW") {
+  Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 1 * kKiB, 4 * kKiB));
+  h.handshake();
+  FakeStream a;
+  h.accept(a, 1);
+  h.inject(cat({data_bytes(1, 1 * kKiB), fin_bytes(1)}));
+  h.end_batch();
+  h.s().delivered(a, 1 * kKiB);
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kWindow, 0));
+  CHECK(w[0].u32() == 1 * kKiB);
+}
