@@ -984,3 +984,301 @@ TEST_CASE("credit: after the peer's FIN deliveries return session budget but no 
   CHECK(w[0].is(FrameType::kWindow, 0));
   CHECK(w[0].u32() == 1 * kKiB);
 }
+
+// ============================================================================
+// Detach
+// ============================================================================
+
+TEST_CASE("detach: close() detaches every stream at dispatch; tunnel_done() tells which had both FINs cross") {
+  Harness h(Session::Role::kDialer);
+  h.handshake();
+  FakeStream a("a", &h.log), b("b", &h.log);
+  REQUIRE(h.open(a));
+  REQUIRE(h.open(b));
+  h.s().send_fin(a);
+  h.inject(fin_bytes(1));
+  h.end_batch();
+  CHECK(a.fins == 1);
+  CHECK(a.tunnel_done());
+  h.log.clear();
+
+  h.s().close(SessionEnd::kLocalClose, "bye", CloseMode::kFlush);
+  CHECK(h.s().state() == Session::State::kClosed);
+  REQUIRE(h.transport->closes.size() == 1);
+  CHECK(h.transport->closes[0] == CloseMode::kFlush);
+  // Until dispatch the streams stay attached, but the session refuses them.
+  CHECK(a.session() == h.session.get());
+  CHECK(b.session() == h.session.get());
+  CHECK(h.s().take_stream_credit(b, 100) == 0);
+  CHECK(!h.s().take_session_credit(b, 1));
+  CHECK(h.s().open_credit() == 0);
+  CHECK(h.log.empty());
+  h.s().close(SessionEnd::kProtocolError, "again", CloseMode::kAbort);  // no-op
+  h.end_batch();
+  CHECK(a.session() == nullptr);
+  CHECK(b.session() == nullptr);
+  CHECK(a.lost == std::vector<std::string>{"bye"});
+  CHECK(b.lost == std::vector<std::string>{"bye"});
+  CHECK(!a.attached_in_last_hook);
+  CHECK(a.tunnel_done());   // only local delivery left
+  CHECK(!b.tunnel_done());  // cannot complete
+  CHECK(h.s().stream_count() == 0);
+  REQUIRE(h.owner.closed.size() == 1);
+  CHECK(h.owner.closed[0].end == SessionEnd::kLocalClose);
+  CHECK(h.owner.closed[0].reason == "bye");
+  // Streams hear of it before the owner does; each is told once.
+  REQUIRE(h.log.size() == 3);
+  CHECK(h.log[2] == "owner:closed");
+  CHECK(h.transport->closes.size() == 1);
+  h.end_batch();
+  CHECK(h.log.size() == 3);
+}
+
+TEST_CASE("detach: the transport failing ends the session with kTransportFailed and detaches its streams") {
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  FakeStream a("a", &h.log);
+  h.accept(a, 1);
+  h.transport->fail("connection reset by peer");
+  CHECK(a.lost.empty());
+  h.expect_closed(SessionEnd::kTransportFailed, CloseMode::kAbort, "connection reset by peer");
+  CHECK(a.lost == std::vector<std::string>{"connection reset by peer"});
+  CHECK(a.session() == nullptr);
+}
+
+TEST_CASE("detach: detach() returns a stream's buffered bytes to the session budget") {
+  Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 4 * kKiB, 4 * kKiB));
+  h.handshake();
+  FakeStream a("a", &h.log);
+  h.accept(a, 1);
+  h.inject(cat({data_bytes(1, 1 * kKiB), data_bytes(1, 1 * kKiB), data_bytes(1, 1 * kKiB)}));
+  CHECK(h.written().empty());
+  h.s().detach(a);
+  CHECK(a.session() == nullptr);
+  CHECK(h.s().stream_count() == 0);
+  auto w = h.written();
+  REQUIRE(w.size() == 1);  // no RESET: detach is the clean end
+  CHECK(w[0].is(FrameType::kWindow, 0));
+  CHECK(w[0].u32() == 3 * kKiB);
+  h.s().detach(a);  // not attached: nothing
+  CHECK(h.written().empty());
+  // The peer may use the budget again (on another stream).
+  FakeStream b;
+  h.accept(b, 3);
+  h.inject(cat({data_bytes(3, 1 * kKiB), data_bytes(3, 1 * kKiB), data_bytes(3, 1 * kKiB), data_bytes(3, 1 * kKiB)}));
+  CHECK(h.s().open());
+  h.end_batch();
+  CHECK(h.log.empty());
+}
+
+TEST_CASE("detach: reset_stream sends RESET and detaches at once, without on_peer_reset") {
+  Harness h(Session::Role::kDialer);
+  h.handshake();
+  FakeStream a("a", &h.log);
+  REQUIRE(h.open(a));
+  h.written();
+  h.s().reset_stream(a, ResetCode::kCancel);
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kReset, 1));
+  CHECK(w[0].u32() == static_cast<uint32_t>(ResetCode::kCancel));
+  CHECK(a.session() == nullptr);
+  CHECK(h.s().stream_count() == 0);
+  h.s().reset_stream(a, ResetCode::kCancel);  // detached: nothing
+  CHECK(h.written().empty());
+  // Frames the peer sent before it saw the RESET are dropped quietly.
+  h.inject(cat({data_bytes(1, "late"), window_bytes(1, 10), fin_bytes(1), reset_bytes(1, ResetCode::kCancel)}));
+  CHECK(h.s().open());
+  h.end_batch();
+  CHECK(h.log.empty());
+  CHECK(a.received.empty());
+}
+
+// ============================================================================
+// Re-entrance
+// ============================================================================
+
+TEST_CASE("re-entrance: hooks other than on_peer_data run only at the end of the batch and may call the session") {
+  Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 4 * kKiB, 64 * kKiB));
+  h.handshake(hello(1 * kKiB, 2 * kKiB, 64 * kKiB));
+  FakeStream a("a", &h.log), b("b", &h.log), c("c", &h.log);
+  h.accept(a, 1);
+  h.accept(b, 3);
+  h.accept(c, 5);
+  // a: the peer's FIN; the stream ends its side and leaves the session.
+  a.on_fin_hook = [&](FakeStream& s) {
+    h.s().send_fin(s);
+    h.s().detach(s);
+  };
+  // b: out of stream credit, then a WINDOW; it sends at once.
+  CHECK(h.s().take_stream_credit(b, 1 * kKiB) == 1 * kKiB);
+  CHECK(h.s().take_stream_credit(b, 1 * kKiB) == 1 * kKiB);
+  CHECK(h.s().take_stream_credit(b, 1 * kKiB) == 0);
+  uint32_t taken = 0;
+  b.on_credit_hook = [&](FakeStream& s) { taken = h.s().take_stream_credit(s, 1 * kKiB); };
+  // c: reset by the peer; it asks for more credit than a detached stream may.
+  uint32_t after_reset = 99;
+  c.on_reset_hook = [&](FakeStream& s) { after_reset = h.s().take_stream_credit(s, 1); };
+
+  h.inject(cat({data_bytes(1, "a"), fin_bytes(1), window_bytes(3, 512), reset_bytes(5, ResetCode::kCancel)}));
+  CHECK(a.received == "a");  // on_peer_data: mid-parse
+  CHECK(h.log.empty());      // everything else: not yet
+  CHECK(a.fins + b.credits + static_cast<int>(c.resets.size()) == 0);
+  CHECK(h.written().empty());
+  h.end_batch();
+  CHECK(h.log == std::vector<std::string>{"a:fin", "b:credit", "c:reset:cancel"});
+  CHECK(taken == 512);
+  CHECK(after_reset == 0);
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kFin, 1));
+  CHECK(a.session() == nullptr);
+  CHECK(a.tunnel_done());
+  CHECK(h.s().stream_count() == 1);
+}
+
+#ifndef NDEBUG
+TEST_CASE("re-entrance: a stream calling its session from on_peer_data trips the assert") {
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  FakeStream a;
+  h.accept(a, 1);
+  a.on_data_hook = [&](FakeStream& s) { h.s().take_stream_credit(s, 1); };
+  fflush(nullptr);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // The child dies of the assert; keep Catch's signal handler and the
+    // assert's message out of the parent's report.
+    signal(SIGABRT, SIG_DFL);
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) dup2(devnull, STDERR_FILENO);
+    h.inject(data_bytes(1, "x"));
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
+}
+#endif
+
+// ============================================================================
+// Stream id exhaustion
+// ============================================================================
+
+TEST_CASE("stream ids: with max_stream_id 7 the dialer opens 1, 3, 5, 7, then drains; open streams go on") {
+  SessionSettings s = settings_for();
+  s.max_stream_id = 7;
+  Harness h(Session::Role::kDialer, s);
+  h.handshake();
+  FakeStream st[5];
+  for (int i = 0; i < 4; ++i) {
+    CHECK(h.s().can_open_streams());
+    REQUIRE(h.open(st[i], "hi"));
+  }
+  CHECK(st[3].stream_id() == 7);
+  CHECK(!h.s().can_open_streams());
+  CHECK(h.s().open());
+  CHECK(h.owner.draining == 0);
+  h.end_batch();
+  CHECK(h.owner.draining == 1);
+  size_t in_use = h.pool.in_use();
+  CHECK(!h.open(st[4], "no"));
+  CHECK(h.pool.in_use() == in_use);
+  CHECK(st[4].session() == nullptr);
+  CHECK(st[4].stream_id() == 0);
+
+  std::vector<uint32_t> ids;
+  for (const Frame& f : of_type(h.written(), FrameType::kOpen)) ids.push_back(f.id());
+  CHECK(ids == std::vector<uint32_t>{1, 3, 5, 7});
+
+  // The streams it carries keep working both ways.
+  REQUIRE(h.send(st[0], "up"));
+  h.inject(data_bytes(7, "down"));
+  CHECK(st[3].received == "down");
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kData, 1));
+  // Ending a stream frees no id.
+  h.s().reset_stream(st[0], ResetCode::kCancel);
+  CHECK(!h.s().can_open_streams());
+  CHECK(!h.open(st[4]));
+  CHECK(of_type(h.written(), FrameType::kOpen).empty());
+  h.end_batch();
+  CHECK(h.owner.draining == 1);
+}
+
+// ============================================================================
+// Control backlog
+// ============================================================================
+
+TEST_CASE("control backlog: a peer that sends PINGs but never reads ends with kPeerNotReading") {
+  // Small windows: the limit is min(session windows) + kControlBacklogLimit.
+  Harness h(Session::Role::kDialer, settings_for(1 * kKiB, 1 * kKiB, 1 * kKiB));
+  h.handshake(hello(1 * kKiB, 1 * kKiB, 1 * kKiB));
+  FakeStream a("a", &h.log);
+  REQUIRE(h.open(a));
+  const size_t pong = kHeaderSize + 8;
+  const size_t limit = 1 * kKiB + kControlBacklogLimit;
+  const size_t pings = limit / pong + 2;
+  Bytes wire;
+  wire.reserve(pings * pong);
+  for (size_t i = 0; i < pings; ++i) {
+    Bytes p = ping_bytes(i);
+    wire.insert(wire.end(), p.begin(), p.end());
+  }
+  // Nothing drains the fake's outbound queue: the PONGs pile up.
+  size_t handed = h.transport->inject(wire);
+  CHECK(handed < pings);
+  CHECK(handed * pong > kControlBacklogLimit);
+  CHECK(h.transport->queued_bytes() > limit);
+  CHECK(h.transport->queued_bytes() <= limit + pong);
+  h.expect_closed(SessionEnd::kPeerNotReading, CloseMode::kAbort, "peer is not reading");
+  CHECK(a.lost.size() == 1);
+}
+
+// ============================================================================
+// Keepalive
+// ============================================================================
+
+TEST_CASE("keepalive: tick() sends PING every keepalive_interval_ms and ends a silent session after keepalive_timeout_ms") {
+  Harness h(Session::Role::kDialer);  // interval 5000 ms, timeout 15000 ms
+  Clock::time_point t0 = h.loop.now();
+  h.s().tick(t0 + 2000ms);  // no PING during the handshake
+  h.handshake();             // (which finds our HELLO alone)
+  FakeStream a("a", &h.log);
+  REQUIRE(h.open(a));
+  h.written();
+
+  h.s().tick(t0 + 4999ms);
+  CHECK(h.written().empty());
+  h.s().tick(t0 + 5000ms);
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kPing, 0));
+  CHECK(w[0].u64() == static_cast<uint64_t>(clock_ns(t0 + 5000ms)));
+  h.s().tick(t0 + 9999ms);
+  CHECK(h.written().empty());
+  h.s().tick(t0 + 10000ms);
+  CHECK(of_type(h.written(), FrameType::kPing).size() == 1);
+
+  SECTION("silence past the timeout") {
+    h.s().tick(t0 + 15000ms);
+    CHECK(h.s().open());
+    h.s().tick(t0 + 15001ms);
+    h.expect_closed(SessionEnd::kKeepaliveTimeout, CloseMode::kAbort, "keepalive timeout");
+    CHECK(a.lost.size() == 1);
+  }
+  SECTION("any frame received restarts the timeout") {
+    h.loop.run_once(5ms);  // the loop's clock moves on
+    Clock::time_point t1 = h.loop.now();
+    REQUIRE(t1 > t0);
+    h.inject(pong_bytes(static_cast<uint64_t>(clock_ns(t0 + 5000ms))));
+    h.s().tick(t0 + 15001ms);
+    h.s().tick(t1 + 15000ms);
+    CHECK(h.s().open());
+    h.s().tick(t1 + 15001ms);
+    h.expect_closed(SessionEnd::kKeepaliveTimeout, CloseMode::kAbort, "15000 ms");
+  }
+}
