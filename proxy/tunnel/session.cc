@@ -585,8 +585,13 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
       stream->reset_code_ = ResetCode::kResource;
       queue_event(*stream, kEventReset);
     } else if (d.delivered > 0) {
+      // As in on_data(): first bytes may have used all of the peer's stream
+      // credit, and nothing else would return it.
       stream->receive_.on_delivered(d.delivered);
       session_receive_.on_delivered(d.delivered);
+      uint64_t g = stream->receive_.take_grant();
+      if (g > 0) send_control(FrameType::kWindow, id, g, 4);
+      grant_session();
     }
   }
   return true;

@@ -439,6 +439,27 @@ TEST_CASE("OPEN: first bytes the stream cannot keep reset it with RESET(resource
   CHECK(w[0].u32() == 1 * kKiB);
 }
 
+TEST_CASE("OPEN: first bytes the stream delivers at once come back as WINDOW credit") {
+  // max_data == stream_window: the OPEN may use the peer's whole stream
+  // credit, which then only a WINDOW can give back.
+  Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 1 * kKiB, 4 * kKiB));
+  h.handshake();
+  FakeStream a;
+  a.deliver_now = 1 * kKiB;
+  h.owner.give(a);
+  h.inject(open_bytes(1, kTarget, std::string(1 * kKiB, 'q')));
+  h.end_batch();
+  auto windows = of_type(h.written(), FrameType::kWindow);
+  REQUIRE(windows.size() == 2);
+  CHECK(windows[0].is(FrameType::kWindow, 1));
+  CHECK(windows[0].u32() == 1 * kKiB);
+  CHECK(windows[1].is(FrameType::kWindow, 0));
+  CHECK(windows[1].u32() == 1 * kKiB);
+  // The peer uses that credit: no overrun.
+  h.inject(data_bytes(1, 1 * kKiB));
+  CHECK(h.s().open());
+}
+
 // ============================================================================
 // DATA
 // ============================================================================
