@@ -383,7 +383,7 @@ bool Session::open_stream(Stream& stream, std::string_view target, uint8_t* buff
     // Ids are never reused: a session whose ids ran out carries its streams
     // to the end, and new ones go to a fresh session.
     log::info("session_ids_exhausted").kv("peer", peer_label()).kv("last_id", id);
-    draining_to_announce_ = true;
+    draining_announced_ = draining_to_announce_ = true;
     request_dispatch();
   }
   return true;

@@ -1230,6 +1230,23 @@ TEST_CASE("stream ids: with max_stream_id 7 the dialer opens 1, 3, 5, 7, then dr
   CHECK(h.owner.draining == 1);
 }
 
+TEST_CASE("stream ids: a session out of ids tells the owner it drains once, and says so, even if GOAWAY follows") {
+  SessionSettings s = settings_for();
+  s.max_stream_id = 1;
+  Harness h(Session::Role::kDialer, s);
+  h.handshake();
+  FakeStream a;
+  REQUIRE(h.open(a));
+  h.end_batch();
+  CHECK(h.owner.draining == 1);
+  SessionInfo info;
+  h.s().describe(&info);
+  CHECK(info.state == "draining");
+  h.inject(goaway_bytes());
+  h.end_batch();
+  CHECK(h.owner.draining == 1);
+}
+
 // ============================================================================
 // Control backlog
 // ============================================================================
