@@ -386,7 +386,7 @@ bool Session::open_stream(Stream& stream, std::string_view target, uint8_t* buff
     // Ids are never reused: a session whose ids ran out carries its streams
     // to the end, and new ones go to a fresh session.
     log::info("session_ids_exhausted").kv("peer", peer_label()).kv("last_id", id);
-    draining_to_announce_ = true;
+    draining_announced_ = draining_to_announce_ = true;
     request_dispatch();
   }
   return true;
@@ -588,8 +588,13 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
       stream->reset_code_ = ResetCode::kResource;
       queue_event(*stream, kEventReset);
     } else if (d.delivered > 0) {
+      // As in on_data(): first bytes may have used all of the peer's stream
+      // credit, and nothing else would return it.
       stream->receive_.on_delivered(d.delivered);
       session_receive_.on_delivered(d.delivered);
+      uint64_t g = stream->receive_.take_grant();
+      if (g > 0) send_control(FrameType::kWindow, id, g, 4);
+      grant_session();
     }
   }
   return true;
