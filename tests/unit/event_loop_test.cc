@@ -591,3 +591,51 @@ TEST_CASE("io: a Flushable destroyed by another flush of the same round is skipp
   CHECK(killer.runs == 1);
   CHECK(victim == nullptr);
 }
+
+// --- run() and the ring's features ----------------------------------------------------------
+
+TEST_CASE("io: run() ticks at its interval until a tick calls stop()") {
+  EventLoop loop;
+  init_loop(loop);
+  int ticks = 0;
+  auto start = Clock::now();
+  loop.run(10ms, [&] {
+    if (++ticks == 3) loop.stop();
+  });
+  auto elapsed = Clock::now() - start;
+  CHECK(ticks == 3);
+  CHECK(elapsed >= 25ms);
+  CHECK(elapsed < 3s);
+}
+
+TEST_CASE("io: run() ends the batch after each tick (objects retired by a tick are deleted)") {
+  EventLoop loop;
+  init_loop(loop);
+  int deaths = 0;
+  auto p = make_io<Probe>(loop, &deaths);
+  int ticks = 0;
+  int deaths_at_second_tick = -1;
+  loop.run(5ms, [&] {
+    ++ticks;
+    if (ticks == 1) p.reset();
+    if (ticks == 2) {
+      deaths_at_second_tick = deaths;
+      loop.stop();
+    }
+  });
+  CHECK(deaths_at_second_tick == 1);
+}
+
+TEST_CASE("io: the ring reports the features it was set up with") {
+  EventLoop loop;
+  init_loop(loop);
+  std::string d = loop.features().describe();
+  if (baseline_io_uring_forced()) {
+    // RDMAGW_IO_URING=baseline: the 5.10 feature set (ctest runs io_tests that way too).
+    CHECK(d == "basic");
+    CHECK_FALSE(loop.features().defer_taskrun);
+    CHECK_FALSE(loop.features().coop_taskrun);
+  } else {
+    CHECK((d == "basic" || d == "coop-taskrun" || d == "single-issuer,defer-taskrun"));
+  }
+}

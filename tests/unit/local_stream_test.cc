@@ -53,10 +53,13 @@ class Owner final : public SessionOwner {
     if (holder) holder->reset();  // the owner lets go, as PeerLink does
   }
   void on_session_draining(Session&) override { ++draining; }
-  Stream* on_stream_open(Session&, uint32_t, std::string_view, ResetCode* refuse) override {
+  Stream* on_stream_open(Session& session, uint32_t id, std::string_view target, ResetCode* refuse) override {
+    if (open_hook) return open_hook(session, id, target, refuse);
     *refuse = ResetCode::kNotAllowed;
     return nullptr;
   }
+  // The far side: what to do with a stream the peer opens.
+  std::function<Stream*(Session&, uint32_t, std::string_view, ResetCode*)> open_hook;
   IoPtr<Session>* holder = nullptr;
   int opened = 0, closed = 0, draining = 0;
   SessionEnd end = SessionEnd::kLocalClose;
@@ -79,14 +82,14 @@ struct Rig {
   IoPtr<Session> session;
   ScriptedTransport* transport = nullptr;
 
-  explicit Rig(SessionSettings settings = {}, PeerHello hello = {}) {
+  explicit Rig(SessionSettings settings = {}, PeerHello hello = {}, Session::Role role = Session::Role::kDialer) {
     std::string error;
     INFO(error);
     REQUIRE(loop.init(256, &error));
     settings.node = "a";
     auto t = make_io<ScriptedTransport>(loop, pool);
     transport = t.get();
-    session = make_io<Session>(loop, pool, Session::Role::kDialer, settings, std::move(t), &owner);
+    session = make_io<Session>(loop, pool, role, settings, std::move(t), &owner);
     owner.holder = &session;
     session->start();
     REQUIRE(transport->inject(testing::hello_frame("b", hello.max_data, hello.stream_window, hello.session_window)));
@@ -433,6 +436,30 @@ TEST_CASE("local: without stream credit the stream stops reading until a WINDOW 
   REQUIRE(rig.run_until([&] { return rig.data_sent(1) == "678"; }));
 }
 
+TEST_CASE("local: without session credit a read is parked until the peer's session WINDOW") {
+  PeerHello hello;  // a session window of one stream window
+  hello.max_data = 1024;
+  hello.stream_window = 4096;
+  hello.session_window = 4096;
+  Rig rig({}, hello);
+  ClientStream a = open_client(rig);
+  ClientStream b = open_client(rig);
+  // a takes the whole session budget.
+  const std::string bulk = pattern(4096);
+  app_send(a.pair.app, bulk);
+  REQUIRE(rig.run_until([&] { return rig.data_sent(1).size() == 4096; }));
+  CHECK(rig.data_sent(1) == bulk);
+  // b reads, but cannot send: no session credit.
+  app_send(b.pair.app, "waiting for credit");
+  rig.run_a_little();
+  CHECK(rig.data_sent(3).empty());
+  CHECK(rig.session->counters().credit_stalls > 0);
+  // The peer returns session credit: the parked bytes leave.
+  REQUIRE(rig.inject(testing::u32_frame(FrameType::kWindow, 0, 1024)));
+  rig.loop.end_batch();
+  REQUIRE(rig.run_until([&] { return rig.data_sent(3) == "waiting for credit"; }));
+}
+
 // --- resets ---------------------------------------------------------------------------------
 
 TEST_CASE("local: peer RESET reaches the app as ECONNRESET, not EOF") {
@@ -655,4 +682,137 @@ TEST_CASE("local: an app that closes cleanly before its stream got a session is 
   AppRead r = app_read_to_end(rig, pair.app.get());
   CHECK(r.error == ECONNRESET);
   CHECK(failed(rig, metrics::StreamFailure::kShutdown) == 1);
+}
+
+// --- the far side: streams the peer opens, to a target here -----------------------------
+
+namespace {
+// A listening target on 127.0.0.1; `endpoint` is what the peer's OPEN names.
+struct Target {
+  UniqueFd listener;
+  Endpoint endpoint;
+  explicit Target(bool listening = true) {
+    listener.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    REQUIRE(listener.valid());
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    if (listening) REQUIRE(::listen(listener.get(), 4) == 0);  // else: bound only, a SYN gets RST
+    socklen_t len = sizeof(a);
+    REQUIRE(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    std::string error;
+    auto ep = make_tcp_endpoint("127.0.0.1", ntohs(a.sin_port), &error);
+    REQUIRE(ep);
+    endpoint = *ep;
+  }
+  // Accepts a connection if one is there (the loop runs between calls).
+  UniqueFd accept_one() {
+    pollfd p{listener.get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) != 1) return UniqueFd();
+    return UniqueFd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  }
+};
+
+std::vector<uint8_t> open_frame(uint32_t id, std::string_view target, std::string_view first) {
+  std::vector<uint8_t> out(kHeaderSize + 2 + target.size() + first.size());
+  uint8_t* payload = out.data() + kHeaderSize + 2 + target.size();
+  if (!first.empty()) std::memcpy(payload, first.data(), first.size());
+  uint8_t* start = encode_open_before(payload, id, target, static_cast<uint32_t>(first.size()));
+  REQUIRE(start == out.data());
+  return out;
+}
+
+// An acceptor session whose peer opens streams to targets here.
+struct FarRig : Rig {
+  FarRig() : Rig({}, {}, Session::Role::kAcceptor) {
+    owner.open_hook = [this](Session& session, uint32_t id, std::string_view target, ResetCode* refuse) -> Stream* {
+      std::string error;
+      auto ep = parse_endpoint(target, &error);
+      if (!ep) {
+        *refuse = ResetCode::kNotAllowed;
+        return nullptr;
+      }
+      return LocalStream::to_target(host, session, id, *ep, refuse);
+    };
+  }
+};
+}  // namespace
+
+TEST_CASE("local: a stream the peer opens connects to its target, carrying the OPEN's first bytes") {
+  FarRig rig;
+  Target target;
+  REQUIRE(rig.inject(open_frame(1, target.endpoint.to_string(), "first bytes")));
+  rig.loop.end_batch();
+  CHECK(rig.host.live == 1);
+  CHECK(rig.metrics.streams_opened_inbound.value() == 1);
+  UniqueFd conn;
+  REQUIRE(rig.run_until([&] {
+    if (!conn.valid()) conn = target.accept_one();
+    return conn.valid();
+  }));
+  AppRead r;
+  REQUIRE(rig.run_until([&] {
+    app_read_some(conn.get(), r);
+    return r.bytes.size() >= 11;
+  }));
+  CHECK(r.bytes == "first bytes");
+  // The target answers and closes its side: DATA then FIN towards the peer.
+  app_send(conn, "answer");
+  REQUIRE(::shutdown(conn.get(), SHUT_WR) == 0);
+  REQUIRE(rig.run_until([&] { return rig.sent(FrameType::kFin, 1).size() == 1; }));
+  CHECK(rig.data_sent(1) == "answer");
+  // The peer ends too: the target reads EOF; the stream is done, cleanly.
+  REQUIRE(rig.inject(testing::fin_frame(1)));
+  rig.loop.end_batch();
+  AppRead rest = app_read_to_end(rig, conn.get());
+  CHECK(rest.eof);
+  CHECK(rest.error == 0);
+  REQUIRE(rig.run_until([&] { return rig.host.live == 0; }));
+  CHECK(rig.sent(FrameType::kReset).empty());
+  CHECK(rig.metrics.target_streams_active.value() == 0);
+}
+
+TEST_CASE("local: a peer's FIN and data that arrive while the target connects are delivered after it connects") {
+  FarRig rig;
+  Target target;
+  REQUIRE(rig.inject(open_frame(1, target.endpoint.to_string(), "")));
+  REQUIRE(rig.inject(testing::data_frame(1, "queued while connecting")));
+  REQUIRE(rig.inject(testing::fin_frame(1)));
+  rig.loop.end_batch();
+  UniqueFd conn;
+  REQUIRE(rig.run_until([&] {
+    if (!conn.valid()) conn = target.accept_one();
+    return conn.valid();
+  }));
+  AppRead r = app_read_to_end(rig, conn.get());
+  CHECK(r.bytes == "queued while connecting");
+  CHECK(r.eof);
+  CHECK(r.error == 0);
+  ::shutdown(conn.get(), SHUT_WR);
+  REQUIRE(rig.run_until([&] { return rig.host.live == 0; }));
+  CHECK(rig.sent(FrameType::kReset).empty());
+}
+
+TEST_CASE("local: a target that refuses the connection sends RESET(refused) to the peer") {
+  FarRig rig;
+  Target target(/*listening=*/false);
+  REQUIRE(rig.inject(open_frame(1, target.endpoint.to_string(), "hi")));
+  rig.loop.end_batch();
+  REQUIRE(rig.run_until([&] { return !rig.sent(FrameType::kReset, 1).empty(); }));
+  CHECK(rig.sent(FrameType::kReset, 1)[0].u32() == static_cast<uint32_t>(ResetCode::kRefused));
+  REQUIRE(rig.run_until([&] { return rig.host.live == 0; }));
+  CHECK(failed(rig, metrics::StreamFailure::kTargetRefused) == 1);
+  CHECK(rig.session->stream_count() == 0);
+}
+
+TEST_CASE("local: a peer RESET while the target connects ends the stream without a reply") {
+  FarRig rig;
+  Target target;
+  REQUIRE(rig.inject(open_frame(1, target.endpoint.to_string(), "")));
+  REQUIRE(rig.inject(testing::reset_frame(1, ResetCode::kCancel)));
+  rig.loop.end_batch();
+  REQUIRE(rig.run_until([&] { return rig.host.live == 0; }));
+  CHECK(rig.sent(FrameType::kReset).empty());
+  CHECK(rig.session->stream_count() == 0);
 }
