@@ -816,3 +816,27 @@ TEST_CASE("local: a peer RESET while the target connects ends the stream without
   CHECK(rig.sent(FrameType::kReset).empty());
   CHECK(rig.session->stream_count() == 0);
 }
+
+TEST_CASE("local: a target that never answers times out: RESET(connect-failed) to the peer") {
+  FarRig rig;
+  rig.host.connect_timeout_ms = 150;
+  // Backlog 0, never accepted: once its queue is full, SYNs are dropped.
+  Target target;
+  REQUIRE(::listen(target.listener.get(), 0) == 0);
+  sockaddr_storage addr = target.endpoint.addr;
+  std::vector<UniqueFd> fillers;
+  for (int i = 0; i < 4; ++i) {
+    UniqueFd f(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    ::connect(f.get(), reinterpret_cast<sockaddr*>(&addr), target.endpoint.addr_len);
+    fillers.push_back(std::move(f));
+  }
+  ::usleep(50 * 1000);  // let the handshakes that can complete do so
+  auto start = Clock::now();
+  REQUIRE(rig.inject(open_frame(1, target.endpoint.to_string(), "")));
+  rig.loop.end_batch();
+  REQUIRE(rig.run_until([&] { return !rig.sent(FrameType::kReset, 1).empty(); }));
+  CHECK(Clock::now() - start >= 100ms);
+  CHECK(rig.sent(FrameType::kReset, 1)[0].u32() == static_cast<uint32_t>(ResetCode::kConnectFailed));
+  REQUIRE(rig.run_until([&] { return rig.host.live == 0; }));
+  CHECK(failed(rig, metrics::StreamFailure::kTargetUnreachable) == 1);
+}
