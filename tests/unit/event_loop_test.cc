@@ -566,7 +566,7 @@ TEST_CASE("io: a flush queued from run_once's batch runs before the batch return
   CHECK(later.runs == 1);
 }
 
-TEST_CASE("io: flushes run before retired objects are deleted, and a destroyed Flushable is unqueued") {
+TEST_CASE("io: a Flushable destroyed while queued is unqueued, not flushed") {
   EventLoop loop;
   auto* gone = new CountingFlush;
   CountingFlush kept;
