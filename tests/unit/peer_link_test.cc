@@ -1,0 +1,749 @@
+// PeerLink with fake connectors: which transport it dials, backoff, the
+// fallback from RDMA to TCP, waiting streams, drain (GOAWAY), shutdown and
+// retirement. Sessions run over ScriptedTransport; no I/O happens, so the
+// loop's ring is never started and time is passed to tick() explicitly (the
+// loop's now() stays where it was when the loop was made).
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/address.h"
+#include "common/buffer_pool.h"
+#include "config/config.h"
+#include "proxy/io/event_loop.h"
+#include "proxy/tunnel/peer_link.h"
+#include "proxy/tunnel/session.h"
+#include "proxy/tunnel/transport.h"
+#include "tests/unit/scripted_transport.h"
+
+using namespace rdmagw;
+using namespace rdmagw::tunnel;
+using rdmagw::testing::ScriptedTransport;
+using namespace std::chrono_literals;
+
+namespace {
+
+class FakeConnector;
+
+class FakeDial final : public Dial {
+ public:
+  explicit FakeDial(FakeConnector* c);
+  ~FakeDial() override;
+
+ private:
+  FakeConnector* connector_;
+};
+
+// Records each dial; the test completes the last one (or fails it at once).
+class FakeConnector final : public Connector {
+ public:
+  explicit FakeConnector(TransportKind kind) : kind_(kind) {}
+  TransportKind kind() const override { return kind_; }
+  std::unique_ptr<Dial> dial(const Endpoint& peer, uint32_t timeout_ms, DialObserver* observer,
+                             std::string* error) override {
+    calls.push_back({peer.to_string(), timeout_ms, observer});
+    if (!fail_at_once.empty()) {
+      *error = fail_at_once;
+      return nullptr;
+    }
+    return std::make_unique<FakeDial>(this);
+  }
+
+  // Ends the last dial.
+  void succeed(IoPtr<Transport> transport) {
+    REQUIRE(live_dials == 1);
+    calls.back().observer->on_dialed(std::move(transport));
+  }
+  void fail(std::string_view reason) {
+    REQUIRE(live_dials == 1);
+    calls.back().observer->on_dial_failed(reason);
+  }
+
+  struct Call {
+    std::string endpoint;
+    uint32_t timeout_ms;
+    DialObserver* observer;
+  };
+  std::vector<Call> calls;
+  std::string fail_at_once;  // non-empty: dial() fails at once with this error
+  int live_dials = 0;
+  int dials_destroyed = 0;
+
+ private:
+  TransportKind kind_;
+};
+
+FakeDial::FakeDial(FakeConnector* c) : connector_(c) { ++connector_->live_dials; }
+FakeDial::~FakeDial() {
+  --connector_->live_dials;
+  ++connector_->dials_destroyed;
+}
+
+// A stream waiting for a session; on attach it opens itself on it (as a
+// local stream does), so that the session carries it.
+class FakeStream final : public Stream, public PendingStream {
+ public:
+  explicit FakeStream(bool open_on_attach = false) : open_on_attach_(open_on_attach) {}
+  ~FakeStream() override = default;
+
+  void attach(Session& session) override {
+    attached_to = &session;
+    ++attaches;
+    if (open_on_attach_) opened = session.open_stream(*this, "tcp:127.0.0.1:9", nullptr, 0);
+  }
+  void abort(ResetCode code, std::string_view reason) override {
+    ++aborts;
+    abort_code = code;
+    abort_reason = std::string(reason);
+  }
+
+  Session* attached_to = nullptr;
+  int attaches = 0;
+  int aborts = 0;
+  bool opened = false;
+  ResetCode abort_code = ResetCode::kCancel;
+  std::string abort_reason;
+  int lost = 0;
+  int resets = 0;
+
+ protected:
+  Delivery on_peer_data(std::span<const uint8_t> bytes) override {
+    Delivery d;
+    d.delivered = static_cast<uint32_t>(bytes.size());
+    return d;
+  }
+  void on_peer_fin() override {}
+  void on_peer_reset(ResetCode) override { ++resets; }
+  void on_send_credit() override {}
+  void on_session_lost(std::string_view) override { ++lost; }
+
+ private:
+  bool open_on_attach_;
+};
+
+// Redirects stderr (the log) to a file while alive.
+class StderrCapture {
+ public:
+  StderrCapture() {
+    char path[] = "/tmp/peer_link_test_XXXXXX";
+    fd_ = ::mkstemp(path);
+    REQUIRE(fd_ >= 0);
+    ::unlink(path);
+    fflush(stderr);
+    saved_ = ::dup(STDERR_FILENO);
+    ::dup2(fd_, STDERR_FILENO);
+  }
+  ~StderrCapture() { restore(); }
+  std::string text() {
+    restore();
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    ::lseek(fd_, 0, SEEK_SET);
+    while ((n = ::read(fd_, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+    return out;
+  }
+
+ private:
+  void restore() {
+    if (saved_ < 0) return;
+    fflush(stderr);
+    ::dup2(saved_, STDERR_FILENO);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  int fd_ = -1;
+  int saved_ = -1;
+};
+
+// The lines of `log` that contain every one of `parts`.
+std::vector<std::string> lines_with(const std::string& log, std::initializer_list<std::string_view> parts) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < log.size()) {
+    size_t end = log.find('\n', start);
+    if (end == std::string::npos) end = log.size();
+    std::string line = log.substr(start, end - start);
+    bool all = true;
+    for (auto p : parts) all = all && line.find(p) != std::string::npos;
+    if (all) out.push_back(line);
+    start = end + 1;
+  }
+  return out;
+}
+
+struct Fixture {
+  BufferPool pool{kBufferHeadroom + 16384, 256};
+  EventLoop loop;  // not initialized: nothing here submits I/O
+  FakeConnector tcp{TransportKind::kTcp};
+  FakeConnector rdma{TransportKind::kRdma};
+  PeerConfig peer;
+  SessionSettings settings;
+  TunnelConfig tunnel;
+  std::unique_ptr<PeerLink> link;
+  Clock::time_point t0;
+
+  explicit Fixture(TransportMode mode, bool with_rdma = true) {
+    peer.name = "b";
+    peer.address = "127.0.0.1";
+    peer.tcp_port = 17471;
+    peer.rdma_port = 17472;
+    std::string error;
+    auto ep = make_tcp_endpoint(peer.address, peer.tcp_port, &error);
+    REQUIRE(ep);
+    peer.tcp_endpoint = *ep;
+    settings.node = "a";
+    tunnel.transport = mode;
+    tunnel.connect_timeout_ms = 1000;
+    tunnel.reconnect_max_ms = 300;
+    t0 = loop.now();
+    Connectors c;
+    c.tcp = &tcp;
+    c.rdma = with_rdma ? &rdma : nullptr;
+    link = std::make_unique<PeerLink>(loop, pool, peer, settings, tunnel, c);
+  }
+
+  PeerInfo info() const {
+    PeerInfo out;
+    link->describe(0, &out);
+    return out;
+  }
+
+  // Completes the last dial of `c` with a scripted transport of its kind.
+  ScriptedTransport* dialed(FakeConnector& c, bool* destroyed = nullptr) {
+    auto t = make_io<ScriptedTransport>(loop, pool, c.kind(), destroyed);
+    ScriptedTransport* raw = t.get();
+    c.succeed(std::move(t));
+    return raw;
+  }
+  // The peer answers the session's HELLO; the batch ends.
+  void peer_hello(ScriptedTransport* t) {
+    REQUIRE(t->inject(testing::hello_frame("peer-b")));
+    loop.end_batch();
+  }
+  ScriptedTransport* bring_up(FakeConnector& c) {
+    ScriptedTransport* t = dialed(c);
+    peer_hello(t);
+    REQUIRE(link->up());
+    return t;
+  }
+};
+
+}  // namespace
+
+// --- which transport start() dials ----------------------------------------------------
+
+TEST_CASE("peer link: start() dials RDMA first in auto when an RDMA connector exists") {
+  Fixture f(TransportMode::kAuto);
+  CHECK(f.info().state == "connecting");
+  f.link->start();
+  REQUIRE(f.rdma.calls.size() == 1);
+  CHECK(f.tcp.calls.empty());
+  CHECK(f.rdma.calls[0].endpoint == "tcp:127.0.0.1:17472");  // the peer's RDMA port
+  CHECK(f.rdma.calls[0].timeout_ms == 1000);                 // connect_timeout_ms
+  CHECK(f.rdma.live_dials == 1);
+  PeerInfo info = f.info();
+  CHECK(info.transport == "rdma");
+  CHECK(info.state == "connecting");
+  CHECK(info.transport_reason == "RDMA device available");
+  // Starting again while a dial is under way dials nothing more.
+  f.link->start();
+  CHECK(f.rdma.calls.size() == 1);
+}
+
+TEST_CASE("peer link: start() dials TCP in tcp mode, and in auto without an RDMA connector") {
+  SECTION("transport: tcp, with an RDMA device") {
+    Fixture f(TransportMode::kTcp);
+    f.link->start();
+    CHECK(f.rdma.calls.empty());
+    REQUIRE(f.tcp.calls.size() == 1);
+    CHECK(f.tcp.calls[0].endpoint == "tcp:127.0.0.1:17471");
+    CHECK(f.tcp.calls[0].timeout_ms == 1000);
+    CHECK(f.info().transport == "tcp");
+    CHECK(f.info().transport_reason == "configured");
+  }
+  SECTION("transport: auto, no RDMA device") {
+    Fixture f(TransportMode::kAuto, /*with_rdma=*/false);
+    f.link->start();
+    CHECK(f.rdma.calls.empty());
+    REQUIRE(f.tcp.calls.size() == 1);
+    CHECK(f.info().transport == "tcp");
+    CHECK(f.info().transport_reason == "no usable RDMA device here");
+  }
+}
+
+TEST_CASE("peer link: a dialed transport becomes a session that says HELLO; the peer's HELLO makes it up") {
+  Fixture f(TransportMode::kTcp);
+  f.link->start();
+  ScriptedTransport* t = f.dialed(f.tcp);
+  CHECK(f.tcp.live_dials == 0);  // the Dial is dropped once it delivered
+  CHECK(t->started());
+  auto frames = t->take_frames();
+  REQUIRE(frames.size() == 1);
+  CHECK(frames[0].type() == FrameType::kHello);
+  CHECK_FALSE(f.link->up());
+  CHECK(f.info().state == "connecting");
+  REQUIRE(f.info().sessions.size() == 1);
+  CHECK(f.info().sessions[0].state == "handshake");
+  f.peer_hello(t);
+  CHECK(f.link->up());
+  PeerInfo info = f.info();
+  CHECK(info.state == "up");
+  REQUIRE(info.sessions.size() == 1);
+  CHECK(info.sessions[0].state == "open");
+  CHECK(info.sessions[0].role == "dialer");
+  CHECK(info.sessions[0].transport == "tcp");
+  CHECK(info.sessions[0].peer_node == "peer-b");
+}
+
+// --- failures and backoff ----------------------------------------------------------------
+
+TEST_CASE("peer link: failed dials back off exponentially from 50 ms, capped at reconnect_max_ms") {
+  Fixture f(TransportMode::kTcp);  // reconnect_max_ms = 300
+  f.link->start();
+  REQUIRE(f.tcp.calls.size() == 1);
+  const uint32_t expected[] = {50, 100, 200, 300, 300, 300};
+  uint32_t n = 1;
+  for (uint32_t backoff : expected) {
+    f.tcp.fail("connection refused #" + std::to_string(n));
+    CHECK(f.link->consecutive_failures() == n);
+    CHECK(f.link->last_error() == "connection refused #" + std::to_string(n));
+    CHECK(f.tcp.live_dials == 0);
+    CHECK(f.info().state == "down");
+    // loop.now() stays at t0 here, so each retry is due at t0 + backoff.
+    f.link->tick(f.t0 + std::chrono::milliseconds(backoff) - 1ms);
+    INFO("backoff " << backoff);
+    CHECK(f.tcp.calls.size() == n);
+    f.link->tick(f.t0 + std::chrono::milliseconds(backoff));
+    REQUIRE(f.tcp.calls.size() == n + 1);
+    CHECK(f.info().state == "connecting");
+    ++n;
+  }
+  CHECK(f.rdma.calls.empty());
+}
+
+TEST_CASE("peer link: a connector that fails at once counts as a failed dial and is retried") {
+  Fixture f(TransportMode::kTcp);
+  f.tcp.fail_at_once = "socket: Too many open files";
+  f.link->start();
+  CHECK(f.tcp.calls.size() == 1);
+  CHECK(f.tcp.live_dials == 0);
+  CHECK(f.link->consecutive_failures() == 1);
+  CHECK(f.link->last_error() == "socket: Too many open files");
+  CHECK(f.info().state == "down");
+  f.link->tick(f.t0 + 49ms);
+  CHECK(f.tcp.calls.size() == 1);
+  f.link->tick(f.t0 + 50ms);
+  CHECK(f.tcp.calls.size() == 2);
+  CHECK(f.link->consecutive_failures() == 2);
+  // It comes back: the next dial succeeds and the count resets.
+  f.tcp.fail_at_once.clear();
+  f.link->tick(f.t0 + 150ms);
+  REQUIRE(f.tcp.calls.size() == 3);
+  f.bring_up(f.tcp);
+  CHECK(f.link->consecutive_failures() == 0);
+  CHECK(f.link->last_error().empty());
+}
+
+TEST_CASE("peer link: a session that opens resets the failures and the backoff") {
+  Fixture f(TransportMode::kTcp);
+  f.link->start();
+  f.tcp.fail("refused");
+  f.link->tick(f.t0 + 50ms);
+  f.tcp.fail("refused");
+  f.link->tick(f.t0 + 150ms);
+  REQUIRE(f.tcp.calls.size() == 3);
+  CHECK(f.link->consecutive_failures() == 2);
+  ScriptedTransport* t = f.bring_up(f.tcp);
+  CHECK(f.link->consecutive_failures() == 0);
+  CHECK(f.link->last_error().empty());
+  // The session dies: one failure, and the first backoff step again.
+  t->fail("connection reset by peer");
+  f.loop.end_batch();
+  CHECK_FALSE(f.link->up());
+  CHECK(f.link->consecutive_failures() == 1);
+  CHECK(f.link->last_error() == "connection reset by peer");
+  CHECK(f.info().state == "down");
+  f.link->tick(f.t0 + 49ms);
+  CHECK(f.tcp.calls.size() == 3);
+  f.link->tick(f.t0 + 50ms);
+  CHECK(f.tcp.calls.size() == 4);
+}
+
+TEST_CASE("peer link: in auto an RDMA failure falls back to TCP at once") {
+  Fixture f(TransportMode::kAuto);
+  f.link->start();
+  REQUIRE(f.rdma.calls.size() == 1);
+  f.rdma.fail("RDMA_CM_EVENT_REJECTED");
+  // No tick needed: the TCP dial starts inside the failure.
+  REQUIRE(f.tcp.calls.size() == 1);
+  CHECK(f.tcp.calls[0].endpoint == "tcp:127.0.0.1:17471");
+  CHECK(f.link->consecutive_failures() == 0);  // the peer is not down: TCP is being tried
+  CHECK(f.info().state == "connecting");
+  f.bring_up(f.tcp);
+  PeerInfo info = f.info();
+  CHECK(info.transport == "tcp");
+  CHECK(info.transport_reason.find("RDMA failed (RDMA_CM_EVENT_REJECTED)") != std::string::npos);
+}
+
+TEST_CASE("peer link: in auto, RDMA failing 3 times in a row switches the peer to TCP") {
+  Fixture f(TransportMode::kAuto);
+  f.link->start();
+  for (int round = 1; round <= 3; ++round) {
+    INFO("round " << round);
+    REQUIRE(f.rdma.calls.size() == static_cast<size_t>(round));
+    f.rdma.fail("no route");
+    REQUIRE(f.tcp.calls.size() == static_cast<size_t>(round));  // the fallback
+    f.tcp.fail("refused");
+    CHECK(f.link->consecutive_failures() == static_cast<uint32_t>(round));
+    f.link->tick(f.t0 + 1s);  // past any backoff
+  }
+  // The fourth attempt goes straight to TCP.
+  CHECK(f.rdma.calls.size() == 3);
+  CHECK(f.tcp.calls.size() == 4);
+  CHECK(f.info().transport == "tcp");
+  f.tcp.fail("refused");
+  f.link->tick(f.t0 + 2s);
+  CHECK(f.rdma.calls.size() == 3);
+  CHECK(f.tcp.calls.size() == 5);
+}
+
+TEST_CASE("peer link: in auto, an RDMA session resets the count of RDMA failures") {
+  Fixture f(TransportMode::kAuto);
+  f.link->start();
+  for (int i = 0; i < 2; ++i) {
+    f.rdma.fail("no route");
+    f.tcp.fail("refused");
+    f.link->tick(f.t0 + 1s);
+  }
+  REQUIRE(f.rdma.calls.size() == 3);
+  ScriptedTransport* t = f.bring_up(f.rdma);
+  CHECK(f.info().transport == "rdma");
+  CHECK(f.info().transport_reason == "RDMA CM connect succeeded");
+  t->fail("QP error");
+  f.loop.end_batch();
+  // Two more RDMA failures do not switch: the count started over.
+  for (int i = 0; i < 2; ++i) {
+    f.link->tick(f.t0 + 1s);
+    REQUIRE(f.rdma.calls.size() == static_cast<size_t>(4 + i));
+    f.rdma.fail("no route");
+    f.tcp.fail("refused");
+  }
+  f.link->tick(f.t0 + 1s);
+  CHECK(f.rdma.calls.size() == 6);
+}
+
+TEST_CASE("peer link: transport rdma never falls back to TCP, and says why it failed") {
+  Fixture f(TransportMode::kRdma);
+  f.link->start();
+  for (int round = 1; round <= 5; ++round) {
+    INFO("round " << round);
+    REQUIRE(f.rdma.calls.size() == static_cast<size_t>(round));
+    f.rdma.fail("RDMA_CM_EVENT_UNREACHABLE");
+    CHECK(f.tcp.calls.empty());
+    CHECK(f.link->consecutive_failures() == static_cast<uint32_t>(round));
+    CHECK(f.link->last_error() == "rdma: RDMA_CM_EVENT_UNREACHABLE");
+    CHECK(f.info().state == "down");
+    CHECK(f.info().transport == "rdma");
+    f.link->tick(f.t0 + 1s);
+  }
+  CHECK(f.tcp.calls.empty());
+}
+
+TEST_CASE("peer link: a failed TCP fallback is logged and reported as a TCP failure") {
+  Fixture f(TransportMode::kAuto);
+  std::string log;
+  {
+    StderrCapture capture;
+    f.link->start();
+    f.rdma.fail("RDMA_CM_EVENT_REJECTED");
+    f.tcp.fail("connect tcp:127.0.0.1:17471: Connection refused");
+    log = capture.text();
+  }
+  INFO(log);
+  // The regression: this line said transport=rdma in auto mode.
+  auto failed = lines_with(log, {"event=peer_connect_failed"});
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0].find("transport=tcp") != std::string::npos);
+  CHECK(failed[0].find("transport=rdma") == std::string::npos);
+  CHECK(failed[0].find("peer=b") != std::string::npos);
+  CHECK(lines_with(log, {"event=transport_fallback", "from=rdma", "to=tcp"}).size() == 1);
+
+  CHECK(f.link->consecutive_failures() == 1);
+  CHECK(f.link->last_error() == "connect tcp:127.0.0.1:17471: Connection refused");
+  PeerInfo info = f.info();
+  CHECK(info.state == "down");
+  CHECK(info.last_error == "connect tcp:127.0.0.1:17471: Connection refused");
+  // describe() names the transport in use or to be tried next: RDMA is still
+  // preferred after one failure; the reason tells what happened.
+  CHECK(info.transport == "rdma");
+  CHECK(info.transport_reason.find("RDMA failed") != std::string::npos);
+}
+
+TEST_CASE("peer link: transport rdma logs its failures as rdma") {
+  Fixture f(TransportMode::kRdma);
+  std::string log;
+  {
+    StderrCapture capture;
+    f.link->start();
+    f.rdma.fail("RDMA_CM_EVENT_REJECTED");
+    log = capture.text();
+  }
+  INFO(log);
+  auto failed = lines_with(log, {"event=peer_connect_failed"});
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0].find("transport=rdma") != std::string::npos);
+}
+
+// --- streams waiting for a session ---------------------------------------------------
+
+TEST_CASE("peer link: streams submitted while down wait, and attach once the session's HELLO arrives") {
+  Fixture f(TransportMode::kTcp);
+  FakeStream s1, s2, s3;
+  f.link->submit(&s1);  // submitting dials when nothing is under way
+  REQUIRE(f.tcp.calls.size() == 1);
+  f.link->submit(&s2);
+  CHECK(f.tcp.calls.size() == 1);
+  CHECK(f.info().waiting_streams == 2);
+  ScriptedTransport* t = f.dialed(f.tcp);
+  CHECK(s1.attaches == 0);  // handshake: not yet
+  REQUIRE(t->inject(testing::hello_frame("peer-b")));
+  CHECK(s1.attaches == 0);  // the session announces itself at the end of the batch
+  f.loop.end_batch();
+  CHECK(s1.attaches == 1);
+  CHECK(s2.attaches == 1);
+  CHECK(s1.attached_to != nullptr);
+  CHECK(s1.attached_to == s2.attached_to);
+  CHECK(s1.aborts + s2.aborts == 0);
+  CHECK(f.info().waiting_streams == 0);
+  // While up, a new stream attaches at once.
+  f.link->submit(&s3);
+  CHECK(s3.attaches == 1);
+  CHECK(s3.attached_to == s1.attached_to);
+  CHECK(f.tcp.calls.size() == 1);
+}
+
+TEST_CASE("peer link: streams attach in arrival order and open on the session") {
+  Fixture f(TransportMode::kTcp);
+  FakeStream s1(true), s2(true);
+  f.link->submit(&s1);
+  f.link->submit(&s2);
+  ScriptedTransport* t = f.dialed(f.tcp);
+  f.peer_hello(t);
+  REQUIRE(s1.opened);
+  REQUIRE(s2.opened);
+  CHECK(s1.stream_id() == 1);  // the dialer's ids are odd, in order
+  CHECK(s2.stream_id() == 3);
+  auto frames = t->take_frames();
+  std::vector<uint32_t> opens;
+  for (auto& fr : frames)
+    if (fr.type() == FrameType::kOpen) opens.push_back(fr.id());
+  CHECK(opens == std::vector<uint32_t>{1, 3});
+  REQUIRE(f.info().sessions.size() == 1);
+  CHECK(f.info().sessions[0].streams == 2);
+  // Detach both before the session goes (they live on the stack).
+  s1.session()->detach(s1);
+  s2.session()->detach(s2);
+}
+
+TEST_CASE("peer link: a waiting stream is aborted with kPeerGone after connect_timeout_ms") {
+  Fixture f(TransportMode::kTcp);  // connect_timeout_ms = 1000
+  FakeStream s;
+  f.link->submit(&s);
+  REQUIRE(f.tcp.calls.size() == 1);
+  f.link->tick(f.t0 + 999ms);
+  CHECK(s.aborts == 0);
+  f.link->tick(f.t0 + 1000ms);
+  CHECK(s.aborts == 1);
+  CHECK(s.abort_code == ResetCode::kPeerGone);
+  CHECK(s.abort_reason.find("connect_timeout_ms") != std::string::npos);
+  CHECK(f.info().waiting_streams == 0);
+  // The dial goes on; the stream is not attached when it ends.
+  f.bring_up(f.tcp);
+  CHECK(s.attaches == 0);
+}
+
+TEST_CASE("peer link: take_waiting() hands the waiting streams over") {
+  Fixture f(TransportMode::kTcp);
+  FakeStream s1, s2;
+  f.link->submit(&s1);
+  f.link->submit(&s2);
+  auto taken = f.link->take_waiting();
+  CHECK(taken == std::vector<PendingStream*>{&s1, &s2});
+  CHECK(f.info().waiting_streams == 0);
+  f.link->tick(f.t0 + 10s);
+  CHECK(s1.aborts + s2.aborts == 0);
+}
+
+// --- drain, shutdown, retirement -------------------------------------------------------
+
+TEST_CASE("peer link: a session that gets GOAWAY drains and a new dial starts") {
+  Fixture f(TransportMode::kTcp);
+  FakeStream carried(true);
+  f.link->submit(&carried);
+  bool first_gone = false;
+  ScriptedTransport* first = f.dialed(f.tcp, &first_gone);
+  f.peer_hello(first);
+  REQUIRE(carried.opened);
+  Session* old_session = carried.attached_to;
+  REQUIRE(f.tcp.calls.size() == 1);
+
+  REQUIRE(first->inject(testing::goaway_frame()));
+  f.loop.end_batch();
+  CHECK_FALSE(f.link->up());
+  REQUIRE(f.tcp.calls.size() == 2);  // dialed anew at once, no backoff
+  CHECK(f.link->consecutive_failures() == 0);
+  PeerInfo info = f.info();
+  REQUIRE(info.sessions.size() == 1);
+  CHECK(info.sessions[0].state == "draining");
+  CHECK(info.state == "connecting");
+
+  // A new stream waits for the new session, not the draining one.
+  FakeStream next;
+  f.link->submit(&next);
+  CHECK(next.attaches == 0);
+  ScriptedTransport* second = f.dialed(f.tcp);
+  f.peer_hello(second);
+  CHECK(next.attaches == 1);
+  CHECK(next.attached_to != old_session);
+  CHECK(f.info().sessions.size() == 2);
+
+  // The draining session still carries its stream: ticks leave it open.
+  f.link->tick(f.t0 + 10ms);
+  CHECK_FALSE(first->closed());
+  // Once its last stream is done, the next tick closes it (flushing what it queued).
+  old_session->detach(carried);
+  f.link->tick(f.t0 + 20ms);
+  CHECK(first->closed());
+  CHECK(first->close_mode() == CloseMode::kFlush);
+  f.loop.end_batch();
+  CHECK(first_gone);  // the session let go of it, and the loop deleted both
+  CHECK(f.info().sessions.size() == 1);
+  CHECK(f.link->up());
+  CHECK(f.link->consecutive_failures() == 0);
+}
+
+TEST_CASE("peer link: begin_shutdown aborts waiting streams with kShutdown and cancels the dial") {
+  Fixture f(TransportMode::kTcp);
+  FakeStream s1, s2;
+  f.link->submit(&s1);
+  f.link->submit(&s2);
+  REQUIRE(f.tcp.live_dials == 1);
+  f.link->begin_shutdown();
+  CHECK(f.tcp.live_dials == 0);  // the Dial was destroyed
+  CHECK(f.tcp.dials_destroyed == 1);
+  CHECK(s1.aborts == 1);
+  CHECK(s2.aborts == 1);
+  CHECK(s1.abort_code == ResetCode::kShutdown);
+  CHECK(s2.abort_code == ResetCode::kShutdown);
+  // Streams arriving now are refused at once; nothing is dialed any more.
+  FakeStream late;
+  f.link->submit(&late);
+  CHECK(late.aborts == 1);
+  CHECK(late.abort_code == ResetCode::kShutdown);
+  f.link->tick(f.t0 + 10s);
+  CHECK(f.tcp.calls.size() == 1);
+  CHECK(f.link->finished());
+}
+
+TEST_CASE("peer link: begin_shutdown lets a session carry its streams on") {
+  Fixture f(TransportMode::kTcp);
+  FakeStream carried(true);
+  f.link->submit(&carried);
+  ScriptedTransport* t = f.dialed(f.tcp);
+  f.peer_hello(t);
+  REQUIRE(carried.opened);
+  f.link->begin_shutdown();
+  CHECK(carried.aborts == 0);
+  CHECK(carried.lost == 0);
+  CHECK_FALSE(t->closed());
+  // close_all ends it: the stream hears the session is lost.
+  f.link->close_all("shutdown", CloseMode::kFlush);
+  CHECK(t->closed());
+  f.loop.end_batch();
+  CHECK(carried.lost == 1);
+  // A session that ends during shutdown is not a failure, and nothing is redialed.
+  CHECK(f.link->consecutive_failures() == 0);
+  f.link->tick(f.t0 + 10s);
+  CHECK(f.tcp.calls.size() == 1);
+  CHECK(f.link->finished());
+}
+
+TEST_CASE("peer link: retire() lets open streams finish, then finished()") {
+  Fixture f(TransportMode::kTcp);
+  FakeStream carried(true);
+  f.link->submit(&carried);
+  ScriptedTransport* t = f.dialed(f.tcp);
+  f.peer_hello(t);
+  REQUIRE(carried.opened);
+  FakeStream waiting;  // not yet submitted: retire refuses it below
+
+  f.link->retire();
+  CHECK_FALSE(f.link->finished());
+  CHECK_FALSE(f.link->up());
+  PeerInfo info = f.info();
+  CHECK(info.state == "removed");
+  CHECK_FALSE(info.configured);
+  REQUIRE(info.sessions.size() == 1);
+  f.link->submit(&waiting);
+  CHECK(waiting.abort_code == ResetCode::kShutdown);
+
+  f.link->tick(f.t0 + 10ms);
+  CHECK_FALSE(t->closed());  // still carries a stream
+  CHECK(carried.lost == 0);
+  carried.session()->detach(carried);
+  f.link->tick(f.t0 + 20ms);
+  CHECK(t->closed());
+  CHECK(t->close_mode() == CloseMode::kFlush);
+  CHECK_FALSE(f.link->finished());  // closed; the link hears it at the end of the batch
+  f.loop.end_batch();
+  CHECK(f.link->finished());
+  CHECK(f.info().sessions.empty());
+  CHECK(f.tcp.calls.size() == 1);  // never redialed
+}
+
+TEST_CASE("peer link: retire() while down cancels the dial and is finished at once") {
+  Fixture f(TransportMode::kAuto);
+  FakeStream s;
+  f.link->submit(&s);
+  REQUIRE(f.rdma.live_dials == 1);
+  f.link->retire();
+  CHECK(f.rdma.live_dials == 0);
+  CHECK(s.abort_code == ResetCode::kShutdown);
+  CHECK(f.link->finished());
+}
+
+TEST_CASE("peer link: the peer may not open streams on a session we dialed") {
+  Fixture f(TransportMode::kTcp);
+  f.link->start();
+  ScriptedTransport* t = f.bring_up(f.tcp);
+  t->take_frames();
+  std::vector<uint8_t> open(kHeaderSize + 2 + 16);
+  uint8_t* start = encode_open_before(open.data() + open.size(), 2, "tcp:127.0.0.1:22", 0);
+  REQUIRE(start == open.data());
+  REQUIRE(t->inject(open));
+  f.loop.end_batch();
+  auto frames = t->take_frames();
+  REQUIRE(frames.size() == 1);
+  CHECK(frames[0].type() == FrameType::kReset);
+  CHECK(frames[0].id() == 2);
+  CHECK(frames[0].u32() == static_cast<uint32_t>(ResetCode::kNotAllowed));
+  CHECK(f.link->up());
+}
+
+TEST_CASE("peer link: destroying the link aborts waiting streams and drops the dial") {
+  auto f = std::make_unique<Fixture>(TransportMode::kTcp);
+  FakeStream s;
+  f->link->submit(&s);
+  REQUIRE(f->tcp.live_dials == 1);
+  f->link.reset();
+  CHECK(f->tcp.live_dials == 0);
+  CHECK(s.aborts == 1);
+  CHECK(s.abort_code == ResetCode::kShutdown);
+}
