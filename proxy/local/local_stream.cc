@@ -196,6 +196,7 @@ void LocalStream::attach(tunnel::Session& session) {
     read_closed_ = true;
     session.send_fin(*this);
     maybe_done();
+    watch_for_errors();  // nothing more is read: a reset would go unseen
     return;
   }
   start_reading();
@@ -249,6 +250,7 @@ void LocalStream::on_recv(int res, uint32_t) {
     read_closed_ = true;
     session()->send_fin(*this);
     maybe_done();
+    watch_for_errors();  // nothing more is read: a reset would go unseen
   } else if (res == -EINTR || res == -EAGAIN) {
     start_reading();
   } else {
@@ -395,6 +397,7 @@ void LocalStream::maybe_done() {
 void LocalStream::terminate(Ending how) {
   if (closing_) return;
   closing_ = true;
+  stop_waiting();  // ended while waiting for a session: the link forgets it
   // The only clean close: both directions finished. Everything else keeps
   // the abortive close armed at construction, so the application sees RST.
   if (how == Ending::kClean) set_graceful_close(fd_.get());

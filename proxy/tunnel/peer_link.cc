@@ -13,12 +13,15 @@ PeerLink::PeerLink(EventLoop& loop, BufferPool& pool, const PeerConfig& peer, co
   if (settings_.metrics) counters_ = &settings_.metrics->peer(peer_.name);
 }
 
+void PendingStream::stop_waiting() {
+  if (waiting_in_) waiting_in_->withdraw(this);
+}
+
 PeerLink::~PeerLink() {
   // Waiting streams are failed so they close; a dial in progress is
   // cancelled by dropping it; sessions still held are closed and told
   // nothing more (they outlive this link until their I/O ends).
-  for (auto& w : waiting_) w.stream->abort(ResetCode::kShutdown, "sidecar stopped");
-  waiting_.clear();
+  while (!waiting_.empty()) pop_waiting()->abort(ResetCode::kShutdown, "sidecar stopped");
   dial_.reset();
   close_all("peer link destroyed", CloseMode::kAbort);
   if (active_) active_->disown();
@@ -134,6 +137,7 @@ void PeerLink::submit(PendingStream* stream) {
     stream->abort(ResetCode::kShutdown, "sidecar is shutting down");
     return;
   }
+  stream->waiting_in_ = this;
   waiting_.push_back({stream, loop_.now() + std::chrono::milliseconds(tunnel_.connect_timeout_ms)});
   if (up()) {
     attach_waiting();
@@ -145,11 +149,7 @@ void PeerLink::submit(PendingStream* stream) {
 
 void PeerLink::attach_waiting() {
   // Attach in arrival order; a stream that fails to open is failed by itself.
-  while (!waiting_.empty() && up()) {
-    PendingStream* s = waiting_.front().stream;
-    waiting_.pop_front();
-    s->attach(*active_);
-  }
+  while (!waiting_.empty() && up()) pop_waiting()->attach(*active_);
 }
 
 void PeerLink::tick(Clock::time_point now) {
@@ -160,11 +160,8 @@ void PeerLink::tick(Clock::time_point now) {
     if (d->state() != Session::State::kClosed && d->stream_count() == 0)
       d->close(SessionEnd::kLocalClose, "drained", CloseMode::kFlush);
   }
-  while (!waiting_.empty() && waiting_.front().deadline <= now) {
-    PendingStream* s = waiting_.front().stream;
-    waiting_.pop_front();
-    s->abort(ResetCode::kPeerGone, "no session to peer " + peer_.name + " within connect_timeout_ms");
-  }
+  while (!waiting_.empty() && waiting_.front().deadline <= now)
+    pop_waiting()->abort(ResetCode::kPeerGone, "no session to peer " + peer_.name + " within connect_timeout_ms");
   if (!active_ && !dial_ && !shutting_down_ && now >= next_dial_) dial();
 }
 
@@ -218,11 +215,7 @@ Stream* PeerLink::on_stream_open(Session& session, uint32_t id, std::string_view
 void PeerLink::begin_shutdown() {
   shutting_down_ = true;
   dial_.reset();
-  while (!waiting_.empty()) {
-    PendingStream* s = waiting_.front().stream;
-    waiting_.pop_front();
-    s->abort(ResetCode::kShutdown, "sidecar is shutting down");
-  }
+  while (!waiting_.empty()) pop_waiting()->abort(ResetCode::kShutdown, "sidecar is shutting down");
 }
 
 void PeerLink::close_all(std::string_view reason, CloseMode mode) {
@@ -239,9 +232,21 @@ void PeerLink::retire() {
 
 std::vector<PendingStream*> PeerLink::take_waiting() {
   std::vector<PendingStream*> out;
-  for (const auto& w : waiting_) out.push_back(w.stream);
-  waiting_.clear();
+  while (!waiting_.empty()) out.push_back(pop_waiting());
   return out;
+}
+
+PendingStream* PeerLink::pop_waiting() {
+  PendingStream* s = waiting_.front().stream;
+  waiting_.pop_front();
+  s->waiting_in_ = nullptr;
+  return s;
+}
+
+void PeerLink::withdraw(PendingStream* stream) {
+  // Rare (a stream ending while it waits): a linear scan is fine.
+  std::erase_if(waiting_, [&](const Waiting& w) { return w.stream == stream; });
+  stream->waiting_in_ = nullptr;
 }
 
 bool PeerLink::finished() const { return !active_ && draining_.empty() && waiting_.empty() && !dial_; }

@@ -22,14 +22,27 @@
 
 namespace rdmagw::tunnel {
 
-// A local stream waiting for a session.
+class PeerLink;
+
+// A local stream waiting for a session. It knows the link it waits in, so
+// that a stream ending for another reason (a reset at the end of a drain)
+// leaves the queue instead of staying there to be called once freed.
 class PendingStream {
  public:
-  virtual ~PendingStream() = default;
   // Open on `session` (open, able to open streams). Called at the end of a
   // batch, never while the session parses.
   virtual void attach(Session& session) = 0;
   virtual void abort(ResetCode code, std::string_view reason) = 0;
+
+ protected:
+  PendingStream() = default;
+  virtual ~PendingStream() { stop_waiting(); }
+  // Leaves the link's queue, if in one. The stream calls it when it ends.
+  void stop_waiting();
+
+ private:
+  friend class PeerLink;
+  PeerLink* waiting_in_ = nullptr;
 };
 
 // The connectors a link may dial with; rdma is null when this process has no
@@ -65,6 +78,8 @@ class PeerLink final : public SessionOwner, private DialObserver {
   // The streams still waiting for a session, handed over (to the link that
   // replaces this one on a reload); the link forgets them.
   std::vector<PendingStream*> take_waiting();
+  // `stream` no longer waits (it ended): forget it.
+  void withdraw(PendingStream* stream);
   // This worker's view of the peer (GET /peers).
   void describe(unsigned worker, PeerInfo* out) const;
   const PeerConfig& config() const { return peer_; }
@@ -91,6 +106,8 @@ class PeerLink final : public SessionOwner, private DialObserver {
   void connect_failed(TransportKind kind, std::string reason);
   void schedule_retry();
   void attach_waiting();
+  // Takes the oldest waiting stream off the queue.
+  PendingStream* pop_waiting();
 
   EventLoop& loop_;
   BufferPool& pool_;

@@ -103,6 +103,9 @@ class FakeStream final : public Stream, public PendingStream {
     abort_reason = std::string(reason);
   }
 
+  // Ends the stream while it waits (as a reset at the end of a drain does).
+  void end() { stop_waiting(); }
+
   Session* attached_to = nullptr;
   int attaches = 0;
   int aborts = 0;
@@ -567,6 +570,27 @@ TEST_CASE("peer link: a waiting stream is aborted with kPeerGone after connect_t
   // The dial goes on; the stream is not attached when it ends.
   f.bring_up(f.tcp);
   CHECK(s.attaches == 0);
+}
+
+TEST_CASE("peer link: a stream that ends while it waits leaves the queue and is never called again") {
+  Fixture f(TransportMode::kTcp);
+  FakeStream first, second;
+  f.link->submit(&first);
+  {
+    FakeStream ending;
+    f.link->submit(&ending);
+    f.link->submit(&second);
+    ending.end();
+    CHECK(f.info().waiting_streams == 2);
+  }  // destroyed: the link must hold no pointer to it
+  {
+    FakeStream destroyed_while_waiting;
+    f.link->submit(&destroyed_while_waiting);
+  }  // its destructor leaves the queue too
+  CHECK(f.info().waiting_streams == 2);
+  f.bring_up(f.tcp);
+  CHECK(first.attaches == 1);
+  CHECK(second.attaches == 1);
 }
 
 TEST_CASE("peer link: take_waiting() hands the waiting streams over") {
