@@ -6,10 +6,12 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <chrono>
 #include <functional>
@@ -638,4 +640,54 @@ TEST_CASE("io: the ring reports the features it was set up with") {
   } else {
     CHECK((d == "basic" || d == "coop-taskrun" || d == "single-issuer,defer-taskrun"));
   }
+}
+
+// --- a broken ring ----------------------------------------------------------------
+
+namespace {
+// The fd of this process's io_uring (the ring's own fd is private to liburing).
+int find_ring_fd() {
+  for (int fd = 3; fd < 1024; ++fd) {
+    char link[64];
+    std::string path = "/proc/self/fd/" + std::to_string(fd);
+    ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+    if (n <= 0) continue;
+    link[n] = 0;
+    if (std::string(link) == "anon_inode:[io_uring]") return fd;
+  }
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("a broken ring ends the process with a message instead of spinning silently") {
+  // In a child: its death must not take the test binary with it.
+  int out[2];
+  REQUIRE(pipe(out) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    dup2(out[1], 2);
+    EventLoop loop;
+    std::string error;
+    if (!loop.init(8, &error)) _exit(3);
+    int fd = find_ring_fd();
+    if (fd < 0) _exit(4);
+    // Another file on the ring's number: io_uring_enter then fails (EOPNOTSUPP/EBADF).
+    int other = open("/dev/null", O_RDONLY);
+    dup2(other, fd);
+    loop.run_once(10ms);
+    _exit(0);  // returned: the old silent behaviour
+  }
+  close(out[1]);
+  std::string text;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(out[0], buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(n));
+  close(out[0]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO("child stderr: " << text);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
+  CHECK(text.find("io_uring_submit_and_wait") != std::string::npos);
 }
