@@ -1,5 +1,5 @@
 // LocalStream's state machine with real loopback sockets and a real ring,
-// over a real Session whose transport is scripted: the test plays the peer
+// over a real Session whose transport is a fake: the test plays the peer
 // sidecar (frames in, frames out) and the application (the other end of a
 // loopback TCP connection). Network: 127.0.0.1 only.
 #include <arpa/inet.h>
@@ -28,14 +28,14 @@
 #include "proxy/local/stream_host.h"
 #include "proxy/tunnel/peer_link.h"
 #include "proxy/tunnel/session.h"
-#include "tests/unit/scripted_transport.h"
+#include "tests/unit/fake_transport.h"
 
 using namespace rdmagw;
 using namespace rdmagw::tunnel;
 using rdmagw::local::LocalStream;
 using rdmagw::local::StreamHost;
-using rdmagw::testing::ScriptedTransport;
-using rdmagw::testing::SentFrame;
+using rdmagw::test::FakeTransport;
+using rdmagw::test::Frame;
 using namespace std::chrono_literals;
 
 namespace {
@@ -80,23 +80,24 @@ struct Rig {
   StreamHost host{loop, pool, metrics, 0, kPayload, 1000};
   Owner owner;
   IoPtr<Session> session;
-  ScriptedTransport* transport = nullptr;
+  FakeTransport* transport = nullptr;
 
   explicit Rig(SessionSettings settings = {}, PeerHello hello = {}, Session::Role role = Session::Role::kDialer) {
     std::string error;
     INFO(error);
     REQUIRE(loop.init(256, &error));
     settings.node = "a";
-    auto t = make_io<ScriptedTransport>(loop, pool);
+    auto t = make_io<FakeTransport>(loop, pool, kMaxPayload);
     transport = t.get();
     session = make_io<Session>(loop, pool, role, settings, std::move(t), &owner);
     owner.holder = &session;
     session->start();
-    REQUIRE(transport->inject(testing::hello_frame("b", hello.max_data, hello.stream_window, hello.session_window)));
+    REQUIRE(transport->inject_all(
+        test::hello_bytes(test::hello(hello.max_data, hello.stream_window, hello.session_window, "b"))));
     loop.end_batch();
     REQUIRE(session->open());
     REQUIRE(owner.opened == 1);
-    auto frames = transport->take_frames();
+    auto frames = transport->written();
     REQUIRE(frames.size() == 1);
     REQUIRE(frames[0].type() == FrameType::kHello);
   }
@@ -121,10 +122,10 @@ struct Rig {
   }
 
   // Frames the session sent so far, of one type (optionally on one stream).
-  std::vector<SentFrame> sent(FrameType type, uint32_t id = 0) {
-    transport->take_frames();
-    std::vector<SentFrame> out;
-    for (const auto& f : transport->sent())
+  std::vector<Frame> sent(FrameType type, uint32_t id = 0) {
+    transport->written();
+    std::vector<Frame> out;
+    for (const auto& f : transport->all_written())
       if (f.type() == type && (id == 0 || f.id() == id)) out.push_back(f);
     return out;
   }
@@ -134,7 +135,7 @@ struct Rig {
     for (const auto& f : sent(FrameType::kData, id)) out += f.text();
     return out;
   }
-  bool inject(const std::vector<uint8_t>& frame) { return transport && transport->inject(frame); }
+  bool inject(const std::vector<uint8_t>& frame) { return transport && transport->inject_all(frame); }
 };
 
 // A loopback TCP connection: `app` is the application's end, `proxy` the end
@@ -307,8 +308,8 @@ TEST_CASE("local: an app that wrote and closed before the session came gets OPEN
   CHECK(std::string(open.first_bytes.begin(), open.first_bytes.end()) == "ping");
   REQUIRE(rig.run_until([&] { return rig.sent(FrameType::kFin, 1).size() == 1; }));
   // The reverse direction still works: the peer answers, then ends.
-  REQUIRE(rig.inject(testing::data_frame(1, "pong")));
-  REQUIRE(rig.inject(testing::fin_frame(1)));
+  REQUIRE(rig.inject(test::data_bytes(1, "pong")));
+  REQUIRE(rig.inject(test::fin_bytes(1)));
   rig.loop.end_batch();
   AppRead r = app_read_to_end(rig, c.pair.app.get());
   CHECK(r.bytes == "pong");
@@ -327,7 +328,7 @@ TEST_CASE("local: app EOF sends FIN; the stream stays open for the reverse direc
   REQUIRE(rig.run_until([&] { return rig.sent(FrameType::kFin, 1).size() == 1; }));
   CHECK(rig.data_sent(1) == "request");
   // The FIN follows the data.
-  auto all = rig.transport->sent();
+  auto all = rig.transport->all_written();
   size_t fin_at = 0, last_data_at = 0;
   for (size_t i = 0; i < all.size(); ++i) {
     if (all[i].type() == FrameType::kFin) fin_at = i;
@@ -340,8 +341,8 @@ TEST_CASE("local: app EOF sends FIN; the stream stays open for the reverse direc
   CHECK(info.state == "half-closed");
 
   // The reply still reaches the app, then its FIN: a clean end both ways.
-  REQUIRE(rig.inject(testing::data_frame(1, "response")));
-  REQUIRE(rig.inject(testing::fin_frame(1)));
+  REQUIRE(rig.inject(test::data_bytes(1, "response")));
+  REQUIRE(rig.inject(test::fin_bytes(1)));
   rig.loop.end_batch();
   AppRead r = app_read_to_end(rig, c.pair.app.get());
   CHECK(r.bytes == "response");
@@ -357,8 +358,8 @@ TEST_CASE("local: app EOF sends FIN; the stream stays open for the reverse direc
 TEST_CASE("local: peer DATA appears on the app socket") {
   Rig rig;
   ClientStream c = open_client(rig);
-  REQUIRE(rig.inject(testing::data_frame(1, "hello ")));
-  REQUIRE(rig.inject(testing::data_frame(1, "world")));
+  REQUIRE(rig.inject(test::data_bytes(1, "hello ")));
+  REQUIRE(rig.inject(test::data_bytes(1, "world")));
   rig.loop.end_batch();
   AppRead r;
   REQUIRE(rig.run_until([&] {
@@ -373,8 +374,8 @@ TEST_CASE("local: peer DATA appears on the app socket") {
 TEST_CASE("local: peer FIN reaches the app as EOF after the data; the app can still send (half-close)") {
   Rig rig;
   ClientStream c = open_client(rig);
-  REQUIRE(rig.inject(testing::data_frame(1, "last words")));
-  REQUIRE(rig.inject(testing::fin_frame(1)));
+  REQUIRE(rig.inject(test::data_bytes(1, "last words")));
+  REQUIRE(rig.inject(test::fin_bytes(1)));
   rig.loop.end_batch();
   AppRead r = app_read_to_end(rig, c.pair.app.get());
   CHECK(r.bytes == "last words");
@@ -398,7 +399,7 @@ TEST_CASE("local: bulk peer DATA beyond what the socket takes is queued, deliver
   ClientStream c = open_client(rig, {}, /*app_rcvbuf=*/4096, /*proxy_sndbuf=*/4096);
   const std::string body = pattern(512 * 1024);
   for (size_t off = 0; off < body.size(); off += kPayload)
-    REQUIRE(rig.inject(testing::data_frame(1, std::string_view(body).substr(off, kPayload))));
+    REQUIRE(rig.inject(test::data_bytes(1, std::string_view(body).substr(off, kPayload))));
   rig.loop.end_batch();
   AppRead r;
   REQUIRE(rig.run_until([&] {
@@ -431,7 +432,7 @@ TEST_CASE("local: without stream credit the stream stops reading until a WINDOW 
   CHECK(std::string(open.first_bytes.begin(), open.first_bytes.end()) == first);
   rig.run_a_little();
   CHECK(rig.data_sent(1).empty());
-  REQUIRE(rig.inject(testing::u32_frame(FrameType::kWindow, 1, 5)));
+  REQUIRE(rig.inject(test::u32_bytes(FrameType::kWindow, 1, 5)));
   rig.loop.end_batch();
   REQUIRE(rig.run_until([&] { return rig.data_sent(1) == "678"; }));
 }
@@ -455,7 +456,7 @@ TEST_CASE("local: without session credit a read is parked until the peer's sessi
   CHECK(rig.data_sent(3).empty());
   CHECK(rig.session->counters().credit_stalls > 0);
   // The peer returns session credit: the parked bytes leave.
-  REQUIRE(rig.inject(testing::u32_frame(FrameType::kWindow, 0, 1024)));
+  REQUIRE(rig.inject(test::u32_bytes(FrameType::kWindow, 0, 1024)));
   rig.loop.end_batch();
   REQUIRE(rig.run_until([&] { return rig.data_sent(3) == "waiting for credit"; }));
 }
@@ -465,7 +466,7 @@ TEST_CASE("local: without session credit a read is parked until the peer's sessi
 TEST_CASE("local: peer RESET reaches the app as ECONNRESET, not EOF") {
   Rig rig;
   ClientStream c = open_client(rig);
-  REQUIRE(rig.inject(testing::reset_frame(1, ResetCode::kRefused)));
+  REQUIRE(rig.inject(test::reset_bytes(1, ResetCode::kRefused)));
   rig.loop.end_batch();
   REQUIRE(rig.run_until([&] { return rig.host.live == 0; }));
   AppRead r = app_read_to_end(rig, c.pair.app.get());
@@ -554,8 +555,8 @@ TEST_CASE("local: a session lost mid-stream resets the app") {
 TEST_CASE("local: a session lost mid-stream after the peer's FIN still resets the app") {
   Rig rig;
   ClientStream c = open_client(rig);
-  REQUIRE(rig.inject(testing::data_frame(1, "reply")));
-  REQUIRE(rig.inject(testing::fin_frame(1)));
+  REQUIRE(rig.inject(test::data_bytes(1, "reply")));
+  REQUIRE(rig.inject(test::fin_bytes(1)));
   rig.loop.end_batch();
   // Our direction is not finished (no FIN sent): the stream cannot complete.
   rig.transport->fail("gone");
@@ -588,8 +589,8 @@ TEST_CASE("local: a session lost after both FINs lets the app read all data and 
   REQUIRE(rig.run_until([&] { return rig.sent(FrameType::kFin, 1).size() == 1; }));
   const std::string body = pattern(512 * 1024);
   for (size_t off = 0; off < body.size(); off += kPayload)
-    REQUIRE(rig.inject(testing::data_frame(1, std::string_view(body).substr(off, kPayload))));
-  REQUIRE(rig.inject(testing::fin_frame(1)));
+    REQUIRE(rig.inject(test::data_bytes(1, std::string_view(body).substr(off, kPayload))));
+  REQUIRE(rig.inject(test::fin_bytes(1)));
   rig.loop.end_batch();
   REQUIRE(rig.host.live == 1);  // still delivering: the app has not read yet
   rig.transport->fail("connection reset by peer");
@@ -763,7 +764,7 @@ TEST_CASE("local: a stream the peer opens connects to its target, carrying the O
   REQUIRE(rig.run_until([&] { return rig.sent(FrameType::kFin, 1).size() == 1; }));
   CHECK(rig.data_sent(1) == "answer");
   // The peer ends too: the target reads EOF; the stream is done, cleanly.
-  REQUIRE(rig.inject(testing::fin_frame(1)));
+  REQUIRE(rig.inject(test::fin_bytes(1)));
   rig.loop.end_batch();
   AppRead rest = app_read_to_end(rig, conn.get());
   CHECK(rest.eof);
@@ -777,8 +778,8 @@ TEST_CASE("local: a peer's FIN and data that arrive while the target connects ar
   FarRig rig;
   Target target;
   REQUIRE(rig.inject(open_frame(1, target.endpoint.to_string(), "")));
-  REQUIRE(rig.inject(testing::data_frame(1, "queued while connecting")));
-  REQUIRE(rig.inject(testing::fin_frame(1)));
+  REQUIRE(rig.inject(test::data_bytes(1, "queued while connecting")));
+  REQUIRE(rig.inject(test::fin_bytes(1)));
   rig.loop.end_batch();
   UniqueFd conn;
   REQUIRE(rig.run_until([&] {
@@ -810,7 +811,7 @@ TEST_CASE("local: a peer RESET while the target connects ends the stream without
   FarRig rig;
   Target target;
   REQUIRE(rig.inject(open_frame(1, target.endpoint.to_string(), "")));
-  REQUIRE(rig.inject(testing::reset_frame(1, ResetCode::kCancel)));
+  REQUIRE(rig.inject(test::reset_bytes(1, ResetCode::kCancel)));
   rig.loop.end_batch();
   REQUIRE(rig.run_until([&] { return rig.host.live == 0; }));
   CHECK(rig.sent(FrameType::kReset).empty());

@@ -1,6 +1,6 @@
 // PeerLink with fake connectors: which transport it dials, backoff, the
 // fallback from RDMA to TCP, waiting streams, drain (GOAWAY), shutdown and
-// retirement. Sessions run over ScriptedTransport; no I/O happens, so the
+// retirement. Sessions run over FakeTransport; no I/O happens, so the
 // loop's ring is never started and time is passed to tick() explicitly (the
 // loop's now() stays where it was when the loop was made).
 #include <unistd.h>
@@ -20,11 +20,11 @@
 #include "proxy/tunnel/peer_link.h"
 #include "proxy/tunnel/session.h"
 #include "proxy/tunnel/transport.h"
-#include "tests/unit/scripted_transport.h"
+#include "tests/unit/fake_transport.h"
 
 using namespace rdmagw;
 using namespace rdmagw::tunnel;
-using rdmagw::testing::ScriptedTransport;
+using rdmagw::test::FakeTransport;
 using namespace std::chrono_literals;
 
 namespace {
@@ -87,10 +87,10 @@ FakeDial::~FakeDial() {
 
 // A stream waiting for a session; on attach it opens itself on it (as a
 // local stream does), so that the session carries it.
-class FakeStream final : public Stream, public PendingStream {
+class WaitingStream final : public Stream, public PendingStream {
  public:
-  explicit FakeStream(bool open_on_attach = false) : open_on_attach_(open_on_attach) {}
-  ~FakeStream() override = default;
+  explicit WaitingStream(bool open_on_attach = false) : open_on_attach_(open_on_attach) {}
+  ~WaitingStream() override = default;
 
   void attach(Session& session) override {
     attached_to = &session;
@@ -181,6 +181,11 @@ std::vector<std::string> lines_with(const std::string& log, std::initializer_lis
   return out;
 }
 
+// The peer's HELLO: node "peer-b", the default limits.
+test::Bytes peer_b_hello() {
+  return test::hello_bytes(test::hello(16384, 256 * 1024, 32ull * 1024 * 1024, "peer-b"));
+}
+
 struct Fixture {
   BufferPool pool{kBufferHeadroom + 16384, 256};
   EventLoop loop;  // not initialized: nothing here submits I/O
@@ -218,20 +223,20 @@ struct Fixture {
     return out;
   }
 
-  // Completes the last dial of `c` with a scripted transport of its kind.
-  ScriptedTransport* dialed(FakeConnector& c, bool* destroyed = nullptr) {
-    auto t = make_io<ScriptedTransport>(loop, pool, c.kind(), destroyed);
-    ScriptedTransport* raw = t.get();
+  // Completes the last dial of `c` with a fake transport of its kind.
+  FakeTransport* dialed(FakeConnector& c, bool* destroyed = nullptr) {
+    auto t = make_io<FakeTransport>(loop, pool, kMaxPayload, c.kind(), destroyed);
+    FakeTransport* raw = t.get();
     c.succeed(std::move(t));
     return raw;
   }
   // The peer answers the session's HELLO; the batch ends.
-  void peer_hello(ScriptedTransport* t) {
-    REQUIRE(t->inject(testing::hello_frame("peer-b")));
+  void peer_hello(FakeTransport* t) {
+    REQUIRE(t->inject_all(peer_b_hello()));
     loop.end_batch();
   }
-  ScriptedTransport* bring_up(FakeConnector& c) {
-    ScriptedTransport* t = dialed(c);
+  FakeTransport* bring_up(FakeConnector& c) {
+    FakeTransport* t = dialed(c);
     peer_hello(t);
     REQUIRE(link->up());
     return t;
@@ -284,10 +289,10 @@ TEST_CASE("peer link: start() dials TCP in tcp mode, and in auto without an RDMA
 TEST_CASE("peer link: a dialed transport becomes a session that says HELLO; the peer's HELLO makes it up") {
   Fixture f(TransportMode::kTcp);
   f.link->start();
-  ScriptedTransport* t = f.dialed(f.tcp);
+  FakeTransport* t = f.dialed(f.tcp);
   CHECK(f.tcp.live_dials == 0);  // the Dial is dropped once it delivered
   CHECK(t->started());
-  auto frames = t->take_frames();
+  auto frames = t->written();
   REQUIRE(frames.size() == 1);
   CHECK(frames[0].type() == FrameType::kHello);
   CHECK_FALSE(f.link->up());
@@ -363,7 +368,7 @@ TEST_CASE("peer link: a session that opens resets the failures and the backoff")
   f.link->tick(f.t0 + 150ms);
   REQUIRE(f.tcp.calls.size() == 3);
   CHECK(f.link->consecutive_failures() == 2);
-  ScriptedTransport* t = f.bring_up(f.tcp);
+  FakeTransport* t = f.bring_up(f.tcp);
   CHECK(f.link->consecutive_failures() == 0);
   CHECK(f.link->last_error().empty());
   // The session dies: one failure, and the first backoff step again.
@@ -426,7 +431,7 @@ TEST_CASE("peer link: in auto, an RDMA session resets the count of RDMA failures
     f.link->tick(f.t0 + 1s);
   }
   REQUIRE(f.rdma.calls.size() == 3);
-  ScriptedTransport* t = f.bring_up(f.rdma);
+  FakeTransport* t = f.bring_up(f.rdma);
   CHECK(f.info().transport == "rdma");
   CHECK(f.info().transport_reason == "RDMA CM connect succeeded");
   t->fail("QP error");
@@ -508,15 +513,15 @@ TEST_CASE("peer link: transport rdma logs its failures as rdma") {
 
 TEST_CASE("peer link: streams submitted while down wait, and attach once the session's HELLO arrives") {
   Fixture f(TransportMode::kTcp);
-  FakeStream s1, s2, s3;
+  WaitingStream s1, s2, s3;
   f.link->submit(&s1);  // submitting dials when nothing is under way
   REQUIRE(f.tcp.calls.size() == 1);
   f.link->submit(&s2);
   CHECK(f.tcp.calls.size() == 1);
   CHECK(f.info().waiting_streams == 2);
-  ScriptedTransport* t = f.dialed(f.tcp);
+  FakeTransport* t = f.dialed(f.tcp);
   CHECK(s1.attaches == 0);  // handshake: not yet
-  REQUIRE(t->inject(testing::hello_frame("peer-b")));
+  REQUIRE(t->inject_all(peer_b_hello()));
   CHECK(s1.attaches == 0);  // the session announces itself at the end of the batch
   f.loop.end_batch();
   CHECK(s1.attaches == 1);
@@ -534,16 +539,16 @@ TEST_CASE("peer link: streams submitted while down wait, and attach once the ses
 
 TEST_CASE("peer link: streams attach in arrival order and open on the session") {
   Fixture f(TransportMode::kTcp);
-  FakeStream s1(true), s2(true);
+  WaitingStream s1(true), s2(true);
   f.link->submit(&s1);
   f.link->submit(&s2);
-  ScriptedTransport* t = f.dialed(f.tcp);
+  FakeTransport* t = f.dialed(f.tcp);
   f.peer_hello(t);
   REQUIRE(s1.opened);
   REQUIRE(s2.opened);
   CHECK(s1.stream_id() == 1);  // the dialer's ids are odd, in order
   CHECK(s2.stream_id() == 3);
-  auto frames = t->take_frames();
+  auto frames = t->written();
   std::vector<uint32_t> opens;
   for (auto& fr : frames)
     if (fr.type() == FrameType::kOpen) opens.push_back(fr.id());
@@ -557,7 +562,7 @@ TEST_CASE("peer link: streams attach in arrival order and open on the session") 
 
 TEST_CASE("peer link: a waiting stream is aborted with kPeerGone after connect_timeout_ms") {
   Fixture f(TransportMode::kTcp);  // connect_timeout_ms = 1000
-  FakeStream s;
+  WaitingStream s;
   f.link->submit(&s);
   REQUIRE(f.tcp.calls.size() == 1);
   f.link->tick(f.t0 + 999ms);
@@ -574,17 +579,17 @@ TEST_CASE("peer link: a waiting stream is aborted with kPeerGone after connect_t
 
 TEST_CASE("peer link: a stream that ends while it waits leaves the queue and is never called again") {
   Fixture f(TransportMode::kTcp);
-  FakeStream first, second;
+  WaitingStream first, second;
   f.link->submit(&first);
   {
-    FakeStream ending;
+    WaitingStream ending;
     f.link->submit(&ending);
     f.link->submit(&second);
     ending.end();
     CHECK(f.info().waiting_streams == 2);
   }  // destroyed: the link must hold no pointer to it
   {
-    FakeStream destroyed_while_waiting;
+    WaitingStream destroyed_while_waiting;
     f.link->submit(&destroyed_while_waiting);
   }  // its destructor leaves the queue too
   CHECK(f.info().waiting_streams == 2);
@@ -595,7 +600,7 @@ TEST_CASE("peer link: a stream that ends while it waits leaves the queue and is 
 
 TEST_CASE("peer link: take_waiting() hands the waiting streams over") {
   Fixture f(TransportMode::kTcp);
-  FakeStream s1, s2;
+  WaitingStream s1, s2;
   f.link->submit(&s1);
   f.link->submit(&s2);
   auto taken = f.link->take_waiting();
@@ -609,16 +614,16 @@ TEST_CASE("peer link: take_waiting() hands the waiting streams over") {
 
 TEST_CASE("peer link: a session that gets GOAWAY drains and a new dial starts") {
   Fixture f(TransportMode::kTcp);
-  FakeStream carried(true);
+  WaitingStream carried(true);
   f.link->submit(&carried);
   bool first_gone = false;
-  ScriptedTransport* first = f.dialed(f.tcp, &first_gone);
+  FakeTransport* first = f.dialed(f.tcp, &first_gone);
   f.peer_hello(first);
   REQUIRE(carried.opened);
   Session* old_session = carried.attached_to;
   REQUIRE(f.tcp.calls.size() == 1);
 
-  REQUIRE(first->inject(testing::goaway_frame()));
+  REQUIRE(first->inject_all(test::goaway_bytes()));
   f.loop.end_batch();
   CHECK_FALSE(f.link->up());
   REQUIRE(f.tcp.calls.size() == 2);  // dialed anew at once, no backoff
@@ -629,10 +634,10 @@ TEST_CASE("peer link: a session that gets GOAWAY drains and a new dial starts") 
   CHECK(info.state == "connecting");
 
   // A new stream waits for the new session, not the draining one.
-  FakeStream next;
+  WaitingStream next;
   f.link->submit(&next);
   CHECK(next.attaches == 0);
-  ScriptedTransport* second = f.dialed(f.tcp);
+  FakeTransport* second = f.dialed(f.tcp);
   f.peer_hello(second);
   CHECK(next.attaches == 1);
   CHECK(next.attached_to != old_session);
@@ -655,7 +660,7 @@ TEST_CASE("peer link: a session that gets GOAWAY drains and a new dial starts") 
 
 TEST_CASE("peer link: begin_shutdown aborts waiting streams with kShutdown and cancels the dial") {
   Fixture f(TransportMode::kTcp);
-  FakeStream s1, s2;
+  WaitingStream s1, s2;
   f.link->submit(&s1);
   f.link->submit(&s2);
   REQUIRE(f.tcp.live_dials == 1);
@@ -667,7 +672,7 @@ TEST_CASE("peer link: begin_shutdown aborts waiting streams with kShutdown and c
   CHECK(s1.abort_code == ResetCode::kShutdown);
   CHECK(s2.abort_code == ResetCode::kShutdown);
   // Streams arriving now are refused at once; nothing is dialed any more.
-  FakeStream late;
+  WaitingStream late;
   f.link->submit(&late);
   CHECK(late.aborts == 1);
   CHECK(late.abort_code == ResetCode::kShutdown);
@@ -678,9 +683,9 @@ TEST_CASE("peer link: begin_shutdown aborts waiting streams with kShutdown and c
 
 TEST_CASE("peer link: begin_shutdown lets a session carry its streams on") {
   Fixture f(TransportMode::kTcp);
-  FakeStream carried(true);
+  WaitingStream carried(true);
   f.link->submit(&carried);
-  ScriptedTransport* t = f.dialed(f.tcp);
+  FakeTransport* t = f.dialed(f.tcp);
   f.peer_hello(t);
   REQUIRE(carried.opened);
   f.link->begin_shutdown();
@@ -701,12 +706,12 @@ TEST_CASE("peer link: begin_shutdown lets a session carry its streams on") {
 
 TEST_CASE("peer link: retire() lets open streams finish, then finished()") {
   Fixture f(TransportMode::kTcp);
-  FakeStream carried(true);
+  WaitingStream carried(true);
   f.link->submit(&carried);
-  ScriptedTransport* t = f.dialed(f.tcp);
+  FakeTransport* t = f.dialed(f.tcp);
   f.peer_hello(t);
   REQUIRE(carried.opened);
-  FakeStream waiting;  // not yet submitted: retire refuses it below
+  WaitingStream waiting;  // not yet submitted: retire refuses it below
 
   f.link->retire();
   CHECK_FALSE(f.link->finished());
@@ -734,7 +739,7 @@ TEST_CASE("peer link: retire() lets open streams finish, then finished()") {
 
 TEST_CASE("peer link: retire() while down cancels the dial and is finished at once") {
   Fixture f(TransportMode::kAuto);
-  FakeStream s;
+  WaitingStream s;
   f.link->submit(&s);
   REQUIRE(f.rdma.live_dials == 1);
   f.link->retire();
@@ -746,14 +751,14 @@ TEST_CASE("peer link: retire() while down cancels the dial and is finished at on
 TEST_CASE("peer link: the peer may not open streams on a session we dialed") {
   Fixture f(TransportMode::kTcp);
   f.link->start();
-  ScriptedTransport* t = f.bring_up(f.tcp);
-  t->take_frames();
+  FakeTransport* t = f.bring_up(f.tcp);
+  t->written();
   std::vector<uint8_t> open(kHeaderSize + 2 + 16);
   uint8_t* start = encode_open_before(open.data() + open.size(), 2, "tcp:127.0.0.1:22", 0);
   REQUIRE(start == open.data());
-  REQUIRE(t->inject(open));
+  REQUIRE(t->inject_all(open));
   f.loop.end_batch();
-  auto frames = t->take_frames();
+  auto frames = t->written();
   REQUIRE(frames.size() == 1);
   CHECK(frames[0].type() == FrameType::kReset);
   CHECK(frames[0].id() == 2);
@@ -763,7 +768,7 @@ TEST_CASE("peer link: the peer may not open streams on a session we dialed") {
 
 TEST_CASE("peer link: destroying the link aborts waiting streams and drops the dial") {
   auto f = std::make_unique<Fixture>(TransportMode::kTcp);
-  FakeStream s;
+  WaitingStream s;
   f->link->submit(&s);
   REQUIRE(f->tcp.live_dials == 1);
   f->link.reset();

@@ -1,5 +1,5 @@
 // tunnel::Session driven frame by frame through a fake transport
-// (fake_transport.h): what it writes, what it tells its streams and owner,
+// (fake_transport.h, fake_stream.h): what it writes, what it tells its streams and owner,
 // and when (hooks other than on_peer_data only at the end of the batch).
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "fake_stream.h"
 #include "fake_transport.h"
 #include "proxy/tunnel/session.h"
 
