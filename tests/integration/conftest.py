@@ -5,8 +5,15 @@ process a test starts is stopped in fixture teardown (SIGTERM, then SIGKILL
 after 5 s); every test runs under a SIGALRM deadline (default 120 s, the
 `deadline(seconds)` marker overrides it) so a hang fails instead of blocking CI.
 
-Binary: $RDMAGW_BIN, else <repo>/build/bin/rdmagw.  When it is missing the
-tests are skipped, except under CI (CI set in the environment), where they fail.
+Binary: $RDMAGW_BIN, else $RDMAGW_BUILD_DIR/bin/rdmagw (the variable
+tools/dev/build reads: RDMAGW_BUILD_DIR=build-asan runs the suite on the
+sanitizer build), else <repo>/build/bin/rdmagw.  When it is missing the tests
+are skipped, except under CI (CI set in the environment), where they fail.
+
+Sanitizer build (tools/dev/build-asan): a report from AddressSanitizer,
+LeakSanitizer or UndefinedBehaviorSanitizer in a process's output, or its
+exit code 23 (tests/sanitizers/defaults.cc), fails the test that started it,
+at teardown, with the report.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ import pytest
 from clients import free_port  # noqa: F401  (re-exported for the tests)
 
 REPO = Path(__file__).resolve().parents[2]
-RDMAGW_BIN = os.environ.get("RDMAGW_BIN") or str(REPO / "build" / "bin" / "rdmagw")
+BUILD_DIR = Path(os.environ.get("RDMAGW_BUILD_DIR") or REPO / "build").resolve()
+RDMAGW_BIN = os.environ.get("RDMAGW_BIN") or str(BUILD_DIR / "bin" / "rdmagw")
 
 # The same tests run on the RDMA transport inside the lab VM (tests/lab/):
 #   RDMAGW_TEST_TRANSPORT  tcp (default) | rdma | auto
@@ -50,6 +58,48 @@ tcp_only = pytest.mark.skipif(TEST_TRANSPORT != "tcp",
 DEFAULT_TEST_TIMEOUT_S = 120
 READY_TIMEOUT_S = 10.0
 STOP_GRACE_S = 5.0
+
+
+# ---------------------------------------------------------------------------
+# Sanitizer reports
+
+# The exit code of a process a sanitizer stopped (tests/sanitizers/defaults.cc).
+SANITIZER_EXIT_CODE = 23
+_SANITIZER_REPORT = re.compile(
+    r"ERROR: (?:AddressSanitizer|LeakSanitizer)|: runtime error: |"
+    r"^SUMMARY: (?:AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer)|"
+    r"(?:AddressSanitizer|LeakSanitizer) has encountered a fatal error",
+    re.M)
+
+
+def sanitizer_report(text: str, max_lines: int = 60) -> str | None:
+    """The first sanitizer report in a process's output (up to `max_lines`
+    lines from its first line, without ASan's shadow memory dump), or None."""
+    m = _SANITIZER_REPORT.search(text)
+    if m is None:
+        return None
+    start = text.rfind("\n", 0, m.start()) + 1
+    report = text[start:].split("Shadow bytes around the buggy address:")[0]
+    return "\n".join(report.splitlines()[:max_lines])
+
+
+def sanitizer_failure(what: str, output: str, returncodes=()) -> str | None:
+    """Why `what` (a process, its output and exit codes) fails the test under a
+    sanitizer, or None."""
+    report = sanitizer_report(output)
+    if report is not None:
+        return f"{what}: sanitizer report:\n{report}"
+    if SANITIZER_EXIT_CODE in returncodes:
+        return f"{what}: exit code {SANITIZER_EXIT_CODE} (a sanitizer's; no report in its output)"
+    return None
+
+
+def check_sanitizers(what: str, output: str, returncode: int | None = None) -> None:
+    """Fails the test if a sanitizer reported in `output` or set the exit code.
+    For processes the test ran itself; the `procs` fixture checks its own."""
+    why = sanitizer_failure(what, output, () if returncode is None else (returncode,))
+    if why is not None:
+        pytest.fail(why, pytrace=False)
 
 
 # ---------------------------------------------------------------------------
@@ -146,6 +196,7 @@ class ManagedProcess:
         self.proc: subprocess.Popen | None = None
         self._logf = None
         self.start_offset = 0  # log size when the current incarnation started
+        self.past_returncodes: list[int | None] = []  # of earlier incarnations
 
     @property
     def pid(self) -> int:
@@ -158,6 +209,8 @@ class ManagedProcess:
     def start(self):
         assert not self.running(), f"{self.name} already running"
         self._close_log()
+        if self.proc is not None:
+            self.past_returncodes.append(self.proc.poll())
         self.start_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._logf,
@@ -186,6 +239,11 @@ class ManagedProcess:
                 pass
         self._close_log()
         return self.proc.returncode
+
+    def returncodes(self) -> list[int | None]:
+        """Exit codes of every incarnation so far (None: still running)."""
+        current = [] if self.proc is None else [self.proc.poll()]
+        return self.past_returncodes + current
 
     def kill9(self) -> None:
         if self.running():
@@ -325,7 +383,9 @@ def rdmagw_bin() -> str:
 @pytest.fixture
 def procs(request):
     """Registry of every child process of the test; all are stopped at teardown
-    (SIGTERM to all, then SIGKILL to whatever is left after 5 s)."""
+    (SIGTERM to all, then SIGKILL to whatever is left after 5 s).  Then a
+    sanitizer report in any one's log, or a sanitizer's exit code from any of
+    its incarnations, fails the test."""
     registry: list[ManagedProcess] = []
     request.node._rdmagw_procs = registry
     yield registry
@@ -348,6 +408,11 @@ def procs(request):
             except subprocess.TimeoutExpired:
                 pass
         p._close_log()
+    failures = [why for p in registry
+                if (why := sanitizer_failure(f"{p.name} ({p.log_path})", p.log_text(),
+                                             p.returncodes())) is not None]
+    if failures:
+        pytest.fail("\n\n".join(failures), pytrace=False)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 
 from backends import EchoServer
 from clients import connect, echo_roundtrip, free_port, recv_exact, send_all
-from conftest import RDMAGW_BIN, TEST_TRANSPORT, render_config
+from conftest import RDMAGW_BIN, TEST_TRANSPORT, check_sanitizers, render_config
 
 ERROR_LINE = re.compile(r"^(?P<file>.+):(?P<line>\d+):(?P<col>\d+): (?P<key>\S+): (?P<message>.+)$")
 ADMIN_LINE = re.compile(r'^admin:\s*"?(?P<address>[^"\s]+)"?\s*$', re.M)
@@ -43,7 +43,9 @@ def run_ctl(binary: str, *args: str, env: dict | None = None, timeout: float = 3
     full_env.update(env or {})
     r = subprocess.run([binary, *args], stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
                        env=full_env)
-    return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
+    out, err = r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
+    check_sanitizers(" ".join([binary, *args]), out + err, r.returncode)
+    return r.returncode, out, err
 
 
 def admin_address(sidecar) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, RDMAGW_BIN
+from conftest import REPO, RDMAGW_BIN, sanitizer_failure
 
 # Addresses exist only inside this test's namespaces.
 FAMILIES = {
@@ -206,4 +206,13 @@ listeners:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+        # On the sanitizer build, a report (or its exit code) fails the test.
+        sanitized = []
+        for i, name in ((1, "b"), (2, "a")):  # procs[1] is rdmagw B, procs[2] rdmagw A
+            if i < len(procs):
+                why = sanitizer_failure(f"rdmagw {name}", (work / f"{name}.log").read_text(),
+                                        [procs[i].returncode])
+                sanitized += [why] if why else []
         shutil.rmtree(work, ignore_errors=True)
+        if sanitized:
+            pytest.fail("\n\n".join(sanitized), pytrace=False)
