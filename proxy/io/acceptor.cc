@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/socket_options.h"
 
 namespace rdmagw {
 
@@ -40,6 +41,9 @@ void Acceptor::on_accept(int res, uint32_t flags) {
   if (res >= 0) {
     consecutive_errors_ = 0;
     if (stopping_) {
+      // Accepted as we stopped: never served, so the client must see a
+      // reset, not a clean EOF it could take for an answer.
+      set_abortive_close(res);
       ::close(res);
     } else {
       handler_(UniqueFd(res));

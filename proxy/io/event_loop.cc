@@ -58,7 +58,15 @@ void EventLoop::delete_condemned() {
   while (!condemned_.empty()) {
     std::vector<IoObject*> batch;
     batch.swap(condemned_);
-    for (IoObject* object : batch) delete object;
+    for (IoObject* object : batch) {
+      if (object->in_flight_ > 0) {
+        // Submitted after it was retired: it waits for that op after all;
+        // dispatch() condemns it again when the last one completes.
+        object->condemned_ = false;
+        continue;
+      }
+      delete object;
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <cassert>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -274,7 +275,7 @@ void LocalStream::forward(uint8_t* buffer, uint32_t len) {
 
 tunnel::Stream::Delivery LocalStream::on_peer_data(std::span<const uint8_t> bytes) {
   Delivery d;
-  if (closing_) return d;  // ending: the bytes are dropped (and counted delivered by detach)
+  assert(!closing_ && "an ending stream is detached: no data reaches it");
   // Fast path: nothing queued ahead of these bytes, so try to hand them to the
   // socket straight from the tunnel's receive buffer. This skips the copy into
   // to_socket_ and an io_uring round trip; whatever the socket does not take

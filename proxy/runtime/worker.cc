@@ -366,10 +366,11 @@ void Worker::tick() {
     bool forced = level >= static_cast<int>(StopLevel::kNow);
     if (idle || forced || now >= drain_deadline_) {
       if (!idle) log::warn("drain_timeout").kv("streams_reset", host_->live);
-      // Sessions end cleanly (what they queued still goes out); streams still
-      // open on them, and passthrough pipes, are reset.
-      close_everything(idle ? "shutdown" : "shutdown: drain timeout", tunnel::CloseMode::kFlush);
+      // Streams still open are reset first, so that their RESET(shutdown)
+      // frames go out with what the sessions queued; passthrough pipes too.
+      // Then the sessions end cleanly.
       host_->reset_all("shutdown: drain timeout");
+      close_everything(idle ? "shutdown" : "shutdown: drain timeout", tunnel::CloseMode::kFlush);
       closed_all_ = true;
       closed_at_ = now;
     }

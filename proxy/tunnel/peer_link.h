@@ -29,8 +29,8 @@ class PeerLink;
 // leaves the queue instead of staying there to be called once freed.
 class PendingStream {
  public:
-  // Open on `session` (open, able to open streams). Called at the end of a
-  // batch, never while the session parses.
+  // Open on `session` (open, able to open streams). Never called while the
+  // session parses.
   virtual void attach(Session& session) = 0;
   virtual void abort(ResetCode code, std::string_view reason) = 0;
 

@@ -288,7 +288,9 @@ void Session::flush() {
   assert(!parsing_);
   if (open_to_announce_) {
     open_to_announce_ = false;
-    if (owner_) owner_->on_session_open(*this);
+    // A session that ended in the same batch never served: its owner counts
+    // it as a failed attempt (backoff), not as one that came up.
+    if (owner_ && state_ == State::kOpen) owner_->on_session_open(*this);
   }
   // Hooks may queue further events (appended) or detach streams (their slot
   // becomes null): walk by index until quiet.
@@ -437,8 +439,9 @@ void Session::send_data(Stream& stream, uint8_t* buffer, uint32_t len) {
 
 void Session::send_fin(Stream& stream) {
   if (!stream_api_usable(stream) || stream.fin_sent_) return;
-  stream.fin_sent_ = true;
-  send_control(FrameType::kFin, stream.id_, 0, 0);
+  // Only a FIN that was queued counts: tunnel_done() lets a stream close its
+  // application cleanly, which a dropped FIN must not.
+  if (send_control(FrameType::kFin, stream.id_, 0, 0)) stream.fin_sent_ = true;
 }
 
 void Session::reset_stream(Stream& stream, ResetCode code) {

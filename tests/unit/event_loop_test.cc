@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "proxy/io/acceptor.h"
 #include "proxy/io/event_loop.h"
 #include "proxy/io/io_object.h"
 #include "proxy/io/timed_connect.h"
@@ -690,4 +691,95 @@ TEST_CASE("a broken ring ends the process with a message instead of spinning sil
   REQUIRE(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGABRT);
   CHECK(text.find("io_uring_submit_and_wait") != std::string::npos);
+}
+
+// --- acceptors and late submissions (from a review of the lifetime rule) --------
+
+namespace {
+struct LoopbackListener {
+  UniqueFd fd;
+  sockaddr_in addr{};
+  LoopbackListener() {
+    fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    REQUIRE(fd.valid());
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::listen(fd.get(), 16) == 0);
+    socklen_t len = sizeof(addr);
+    REQUIRE(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  }
+  UniqueFd connect_client() const {
+    UniqueFd c(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    REQUIRE(c.valid());
+    REQUIRE(::connect(c.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0);
+    return c;
+  }
+};
+
+// An IoObject that can post a poll; counts its deletion.
+class Poller final : public IoObject {
+ public:
+  Poller(EventLoop& loop, int* deaths, int* completions) : IoObject(loop), deaths_(deaths), completions_(completions) {
+    op_ = IoOp::bind<&Poller::on_poll>(this);
+  }
+  void poll(int fd) {
+    io_uring_sqe* s = loop().sqe(&op_);
+    io_uring_prep_poll_add(s, fd, POLLIN);
+  }
+
+ private:
+  ~Poller() override { ++*deaths_; }
+  void on_poll(int, uint32_t) { ++*completions_; }
+  int* deaths_;
+  int* completions_;
+  IoOp op_;
+};
+
+}  // namespace
+
+TEST_CASE("a connection accepted while the acceptor stops is reset, never closed with a clean EOF") {
+  EventLoop loop;
+  init_loop(loop);
+  LoopbackListener l;
+  int handled = 0;
+  auto acceptor = make_io<Acceptor>(loop, l.fd.get(), "lst", [&](UniqueFd) { ++handled; });
+  UniqueFd client = l.connect_client();  // waits in the backlog
+  acceptor->start();
+  loop.reserve(64);  // submits the accept: it completes at once (a connection is waiting)
+  acceptor->stop();  // the owner lets go now (drain, reload)
+  acceptor.reset();
+  for (int i = 0; i < 5; ++i) loop.run_once(10ms);
+  CHECK(handled == 0);
+  pollfd p{client.get(), POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 1000) == 1);
+  char b;
+  ssize_t n = ::recv(client.get(), &b, 1, MSG_DONTWAIT);
+  int err = n < 0 ? errno : 0;
+  INFO("recv returned " << n << " errno " << err);
+  // What the SO_LINGER rule promises: a reset.
+  CHECK(n == -1);
+  CHECK(err == ECONNRESET);
+  loop.shut_down();
+}
+
+TEST_CASE("an op submitted after an idle object was retired keeps the object alive until it completes") {
+  EventLoop loop;
+  init_loop(loop);
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0);
+  UniqueFd r(fds[0]), w(fds[1]);
+  int deaths = 0, completions = 0;
+  auto* p = new Poller(loop, &deaths, &completions);
+  p->retire();   // idle: condemned at once
+  p->poll(r.get());  // a late submission (e.g. a callback path that forgot its closing_ check)
+  CHECK(p->ops_in_flight() == 1);
+  loop.end_batch();
+  // Not deleted with its poll still in the kernel.
+  CHECK(deaths == 0);
+  REQUIRE(::write(w.get(), "x", 1) == 1);
+  for (int i = 0; i < 3; ++i) loop.run_once(10ms);
+  CHECK(completions == 1);
+  CHECK(deaths == 1);  // deleted once the op completed
+  loop.shut_down();
 }

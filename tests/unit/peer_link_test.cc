@@ -776,3 +776,23 @@ TEST_CASE("peer link: destroying the link aborts waiting streams and drops the d
   CHECK(s.aborts == 1);
   CHECK(s.abort_code == ResetCode::kShutdown);
 }
+
+TEST_CASE("peer link: a peer that answers HELLO and drops in the same batch counts as a failed dial") {
+  Fixture f(TransportMode::kTcp);
+  f.link->start();
+  Clock::time_point t = f.t0;
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(f.tcp.calls.size() == static_cast<size_t>(i + 1));
+    FakeTransport* tr = f.dialed(f.tcp);
+    REQUIRE(tr->inject_all(peer_b_hello()));
+    tr->fail("connection reset by peer");  // same batch as the HELLO
+    f.loop.end_batch();
+    CHECK_FALSE(f.link->up());
+    // Failures add up (so the backoff grows and the log thins out), and the
+    // link never reports the peer up.
+    INFO("attempt " << i << " failures " << f.link->consecutive_failures());
+    CHECK(f.link->consecutive_failures() == static_cast<uint32_t>(i + 1));
+    t += 10s;  // past any backoff: redial
+    f.link->tick(t);
+  }
+}

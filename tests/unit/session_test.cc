@@ -1321,3 +1321,32 @@ TEST_CASE("keepalive: tick() sends PING every keepalive_interval_ms and ends a s
     h.expect_closed(SessionEnd::kKeepaliveTimeout, CloseMode::kAbort, "15000 ms");
   }
 }
+
+TEST_CASE("a FIN that could not be queued does not count as sent: the stream is not tunnel_done") {
+  Harness h(Session::Role::kDialer, settings_for(1 * kKiB, 1 * kKiB, 1 * kKiB));
+  h.handshake(hello(1 * kKiB, 1 * kKiB, 1 * kKiB));
+  FakeStream a("a", &h.log);
+  REQUIRE(h.open(a));
+  h.written();
+  // The peer finished its direction.
+  h.inject(fin_bytes(1));
+  h.end_batch();
+  REQUIRE(a.fins == 1);
+  REQUIRE(a.fin_received());
+  // The outbound queue is at the control backlog limit (a peer that does not
+  // read; the same happens with the pool out of buffers).
+  std::string junk(1 * kKiB + kControlBacklogLimit + 1, 'j');
+  REQUIRE(h.transport->outbound().append(junk.data(), junk.size()));
+  size_t before = h.transport->queued_bytes();
+  bool tunnel_done_when_lost = true;
+  a.on_lost_hook = [&](FakeStream& st) { tunnel_done_when_lost = st.tunnel_done(); };
+  // The application's EOF: our FIN, which cannot be queued.
+  h.s().send_fin(a);
+  CHECK(h.transport->queued_bytes() == before);
+  CHECK(h.s().state() == Session::State::kClosed);
+  CHECK_FALSE(a.fin_sent());
+  h.end_batch();
+  REQUIRE(a.lost.size() == 1);
+  // A local stream must reset its application, not close it cleanly.
+  CHECK_FALSE(tunnel_done_when_lost);
+}

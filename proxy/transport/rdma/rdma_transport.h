@@ -34,7 +34,8 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
    public:
     virtual ~Observer() = default;
     virtual void on_rdma_established(RdmaTransport* transport) = 0;
-    // Connection setup failed; the transport frees itself after this returns.
+    // Connection setup failed; the transport closes itself after this returns
+    // (its owner then lets go of it).
     virtual void on_rdma_failed(RdmaTransport* transport, std::string_view reason) = 0;
   };
 
@@ -104,7 +105,7 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
 
   IoOp cm_op_, cq_op_, flush_timer_op_;
   bool cm_armed_ = false, cq_armed_ = false;
-  // close(true) with frames queued: the session is gone (sink_ is null) but
+  // close(kFlush) with frames queued: the session is gone (sink_ is null) but
   // sends continue until outbound_ is empty or the timer fires.
   bool flushing_on_close_ = false;
   bool flush_timer_armed_ = false;

@@ -35,7 +35,7 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   void on_recv(int res, uint32_t flags);
   void on_send(int res, uint32_t flags);
   void on_flush_timeout(int res, uint32_t flags);
-  // Ends a clean close: stop sending and reading; the object then frees itself.
+  // Ends a clean close: stop sending and reading (the owner retired us: freed once idle).
   void end_lingering();
   void fail(std::string reason);
 
@@ -59,7 +59,7 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   bool sending_ = false;
   bool closed_ = false;
   bool flushing_on_close_ = false;  // closed, but queued frames still go out first
-  // A clean close (close(true)) in progress: after our frames and FIN, we
+  // A clean close (close(kFlush)) in progress: after our frames and FIN, we
   // read and drop until the peer's FIN, for at most kCloseFlushSeconds. Closing with its
   // bytes unread would answer them with a reset, which can cost the peer
   // data it has received but not yet read.
