@@ -42,7 +42,6 @@ std::string_view session_end_name(SessionEnd end) {
 Session::Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSettings& settings,
                  IoPtr<Transport> transport, SessionOwner* owner)
     : IoObject(loop),
-      loop_(loop),
       pool_(pool),
       role_(role),
       settings_(settings),
@@ -52,7 +51,7 @@ Session::Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSett
       owner_(owner),
       next_local_id_(role == Role::kDialer ? 1 : 2),
       session_receive_(settings.session_window) {
-  started_ = last_receive_ = last_ping_ = loop_.now();
+  started_ = last_receive_ = last_ping_ = loop.now();
   started_wall_ = Clock::now();
   if (settings_.metrics && !settings_.peer_label.empty()) peer_metrics_ = &settings_.metrics->peer(settings_.peer_label);
 }
@@ -268,7 +267,7 @@ bool Session::send_control(FrameType type, uint32_t id, uint64_t value, size_t v
 
 // --- dispatch at the end of the batch -------------------------------------------
 
-void Session::request_dispatch() { loop_.request_flush(this); }
+void Session::request_dispatch() { loop().request_flush(this); }
 
 void Session::queue_event(Stream& stream, uint8_t event) {
   if (stream.events_ == 0) events_.push_back(&stream);
@@ -452,14 +451,31 @@ void Session::reset_stream(Stream& stream, ResetCode code) {
 }
 
 void Session::delivered(Stream& stream, uint32_t n) {
-  if (!stream_api_usable(stream)) return;
+  if (stream_api_usable(stream)) return_credit(stream, n);
+}
+
+void Session::return_credit(Stream& stream, uint32_t n) {
   stream.receive_.on_delivered(n);
   session_receive_.on_delivered(n);
-  if (!stream.fin_received_) {
+  if (!stream.fin_received_) {  // after its FIN the peer sends nothing more on it
     uint64_t g = stream.receive_.take_grant();
     if (g > 0) send_control(FrameType::kWindow, stream.id_, g, 4);
   }
   grant_session();
+}
+
+void Session::hand_over(Stream& stream, std::span<const uint8_t> bytes) {
+  Stream::Delivery d = stream.on_peer_data(bytes);
+  if (!d.accepted) {
+    log::warn("stream_reset").kv("peer", peer_label()).kv("stream", stream.id_).kv("reason", "out of buffers");
+    send_control(FrameType::kReset, stream.id_, static_cast<uint32_t>(ResetCode::kResource), 4);
+    stream.reset_code_ = ResetCode::kResource;
+    queue_event(stream, kEventReset);
+    return;
+  }
+  // Bytes the stream wrote to its socket at once return like any delivered
+  // bytes (frames are appended to the transport; nothing re-enters).
+  if (d.delivered > 0) return_credit(stream, d.delivered);
 }
 
 // --- frames from the peer ------------------------------------------------------
@@ -476,7 +492,7 @@ bool Session::on_frame(const FrameHeader& h, std::span<const uint8_t> payload) {
 
 bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payload) {
   ++counters_.frames_in;
-  last_receive_ = loop_.now();
+  last_receive_ = loop().now();
   if (state_ == State::kHandshake && h.type != FrameType::kHello)
     return protocol_error(std::string(frame_type_name(h.type)) + " before HELLO");
   std::string reason;
@@ -502,7 +518,7 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
     case FrameType::kPong: {
       uint64_t value;
       if (!decode_u64(h, payload, &value, &reason)) return protocol_error(reason);
-      int64_t rtt = to_ns(loop_.now()) - static_cast<int64_t>(value);
+      int64_t rtt = to_ns(loop().now()) - static_cast<int64_t>(value);
       if (rtt >= 0) {
         rtt_us_ = rtt / 1000;
         if (settings_.metrics) settings_.metrics->session_rtt.observe_us(static_cast<uint64_t>(rtt_us_));
@@ -546,7 +562,7 @@ bool Session::on_hello(std::span<const uint8_t> payload) {
     close(SessionEnd::kOutOfBuffers, "out of buffers", CloseMode::kAbort);
     return false;
   }
-  last_ping_ = loop_.now();
+  last_ping_ = loop().now();
   if (goaway_pending_) send_goaway();
   log::info("session_open")
       .kv("peer", peer_node_)
@@ -584,22 +600,7 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
   count_stream_opened();
   attach(*stream, id, peer_hello_.stream_window);
   stream->receive_.on_receive(first);
-  if (first > 0) {
-    Stream::Delivery d = stream->on_peer_data(open.first_bytes);
-    if (!d.accepted) {
-      send_control(FrameType::kReset, id, static_cast<uint32_t>(ResetCode::kResource), 4);
-      stream->reset_code_ = ResetCode::kResource;
-      queue_event(*stream, kEventReset);
-    } else if (d.delivered > 0) {
-      // As in on_data(): first bytes may have used all of the peer's stream
-      // credit, and nothing else would return it.
-      stream->receive_.on_delivered(d.delivered);
-      session_receive_.on_delivered(d.delivered);
-      uint64_t g = stream->receive_.take_grant();
-      if (g > 0) send_control(FrameType::kWindow, id, g, 4);
-      grant_session();
-    }
-  }
+  if (first > 0) hand_over(*stream, open.first_bytes);
   return true;
 }
 
@@ -620,24 +621,7 @@ bool Session::on_data(const FrameHeader& h, std::span<const uint8_t> payload) {
     return protocol_error("DATA overruns the window of stream " + std::to_string(h.stream_id));
   if (!session_receive_.on_receive(n)) return protocol_error("DATA exceeds the session window");
   count_bytes_in(n);
-  if (n == 0) return true;
-  Stream::Delivery d = stream->on_peer_data(payload);
-  if (!d.accepted) {
-    log::warn("stream_reset").kv("peer", peer_label()).kv("stream", h.stream_id).kv("reason", "out of buffers");
-    send_control(FrameType::kReset, h.stream_id, static_cast<uint32_t>(ResetCode::kResource), 4);
-    stream->reset_code_ = ResetCode::kResource;
-    queue_event(*stream, kEventReset);
-    return true;
-  }
-  if (d.delivered > 0) {
-    // Bytes the stream wrote to its socket at once: their credit returns
-    // like any delivered bytes (WINDOW frames are appended, nothing re-enters).
-    stream->receive_.on_delivered(d.delivered);
-    session_receive_.on_delivered(d.delivered);
-    uint64_t g = stream->receive_.take_grant();
-    if (g > 0) send_control(FrameType::kWindow, h.stream_id, g, 4);
-    grant_session();
-  }
+  if (n > 0) hand_over(*stream, payload);
   return true;
 }
 

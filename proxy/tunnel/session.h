@@ -178,6 +178,11 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // carried here; *known tells whether the id was ever opened.
   Stream* find_stream(uint32_t id, bool* known) const;
   void attach(Stream& stream, uint32_t id, uint64_t send_window);
+  // Peer bytes for `stream`, mid-parse: what it delivers at once returns as
+  // credit; bytes it cannot keep reset it (RESET(resource)).
+  void hand_over(Stream& stream, std::span<const uint8_t> bytes);
+  // `n` bytes of `stream` left this host: stream and session credit return.
+  void return_credit(Stream& stream, uint32_t n);
   void grant_session();
   std::string peer_label() const;
   bool send_control(FrameType type, uint32_t id, uint64_t value, size_t value_size);
@@ -193,7 +198,6 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   void request_dispatch();
   bool stream_api_usable(const Stream& stream) const;
 
-  EventLoop& loop_;
   BufferPool& pool_;
   Role role_;
   SessionSettings settings_;

@@ -54,7 +54,6 @@ std::string cm_status_text(int status) {
 
 RdmaTransport::RdmaTransport(EventLoop& loop, RdmaContext& ctx, uint32_t max_data, Observer* observer)
     : tunnel::Transport(loop),
-      loop_(loop),
       ctx_(ctx),
       pool_(ctx.pool()),
       config_(ctx.config()),
@@ -223,14 +222,14 @@ bool RdmaTransport::post_recv(uint32_t index) {
 
 void RdmaTransport::arm_cm_poll() {
   if (cm_armed_ || closed_) return;
-  io_uring_sqe* s = loop_.sqe(&cm_op_);
+  io_uring_sqe* s = loop().sqe(&cm_op_);
   io_uring_prep_poll_add(s, channel_->fd, POLLIN);
   cm_armed_ = true;
 }
 
 void RdmaTransport::arm_cq_poll() {
   if (cq_armed_ || closed_) return;
-  io_uring_sqe* s = loop_.sqe(&cq_op_);
+  io_uring_sqe* s = loop().sqe(&cq_op_);
   io_uring_prep_poll_add(s, comp_channel_->fd, POLLIN);
   cq_armed_ = true;
 }
@@ -348,7 +347,7 @@ void RdmaTransport::close(tunnel::CloseMode mode) {
     flushing_on_close_ = true;
     flush();
     flush_timeout_.tv_sec = tunnel::kCloseFlushSeconds;
-    io_uring_sqe* s = loop_.sqe(&flush_timer_op_);
+    io_uring_sqe* s = loop().sqe(&flush_timer_op_);
     io_uring_prep_timeout(s, &flush_timeout_, 0, 0);
     flush_timer_armed_ = true;
     return;
@@ -368,14 +367,14 @@ void RdmaTransport::finish_close() {
   if (closed_) return;
   flushing_on_close_ = false;
   closed_ = true;
-  if (flush_timer_armed_) loop_.cancel(&flush_timer_op_);
+  if (flush_timer_armed_) loop().cancel(&flush_timer_op_);
   if (id_ && state_ == State::kEstablished) rdma_disconnect(id_);
   state_ = State::kClosed;
   // Destroying the QP guarantees no more DMA into our buffers; they return to
   // the pool in the destructor.
   if (id_ && id_->qp) rdma_destroy_qp(id_);
-  if (cm_armed_) loop_.cancel(&cm_op_);
-  if (cq_armed_) loop_.cancel(&cq_op_);
+  if (cm_armed_) loop().cancel(&cm_op_);
+  if (cq_armed_) loop().cancel(&cq_op_);
 }
 
 // --- data path -----------------------------------------------------------------
@@ -389,7 +388,7 @@ void RdmaTransport::start(tunnel::TransportSink* sink) {
 }
 
 void RdmaTransport::request_send() {
-  if (!closed_) loop_.request_flush(this);
+  if (!closed_) loop().request_flush(this);
 }
 
 void RdmaTransport::on_cq_ready(int, uint32_t) {

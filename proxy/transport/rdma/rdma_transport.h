@@ -83,7 +83,6 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   void finish_close();
   void on_flush_timeout(int res, uint32_t flags);
 
-  EventLoop& loop_;
   RdmaContext& ctx_;
   BufferPool& pool_;
   RdmaConfig config_;

@@ -10,7 +10,6 @@ namespace rdmagw::transport {
 TcpTransport::TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint32_t max_data,
                            std::string remote)
     : tunnel::Transport(loop),
-      loop_(loop),
       fd_(std::move(fd)),
       remote_(std::move(remote)),
       reader_(max_data),
@@ -30,12 +29,12 @@ void TcpTransport::start(tunnel::TransportSink* sink) {
 }
 
 void TcpTransport::post_recv() {
-  io_uring_sqe* s = loop_.sqe(&recv_op_);
+  io_uring_sqe* s = loop().sqe(&recv_op_);
   io_uring_prep_recv(s, fd_.get(), rx_.get() + rx_len_, rx_capacity_ - rx_len_, 0);
 }
 
 void TcpTransport::request_send() {
-  if (!closed_) loop_.request_flush(this);
+  if (!closed_) loop().request_flush(this);
 }
 
 void TcpTransport::flush() {
@@ -44,7 +43,7 @@ void TcpTransport::flush() {
   msg_ = {};
   msg_.msg_iov = iov_;
   msg_.msg_iovlen = static_cast<size_t>(n);
-  io_uring_sqe* s = loop_.sqe(&send_op_);
+  io_uring_sqe* s = loop().sqe(&send_op_);
   io_uring_prep_sendmsg(s, fd_.get(), &msg_, MSG_NOSIGNAL);
   sending_ = true;
 }
@@ -122,9 +121,9 @@ void TcpTransport::end_lingering() {
   lingering_ = false;
   flushing_on_close_ = false;
   ::shutdown(fd_.get(), SHUT_RDWR);
-  loop_.cancel(&send_op_);
-  loop_.cancel(&recv_op_);
-  loop_.cancel(&flush_timer_op_);
+  loop().cancel(&send_op_);
+  loop().cancel(&recv_op_);
+  loop().cancel(&flush_timer_op_);
 }
 
 void TcpTransport::on_send(int res, uint32_t) {
@@ -175,19 +174,19 @@ void TcpTransport::close(tunnel::CloseMode mode) {
       ::shutdown(fd_.get(), SHUT_WR);
     }
     flush_timeout_.tv_sec = tunnel::kCloseFlushSeconds;
-    io_uring_sqe* s = loop_.sqe(&flush_timer_op_);
+    io_uring_sqe* s = loop().sqe(&flush_timer_op_);
     io_uring_prep_timeout(s, &flush_timeout_, 0, 0);
     return;
   }
   if (sending_) {
     // Abortive: the pending send is abandoned.
     ::shutdown(fd_.get(), SHUT_RDWR);
-    loop_.cancel(&send_op_);
+    loop().cancel(&send_op_);
   }
   // shutdown(SHUT_WR) sends FIN after what the kernel holds; cancelling the
   // receive releases the last operation.
   ::shutdown(fd_.get(), SHUT_WR);
-  loop_.cancel(&recv_op_);
+  loop().cancel(&recv_op_);
 }
 
 }  // namespace rdmagw::transport

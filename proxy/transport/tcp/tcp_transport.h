@@ -41,7 +41,6 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
 
   static constexpr int kMaxIov = 64;
 
-  EventLoop& loop_;
   UniqueFd fd_;
   std::string remote_;
   tunnel::FrameReader reader_;
