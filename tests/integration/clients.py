@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -190,3 +191,27 @@ def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
+
+
+def socket_end(e: OSError, op: str) -> str:
+    """How a connection ended, from the error `op` ("recv" | "send") got:
+    "reset" for ECONNRESET; "eof" for EPIPE from send (a FIN came first, the
+    reset only after it); otherwise "error:NAME"."""
+    if e.errno == errno.ECONNRESET:
+        return "reset"
+    if e.errno == errno.EPIPE and op == "send":
+        return "eof"
+    return f"error:{errno.errorcode.get(e.errno, e.errno)}"
+
+
+def require_root_and(tools, what: str) -> None:
+    """Skips a test that needs root and `tools` where they are missing; under
+    CI as root a missing tool is a failure (tools/dev/install-deps installs them)."""
+    import pytest  # only the tests that call this need it
+
+    missing = [t for t in tools if shutil.which(t) is None]
+    if os.geteuid() != 0 or missing:
+        why = "needs root" if os.geteuid() != 0 else f"needs {', '.join(missing)}"
+        if os.environ.get("CI") and os.geteuid() == 0:
+            pytest.fail(f"{what} {why} (tools/dev/install-deps installs them)")
+        pytest.skip(why)

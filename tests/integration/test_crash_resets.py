@@ -28,7 +28,6 @@ orphaned socket answers our next data with comes too late: that is "eof".
 from __future__ import annotations
 
 import collections
-import errno
 import functools
 import hashlib
 import random
@@ -41,7 +40,7 @@ import time
 
 import pytest
 
-from clients import connect
+from clients import connect, socket_end
 from conftest import scaled, tcp_only
 
 MiB = 1 << 20
@@ -78,15 +77,6 @@ def prefix_sha(seed: int, n: int) -> str:
         h.update(chunk)
         off += len(chunk)
     return h.hexdigest()
-
-
-def classify(e: OSError, op: str) -> str:
-    """The end a socket error means; see the module docstring."""
-    if e.errno == errno.ECONNRESET:
-        return "reset"
-    if e.errno == errno.EPIPE and op == "send":
-        return "eof"
-    return f"error:{errno.errorcode.get(e.errno, e.errno)}"
 
 
 # ---------------------------------------------------------------------------
@@ -190,7 +180,7 @@ class TargetServer:
             except (BlockingIOError, InterruptedError):
                 data = None
             except OSError as e:
-                return self._close(sel, s, st, classify(e, "recv"))
+                return self._close(sel, s, st, socket_end(e, "recv"))
             if data == b"":
                 return self._close(sel, s, st, "eof")
             if data:
@@ -214,7 +204,7 @@ class TargetServer:
             except (BlockingIOError, InterruptedError):
                 pass
             except OSError as e:
-                return self._close(sel, s, st, classify(e, "send"))
+                return self._close(sel, s, st, socket_end(e, "send"))
             if self._reset_due(st, st["out"]):
                 return self._close(sel, s, st, "server-reset")
             if st["out"] >= st["size"]:
@@ -254,7 +244,7 @@ class Client:
             except (BlockingIOError, InterruptedError):
                 data = None
             except OSError as e:
-                return self.finish(sel, classify(e, "recv"))
+                return self.finish(sel, socket_end(e, "recv"))
             if data == b"":
                 complete = self.mode == b"D" and self.got == STREAM_SIZE
                 return self.finish(sel, "complete" if complete else "eof")
@@ -270,7 +260,7 @@ class Client:
             except (BlockingIOError, InterruptedError):
                 pass
             except OSError as e:
-                return self.finish(sel, classify(e, "send"))
+                return self.finish(sel, socket_end(e, "send"))
             if self.sent >= STREAM_SIZE:
                 sel.modify(self.sock, self.events(), self)
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import os
 import secrets
 import selectors
@@ -38,6 +37,7 @@ from pathlib import Path
 
 import pytest
 
+from clients import require_root_and, socket_end
 from conftest import REPO, RDMAGW_BIN
 
 A_IP, B_IP, NET = "10.202.0.1", "10.202.0.2", "10.202.0.0/24"  # only inside this test's namespaces
@@ -62,15 +62,6 @@ def in_netns(name: str):
         finally:
             if _libc.setns(home.fileno(), CLONE_NEWNET) != 0:
                 raise OSError(ctypes.get_errno(), "setns back home")
-
-
-def end_of(e: OSError, op: str) -> str:
-    """As in test_crash_resets.classify: EPIPE from send means a FIN came first."""
-    if e.errno == errno.ECONNRESET:
-        return "reset"
-    if e.errno == errno.EPIPE and op == "send":
-        return "eof"
-    return f"error:{errno.errorcode.get(e.errno, e.errno)}"
 
 
 class EchoServer:
@@ -134,7 +125,7 @@ class EchoServer:
                         except BlockingIOError:
                             data = None
                         except OSError as e:
-                            finish(s, st, end_of(e, "recv"))
+                            finish(s, st, socket_end(e, "recv"))
                             continue
                         if data == b"":
                             st["eof"] = True
@@ -147,7 +138,7 @@ class EchoServer:
                         except BlockingIOError:
                             pass
                         except OSError as e:
-                            finish(s, st, end_of(e, "send"))
+                            finish(s, st, socket_end(e, "send"))
                             continue
                     if st["eof"] and not st["out"]:
                         s.shutdown(socket.SHUT_WR)
@@ -211,12 +202,7 @@ shutdown_timeout_ms: {shutdown_timeout_ms}
 @pytest.fixture
 def hosts():
     """(namespace A, namespace B), joined by a veth pair; deleted after."""
-    missing = [t for t in ("ip", "iptables", "setpriv") if shutil.which(t) is None]
-    if os.geteuid() != 0 or missing:
-        why = "needs root" if os.geteuid() != 0 else f"needs {', '.join(missing)}"
-        if os.environ.get("CI") and os.geteuid() == 0:
-            pytest.fail(f"passthrough drain test {why} (tools/dev/install-deps installs them)")
-        pytest.skip(why)
+    require_root_and(("ip", "iptables", "setpriv"), "passthrough drain test")
     tag = secrets.token_hex(3)
     a, b = f"rgpa{tag}", f"rgpb{tag}"
     run("ip", "netns", "add", a)
@@ -294,7 +280,7 @@ def watch(client: socket.socket, until: float, send: bytes = b"", half_close: bo
                     except BlockingIOError:
                         data = None
                     except OSError as e:
-                        return end_of(e, "recv"), time.monotonic(), got
+                        return socket_end(e, "recv"), time.monotonic(), got
                     if data == b"":
                         return "eof", time.monotonic(), got
                     if data:
@@ -309,7 +295,7 @@ def watch(client: socket.socket, until: float, send: bytes = b"", half_close: bo
                     except BlockingIOError:
                         pass
                     except OSError as e:
-                        return end_of(e, "send"), time.monotonic(), got
+                        return socket_end(e, "send"), time.monotonic(), got
                     if not out and (shut or not half_close):
                         sel.modify(client, selectors.EVENT_READ)
         return None, None, got

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from clients import require_root_and
 from conftest import REPO, RDMAGW_BIN, sanitizer_failure
 
 # Addresses exist only inside this test's namespaces.
@@ -76,12 +77,7 @@ def run(*args, check=True, timeout=30):
 
 
 def preconditions():
-    missing = [t for t in ("ip", "iptables", "setpriv") if shutil.which(t) is None]
-    if os.geteuid() != 0 or missing:
-        why = "needs root" if os.geteuid() != 0 else f"needs {', '.join(missing)}"
-        if os.environ.get("CI") and os.geteuid() == 0:
-            pytest.fail(f"transparent redirect test {why} (tools/dev/install-deps installs them)")
-        pytest.skip(why)
+    require_root_and(("ip", "iptables", "setpriv"), "transparent redirect test")
 
 
 @pytest.fixture(params=sorted(FAMILIES))
