@@ -1,9 +1,20 @@
 #include "common/byte_queue.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 namespace rdmagw {
+
+ByteQueue::Segment& ByteQueue::open_tail() {
+  Segment& tail = segments_.back();
+  if (head_ == segments_.size()) {
+    // Every byte so far was sent: the next ones start in this tail.
+    head_ = segments_.size() - 1;
+    head_skip_ = tail.end - tail.begin;
+  }
+  return tail;
+}
 
 void ByteQueue::adopt(uint8_t* buffer, uint32_t begin, uint32_t end) {
   segments_.push_back({buffer, begin, end});
@@ -18,7 +29,7 @@ uint8_t* ByteQueue::append_contiguous(size_t len) {
     if (!b) return nullptr;
     segments_.push_back({b, 0, 0});
   }
-  Segment& tail = segments_.back();
+  Segment& tail = open_tail();
   uint8_t* out = tail.buffer + tail.end;
   tail.end += static_cast<uint32_t>(len);
   bytes_ += len;
@@ -38,7 +49,7 @@ bool ByteQueue::append(const void* data, size_t len) {
     if (segments_.empty() || segments_.back().end == cap) {
       segments_.push_back({pool_->acquire(), 0, 0});
     }
-    Segment& tail = segments_.back();
+    Segment& tail = open_tail();
     size_t n = std::min(len, cap - tail.end);
     std::memcpy(tail.buffer + tail.end, src, n);
     tail.end += static_cast<uint32_t>(n);
@@ -51,8 +62,9 @@ bool ByteQueue::append(const void* data, size_t len) {
 
 int ByteQueue::iovecs_at(size_t offset, iovec* iov, int max) const {
   int n = 0;
-  for (const Segment& s : segments_) {
-    if (n == max) break;
+  offset += head_skip_;
+  for (size_t i = head_; i < segments_.size() && n < max; ++i) {
+    const Segment& s = segments_[i];
     size_t len = s.end - s.begin;
     if (offset >= len) {
       offset -= len;
@@ -67,29 +79,68 @@ int ByteQueue::iovecs_at(size_t offset, iovec* iov, int max) const {
 }
 
 void ByteQueue::consume(size_t n) {
+  assert(n <= bytes_);
   bytes_ -= n;
-  while (!segments_.empty()) {
+  retained_ += n;
+  while (n > 0) {
+    const Segment& s = segments_[head_];
+    size_t left = s.end - s.begin - head_skip_;
+    if (n < left) {
+      head_skip_ += static_cast<uint32_t>(n);
+      break;
+    }
+    n -= left;
+    ++head_;
+    head_skip_ = 0;
+  }
+  if (!retain_) release_to(sent_offset());
+}
+
+void ByteQueue::release_to(uint64_t offset) {
+  assert(offset >= base_ && offset <= sent_offset());
+  size_t n = static_cast<size_t>(offset - base_);
+  retained_ -= n;
+  base_ = offset;
+  while (n > 0) {
     Segment& s = segments_.front();
     size_t len = s.end - s.begin;
     if (n < len) {
       s.begin += static_cast<uint32_t>(n);
+      if (head_ == 0) head_skip_ -= static_cast<uint32_t>(n);
       return;
     }
     n -= len;
-    // Keep the last buffer: later appends can still use its free room.
+    // Keep the last buffer once everything in it went: later appends can
+    // still use its free room.
     if (segments_.size() == 1 && s.end < pool_->buffer_size() && n == 0) {
       s.begin = s.end = 0;
+      head_ = 0;
+      head_skip_ = 0;
       return;
     }
     pool_->release(s.buffer);
     segments_.pop_front();
+    if (head_ > 0) --head_;
+    else head_skip_ = 0;
   }
+}
+
+void ByteQueue::rewind_to(uint64_t offset) {
+  assert(offset >= base_ && offset <= end_offset());
+  bytes_ += retained_;
+  retained_ = 0;
+  head_ = 0;
+  head_skip_ = 0;
+  consume(static_cast<size_t>(offset - base_));
 }
 
 void ByteQueue::clear() {
   for (const Segment& s : segments_) pool_->release(s.buffer);
   segments_.clear();
-  bytes_ = 0;
+  base_ += retained_ + bytes_;
+  bytes_ = retained_ = 0;
+  head_ = 0;
+  head_skip_ = 0;
 }
 
 }  // namespace rdmagw

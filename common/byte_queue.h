@@ -2,9 +2,15 @@
 // A FIFO of bytes held in BufferPool buffers, for one direction of one
 // connection. Bytes enter either by adopting a filled buffer (zero copy: a
 // socket recv landed there) or by copying small pieces into the tail buffer.
-// The front can be exposed as iovecs for a gathered send; consume() releases
-// buffers once sent. Appending never touches bytes already exposed, so a send
-// can be in flight while more is queued.
+// The front can be exposed as iovecs for a gathered send; consume() marks
+// bytes sent. Appending never touches bytes already exposed, so a send can
+// be in flight while more is queued.
+//
+// A retaining queue (set_retain) keeps sent bytes until release_to() says
+// the receiver has them, and rewind_to() makes sent bytes unsent again: the
+// send log of a resumable session (docs/protocol.md, "Resumption"). Offsets
+// there are absolute: the count of bytes ever queued before a given byte.
+// Without retention, consume() releases at once.
 #include <sys/uio.h>
 
 #include <cstddef>
@@ -22,6 +28,7 @@ class ByteQueue {
   ByteQueue(const ByteQueue&) = delete;
   ByteQueue& operator=(const ByteQueue&) = delete;
 
+  // Bytes not sent yet.
   size_t size() const { return bytes_; }
   bool empty() const { return bytes_ == 0; }
 
@@ -33,12 +40,31 @@ class ByteQueue {
   // returns where to write them; nullptr if the pool ran dry.
   uint8_t* append_contiguous(size_t len);
 
-  // Fills up to `max` iovecs from the front; returns how many.
+  // Fills up to `max` iovecs from the first unsent byte; returns how many.
   int front_iovecs(iovec* iov, int max) const { return iovecs_at(0, iov, max); }
   // Same, starting `offset` bytes in (bytes before it are already in flight).
   int iovecs_at(size_t offset, iovec* iov, int max) const;
+  // `n` bytes left (were sent): released, or kept if retaining.
   void consume(size_t n);
   void clear();
+
+  // --- retention (the send log) -----------------------------------------------
+  // Only while empty.
+  void set_retain(bool retain) { retain_ = retain; }
+  bool retaining() const { return retain_; }
+  // Sent bytes kept for a resend.
+  size_t retained() const { return retained_; }
+  // Absolute offsets: of the first byte kept, of the first unsent byte, and
+  // just past the last byte queued.
+  uint64_t base_offset() const { return base_; }
+  uint64_t sent_offset() const { return base_ + retained_; }
+  uint64_t end_offset() const { return base_ + retained_ + bytes_; }
+  // Releases the kept bytes before `offset` (base_offset <= offset <= sent_offset).
+  void release_to(uint64_t offset);
+  // Makes every byte from `offset` on unsent (again), and every byte before
+  // it sent (base_offset <= offset <= end_offset): the resend starts there.
+  // Kept bytes stay until release_to().
+  void rewind_to(uint64_t offset);
 
  private:
   struct Segment {
@@ -46,9 +72,20 @@ class ByteQueue {
     uint32_t begin;
     uint32_t end;
   };
+  // The tail segment, ready to take more bytes: keeps the send cursor on
+  // the first unsent byte if it pointed past the end.
+  Segment& open_tail();
+
   BufferPool* pool_;
-  std::deque<Segment> segments_;
-  size_t bytes_ = 0;
+  std::deque<Segment> segments_;  // kept bytes, then unsent bytes
+  size_t bytes_ = 0;              // unsent
+  size_t retained_ = 0;           // sent, kept
+  uint64_t base_ = 0;             // absolute offset of the first kept byte
+  // The first unsent byte: segment index, and the bytes of that segment
+  // (from its begin) already sent.
+  size_t head_ = 0;
+  uint32_t head_skip_ = 0;
+  bool retain_ = false;
 };
 
 }  // namespace rdmagw

@@ -108,6 +108,9 @@ class alignas(64) WorkerMetrics {
   Histogram stream_open;     // accept -> OPEN sent (includes waiting for a session)
   Histogram target_connect;  // OPEN received -> target connected
   Histogram session_rtt;     // PING -> PONG
+  Counter session_resumes;          // sessions that resumed on a new transport
+  Counter stream_resume_failures;   // streams reset because their suspended session could not resume
+  Counter resent_bytes;             // session frame bytes sent again after a resume
 
   void failed(StreamFailure f) { streams_failed[static_cast<size_t>(f)].add(); }
   ListenerMetrics& listener(std::string_view name);

@@ -75,6 +75,7 @@ void write_session(JsonWriter& w, const SessionInfo& s) {
   w.field("streams", s.streams).field("streams_opened", s.streams_opened);
   w.field("bytes_sent", s.bytes_sent).field("bytes_received", s.bytes_received);
   w.field("credit_stalls", s.credit_stalls);
+  w.field("resumable", s.resumable).field("resumes", s.resumes).field("resent_bytes", s.resent_bytes);
   if (s.has_rdma) {
     w.key("rdma").begin_object();
     w.field("qp_state", s.qp_state).field("send_credits", s.send_credits);

@@ -75,6 +75,9 @@ MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::
     for (size_t i = 0; i < totals.streams_failed.size(); ++i) totals.streams_failed[i] += w->streams_failed[i].value();
     totals.rdma_send_completions += w->rdma_send_completions.value();
     totals.rdma_recv_completions += w->rdma_recv_completions.value();
+    totals.session_resumes += w->session_resumes.value();
+    totals.stream_resume_failures += w->stream_resume_failures.value();
+    totals.resent_bytes += w->resent_bytes.value();
     add_histogram(w->stream_open, &totals.stream_open);
     add_histogram(w->target_connect, &totals.target_connect);
     add_histogram(w->session_rtt, &totals.session_rtt);

@@ -52,6 +52,7 @@ struct MetricTotals {
   int64_t target_streams_active = 0;
   std::array<uint64_t, static_cast<size_t>(metrics::StreamFailure::kCount)> streams_failed{};
   uint64_t rdma_send_completions = 0, rdma_recv_completions = 0;
+  uint64_t session_resumes = 0, stream_resume_failures = 0, resent_bytes = 0;
   HistogramTotals stream_open, target_connect, session_rtt;
 
   // Streams open now: client side (listeners' active) plus target side.

@@ -157,6 +157,13 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Met
   p.family("rdmagw_rdma_completions_total", "counter", "RDMA work completions, by kind.");
   p.sample("rdmagw_rdma_completions_total", {{"kind", "send"}}, totals.rdma_send_completions);
   p.sample("rdmagw_rdma_completions_total", {{"kind", "recv"}}, totals.rdma_recv_completions);
+  p.family("rdmagw_session_resumes_total", "counter", "Tunnel sessions that resumed on a new transport.");
+  p.sample("rdmagw_session_resumes_total", {}, totals.session_resumes);
+  p.family("rdmagw_stream_resume_failures_total", "counter",
+           "Streams reset because their suspended session could not resume (timeout, peer gone or restarted).");
+  p.sample("rdmagw_stream_resume_failures_total", {}, totals.stream_resume_failures);
+  p.family("rdmagw_resent_bytes_total", "counter", "Session frame bytes sent again after a resume.");
+  p.sample("rdmagw_resent_bytes_total", {}, totals.resent_bytes);
   p.family("rdmagw_config_reloads_total", "counter", "Configuration reloads applied.");
   p.sample("rdmagw_config_reloads_total", {}, process.config_reloads.value());
   p.family("rdmagw_config_reload_failures_total", "counter", "Configuration reloads refused; the running one was kept.");

@@ -112,7 +112,7 @@ void Runtime::worker_thread(unsigned index) {
   }
   {
     Worker worker(index, std::move(config), std::move(listeners), tunnel_, stop_level_, *metrics_[index],
-                  *mailboxes_[index]);
+                  *mailboxes_[index], *directory_);
     std::string error;
     bool ok = worker.init(&error);
     {
@@ -157,6 +157,9 @@ bool Runtime::prepare_workers() {
       return false;
     }
   }
+  std::vector<WorkerMailbox*> mailboxes;
+  for (auto& m : mailboxes_) mailboxes.push_back(m.get());
+  directory_ = std::make_unique<SessionDirectory>(std::move(mailboxes));
   return true;
 }
 

@@ -18,6 +18,7 @@
 #include "proxy/admin/admin_model.h"
 #include "proxy/runtime/listener_sockets.h"
 #include "proxy/runtime/worker.h"
+#include "proxy/runtime/session_directory.h"
 #include "proxy/runtime/worker_mailbox.h"
 
 namespace rdmagw {
@@ -88,6 +89,7 @@ class Runtime final : public admin::Backend {
   // the admin thread may read or post to them at any time.
   std::vector<std::unique_ptr<metrics::WorkerMetrics>> metrics_;
   std::vector<std::unique_ptr<WorkerMailbox>> mailboxes_;
+  std::unique_ptr<SessionDirectory> directory_;  // resumable inbound sessions, by worker
   // Set by each worker thread while its Worker exists (under workers_mu_).
   std::mutex workers_mu_;
   std::condition_variable workers_cv_;

@@ -14,8 +14,10 @@
 #include "common/socket_options.h"
 #include "proxy/local/direct_pipe.h"
 #include "proxy/local/local_stream.h"
+#include "proxy/runtime/process_instance.h"
 #include "proxy/transport/rdma/rdma_connector.h"
 #include "proxy/transport/tcp/tcp_connector.h"
+#include "proxy/transport/tcp/tcp_transport.h"
 
 namespace rdmagw {
 
@@ -27,16 +29,21 @@ constexpr auto kTick = std::chrono::milliseconds(50);
 }  // namespace
 
 Worker::Worker(unsigned index, std::shared_ptr<const Config> config, ListenerSet listeners, TunnelSockets& tunnel,
-               const std::atomic<int>& stop_level, metrics::WorkerMetrics& metrics, WorkerMailbox& mailbox)
+               const std::atomic<int>& stop_level, metrics::WorkerMetrics& metrics, WorkerMailbox& mailbox,
+               SessionDirectory& directory)
     : index_(index),
       config_(std::move(config)),
       initial_listeners_(std::move(listeners)),
       tunnel_(tunnel),
       stop_level_(stop_level),
       metrics_(metrics),
-      mailbox_(mailbox) {}
+      mailbox_(mailbox),
+      directory_(directory) {
+  directory_.set_worker(index_, this);
+}
 
 Worker::~Worker() {
+  directory_.set_worker(index_, nullptr);
   // Owners let go first, while the ring still runs (closing may submit
   // cancels); then the loop ends the ring and deletes what is left.
   close_everything("worker stopped", tunnel::CloseMode::kAbort);
@@ -70,6 +77,8 @@ bool Worker::init(std::string* error) {
   session_settings_.keepalive_interval_ms = t.keepalive_interval_ms;
   session_settings_.keepalive_timeout_ms = t.keepalive_timeout_ms;
   session_settings_.handshake_timeout_ms = t.connect_timeout_ms;
+  session_settings_.resume_timeout_ms = t.resume_timeout_ms;
+  session_settings_.instance = process_instance();
   session_settings_.metrics = &metrics_;
 
   tcp_connector_ = std::make_unique<transport::TcpConnector>(loop_, *pool_, t.buffer_size);
@@ -295,7 +304,65 @@ void Worker::on_inbound(IoPtr<tunnel::Transport> transport) {
 void Worker::on_session_open(tunnel::Session&) {}
 
 void Worker::on_session_closed(tunnel::Session& session, tunnel::SessionEnd, std::string_view) {
+  auto it = by_token_.find(session.token());
+  if (it != by_token_.end() && it->second == &session) {
+    by_token_.erase(it);
+    directory_.remove(session.token(), index_);
+  }
   std::erase_if(inbound_, [&](const IoPtr<tunnel::Session>& s) { return s.get() == &session; });
+}
+
+void Worker::on_session_identified(tunnel::Session& session) {
+  by_token_[session.token()] = &session;
+  directory_.add(session.token(), index_);
+  // A new session from a peer whose suspended sessions came from another
+  // instance of its process: that process is gone, and so is any chance
+  // of resuming them. Their streams are reset now, not at the timeout.
+  for (auto& s : inbound_) {
+    if (s.get() == &session || s->state() != tunnel::Session::State::kResuming) continue;
+    if (s->peer_node() != session.peer_node() || s->token().instance == session.token().instance) continue;
+    s->close(tunnel::SessionEnd::kPeerRestarted, "the peer's rdmagw restarted", tunnel::CloseMode::kAbort);
+  }
+}
+
+tunnel::Session* Worker::find_session(const tunnel::SessionToken& token) {
+  auto it = by_token_.find(token);
+  return it == by_token_.end() ? nullptr : it->second;
+}
+
+bool Worker::resume_elsewhere(const tunnel::SessionPayload& request, const tunnel::HelloPayload& hello,
+                              IoPtr<tunnel::Transport>& transport) {
+  auto holder = directory_.holder(request.token);
+  if (!holder || *holder == index_) return false;
+  ResumeHandOff hand_off{nullptr, request, hello, transport->remote_address()};
+  unsigned to = *holder;
+  SessionDirectory* directory = &directory_;
+  bool moving = transport->hand_off([hand_off, to, directory](UniqueFd fd) mutable {
+    hand_off.fd = std::make_shared<UniqueFd>(std::move(fd));
+    // The task runs on the holder's thread, while its loop runs (so while
+    // the Worker exists); if it stopped, the socket closes with the task.
+    Worker* target = directory->worker(to);
+    if (!target) return;
+    directory->post(to, [target, hand_off] { target->adopt_resume(hand_off); });
+  });
+  if (!moving) return false;
+  log::info("session_resume_handed_off").kv("to_worker", to).kv("remote", hand_off.remote);
+  transport.reset();  // retired: deleted once its hand-off is done
+  return true;
+}
+
+void Worker::adopt_resume(const ResumeHandOff& hand_off) {
+  auto transport = make_io<transport::TcpTransport>(loop_, *pool_, std::move(*hand_off.fd), config_->tunnel.buffer_size,
+                                                    hand_off.remote);
+  tunnel::Session* session = find_session(hand_off.request.token);
+  if (!session || !session->can_resume_from(hand_off.hello, hand_off.request.received)) {
+    // It ended meanwhile: the dialer sees the connection close, asks again,
+    // and is then told the session is unknown.
+    log::warn("session_resume_refused").kv("remote", hand_off.remote).kv("reason", "the session ended meanwhile");
+    transport->close(tunnel::CloseMode::kAbort);
+    return;
+  }
+  session->take_over(std::move(transport), hand_off.request.received, false);
 }
 
 void Worker::on_session_draining(tunnel::Session&) {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/buffer_pool.h"
@@ -20,6 +21,7 @@
 #include "proxy/local/stream_host.h"
 #include "proxy/local/stream_info.h"
 #include "proxy/runtime/listener_sockets.h"
+#include "proxy/runtime/session_directory.h"
 #include "proxy/runtime/worker_mailbox.h"
 #include "proxy/transport/rdma/rdma_context.h"
 #include "proxy/tunnel/peer_link.h"
@@ -44,7 +46,8 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // `mailbox` and `metrics` outlive the worker (the runtime owns them, so
   // that the admin thread can use them at any time).
   Worker(unsigned index, std::shared_ptr<const Config> config, ListenerSet listeners, TunnelSockets& tunnel,
-         const std::atomic<int>& stop_level, metrics::WorkerMetrics& metrics, WorkerMailbox& mailbox);
+         const std::atomic<int>& stop_level, metrics::WorkerMetrics& metrics, WorkerMailbox& mailbox,
+         SessionDirectory& directory);
   ~Worker() override;
 
   bool init(std::string* error);
@@ -67,6 +70,10 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   void on_session_draining(tunnel::Session& session) override;
   tunnel::Stream* on_stream_open(tunnel::Session& session, uint32_t id, std::string_view target,
                                  tunnel::ResetCode* refuse) override;
+  void on_session_identified(tunnel::Session& session) override;
+  tunnel::Session* find_session(const tunnel::SessionToken& token) override;
+  bool resume_elsewhere(const tunnel::SessionPayload& request, const tunnel::HelloPayload& hello,
+                        IoPtr<tunnel::Transport>& transport) override;
 
  private:
   // InboundObserver: a peer dialed us (either transport).
@@ -87,6 +94,14 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   void on_local_accept(LocalListener& listener, UniqueFd fd);
   void on_transparent_accept(const LocalListener& listener, UniqueFd fd);
   void begin_drain();
+  // Another worker's connection asks to resume a session this worker holds.
+  struct ResumeHandOff {
+    std::shared_ptr<UniqueFd> fd;
+    tunnel::SessionPayload request;
+    tunnel::HelloPayload hello;
+    std::string remote;
+  };
+  void adopt_resume(const ResumeHandOff& hand_off);
   void close_everything(std::string_view reason, tunnel::CloseMode mode);
 
   unsigned index_;
@@ -96,6 +111,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   const std::atomic<int>& stop_level_;
   metrics::WorkerMetrics& metrics_;
   WorkerMailbox& mailbox_;
+  SessionDirectory& directory_;
 
   // Declared before loop_ so that it is destroyed after it: the ring must be
   // gone before the memory its pending receives point into is unmapped.
@@ -113,6 +129,8 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   std::vector<std::unique_ptr<tunnel::PeerLink>> links_;          // one per configured peer
   std::vector<std::unique_ptr<tunnel::PeerLink>> retired_links_;  // removed by a reload, finishing
   std::vector<IoPtr<tunnel::Session>> inbound_;                   // sessions peers dialed to us
+  // Resumable inbound sessions by token: where a resume request finds its session.
+  std::unordered_map<tunnel::SessionToken, tunnel::Session*, tunnel::SessionTokenHash> by_token_;
   bool accepting_ = true;
   bool draining_ = false;
   bool closed_all_ = false;

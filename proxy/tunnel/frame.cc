@@ -13,8 +13,49 @@ std::string_view frame_type_name(FrameType type) {
     case FrameType::kPing: return "PING";
     case FrameType::kPong: return "PONG";
     case FrameType::kGoaway: return "GOAWAY";
+    case FrameType::kSession: return "SESSION";
+    case FrameType::kAck: return "ACK";
   }
   return "UNKNOWN";
+}
+
+std::string_view session_kind_name(SessionKind kind) {
+  switch (kind) {
+    case SessionKind::kNew: return "new";
+    case SessionKind::kResume: return "resume";
+    case SessionKind::kAccepted: return "accepted";
+    case SessionKind::kResumed: return "resumed";
+    case SessionKind::kUnknown: return "unknown";
+  }
+  return "invalid";
+}
+
+size_t encode_session(uint8_t* out, const SessionPayload& session) {
+  encode_header(out, FrameType::kSession, 0, kSessionPayloadSize);
+  uint8_t* p = out + kHeaderSize;
+  put_u64(p, session.token.instance);
+  put_u64(p + 8, session.token.nonce);
+  put_u32(p + 16, static_cast<uint32_t>(session.kind));
+  put_u64(p + 20, session.received);
+  return kHeaderSize + kSessionPayloadSize;
+}
+
+bool decode_session(std::span<const uint8_t> payload, SessionPayload* out, std::string* reason) {
+  if (payload.size() != kSessionPayloadSize) {
+    *reason = "SESSION payload must be " + std::to_string(kSessionPayloadSize) + " bytes";
+    return false;
+  }
+  const uint8_t* p = payload.data();
+  out->token.instance = get_u64(p);
+  out->token.nonce = get_u64(p + 8);
+  uint32_t kind = get_u32(p + 16);
+  if (kind > static_cast<uint32_t>(SessionKind::kUnknown)) {
+    *reason = "SESSION kind " + std::to_string(kind) + " unknown";
+    return false;
+  }
+  out->kind = static_cast<SessionKind>(kind);
+  out->received = get_u64(p + 20);
+  return true;
 }
 
 std::string_view reset_code_name(ResetCode code) {
@@ -75,7 +116,7 @@ uint8_t* encode_open_before(uint8_t* payload_start, uint32_t stream_id, std::str
 
 bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, std::string* reason) {
   uint8_t type = raw[0];
-  if (type < static_cast<uint8_t>(FrameType::kHello) || type > static_cast<uint8_t>(FrameType::kGoaway)) {
+  if (type < static_cast<uint8_t>(FrameType::kHello) || type > static_cast<uint8_t>(FrameType::kAck)) {
     *reason = "unknown frame type " + std::to_string(type);
     return false;
   }
@@ -103,6 +144,8 @@ bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, st
     case FrameType::kPing:
     case FrameType::kPong: limit = 8; needs_stream = false; break;
     case FrameType::kGoaway: limit = 4; needs_stream = false; break;
+    case FrameType::kSession: limit = kSessionPayloadSize; needs_stream = false; break;
+    case FrameType::kAck: limit = 8; needs_stream = false; break;
   }
   if (out->length > limit) {
     *reason = std::string(frame_type_name(out->type)) + " payload of " + std::to_string(out->length) +
@@ -114,7 +157,8 @@ bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, st
     return false;
   }
   bool session_only = out->type == FrameType::kHello || out->type == FrameType::kPing ||
-                      out->type == FrameType::kPong || out->type == FrameType::kGoaway;
+                      out->type == FrameType::kPong || out->type == FrameType::kGoaway ||
+                      out->type == FrameType::kSession || out->type == FrameType::kAck;
   if (session_only && out->stream_id != 0) {
     *reason = std::string(frame_type_name(out->type)) + " on stream " + std::to_string(out->stream_id) +
               " (must be 0)";

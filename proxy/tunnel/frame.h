@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,6 +38,18 @@ enum class FrameType : uint8_t {
   kPing = 7,
   kPong = 8,
   kGoaway = 9,
+  // Resumable sessions only (both HELLOs carry kCapResume):
+  kSession = 10,  // the session's identity, and where a resume starts
+  kAck = 11,      // how much of the sender's session frames arrived
+};
+
+// HELLO capability bits.
+inline constexpr uint32_t kCapResume = 1;  // sessions survive their transport (SESSION, ACK)
+
+// GOAWAY codes.
+enum class GoawayCode : uint32_t {
+  kDrain = 0,    // open no more streams here; those open go on
+  kClosing = 1,  // the sender ends this session on purpose: do not resume it
 };
 std::string_view frame_type_name(FrameType type);
 
@@ -90,6 +103,36 @@ inline void encode_header(uint8_t* out, FrameType type, uint32_t stream_id, uint
 }
 
 // --- payloads ----------------------------------------------------------------
+// Which session a transport carries: the dialer's process instance and a
+// nonce it drew for the session. Unique per dialing process.
+struct SessionToken {
+  uint64_t instance = 0;
+  uint64_t nonce = 0;
+  bool operator==(const SessionToken&) const = default;
+};
+struct SessionTokenHash {
+  size_t operator()(const SessionToken& t) const { return std::hash<uint64_t>()(t.instance * 31 + t.nonce); }
+};
+
+// SESSION's `kind`: the dialer asks, the acceptor answers.
+enum class SessionKind : uint32_t {
+  kNew = 0,       // dialer: a new session
+  kResume = 1,    // dialer: resume this session; `received` is where its peer's resend starts
+  kAccepted = 2,  // acceptor: the new session is registered
+  kResumed = 3,   // acceptor: resumed; `received` is where the dialer's resend starts
+  kUnknown = 4,   // acceptor: no such session here (it ended, or this process restarted)
+};
+std::string_view session_kind_name(SessionKind kind);
+
+struct SessionPayload {
+  SessionToken token;
+  SessionKind kind = SessionKind::kNew;
+  uint64_t received = 0;  // session frame bytes the sender has taken in from its peer
+};
+inline constexpr size_t kSessionPayloadSize = 8 + 8 + 4 + 8;
+size_t encode_session(uint8_t* out, const SessionPayload& session);
+bool decode_session(std::span<const uint8_t> payload, SessionPayload* out, std::string* reason);
+
 struct HelloPayload {
   uint16_t version = kProtocolVersion;
   uint32_t capabilities = 0;

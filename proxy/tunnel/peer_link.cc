@@ -38,7 +38,7 @@ TransportKind PeerLink::preferred_kind() const {
 }
 
 void PeerLink::dial() {
-  if (dial_ || shutting_down_ || active_) return;
+  if (dial_ || shutting_down_ || !needs_dial()) return;
   dial(preferred_kind());
 }
 
@@ -50,7 +50,7 @@ void PeerLink::dial(TransportKind kind) {
   else at = peer_.tcp_endpoint;
   if (at) dial_ = connector->dial(*at, tunnel_.connect_timeout_ms, this, &error);
   if (!dial_) {
-    dial_failed(kind, error);
+    dial_failed(kind, error, false);
     return;
   }
   dialing_kind_ = kind;
@@ -63,16 +63,28 @@ void PeerLink::on_dialed(IoPtr<Transport> transport) {
     return;
   }
   if (transport->kind() == TransportKind::kRdma) rdma_failures_ = 0;
+  if (active_ && active_->wants_transport()) {
+    // The suspended session goes on over it; its streams never noticed.
+    active_->resume(std::move(transport));
+    return;
+  }
   open_session(std::move(transport));
 }
 
-void PeerLink::on_dial_failed(std::string_view reason) {
+void PeerLink::on_dial_failed(std::string_view reason, bool refused) {
   dial_.reset();
-  dial_failed(dialing_kind_, std::string(reason));
+  dial_failed(dialing_kind_, std::string(reason), refused);
 }
 
-void PeerLink::dial_failed(TransportKind kind, std::string reason) {
+void PeerLink::dial_failed(TransportKind kind, std::string reason, bool refused) {
   if (kind == TransportKind::kTcp) {
+    if (refused && active_ && active_->wants_transport()) {
+      // Nothing listens on the peer's tunnel port: its rdmagw is gone, and
+      // the session with it (a successor would not know it). Its streams are
+      // reset now rather than at the end of resume_timeout_ms.
+      active_->close(SessionEnd::kPeerGone, "peer refused the connection: " + reason, CloseMode::kAbort);
+      return;
+    }
     connect_failed(kind, reason);
     return;
   }
@@ -89,7 +101,7 @@ void PeerLink::dial_failed(TransportKind kind, std::string reason) {
       .kv("rdma_failures", rdma_failures_)
       .kv("reason", reason);
   transport_reason_ = "RDMA failed (" + reason + "); falling back";
-  if (!shutting_down_ && !active_) dial(TransportKind::kTcp);
+  if (!shutting_down_ && needs_dial()) dial(TransportKind::kTcp);
 }
 
 void PeerLink::open_session(IoPtr<Transport> transport) {
@@ -128,7 +140,10 @@ void PeerLink::connect_failed(TransportKind kind, std::string reason) {
 }
 
 void PeerLink::schedule_retry() {
-  backoff_ms_ = backoff_ms_ == 0 ? 50 : std::min<uint32_t>(backoff_ms_ * 2, tunnel_.reconnect_max_ms);
+  // A suspended session has only resume_timeout_ms: retry it at least every 250 ms.
+  uint32_t ceiling = active_ && active_->wants_transport() ? std::min<uint32_t>(tunnel_.reconnect_max_ms, 250)
+                                                           : tunnel_.reconnect_max_ms;
+  backoff_ms_ = backoff_ms_ == 0 ? 50 : std::min<uint32_t>(backoff_ms_ * 2, ceiling);
   next_dial_ = loop_.now() + std::chrono::milliseconds(backoff_ms_);
 }
 
@@ -162,7 +177,7 @@ void PeerLink::tick(Clock::time_point now) {
   }
   while (!waiting_.empty() && waiting_.front().deadline <= now)
     pop_waiting()->abort(ResetCode::kPeerGone, "no session to peer " + peer_.name + " within connect_timeout_ms");
-  if (!active_ && !dial_ && !shutting_down_ && now >= next_dial_) dial();
+  if (needs_dial() && !dial_ && !shutting_down_ && now >= next_dial_) dial();
 }
 
 void PeerLink::on_session_open(Session& session) {
@@ -173,7 +188,8 @@ void PeerLink::on_session_open(Session& session) {
         .kv("transport", transport_kind_name(session.transport_kind()))
         .kv("after_failures", failures_);
   }
-  if (was_up_ && counters_) counters_->reconnects.add();
+  // A resumed session is the same session: it counts as a resume, not a reconnect.
+  if (was_up_ && counters_ && session.counters().resumes == 0) counters_->reconnects.add();
   was_up_ = true;
   last_error_.clear();
   failures_ = 0;
@@ -188,6 +204,14 @@ void PeerLink::on_session_closed(Session& session, SessionEnd, std::string_view 
     return;
   }
   std::erase_if(draining_, [&](const IoPtr<Session>& d) { return d.get() == &session; });
+}
+
+void PeerLink::on_session_suspended(Session& session) {
+  if (&session != active_.get() || shutting_down_) return;
+  // Dial at once; the session resumes on whatever comes up first.
+  backoff_ms_ = 0;
+  next_dial_ = loop_.now();
+  dial();
 }
 
 void PeerLink::on_session_draining(Session& session) {
@@ -264,7 +288,11 @@ void PeerLink::describe(unsigned worker, PeerInfo* out) const {
                                                                      : "RDMA device available";
   // "down": the last attempt failed and the next waits for its backoff.
   bool waiting_to_retry = failures_ > 0 && !dial_ && !active_;
-  out->state = retired_ ? "removed" : up() ? "up" : waiting_to_retry ? "down" : "connecting";
+  out->state = retired_                                                   ? "removed"
+               : up()                                                     ? "up"
+               : active_ && active_->state() == Session::State::kResuming ? "resuming"
+               : waiting_to_retry                                         ? "down"
+                                                                          : "connecting";
   out->last_error = last_error_;
   out->waiting_streams = waiting_.size();
   auto add = [&](const Session& s) {

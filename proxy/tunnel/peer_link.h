@@ -91,17 +91,20 @@ class PeerLink final : public SessionOwner, private DialObserver {
   void on_session_open(Session& session) override;
   void on_session_closed(Session& session, SessionEnd end, std::string_view reason) override;
   void on_session_draining(Session& session) override;
+  void on_session_suspended(Session& session) override;
   Stream* on_stream_open(Session& session, uint32_t id, std::string_view target, ResetCode* refuse) override;
 
  private:
   // DialObserver
   void on_dialed(IoPtr<Transport> transport) override;
-  void on_dial_failed(std::string_view reason) override;
+  void on_dial_failed(std::string_view reason, bool refused) override;
 
   void dial();
   void dial(TransportKind kind);
   TransportKind preferred_kind() const;
-  void dial_failed(TransportKind kind, std::string reason);
+  void dial_failed(TransportKind kind, std::string reason, bool refused);
+  // No session, or one suspended that waits for a transport.
+  bool needs_dial() const { return !active_ || active_->wants_transport(); }
   void open_session(IoPtr<Transport> transport);
   void connect_failed(TransportKind kind, std::string reason);
   void schedule_retry();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <random>
 
 #include "common/log.h"
 
@@ -35,6 +36,10 @@ std::string_view session_end_name(SessionEnd end) {
     case SessionEnd::kKeepaliveTimeout: return "keepalive-timeout";
     case SessionEnd::kOutOfBuffers: return "out-of-buffers";
     case SessionEnd::kPeerNotReading: return "peer-not-reading";
+    case SessionEnd::kResumeTimeout: return "resume-timeout";
+    case SessionEnd::kResumeRefused: return "resume-refused";
+    case SessionEnd::kPeerGone: return "peer-gone";
+    case SessionEnd::kPeerRestarted: return "peer-restarted";
   }
   return "unknown";
 }
@@ -46,12 +51,19 @@ Session::Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSett
       role_(role),
       settings_(settings),
       transport_(std::move(transport)),
+      frames_(std::make_shared<ByteQueue>(&pool)),
       transport_kind_(transport_->kind()),
       remote_address_(transport_->remote_address()),
       owner_(owner),
       next_local_id_(role == Role::kDialer ? 1 : 2),
       session_receive_(settings.session_window) {
-  started_ = last_receive_ = last_ping_ = loop.now();
+  started_ = last_receive_ = last_ping_ = last_ack_ = link_started_ = loop.now();
+  // A token names the session across transports; the nonce is drawn once
+  // per session (never per frame).
+  std::random_device random;
+  auto draw = [&] { return (uint64_t{random()} << 32) | random(); };
+  token_.instance = settings_.instance != 0 ? settings_.instance : draw();
+  token_.nonce = draw();
   started_wall_ = Clock::now();
   if (settings_.metrics && !settings_.peer_label.empty()) peer_metrics_ = &settings_.metrics->peer(settings_.peer_label);
 }
@@ -92,6 +104,7 @@ void Session::describe(SessionInfo* out) const {
   out->transport = std::string(transport_kind_name(transport_kind_));
   out->state = state_ == State::kHandshake ? "handshake"
                : state_ == State::kClosed  ? "closed"
+               : state_ == State::kResuming ? "resuming"
                : (goaway_sent_ || goaway_received_ || draining_announced_) ? "draining"
                                                                           : "open";
   out->remote_address = remote_address_;
@@ -104,12 +117,16 @@ void Session::describe(SessionInfo* out) const {
   out->bytes_sent = counters_.bytes_out;
   out->bytes_received = counters_.bytes_in;
   out->credit_stalls = counters_.credit_stalls;
+  out->resumable = resumable_;
+  out->resumes = counters_.resumes;
+  out->resent_bytes = counters_.resent_bytes;
   if (transport_) transport_->describe(out);
 }
 
 std::string Session::peer_label() const { return peer_node_.empty() ? std::string("?") : peer_node_; }
 
 void Session::start() {
+  link_ = Link::kHello;
   transport_->start(this);
   // The dialer speaks first (RDMA CM's active side must); the acceptor
   // answers from on_hello().
@@ -122,7 +139,9 @@ bool Session::send_hello() {
   hello.stream_window = settings_.stream_window;
   hello.session_window = settings_.session_window;
   hello.node = settings_.node.substr(0, kMaxNodeNameLength);
-  uint8_t* out = transport_->outbound().append_contiguous(kHeaderSize + kHelloFixedSize + hello.node.size());
+  if (settings_.resume_timeout_ms > 0) hello.capabilities |= kCapResume;
+  uint8_t* out =
+      transport_->outbound().handshake().append_contiguous(kHeaderSize + kHelloFixedSize + hello.node.size());
   if (!out) return false;
   encode_hello(out, hello);
   ++counters_.frames_out;
@@ -132,6 +151,17 @@ bool Session::send_hello() {
 
 void Session::tick(Clock::time_point now) {
   if (state_ == State::kClosed) return;
+  apply_acks();
+  if (state_ == State::kResuming) {
+    if (now - suspended_at_ > std::chrono::milliseconds(settings_.resume_timeout_ms)) {
+      close(SessionEnd::kResumeTimeout,
+            "not resumed within resume_timeout_ms (" + std::to_string(settings_.resume_timeout_ms) + " ms)",
+            CloseMode::kAbort);
+    } else if (transport_ && now - link_started_ > std::chrono::milliseconds(settings_.handshake_timeout_ms)) {
+      suspend("resume handshake timeout");
+    }
+    return;
+  }
   notify_blocked_streams();
   if (state_ == State::kHandshake) {
     if (now - started_ > std::chrono::milliseconds(settings_.handshake_timeout_ms))
@@ -139,19 +169,31 @@ void Session::tick(Clock::time_point now) {
     return;
   }
   if (now - last_receive_ > std::chrono::milliseconds(settings_.keepalive_timeout_ms)) {
-    close(SessionEnd::kKeepaliveTimeout,
-          "keepalive timeout: nothing received for " + std::to_string(settings_.keepalive_timeout_ms) + " ms",
-          CloseMode::kAbort);
+    lose_transport(SessionEnd::kKeepaliveTimeout,
+                   "keepalive timeout: nothing received for " + std::to_string(settings_.keepalive_timeout_ms) + " ms");
     return;
   }
   if (now - last_ping_ >= std::chrono::milliseconds(settings_.keepalive_interval_ms)) {
     last_ping_ = now;
     send_control(FrameType::kPing, 0, static_cast<uint64_t>(to_ns(now)), 8);
   }
+  maybe_ack(true);
 }
 
 void Session::close(SessionEnd end, std::string_view reason, CloseMode mode) {
   if (state_ == State::kClosed) return;
+  // A resumable peer would otherwise take the end of the transport for a
+  // fault and try to resume: say that this end is meant.
+  if (resumable_ && mode == CloseMode::kFlush && state_ == State::kOpen && frames_attached_)
+    send_control(FrameType::kGoaway, 0, static_cast<uint32_t>(GoawayCode::kClosing), 4);
+  if (state_ == State::kResuming && !streams_.empty()) {
+    log::warn("session_resume_failed")
+        .kv("peer", peer_label())
+        .kv("streams", streams_.size())
+        .kv("end", session_end_name(end))
+        .kv("reason", reason);
+    if (settings_.metrics) settings_.metrics->stream_resume_failures.add(streams_.size());
+  }
   state_ = State::kClosed;
   end_ = end;
   end_reason_ = std::string(reason);
@@ -162,7 +204,8 @@ void Session::close(SessionEnd end, std::string_view reason, CloseMode mode) {
       .kv("streams", streams_.size())
       .kv("end", session_end_name(end))
       .kv("reason", reason);
-  transport_->close(mode);
+  if (transport_) transport_->close(mode);
+  link_ = Link::kNone;
   // Streams learn of it at the end of the batch (never inside a call of
   // theirs or mid-parse); until then they stay attached but the session
   // refuses their calls.
@@ -180,7 +223,7 @@ void Session::send_goaway() {
     return;
   }
   goaway_sent_ = true;
-  send_control(FrameType::kGoaway, 0, 0, 4);
+  send_control(FrameType::kGoaway, 0, static_cast<uint32_t>(GoawayCode::kDrain), 4);
 }
 
 bool Session::protocol_error(std::string reason) {
@@ -246,13 +289,15 @@ bool Session::send_control(FrameType type, uint32_t id, uint64_t value, size_t v
   // only control frames pile up, i.e. answers to a peer that keeps sending
   // (PINGs, OPENs we refuse) but does not read: end it before it eats the
   // worker's buffers, which other sessions share.
-  size_t queued = transport_->outbound().size();
+  // A resumable session also counts what it keeps for a resend: a peer that
+  // does not acknowledge is not reading either.
+  size_t queued = frames_->size() + frames_->retained();
   if (queued > std::min(peer_hello_.session_window, settings_.session_window) + kControlBacklogLimit) {
     close(SessionEnd::kPeerNotReading, "peer is not reading (" + std::to_string(queued) + " bytes queued)",
           CloseMode::kAbort);
     return false;
   }
-  uint8_t* out = transport_->outbound().append_contiguous(kHeaderSize + value_size);
+  uint8_t* out = frames_->append_contiguous(kHeaderSize + value_size);
   if (!out) {
     close(SessionEnd::kOutOfBuffers, "out of buffers for control frames", CloseMode::kAbort);
     return false;
@@ -261,7 +306,7 @@ bool Session::send_control(FrameType type, uint32_t id, uint64_t value, size_t v
   else if (value_size == 4) encode_u32_frame(out, type, id, static_cast<uint32_t>(value));
   else encode_empty_frame(out, type, id);
   ++counters_.frames_out;
-  transport_->request_send();
+  kick();
   return true;
 }
 
@@ -300,6 +345,11 @@ void Session::flush() {
     dispatch(*stream, std::exchange(stream->events_, 0));
   }
   events_.clear();
+  if (suspended_to_announce_) {
+    suspended_to_announce_ = false;
+    if (owner_ && state_ == State::kResuming) owner_->on_session_suspended(*this);
+  }
+  maybe_ack(false);
   if (draining_to_announce_) {
     draining_to_announce_ = false;
     if (owner_) owner_->on_session_draining(*this);
@@ -342,7 +392,9 @@ void Session::notify_blocked_streams() {
 
 bool Session::stream_api_usable(const Stream& stream) const {
   assert(!parsing_ && "a stream called its session while the session parsed frames");
-  return state_ == State::kOpen && stream.session_ == this;
+  // While suspended, streams carry on: their frames wait in the session's
+  // queue for the next transport, bounded by the same credit.
+  return (state_ == State::kOpen || state_ == State::kResuming) && stream.session_ == this;
 }
 
 uint64_t Session::usable_session_credit() const {
@@ -367,7 +419,7 @@ bool Session::open_stream(Stream& stream, std::string_view target, uint8_t* buff
     return false;
   }
   uint32_t id = next_local_id_;
-  ByteQueue& out = transport_->outbound();
+  ByteQueue& out = *frames_;
   if (buffer) {
     uint8_t* frame = encode_open_before(buffer + kBufferHeadroom, id, target, first_len);
     out.adopt(buffer, static_cast<uint32_t>(frame - buffer), static_cast<uint32_t>(kBufferHeadroom + first_len));
@@ -382,7 +434,7 @@ bool Session::open_stream(Stream& stream, std::string_view target, uint8_t* buff
   count_bytes_out(first_len);
   ++counters_.frames_out;
   count_stream_opened();
-  transport_->request_send();
+  kick();
   if (next_local_id_ > settings_.max_stream_id) {
     // Ids are never reused: a session whose ids ran out carries its streams
     // to the end, and new ones go to a fresh session.
@@ -430,10 +482,10 @@ void Session::send_data(Stream& stream, uint8_t* buffer, uint32_t len) {
   }
   uint8_t* frame = buffer + kBufferHeadroom - kHeaderSize;
   encode_header(frame, FrameType::kData, stream.id_, len);
-  transport_->outbound().adopt(buffer, kBufferHeadroom - kHeaderSize, static_cast<uint32_t>(kBufferHeadroom + len));
+  frames_->adopt(buffer, kBufferHeadroom - kHeaderSize, static_cast<uint32_t>(kBufferHeadroom + len));
   count_bytes_out(len);
   ++counters_.frames_out;
-  transport_->request_send();
+  kick();
 }
 
 void Session::send_fin(Stream& stream) {
@@ -481,24 +533,42 @@ void Session::hand_over(Stream& stream, std::span<const uint8_t> bytes) {
 // --- frames from the peer ------------------------------------------------------
 
 void Session::on_transport_closed(std::string_view reason) {
-  close(SessionEnd::kTransportFailed, reason, CloseMode::kAbort);
+  lose_transport(SessionEnd::kTransportFailed, reason);
 }
 
 bool Session::on_frame(const FrameHeader& h, std::span<const uint8_t> payload) {
   if (state_ == State::kClosed) return false;
   ParsingScope scope(parsing_);
-  return handle_frame(h, payload) && state_ != State::kClosed;
+  bool ok = handle_frame(h, payload);
+  // Handed to the session it resumes, the transport goes on delivering
+  // (to that session) although this one has closed.
+  if (handed_off_) return true;
+  return ok && state_ != State::kClosed && link_ != Link::kNone;
 }
 
 bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payload) {
   ++counters_.frames_in;
   last_receive_ = loop().now();
-  if (state_ == State::kHandshake && h.type != FrameType::kHello)
+  if (link_ == Link::kHello && h.type != FrameType::kHello)
     return protocol_error(std::string(frame_type_name(h.type)) + " before HELLO");
+  if (link_ == Link::kSession) {
+    if (h.type != FrameType::kSession)
+      return protocol_error(std::string(frame_type_name(h.type)) + " before SESSION");
+    return on_session(payload);
+  }
+  // Session frames are counted: the count is where a resume starts.
+  if (link_ == Link::kReady) {
+    received_ += kHeaderSize + h.length;
+    if (resumable_ && received_ - ack_sent_ >= settings_.max_data * 4ull) request_dispatch();
+  }
   std::string reason;
   switch (h.type) {
     case FrameType::kHello:
       return on_hello(payload);
+    case FrameType::kSession:
+      return protocol_error("SESSION after the handshake");
+    case FrameType::kAck:
+      return on_ack(h, payload);
     case FrameType::kOpen:
       return on_open(h, payload);
     case FrameType::kData:
@@ -528,6 +598,7 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
     case FrameType::kGoaway: {
       uint32_t code;
       if (!decode_u32(h, payload, &code, &reason)) return protocol_error(reason);
+      if (code == static_cast<uint32_t>(GoawayCode::kClosing)) peer_closing_ = true;
       if (!goaway_received_) {
         goaway_received_ = true;
         log::info("session_goaway").kv("peer", peer_label()).kv("streams", streams_.size());
@@ -543,35 +614,71 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
 }
 
 bool Session::on_hello(std::span<const uint8_t> payload) {
-  if (state_ != State::kHandshake) return protocol_error("second HELLO");
+  if (link_ != Link::kHello) return protocol_error("second HELLO");
   std::string reason;
-  if (!decode_hello(payload, &peer_hello_, &reason)) return protocol_error(reason);
+  HelloPayload hello;
+  if (!decode_hello(payload, &hello, &reason)) return protocol_error(reason);
+  if (state_ == State::kResuming) {
+    // The dialer resumes: the same peer, with the settings the session was
+    // opened with, or the session cannot go on.
+    if (!same_settings(hello)) {
+      close(SessionEnd::kResumeRefused, "the peer answered the resume with other settings or another node name",
+            CloseMode::kAbort);
+      return false;
+    }
+    link_ = Link::kSession;
+    if (!send_session(SessionKind::kResume)) return false;
+    return true;
+  }
+  peer_hello_ = std::move(hello);
   peer_node_ = peer_hello_.node;
   session_send_ = SendCredit(peer_hello_.session_window);
   if (peer_hello_.session_window > settings_.session_window)
     session_send_reserve_ = peer_hello_.session_window - settings_.session_window;
-  state_ = State::kOpen;
   if (settings_.metrics && !peer_metrics_)
     peer_metrics_ = &settings_.metrics->peer(peer_node_.empty() ? metrics::WorkerMetrics::kUnnamedPeer : peer_node_);
-  if (peer_metrics_) {
-    counted_gauge_ =
-        transport_kind_ == TransportKind::kRdma ? &peer_metrics_->sessions_rdma : &peer_metrics_->sessions_tcp;
-    counted_gauge_->add();
-  }
   if (role_ == Role::kAcceptor && !send_hello()) {
     close(SessionEnd::kOutOfBuffers, "out of buffers", CloseMode::kAbort);
     return false;
   }
+  resumable_ = (peer_hello_.capabilities & kCapResume) && settings_.resume_timeout_ms > 0;
+  if (!resumable_) {
+    link_ready();
+    open_now();
+    return true;
+  }
+  // Every session frame from now on is kept until the peer acknowledges it.
+  frames_->set_retain(true);
+  link_ = Link::kSession;
+  if (role_ == Role::kAcceptor) return true;  // the dialer's SESSION says new or resumed
+  // A new session: our frames may follow our SESSION at once; the peer's
+  // answer comes first among its frames.
+  if (!send_session(SessionKind::kNew)) return false;
+  attach_frames();
+  open_now();
+  return true;
+}
+
+void Session::count_session_open() {
+  if (!peer_metrics_ || counted_gauge_) return;
+  counted_gauge_ =
+      transport_kind_ == TransportKind::kRdma ? &peer_metrics_->sessions_rdma : &peer_metrics_->sessions_tcp;
+  counted_gauge_->add();
+}
+
+void Session::open_now() {
+  state_ = State::kOpen;
+  count_session_open();
   last_ping_ = loop().now();
   if (goaway_pending_) send_goaway();
   log::info("session_open")
       .kv("peer", peer_node_)
       .kv("transport", transport_kind_name(transport_kind_))
       .kv("role", role_ == Role::kDialer ? "dialer" : "acceptor")
-      .kv("remote", remote_address_);
+      .kv("remote", remote_address_)
+      .kv("resumable", resumable_);
   open_to_announce_ = true;
   request_dispatch();
-  return true;
 }
 
 bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {

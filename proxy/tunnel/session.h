@@ -11,7 +11,15 @@
 // other consequence (a stream's FIN, reset, new credit, the session's end,
 // notices to the owner) is queued and dispatched at the end of the loop
 // batch (flush()), when the session is not mid-parse.
+//
+// A resumable session (both HELLOs carry kCapResume) outlives its transport:
+// every frame after the handshake goes to the session's own queue, kept
+// until the peer's ACK says it arrived. When the transport fails, the
+// session is suspended (its streams notice nothing but a pause), the dialer
+// dials again and both sides resend from where the other stopped receiving
+// (docs/protocol.md, "Resumption"). session_resume.cc holds that part.
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -46,6 +54,10 @@ enum class SessionEnd : uint8_t {
   kKeepaliveTimeout,
   kOutOfBuffers,
   kPeerNotReading,    // control frames piled up: the peer does not read
+  kResumeTimeout,     // suspended longer than resume_timeout_ms
+  kResumeRefused,     // the peer does not know the session (it restarted, or ended it)
+  kPeerGone,          // the peer's host refused the new connection: its rdmagw is not running
+  kPeerRestarted,     // the peer's process is a new one (a fresh session from it says so)
 };
 std::string_view session_end_name(SessionEnd end);
 
@@ -64,6 +76,18 @@ class SessionOwner {
   // detached stream (which must not call the session from here), or nullptr
   // with *refuse set.
   virtual Stream* on_stream_open(Session& session, uint32_t id, std::string_view target, ResetCode* refuse) = 0;
+  // A resumable session lost its transport and waits for another: the
+  // dialer's owner dials and calls resume(); the acceptor's waits.
+  virtual void on_session_suspended(Session&) {}
+  // Acceptor, mid-parse: the dialer named the session (token()) as new.
+  // The owner may now find it by token; it must not call this session.
+  virtual void on_session_identified(Session&) {}
+  // Acceptor, mid-parse: the session the dialer asks to resume, or nullptr.
+  virtual Session* find_session(const SessionToken&) { return nullptr; }
+  // Acceptor, mid-parse, when find_session() found none: the session may be
+  // held elsewhere (another worker). True if the owner took `transport`
+  // to carry the request there (the dialer waits for the answer).
+  virtual bool resume_elsewhere(const SessionPayload&, const HelloPayload&, IoPtr<Transport>&) { return false; }
 };
 
 struct SessionSettings {
@@ -74,6 +98,12 @@ struct SessionSettings {
   uint32_t keepalive_interval_ms = 5000;
   uint32_t keepalive_timeout_ms = 15000;
   uint32_t handshake_timeout_ms = 3000;
+  // How long a resumable session waits for a new transport; 0: sessions are
+  // not resumable (kCapResume is not offered).
+  uint32_t resume_timeout_ms = 0;
+  // This process's instance, the first half of the tokens it dials with
+  // (0: drawn per session).
+  uint64_t instance = 0;
   // The last stream id this side opens before the session retires (tests
   // lower it to reach exhaustion).
   uint32_t max_stream_id = kMaxStreamId;
@@ -88,12 +118,16 @@ struct SessionCounters {
   uint64_t bytes_in = 0, bytes_out = 0;  // stream payload bytes
   uint64_t streams_opened = 0, streams_refused = 0;
   uint64_t credit_stalls = 0;
+  uint64_t resumes = 0;        // transports it resumed on
+  uint64_t resent_bytes = 0;   // session frame bytes sent again after a resume
 };
 
 class Session final : public IoObject, public Flushable, private TransportSink {
  public:
   enum class Role { kDialer, kAcceptor };
-  enum class State { kHandshake, kOpen, kClosed };
+  // kResuming: a resumable session that lost its transport (or is on a
+  // new one still in its handshake). Streams keep their calls; frames wait.
+  enum class State { kHandshake, kOpen, kResuming, kClosed };
 
   Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSettings& settings,
           IoPtr<Transport> transport, SessionOwner* owner);
@@ -107,10 +141,22 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   void send_goaway();
   // The owner lets go for good (it is being destroyed): it is told nothing more.
   void disown() { owner_ = nullptr; }
+  // Dialer, while suspended: carry on over `transport` (just dialed).
+  void resume(IoPtr<Transport> transport);
+  // Suspended and without a transport: the dialer's owner should dial one.
+  bool wants_transport() const { return state_ == State::kResuming && !transport_; }
+  // Acceptor: whether a dialer that announced `hello` and has our frames up
+  // to `peer_received` may resume this session.
+  bool can_resume_from(const HelloPayload& hello, uint64_t peer_received) const;
+  // Acceptor: carry on over `transport`, on which the dialer asked to resume
+  // (started: by the session that parsed the request; else start it here).
+  void take_over(IoPtr<Transport> transport, uint64_t peer_received, bool started);
 
   State state() const { return state_; }
   Role role() const { return role_; }
   bool open() const { return state_ == State::kOpen; }
+  bool resumable() const { return resumable_; }
+  const SessionToken& token() const { return token_; }
   // Open, and may still open streams of its own (no GOAWAY, ids left).
   bool can_open_streams() const;
   bool goaway_received() const { return goaway_received_; }
@@ -157,6 +203,13 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   ~Session() override;
 
   enum Event : uint8_t { kEventFin = 1, kEventReset = 2, kEventCredit = 4, kEventLost = 8 };
+  // What the current transport delivers next.
+  enum class Link : uint8_t {
+    kNone,     // no transport
+    kHello,    // the peer's HELLO
+    kSession,  // the peer's SESSION (resumable sessions)
+    kReady,    // session frames
+  };
 
   // TransportSink
   bool on_frame(const FrameHeader& header, std::span<const uint8_t> payload) override;
@@ -164,6 +217,32 @@ class Session final : public IoObject, public Flushable, private TransportSink {
 
   bool handle_frame(const FrameHeader& header, std::span<const uint8_t> payload);
   bool send_hello();
+  void open_now();
+  void count_session_open();
+
+  // --- resumption (session_resume.cc) ---
+  bool send_session(SessionKind kind);
+  // The transport sends our session frames from now on, after its handshake.
+  void attach_frames();
+  // ... and delivers the peer's.
+  void link_ready();
+  // Sends what is queued, if the transport sends session frames.
+  void kick() {
+    if (frames_attached_) transport_->request_send();
+  }
+  bool on_session(std::span<const uint8_t> payload);
+  bool on_session_as_acceptor(const SessionPayload& request);
+  bool on_ack(const FrameHeader& h, std::span<const uint8_t> payload);
+  // The transport failed: suspend if resumable, else close.
+  void lose_transport(SessionEnd why, std::string_view reason);
+  void suspend(std::string_view reason);
+  // Both sides: the peer has our frames up to `peer_received`; resend the rest.
+  bool resend_from(uint64_t peer_received);
+  void resumed();
+  // Releases what the peer acknowledged, once no closed transport may still read it.
+  void apply_acks();
+  void maybe_ack(bool timer);
+  bool same_settings(const HelloPayload& hello) const;
   uint64_t usable_session_credit() const;
   bool protocol_error(std::string reason);
   bool on_hello(std::span<const uint8_t> payload);
@@ -202,6 +281,25 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   Role role_;
   SessionSettings settings_;
   IoPtr<Transport> transport_;
+  Link link_ = Link::kNone;
+  bool frames_attached_ = false;  // the transport sends from frames_
+  // Every frame after the handshake, in order; kept until acknowledged when
+  // resumable. Shared with the transports sending from it (outbound.h).
+  std::shared_ptr<ByteQueue> frames_;
+  // Transports closed under a resumable session: the log's bytes they might
+  // still be sending are released only once they are idle.
+  std::vector<IoPtr<Transport>> old_transports_;
+  bool resumable_ = false;
+  bool handed_off_ = false;       // acceptor: our transport went to the session it resumes
+  bool peer_closing_ = false;     // the peer said GOAWAY(closing): never resume
+  SessionToken token_;
+  uint64_t received_ = 0;         // the peer's session frame bytes taken in
+  uint64_t ack_sent_ = 0;         // received_ as of our last ACK
+  uint64_t peer_acked_ = 0;       // our session frame bytes the peer has
+  Clock::time_point last_ack_;
+  Clock::time_point link_started_;   // the current transport's handshake began
+  Clock::time_point suspended_at_;
+  bool suspended_to_announce_ = false;  // owner: on_session_suspended
   TransportKind transport_kind_;
   std::string remote_address_;
   SessionOwner* owner_;

@@ -5,6 +5,7 @@
 // TransportListener accepts them. TCP and RDMA implement all three
 // (proxy/transport/), the runtime wires them up, unit tests fake them.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -12,8 +13,10 @@
 
 #include "common/address.h"
 #include "common/byte_queue.h"
+#include "common/unique_fd.h"
 #include "proxy/io/io_object.h"
 #include "proxy/tunnel/frame.h"
+#include "proxy/tunnel/outbound.h"
 #include "proxy/tunnel/tunnel_info.h"
 
 namespace rdmagw::tunnel {
@@ -46,16 +49,28 @@ class TransportSink {
 class Transport : public IoObject {
  public:
   virtual TransportKind kind() const = 0;
+  // Starts delivering frames to `sink`, and sending what outbound() holds:
+  // the handshake's frames, then the session's once it attaches its queue.
   virtual void start(TransportSink* sink) = 0;
-  // Frames are written here by the session; the transport owns the queue so
-  // that buffers stay alive while a send is in flight, even past close().
-  virtual ByteQueue& outbound() = 0;
-  // New bytes are in outbound(); they leave at the end of this loop batch.
+  // Frames go to `sink` from now on, the next one of this batch included:
+  // the acceptor hands a transport that resumes a session to that session.
+  virtual void rebind(TransportSink* sink) = 0;
+  // What this transport sends; owned by it, so that its handshake buffers
+  // stay alive while a send is in flight, even past close().
+  virtual Outbound& outbound() = 0;
+  // New bytes are queued; they leave at the end of this loop batch.
   virtual void request_send() = 0;
   // Stops all I/O (kFlush: after the queued frames). The sink is never
   // called again.
   virtual void close(CloseMode mode) = 0;
   virtual std::string remote_address() const = 0;
+  // Gives up the connection itself, for another worker to carry on with:
+  // stops delivering frames now, and calls `done` with the socket once no
+  // operation uses it (within this batch or the next). Only for a transport
+  // whose peer waits for an answer, so that no byte is in flight. False
+  // when this kind of transport cannot move (RDMA: its QP belongs to this
+  // worker's device context).
+  virtual bool hand_off(std::function<void(UniqueFd)>) { return false; }
   // Fills in what this carrier knows beyond the session (RDMA: QP, credits).
   virtual void describe(SessionInfo*) const {}
 
@@ -69,7 +84,9 @@ class DialObserver {
  public:
   virtual ~DialObserver() = default;
   virtual void on_dialed(IoPtr<Transport> transport) = 0;
-  virtual void on_dial_failed(std::string_view reason) = 0;
+  // `refused`: the peer's host answered that nothing listens there (its
+  // rdmagw is not running), as opposed to a timeout or an unreachable host.
+  virtual void on_dial_failed(std::string_view reason, bool refused) = 0;
 };
 
 // A connection attempt in progress. Destroying it cancels the attempt.

@@ -13,7 +13,7 @@ struct SessionInfo {
   unsigned worker = 0;
   std::string role;            // "dialer" (we dialed the peer) | "acceptor" (the peer dialed us)
   std::string transport;       // "tcp" | "rdma"
-  std::string state;           // "handshake" | "open" | "draining" (GOAWAY either way)
+  std::string state;           // "handshake" | "open" | "resuming" | "draining" (GOAWAY either way)
   std::string remote_address;  // the peer sidecar's tunnel address
   std::string peer_node;       // node name from the peer's HELLO ("" before it)
   int64_t rtt_us = -1;         // last keepalive round trip; -1 before the first
@@ -22,6 +22,9 @@ struct SessionInfo {
   uint64_t streams_opened = 0;
   uint64_t bytes_sent = 0, bytes_received = 0;  // stream payload
   uint64_t credit_stalls = 0;
+  bool resumable = false;      // survives its transport (both sides offered resumption)
+  uint64_t resumes = 0;        // transports it resumed on
+  uint64_t resent_bytes = 0;   // session frame bytes sent again after resumes
   // RDMA sessions only (has_rdma): the queue pair and its credits.
   bool has_rdma = false;
   std::string qp_state;        // "RTS", "ERR", ... (ibv_query_qp)

@@ -384,9 +384,9 @@ def fleet(pair, backend):
     2 x STREAMS streams open through it."""
     runs = []
 
-    def make(server: TargetServer | None = None, seed_base: int = 1000):
+    def make(server: TargetServer | None = None, seed_base: int = 1000, tunnel: dict | None = None):
         srv = backend(server or TargetServer())
-        p = pair([{"name": "io", "target": srv.endpoint}], [srv.endpoint])
+        p = pair([{"name": "io", "target": srv.endpoint}], [srv.endpoint], a_tunnel=tunnel, b_tunnel=tunnel)
         run = Run(p.address("io"), srv, seed_base)
         runs.append(run)
         return p, run
@@ -411,8 +411,9 @@ def kill_tunnel(port: int) -> str:
 
 @tcp_only
 @pytest.mark.deadline(60)
-def test_tunnel_killed_with_ss_resets_every_client_and_target(fleet):
-    p, run = fleet(seed_base=1000)
+def test_without_resumption_tunnel_killed_with_ss_resets_every_client_and_target(fleet):
+    # With resumption (the default) the streams survive this: test_resume.py.
+    p, run = fleet(seed_base=1000, tunnel={"resume_timeout_ms": 0})
     killed = []
     run.drive(fault=lambda: killed.append(kill_tunnel(p.b.tunnel_port)))
     print(f"ss -K: {killed[0].strip()}\n{run.summary()}")
@@ -457,8 +458,10 @@ def test_far_rdmagw_sigkill_resets_every_target_connection(fleet):
 @pytest.mark.deadline(60)
 def test_local_rdmagw_sigkill_resets_every_client_and_target(fleet):
     """host-a holds the client connections: when it dies, the kernel closes
-    them. A download client must see a reset, not EOF after a partial read."""
-    p, run = fleet(seed_base=4000)
+    them. A download client must see a reset, not EOF after a partial read.
+    host-b cannot tell a dead dialer from a broken transport: it keeps the
+    streams for resume_timeout_ms, then resets them (within SETTLE_S)."""
+    p, run = fleet(seed_base=4000, tunnel={"resume_timeout_ms": 1500})
     run.drive(fault=p.a.kill9)
     print(run.summary())
     assert p.a.proc.returncode == -9

@@ -254,7 +254,7 @@ TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[a
     CHECK(f.help_lines.count(name) == 1);
     ++documented;
   }
-  CHECK(documented == 19);
+  CHECK(documented == 22);
   CHECK(f.type.size() == static_cast<size_t>(documented));  // and nothing undocumented
   for (const auto& [name, n] : f.help_lines) {
     INFO(name);
@@ -474,10 +474,11 @@ TEST_CASE("peers: sessions, rdma only on RDMA sessions", "[admin][peers]") {
         R"("waiting_streams":0,"sessions":[)"
         R"({"worker":0,"role":"dialer","transport":"tcp","state":"open","remote_address":"10.0.0.2:7471",)"
         R"("peer_node":"host-b","rtt_us":-1,"age_ms":0,"streams":0,"streams_opened":0,"bytes_sent":0,)"
-        R"("bytes_received":0,"credit_stalls":0},)"
+        R"("bytes_received":0,"credit_stalls":0,"resumable":false,"resumes":0,"resent_bytes":0},)"
         R"({"worker":1,"role":"dialer","transport":"rdma","state":"open","remote_address":"10.0.0.2:7471",)"
         R"("peer_node":"host-b","rtt_us":-1,"age_ms":0,"streams":0,"streams_opened":0,"bytes_sent":0,)"
-        R"("bytes_received":0,"credit_stalls":0,"rdma":{"qp_state":"RTS","send_credits":120,)"
+        R"("bytes_received":0,"credit_stalls":0,"resumable":false,"resumes":0,"resent_bytes":0,)"
+                   R"("rdma":{"qp_state":"RTS","send_credits":120,)"
         R"("peer_recv_depth":128,"pending_returns":3,"sends_in_flight":1,"completions":512}}]},)"
         R"({"name":"host-z","configured":false,"address":"","tcp_port":0,"rdma_port":0,"transport":"",)"
         R"("transport_reason":"","state":"up","last_error":"","waiting_streams":0,"sessions":[]}]})");

@@ -52,6 +52,17 @@ class FakeOwner final : public tunnel::SessionOwner {
     ++draining;
     note("owner:draining");
   }
+  void on_session_suspended(tunnel::Session&) override {
+    ++suspended;
+    note("owner:suspended");
+  }
+  void on_session_identified(tunnel::Session& session) override {
+    ++identified;
+    identified_session = &session;
+  }
+  tunnel::Session* find_session(const tunnel::SessionToken& token) override {
+    return identified_session && identified_session->token() == token ? identified_session : nullptr;
+  }
   tunnel::Stream* on_stream_open(tunnel::Session&, uint32_t id, std::string_view target,
                                  tunnel::ResetCode* refuse) override {
     open_requests.push_back({id, std::string(target)});
@@ -66,6 +77,11 @@ class FakeOwner final : public tunnel::SessionOwner {
 
   int opened = 0;
   int draining = 0;
+  int suspended = 0;
+  int identified = 0;
+  // The last session named new (acceptor): find_session() finds it; a test
+  // clears it to play a restarted peer.
+  tunnel::Session* identified_session = nullptr;
   std::vector<Closed> closed;
   std::vector<OpenRequest> open_requests;
   tunnel::ResetCode refuse_code = tunnel::ResetCode::kRefused;

@@ -157,7 +157,8 @@ class FakeTransport final : public tunnel::Transport {
     sink_ = sink;
     ++starts;
   }
-  ByteQueue& outbound() override { return out_; }
+  void rebind(tunnel::TransportSink* sink) override { sink_ = sink; }
+  tunnel::Outbound& outbound() override { return out_; }
   void request_send() override { ++send_requests; }
   void close(tunnel::CloseMode mode) override {
     closes.push_back(mode);
@@ -192,18 +193,7 @@ class FakeTransport final : public tunnel::Transport {
   // Decodes and drains every frame the session queued since the last call.
   // Every frame returned so far also stays in all_written().
   std::vector<Frame> written() {
-    Bytes wire;
-    iovec iov[64];
-    while (!out_.empty()) {
-      int n = out_.front_iovecs(iov, 64);
-      size_t total = 0;
-      for (int i = 0; i < n; ++i) {
-        auto* p = static_cast<const uint8_t*>(iov[i].iov_base);
-        wire.insert(wire.end(), p, p + iov[i].iov_len);
-        total += iov[i].iov_len;
-      }
-      out_.consume(total);
-    }
+    Bytes wire = drain_wire();
     std::vector<Frame> frames;
     tunnel::FrameReader reader(1024 * 1024);
     size_t off = 0;
@@ -223,6 +213,22 @@ class FakeTransport final : public tunnel::Transport {
     return frames;
   }
   const std::vector<Frame>& all_written() const { return all_written_; }
+  // Takes every byte the session queued, as the wire would (marked sent).
+  Bytes drain_wire() {
+    Bytes wire;
+    iovec iov[64];
+    while (!out_.empty()) {
+      int n = out_.iovecs_at(0, iov, 64);
+      size_t total = 0;
+      for (int i = 0; i < n; ++i) {
+        auto* p = static_cast<const uint8_t*>(iov[i].iov_base);
+        wire.insert(wire.end(), p, p + iov[i].iov_len);
+        total += iov[i].iov_len;
+      }
+      out_.consume(total);
+    }
+    return wire;
+  }
   size_t queued_bytes() const { return out_.size(); }
   bool delivering() const { return sink_ != nullptr; }
   bool started() const { return starts > 0; }
@@ -263,7 +269,7 @@ class FakeTransport final : public tunnel::Transport {
   }
 
   tunnel::TransportKind kind_;
-  ByteQueue out_;
+  tunnel::Outbound out_;
   uint32_t inbound_max_data_;
   bool* deleted_;
   tunnel::TransportSink* sink_ = nullptr;

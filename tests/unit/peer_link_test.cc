@@ -60,9 +60,9 @@ class FakeConnector final : public Connector {
     REQUIRE(live_dials == 1);
     calls.back().observer->on_dialed(std::move(transport));
   }
-  void fail(std::string_view reason) {
+  void fail(std::string_view reason, bool refused = false) {
     REQUIRE(live_dials == 1);
-    calls.back().observer->on_dial_failed(reason);
+    calls.back().observer->on_dial_failed(reason, refused);
   }
 
   struct Call {

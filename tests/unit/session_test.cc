@@ -1333,11 +1333,19 @@ TEST_CASE("a FIN that could not be queued does not count as sent: the stream is 
   h.end_batch();
   REQUIRE(a.fins == 1);
   REQUIRE(a.fin_received());
-  // The outbound queue is at the control backlog limit (a peer that does not
-  // read; the same happens with the pool out of buffers).
-  std::string junk(1 * kKiB + kControlBacklogLimit + 1, 'j');
-  REQUIRE(h.transport->outbound().append(junk.data(), junk.size()));
+  // The outbound queue is past the control backlog limit: a peer that sends
+  // PINGs but reads none of our PONGs (the same happens with the pool out of
+  // buffers).
+  Bytes pings;
+  size_t pong = kHeaderSize + 8;
+  for (size_t i = 0; i < (1 * kKiB + kControlBacklogLimit) / pong + 1; ++i) {
+    Bytes p = ping_bytes(i);
+    pings.insert(pings.end(), p.begin(), p.end());
+  }
+  h.inject(pings);
+  REQUIRE(h.s().state() == Session::State::kOpen);
   size_t before = h.transport->queued_bytes();
+  REQUIRE(before > 1 * kKiB + kControlBacklogLimit);
   bool tunnel_done_when_lost = true;
   a.on_lost_hook = [&](FakeStream& st) { tunnel_done_when_lost = st.tunnel_done(); };
   // The application's EOF: our FIN, which cannot be queued.

@@ -28,7 +28,9 @@ class RdmaDial final : public tunnel::Dial, private RdmaTransport::Observer {
   void on_rdma_established(RdmaTransport*) override { observer_->on_dialed(std::move(transport_)); }
   void on_rdma_failed(RdmaTransport*, std::string_view reason) override {
     transport_.reset();  // it closes itself after this returns
-    observer_->on_dial_failed(reason);
+    // A rejected RDMA connect may only mean the peer has no RDMA device: it
+    // never counts as the peer's process being gone.
+    observer_->on_dial_failed(reason, false);
   }
 
   tunnel::DialObserver* observer_;

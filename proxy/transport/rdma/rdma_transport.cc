@@ -71,7 +71,6 @@ RdmaTransport::~RdmaTransport() {
   for (uint8_t* b : recv_buffers_)
     if (b) pool_.release(b);
   if (header_slots_) pool_.release(header_slots_);
-  outbound_.clear();
   if (cq_) ibv_destroy_cq(cq_);
   if (comp_channel_) ibv_destroy_comp_channel(comp_channel_);
   if (id_) rdma_destroy_id(id_);

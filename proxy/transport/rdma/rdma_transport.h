@@ -51,7 +51,8 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
 
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kRdma; }
   void start(tunnel::TransportSink* sink) override;
-  ByteQueue& outbound() override { return outbound_; }
+  void rebind(tunnel::TransportSink* sink) override { sink_ = sink; }
+  tunnel::Outbound& outbound() override { return outbound_; }
   void request_send() override;
   // With kFlush, frames already queued (and credits permitting) still go
   // out, and the QP stays up until their sends complete, for at most kCloseFlushSeconds.
@@ -120,7 +121,7 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   RdmaCredits credits_;
   uint32_t peer_recv_depth_ = 0;
   uint32_t peer_buffer_size_ = 0;
-  ByteQueue outbound_;
+  tunnel::Outbound outbound_;
   size_t posted_bytes_ = 0;               // outbound bytes handed to the QP, not yet completed
   uint64_t completions_ = 0;
 };

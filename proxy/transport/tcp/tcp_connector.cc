@@ -38,7 +38,7 @@ class TcpConnectAttempt final : public IoObject {
     tunnel::DialObserver* observer = std::exchange(observer_, nullptr);
     if (!observer) return;
     if (error != 0) {
-      observer->on_dial_failed("connect " + remote_ + ": " + strerror(error));
+      observer->on_dial_failed("connect " + remote_ + ": " + strerror(error), error == ECONNREFUSED);
       return;
     }
     set_nodelay(fd_.get());

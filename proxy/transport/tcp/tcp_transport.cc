@@ -39,7 +39,7 @@ void TcpTransport::request_send() {
 
 void TcpTransport::flush() {
   if ((closed_ && !flushing_on_close_) || sending_ || outbound_.empty()) return;
-  int n = outbound_.front_iovecs(iov_, kMaxIov);
+  int n = outbound_.iovecs_at(0, iov_, kMaxIov);
   msg_ = {};
   msg_.msg_iov = iov_;
   msg_.msg_iovlen = static_cast<size_t>(n);
@@ -55,6 +55,31 @@ void TcpTransport::fail(std::string reason) {
   // The sink closes us in response; if it does not, close anyway.
   if (sink) sink->on_transport_closed(reason);
   close(tunnel::CloseMode::kAbort);
+}
+
+bool TcpTransport::hand_off(std::function<void(UniqueFd)> done) {
+  if (closed_) return false;
+  // Called mid-parse (the frame that asks to move); on_recv finishes it.
+  hand_off_ = std::move(done);
+  closed_ = true;
+  sink_ = nullptr;
+  return true;
+}
+
+void TcpTransport::finish_hand_off(size_t unread) {
+  hand_off_unread_ += unread;
+  if (sending_) return;  // on_send comes back here
+  unread = hand_off_unread_;
+  auto done = std::move(hand_off_);
+  hand_off_ = nullptr;
+  if (unread > 0) {
+    // The peer did not wait for the answer: bytes it sent would be lost
+    // with this buffer. Closing makes it try again.
+    log::warn("session_error").kv("remote", remote_).kv("reason", "frames after a resume request, before its answer");
+    ::shutdown(fd_.get(), SHUT_RDWR);
+    return;
+  }
+  done(std::move(fd_));
 }
 
 void TcpTransport::on_recv(int res, uint32_t) {
@@ -93,6 +118,10 @@ void TcpTransport::on_recv(int res, uint32_t) {
     offset += consumed;
     if (!sink_ || !sink_->on_frame(header, payload)) break;
   }
+  if (hand_off_) {
+    finish_hand_off(rx_len_ - offset);
+    return;
+  }
   if (closed_) {
     // Closed cleanly by a frame of this batch: keep reading (and dropping)
     // until the peer's FIN, as a clean close does.
@@ -128,6 +157,10 @@ void TcpTransport::end_lingering() {
 
 void TcpTransport::on_send(int res, uint32_t) {
   sending_ = false;
+  if (hand_off_) {
+    finish_hand_off(0);  // the receive side was settled already
+    return;
+  }
   if (closed_ && flushing_on_close_) {
     if (res > 0) outbound_.consume(static_cast<size_t>(res));
     bool retry = res > 0 || res == -EINTR || res == -EAGAIN;

@@ -22,10 +22,12 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
 
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kTcp; }
   void start(tunnel::TransportSink* sink) override;
-  ByteQueue& outbound() override { return outbound_; }
+  void rebind(tunnel::TransportSink* sink) override { sink_ = sink; }
+  tunnel::Outbound& outbound() override { return outbound_; }
   void request_send() override;
   void close(tunnel::CloseMode mode) override;
   std::string remote_address() const override { return remote_; }
+  bool hand_off(std::function<void(UniqueFd)> done) override;
 
   void flush() override;
 
@@ -38,6 +40,8 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   // Ends a clean close: stop sending and reading (the owner retired us: freed once idle).
   void end_lingering();
   void fail(std::string reason);
+  // The hand-off completes once no send is in flight and the receive ended.
+  void finish_hand_off(size_t unread);
 
   static constexpr int kMaxIov = 64;
 
@@ -45,7 +49,7 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   std::string remote_;
   tunnel::FrameReader reader_;
   tunnel::TransportSink* sink_ = nullptr;
-  ByteQueue outbound_;
+  tunnel::Outbound outbound_;
   std::unique_ptr<uint8_t[]> rx_;
   size_t rx_capacity_;
   size_t rx_len_ = 0;
@@ -63,6 +67,8 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   // bytes unread would answer them with a reset, which can cost the peer
   // data it has received but not yet read.
   bool lingering_ = false;
+  std::function<void(UniqueFd)> hand_off_;  // set while the socket is handed to another worker
+  size_t hand_off_unread_ = 0;               // bytes received after the frame that asked for it
 };
 
 }  // namespace rdmagw::transport

@@ -1,0 +1,38 @@
+#include "proxy/runtime/session_directory.h"
+
+namespace rdmagw {
+
+void SessionDirectory::add(const tunnel::SessionToken& token, unsigned worker) {
+  std::lock_guard lock(mu_);
+  holders_[token] = worker;
+}
+
+void SessionDirectory::remove(const tunnel::SessionToken& token, unsigned worker) {
+  std::lock_guard lock(mu_);
+  auto it = holders_.find(token);
+  if (it != holders_.end() && it->second == worker) holders_.erase(it);
+}
+
+std::optional<unsigned> SessionDirectory::holder(const tunnel::SessionToken& token) const {
+  std::lock_guard lock(mu_);
+  auto it = holders_.find(token);
+  if (it == holders_.end()) return std::nullopt;
+  return it->second;
+}
+
+void SessionDirectory::set_worker(unsigned index, Worker* worker) {
+  std::lock_guard lock(mu_);
+  if (index < workers_.size()) workers_[index] = worker;
+}
+
+Worker* SessionDirectory::worker(unsigned index) const {
+  std::lock_guard lock(mu_);
+  return index < workers_.size() ? workers_[index] : nullptr;
+}
+
+bool SessionDirectory::post(unsigned worker, WorkerMailbox::Task task) {
+  if (worker >= mailboxes_.size()) return false;
+  return mailboxes_[worker]->post(std::move(task));
+}
+
+}  // namespace rdmagw

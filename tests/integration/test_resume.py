@@ -1,0 +1,240 @@
+"""Streams survive the loss of their tunnel: resumable sessions (issue 11).
+
+STREAMS application connections through a host-a -> host-b pair each move
+SIZE bytes both ways at once (the client sends its seed's stream, the target
+sends the next seed's), checked by SHA-256 at both ends. While they run, the
+tunnel connection is killed again and again (`ss -K`, a reset on both ends).
+Every stream must complete with all its bytes, in order, and no socket may
+see a reset: the sessions resume on a new connection and resend what the
+peer had not received.
+
+Every socket is driven from one thread, non-blocking (selectors), so a reset
+is seen as ECONNRESET by the call that meets it (see test_crash_resets.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import hashlib
+import random
+import selectors
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from clients import connect, socket_end
+from conftest import scaled, tcp_only
+from test_crash_resets import kill_tunnel
+
+MiB = 1 << 20
+STREAMS = scaled(100, 20)
+SIZE = scaled(16 * MiB, 4 * MiB)
+CHUNK = 256 * 1024
+FAULTS = 6                  # tunnel kills, spread over the transfer
+FAULT_EVERY_S = 0.7
+RUN_S = 240.0               # bound for the whole transfer
+PATTERN_LEN = MiB + 4093
+HDR = struct.Struct("!IQ")  # seed, size
+
+
+@functools.lru_cache(maxsize=512)
+def pattern(seed: int) -> bytes:
+    return random.Random(seed).randbytes(PATTERN_LEN)
+
+
+def chunk_of(seed: int, offset: int, n: int) -> memoryview:
+    start = offset % PATTERN_LEN
+    return memoryview(pattern(seed))[start:start + min(n, PATTERN_LEN - start)]
+
+
+@functools.lru_cache(maxsize=512)
+def full_sha(seed: int, size: int) -> str:
+    h = hashlib.sha256()
+    off = 0
+    while off < size:
+        c = chunk_of(seed, off, size - off)
+        h.update(c)
+        off += len(c)
+    return h.hexdigest()
+
+
+class End:
+    """One side of a stream: sends `seed`'s stream of `size` bytes, then
+    shuts down its write side; hashes what it receives until EOF."""
+
+    def __init__(self, sock: socket.socket, seed: int | None, size: int):
+        self.sock, self.seed, self.size = sock, seed, size
+        self.sent = 0
+        self.got = 0
+        self.hash = hashlib.sha256()
+        self.hdr = bytearray()
+        self.end: str | None = None
+        self.eof = False  # the peer's FIN came
+
+    def events(self) -> int:
+        ev = 0 if self.eof else selectors.EVENT_READ
+        if self.seed is not None and self.sent < self.size:
+            ev |= selectors.EVENT_WRITE
+        return ev
+
+    def service(self, sel, ev):
+        if ev & selectors.EVENT_READ:
+            try:
+                data = self.sock.recv(CHUNK)
+            except (BlockingIOError, InterruptedError):
+                data = None
+            except OSError as e:
+                return self.finish(sel, socket_end(e, "recv"))
+            if data == b"":
+                self.eof = True
+                if self.seed is None or self.sent >= self.size:
+                    return self.finish(sel, "eof")
+                sel.modify(self.sock, selectors.EVENT_WRITE, self)  # still sending
+                return
+            if data:
+                self.on_data(sel, data)
+        if ev & selectors.EVENT_WRITE and self.seed is not None and self.sent < self.size:
+            try:
+                self.sent += self.sock.send(chunk_of(self.seed, self.sent, min(CHUNK, self.size - self.sent)))
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError as e:
+                return self.finish(sel, socket_end(e, "send"))
+            if self.sent >= self.size:
+                self.sock.shutdown(socket.SHUT_WR)
+                if self.eof:
+                    return self.finish(sel, "eof")
+                sel.modify(self.sock, selectors.EVENT_READ, self)
+
+    def on_data(self, sel, data: bytes):
+        self.got += len(data)
+        self.hash.update(data)
+
+    def finish(self, sel, end: str):
+        self.end = end
+        sel.unregister(self.sock)
+        self.sock.close()
+
+
+class TargetEnd(End):
+    """The target's side: learns the seed and size from the stream's header."""
+
+    def __init__(self, sock):
+        super().__init__(sock, None, 0)
+
+    def on_data(self, sel, data: bytes):
+        if self.seed is None:
+            self.hdr += data
+            if len(self.hdr) < HDR.size:
+                return
+            seed, self.size = HDR.unpack_from(self.hdr)
+            data = bytes(self.hdr[HDR.size:])
+            self.seed = seed + 1  # what it sends back
+            self.up_seed = seed
+            sel.modify(self.sock, self.events(), self)
+        if data:
+            super().on_data(sel, data)
+
+
+class Target:
+    def __init__(self):
+        self.lsock = socket.socket()
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(1024)
+        self.lsock.setblocking(False)
+        self.endpoint = f"tcp:127.0.0.1:{self.lsock.getsockname()[1]}"
+        self.ends: list[TargetEnd] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.lsock.close()
+
+    def _run(self):
+        try:
+            sel = selectors.DefaultSelector()
+            sel.register(self.lsock, selectors.EVENT_READ, None)
+            deadline = time.monotonic() + RUN_S + 60
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                for key, ev in sel.select(timeout=0.05):
+                    if key.data is None:
+                        while True:
+                            try:
+                                s, _ = self.lsock.accept()
+                            except (BlockingIOError, InterruptedError):
+                                break
+                            s.setblocking(False)
+                            t = TargetEnd(s)
+                            self.ends.append(t)
+                            sel.register(s, t.events(), t)
+                    elif key.data.end is None:
+                        key.data.service(sel, ev)
+        except Exception as e:
+            self.errors.append(f"{type(e).__name__}: {e}")
+
+
+@tcp_only
+@pytest.mark.deadline(RUN_S + 60)
+def test_streams_survive_repeated_tunnel_kills_byte_exact(pair, backend):
+    target = backend(Target())
+    p = pair([{"name": "io", "target": target.endpoint}], [target.endpoint])
+    addr = p.address("io")
+    for s in range(0, 2 * STREAMS + 1):
+        pattern(s)
+    clients = []
+    for i in range(STREAMS):
+        sock = connect(addr, timeout=10)
+        sock.sendall(HDR.pack(2 * i, SIZE))
+        sock.setblocking(False)
+        clients.append(End(sock, 2 * i, SIZE))
+    sel = selectors.DefaultSelector()
+    for c in clients:
+        sel.register(c.sock, c.events(), c)
+    kills = []
+    t0 = time.monotonic()
+    next_fault = t0 + FAULT_EVERY_S
+    while any(c.end is None for c in clients) and time.monotonic() - t0 < RUN_S:
+        for key, ev in sel.select(timeout=0.02):
+            key.data.service(sel, ev)
+        now = time.monotonic()
+        if len(kills) < FAULTS and now >= next_fault and any(c.end is None for c in clients):
+            kills.append(kill_tunnel(p.b.tunnel_port))
+            next_fault = now + FAULT_EVERY_S
+    sel.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (len(target.ends) < STREAMS or any(t.end is None for t in target.ends)):
+        time.sleep(0.05)
+
+    ends = collections.Counter(c.end for c in clients)
+    target_ends = collections.Counter(t.end for t in target.ends)
+    print(f"{STREAMS} streams x {SIZE >> 20} MiB both ways; kills {len(kills)}; "
+          f"clients {dict(ends)}; targets {dict(target_ends)}")
+    assert not target.errors, target.errors
+    killed = [k for k in kills if len(k.strip().splitlines()) >= 2]
+    assert len(killed) >= 2, f"ss -K killed no tunnel connection: {kills!r}"
+    assert ends == {"eof": STREAMS}, f"client sockets did not all end cleanly: {dict(ends)}"
+    assert target_ends == {"eof": STREAMS}, f"target sockets did not all end cleanly: {dict(target_ends)}"
+    bad = []
+    for c in clients:
+        if c.got != SIZE or c.hash.hexdigest() != full_sha(c.seed + 1, SIZE):
+            bad.append(f"client {c.seed}: got {c.got} of {SIZE} bytes (SHA-256 differs or short)")
+    for t in target.ends:
+        if t.got != SIZE or t.hash.hexdigest() != full_sha(t.up_seed, SIZE):
+            bad.append(f"target {t.up_seed}: got {t.got} of {SIZE} bytes")
+    assert not bad, bad[:10]
+    resumed = p.a.log_text().count("event=session_resumed")
+    assert resumed >= len(killed), f"host-a logged {resumed} resumes for {len(killed)} kills"
+    assert "event=stream_reset" not in p.a.log_text() + p.b.log_text()
+    assert p.a.running() and p.b.running()

@@ -1,0 +1,340 @@
+// Resumable sessions (docs/protocol.md, "Resumption"): a dialer and an
+// acceptor tunnel::Session joined by fake transports that the test carries
+// bytes between, cuts (dropping what was in flight) and replaces.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "fake_stream.h"
+#include "fake_transport.h"
+#include "proxy/tunnel/session.h"
+
+using namespace rdmagw;
+using namespace rdmagw::tunnel;
+using namespace rdmagw::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr uint32_t kKiB = 1024;
+constexpr const char* kTarget = "tcp:10.0.0.5:6379";
+
+SessionSettings resumable_settings(std::string node, uint32_t resume_timeout_ms = 10000) {
+  SessionSettings s;
+  s.node = std::move(node);
+  s.max_data = 4 * kKiB;
+  s.stream_window = 64 * kKiB;
+  s.session_window = 256 * kKiB;
+  s.resume_timeout_ms = resume_timeout_ms;
+  return s;
+}
+
+// A dialer and an acceptor, each on its own fake transport, on one loop.
+struct Pair {
+  BufferPool pool;
+  EventLoop loop;
+  FakeOwner dial_owner, accept_owner;
+  SessionSettings dial_settings, accept_settings;
+  FakeTransport* dial_wire = nullptr;
+  FakeTransport* accept_wire = nullptr;
+  IoPtr<Session> dialer, acceptor;
+  std::vector<IoPtr<Session>> shells;  // acceptor sessions that parsed a resume request
+
+  explicit Pair(SessionSettings d = resumable_settings("dialer"), SessionSettings a = resumable_settings("acceptor"))
+      : pool(kBufferHeadroom + 4 * kKiB, 4096), dial_settings(std::move(d)), accept_settings(std::move(a)) {
+    log::set_level(log::Level::kError);
+    std::string error;
+    if (!loop.init(64, &error)) FAIL("io_uring: " << error);
+    dialer = make_io<Session>(loop, pool, Session::Role::kDialer, dial_settings, new_wire(&dial_wire), &dial_owner);
+    acceptor =
+        make_io<Session>(loop, pool, Session::Role::kAcceptor, accept_settings, new_wire(&accept_wire), &accept_owner);
+    acceptor->start();
+    dialer->start();
+    pump();
+  }
+  ~Pair() {
+    dialer.reset();
+    acceptor.reset();
+    shells.clear();
+    loop.shut_down();
+  }
+
+  IoPtr<Transport> new_wire(FakeTransport** out) {
+    auto t = make_io<FakeTransport>(loop, pool, 4 * kKiB);
+    *out = t.get();
+    return IoPtr<Transport>(t.release());
+  }
+
+  // Carries bytes both ways until neither side has anything to send.
+  void pump() {
+    for (int i = 0; i < 1000; ++i) {
+      loop.end_batch();
+      Bytes to_acceptor = dial_wire->drain_wire();
+      Bytes to_dialer = accept_wire->drain_wire();
+      if (to_acceptor.empty() && to_dialer.empty()) return;
+      if (!to_acceptor.empty() && accept_wire->delivering()) accept_wire->inject(to_acceptor);
+      if (!to_dialer.empty() && dial_wire->delivering()) dial_wire->inject(to_dialer);
+    }
+    FAIL("the sessions never went quiet");
+  }
+
+  // Delivers the first `frames` whole frames each way of what is queued and
+  // drops the rest (it was on the wire when the transport broke).
+  void deliver_part(size_t frames) {
+    loop.end_batch();
+    auto part = [&](FakeTransport* from, FakeTransport* to) {
+      Bytes wire = from->drain_wire();
+      FrameReader reader(1024 * 1024);
+      size_t off = 0;
+      for (size_t n = 0; n < frames && off < wire.size(); ++n) {
+        FrameHeader h;
+        std::span<const uint8_t> payload;
+        size_t used = 0;
+        std::string reason;
+        REQUIRE(reader.next(wire.data() + off, wire.size() - off, &h, &payload, &used, &reason) ==
+                FrameReader::Status::kFrame);
+        off += used;
+      }
+      to->inject(Bytes(wire.begin(), wire.begin() + static_cast<long>(off)));
+    };
+    part(dial_wire, accept_wire);
+    part(accept_wire, dial_wire);
+  }
+
+  // Both sides see their transport fail.
+  void cut() {
+    dial_wire->fail("cut by the test");
+    accept_wire->fail("cut by the test");
+    loop.end_batch();
+  }
+
+  // The dialer dials again; the acceptor's side parses the request in a new
+  // session, which hands the transport to the session it resumes.
+  void reconnect() {
+    REQUIRE(dialer->wants_transport());
+    dialer->resume(new_wire(&dial_wire));
+    shells.push_back(make_io<Session>(loop, pool, Session::Role::kAcceptor, accept_settings, new_wire(&accept_wire),
+                                      &accept_owner));
+    shells.back()->start();
+    pump();
+  }
+
+  uint8_t* buffer_with(std::string_view payload) {
+    uint8_t* b = pool.acquire();
+    REQUIRE(b);
+    std::memcpy(b + kBufferHeadroom, payload.data(), payload.size());
+    return b;
+  }
+  // Sends what credit allows of `data` from `offset` on; returns the new offset.
+  size_t send(Session& s, FakeStream& stream, const std::string& data, size_t offset) {
+    while (offset < data.size()) {
+      uint32_t want = static_cast<uint32_t>(std::min<size_t>(data.size() - offset, 4 * kKiB));
+      uint32_t n = s.take_stream_credit(stream, want);
+      if (n == 0) break;
+      if (!s.take_session_credit(stream, n)) {
+        s.refund_stream_credit(stream, n);
+        break;
+      }
+      s.send_data(stream, buffer_with(std::string_view(data).substr(offset, n)), n);
+      offset += n;
+    }
+    return offset;
+  }
+};
+
+std::string pattern(size_t size, char seed) {
+  std::string s(size, '\0');
+  for (size_t i = 0; i < size; ++i) s[i] = static_cast<char>(seed + (i * 7 + i / 251) % 61);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("resumable sessions: both sides offer resumption and agree on a token") {
+  Pair p;
+  REQUIRE(p.dialer->open());
+  REQUIRE(p.acceptor->open());
+  CHECK(p.dialer->resumable());
+  CHECK(p.acceptor->resumable());
+  CHECK(p.dialer->token() == p.acceptor->token());
+  CHECK(p.accept_owner.identified == 1);
+  CHECK(p.dial_owner.opened == 1);
+  CHECK(p.accept_owner.opened == 1);
+}
+
+TEST_CASE("resumable sessions: streams cross many transport failures byte-exact, both ways") {
+  Pair p;
+  FakeStream a("a"), b("b");
+  a.deliver_now = b.deliver_now = 1 << 30;  // written to their sockets at once: credit flows back
+  REQUIRE(p.dialer->open_stream(a, kTarget, nullptr, 0));
+  p.accept_owner.give(b);
+  p.pump();
+  REQUIRE(b.session() == p.acceptor.get());
+
+  std::string up = pattern(3 * 1024 * 1024, 'A');
+  std::string down = pattern(2 * 1024 * 1024 + 77, 'a');
+  size_t up_sent = 0, down_sent = 0;
+  int cuts = 0;
+  for (int round = 0; round < 400 && (up_sent < up.size() || down_sent < down.size()); ++round) {
+    up_sent = p.send(*p.dialer, a, up, up_sent);
+    down_sent = p.send(*p.acceptor, b, down, down_sent);
+    if (round % 5 == 4) {
+      // Part of what was in flight arrives, the rest is lost with the transport.
+      p.deliver_part(static_cast<size_t>(round % 7));
+      p.cut();
+      ++cuts;
+      CHECK(p.dialer->state() == Session::State::kResuming);
+      CHECK(p.acceptor->state() == Session::State::kResuming);
+      p.reconnect();
+      REQUIRE(p.dialer->open());
+      REQUIRE(p.acceptor->open());
+    } else {
+      p.pump();
+    }
+  }
+  p.pump();
+  REQUIRE(up_sent == up.size());
+  REQUIRE(down_sent == down.size());
+  CHECK(b.received.size() == up.size());
+  CHECK(a.received.size() == down.size());
+  CHECK(b.received == up);
+  CHECK(a.received == down);
+  CHECK(a.resets.empty());
+  CHECK(b.resets.empty());
+  CHECK(a.lost.empty());
+  CHECK(b.lost.empty());
+  CHECK(cuts >= 5);
+  CHECK(p.dialer->counters().resumes == static_cast<uint64_t>(cuts));
+  CHECK(p.acceptor->counters().resumes == static_cast<uint64_t>(cuts));
+  CHECK(p.dialer->counters().resent_bytes > 0);
+  CHECK(p.dial_owner.suspended == cuts);
+  CHECK(p.dial_owner.closed.empty());
+  CHECK(p.accept_owner.closed.size() == static_cast<size_t>(cuts));  // the shells, each handed over
+}
+
+TEST_CASE("resumable sessions: FIN and RESET lost with a transport still arrive after the resume") {
+  Pair p;
+  FakeStream a1("a1"), a2("a2"), b1("b1"), b2("b2");
+  REQUIRE(p.dialer->open_stream(a1, kTarget, nullptr, 0));
+  REQUIRE(p.dialer->open_stream(a2, kTarget, nullptr, 0));
+  p.accept_owner.give(b1);
+  p.accept_owner.give(b2);
+  p.pump();
+  p.dialer->send_fin(a1);
+  p.dialer->reset_stream(a2, ResetCode::kCancel);
+  p.deliver_part(0);  // both frames lost
+  p.cut();
+  p.reconnect();
+  CHECK(b1.fins == 1);
+  REQUIRE(b2.resets.size() == 1);
+  CHECK(b2.resets[0] == ResetCode::kCancel);
+  CHECK(b1.lost.empty());
+}
+
+TEST_CASE("resumable sessions: acknowledged frames are released, so kept bytes stay bounded") {
+  Pair p;
+  FakeStream a("a"), b("b");
+  b.deliver_now = 1 << 30;
+  REQUIRE(p.dialer->open_stream(a, kTarget, nullptr, 0));
+  p.accept_owner.give(b);
+  p.pump();
+  size_t idle = p.pool.in_use();
+  std::string data = pattern(2 * 1024 * 1024, 'x');
+  size_t sent = 0;
+  for (int i = 0; i < 200 && sent < data.size(); ++i) {
+    sent = p.send(*p.dialer, a, data, sent);
+    p.pump();
+    // Never more kept than the windows allow in flight (256 KiB session window).
+    CHECK(p.pool.in_use() <= idle + (256 * kKiB) / (4 * kKiB) + 8);
+  }
+  REQUIRE(sent == data.size());
+  // The last bytes are acknowledged on the keepalive timer at the latest.
+  p.acceptor->tick(p.loop.now() + 6s);
+  p.pump();
+  p.dialer->tick(p.loop.now() + 6s);
+  CHECK(p.pool.in_use() <= idle + 2);
+}
+
+TEST_CASE("resumable sessions: a peer that does not offer resumption gets today's behaviour") {
+  Pair p(resumable_settings("dialer"), resumable_settings("acceptor", 0));
+  CHECK_FALSE(p.dialer->resumable());
+  CHECK_FALSE(p.acceptor->resumable());
+  FakeStream a("a"), b("b");
+  REQUIRE(p.dialer->open_stream(a, kTarget, nullptr, 0));
+  p.accept_owner.give(b);
+  p.pump();
+  p.cut();
+  CHECK(p.dialer->state() == Session::State::kClosed);
+  CHECK(a.lost.size() == 1);
+  CHECK(b.lost.size() == 1);
+  CHECK(p.dial_owner.suspended == 0);
+}
+
+TEST_CASE("resumable sessions: an acceptor that does not know the session refuses, and streams are reset") {
+  Pair p;
+  FakeStream a("a"), b("b");
+  REQUIRE(p.dialer->open_stream(a, kTarget, nullptr, 0));
+  p.accept_owner.give(b);
+  p.pump();
+  p.cut();
+  p.accept_owner.identified_session = nullptr;  // as if the acceptor's rdmagw restarted
+  p.reconnect();
+  CHECK(p.dialer->state() == Session::State::kClosed);
+  REQUIRE(p.dial_owner.closed.size() == 1);
+  CHECK(p.dial_owner.closed[0].end == SessionEnd::kResumeRefused);
+  CHECK(a.lost.size() == 1);
+}
+
+TEST_CASE("resumable sessions: a session not resumed within resume_timeout_ms ends and resets its streams") {
+  Pair p(resumable_settings("dialer", 2000), resumable_settings("acceptor", 2000));
+  FakeStream a("a"), b("b");
+  REQUIRE(p.dialer->open_stream(a, kTarget, nullptr, 0));
+  p.accept_owner.give(b);
+  p.pump();
+  p.cut();
+  p.dialer->tick(p.loop.now() + 1s);
+  p.acceptor->tick(p.loop.now() + 1s);
+  CHECK(p.dialer->state() == Session::State::kResuming);
+  p.dialer->tick(p.loop.now() + 2100ms);
+  p.acceptor->tick(p.loop.now() + 2100ms);
+  p.loop.end_batch();
+  CHECK(p.dialer->state() == Session::State::kClosed);
+  CHECK(p.acceptor->state() == Session::State::kClosed);
+  REQUIRE(p.dial_owner.closed.size() == 1);
+  CHECK(p.dial_owner.closed[0].end == SessionEnd::kResumeTimeout);
+  CHECK(a.lost.size() == 1);
+  CHECK(b.lost.size() == 1);
+}
+
+TEST_CASE("resumable sessions: a session its peer closed on purpose is not resumed") {
+  Pair p;
+  p.acceptor->close(SessionEnd::kLocalClose, "drained", CloseMode::kFlush);
+  p.pump();  // GOAWAY(closing) reaches the dialer
+  p.dial_wire->fail("peer closed the connection");
+  p.loop.end_batch();
+  CHECK(p.dialer->state() == Session::State::kClosed);
+  CHECK(p.dial_owner.suspended == 0);
+}
+
+TEST_CASE("resumable sessions: malformed resumption frames end the session") {
+  Pair p;
+  SECTION("an ACK beyond what was sent") {
+    p.dial_wire->inject(u64_bytes(FrameType::kAck, 0, 1ull << 40));
+    CHECK(p.dialer->state() == Session::State::kClosed);
+  }
+  SECTION("a SESSION after the handshake") {
+    Bytes frame(kHeaderSize + kSessionPayloadSize);
+    encode_session(frame.data(), SessionPayload{p.dialer->token(), SessionKind::kResumed, 0});
+    p.dial_wire->inject(frame);
+    CHECK(p.dialer->state() == Session::State::kClosed);
+  }
+}
+
+TEST_CASE("sessions without resumption refuse ACK frames") {
+  Pair p(resumable_settings("dialer", 0), resumable_settings("acceptor", 0));
+  p.dial_wire->inject(u64_bytes(FrameType::kAck, 0, 0));
+  CHECK(p.dialer->state() == Session::State::kClosed);
+}
