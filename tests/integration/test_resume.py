@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import functools
 import hashlib
-import random
 import selectors
 import socket
 import struct
@@ -28,7 +27,8 @@ import pytest
 
 from clients import connect, socket_end
 from conftest import scaled, tcp_only
-from test_crash_resets import kill_tunnel
+from test_crash_resets import kill_tunnel, pattern
+from test_crash_resets import stream_bytes as chunk_of
 
 MiB = 1 << 20
 STREAMS = scaled(100, 20)
@@ -37,18 +37,7 @@ CHUNK = 256 * 1024
 FAULTS = 6                  # tunnel kills, spread over the transfer
 FAULT_EVERY_S = 0.7
 RUN_S = 240.0               # bound for the whole transfer
-PATTERN_LEN = MiB + 4093
 HDR = struct.Struct("!IQ")  # seed, size
-
-
-@functools.lru_cache(maxsize=512)
-def pattern(seed: int) -> bytes:
-    return random.Random(seed).randbytes(PATTERN_LEN)
-
-
-def chunk_of(seed: int, offset: int, n: int) -> memoryview:
-    start = offset % PATTERN_LEN
-    return memoryview(pattern(seed))[start:start + min(n, PATTERN_LEN - start)]
 
 
 @functools.lru_cache(maxsize=512)
