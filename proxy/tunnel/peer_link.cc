@@ -90,6 +90,12 @@ void PeerLink::dial_failed(TransportKind kind, std::string reason, bool refused)
   }
   ++rdma_failures_;
   if (tunnel_.transport == TransportMode::kRdma) {
+    if (refused && active_ && active_->wants_transport()) {
+      // transport: rdma never falls back, so a rejected connect is the
+      // peer's word (in auto, the TCP dial that follows decides).
+      active_->close(SessionEnd::kPeerGone, "peer rejected the connection: " + reason, CloseMode::kAbort);
+      return;
+    }
     // rdma never falls back; it says why and retries with backoff.
     connect_failed(kind, "rdma: " + reason);
     return;

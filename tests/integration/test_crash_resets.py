@@ -431,7 +431,9 @@ def test_without_resumption_tunnel_killed_with_ss_resets_every_client_and_target
 
 @pytest.mark.deadline(60)
 def test_far_rdmagw_sigkill_resets_every_client(fleet):
-    p, run = fleet(seed_base=2000)
+    # A refused redial resets at once; where the transport cannot tell (an RDMA
+    # connect that times out), resume_timeout_ms bounds the wait.
+    p, run = fleet(seed_base=2000, tunnel={"resume_timeout_ms": 1500})
     run.drive(fault=p.b.kill9)
     print(run.summary())
     assert p.b.proc.returncode == -9
@@ -444,7 +446,9 @@ def test_far_rdmagw_sigkill_resets_every_client(fleet):
 def test_far_rdmagw_sigkill_resets_every_target_connection(fleet):
     """host-b holds the target connections: when it dies, the kernel closes
     them. Only SO_LINGER {1, 0}, set before, makes that a reset."""
-    p, run = fleet(seed_base=3000)
+    # A refused redial resets at once; where the transport cannot tell (an RDMA
+    # connect that times out), resume_timeout_ms bounds the wait.
+    p, run = fleet(seed_base=3000, tunnel={"resume_timeout_ms": 1500})
     run.drive(fault=p.b.kill9)
     print(run.summary())
     run.check_targets_reset()

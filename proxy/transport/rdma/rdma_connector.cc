@@ -26,11 +26,10 @@ class RdmaDial final : public tunnel::Dial, private RdmaTransport::Observer {
   // The observer may destroy this dial inside either call: nothing is
   // touched after it.
   void on_rdma_established(RdmaTransport*) override { observer_->on_dialed(std::move(transport_)); }
-  void on_rdma_failed(RdmaTransport*, std::string_view reason) override {
+  void on_rdma_failed(RdmaTransport* transport, std::string_view reason) override {
+    bool rejected = transport->rejected();
     transport_.reset();  // it closes itself after this returns
-    // A rejected RDMA connect may only mean the peer has no RDMA device: it
-    // never counts as the peer's process being gone.
-    observer_->on_dial_failed(reason, false);
+    observer_->on_dial_failed(reason, rejected);
   }
 
   tunnel::DialObserver* observer_;

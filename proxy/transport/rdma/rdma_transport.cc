@@ -308,6 +308,7 @@ void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const v
     case RDMA_CM_EVENT_TIMEWAIT_EXIT:
       return;
     case RDMA_CM_EVENT_REJECTED:
+      rejected_ = true;
       fail("connection rejected by the peer (" + cm_status_text(status) + ")");
       return;
     default:

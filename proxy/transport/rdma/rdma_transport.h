@@ -38,6 +38,8 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
     // (its owner then lets go of it).
     virtual void on_rdma_failed(RdmaTransport* transport, std::string_view reason) = 0;
   };
+  // The peer rejected the connect (nothing listens there, or it refused us).
+  bool rejected() const { return rejected_; }
 
   // Active side: resolves and connects to `peer` (its address and rdma_port).
   // A failure detected at once returns nullptr with *error set (the observer
@@ -122,6 +124,7 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   uint32_t peer_recv_depth_ = 0;
   uint32_t peer_buffer_size_ = 0;
   tunnel::Outbound outbound_;
+  bool rejected_ = false;
   size_t posted_bytes_ = 0;               // outbound bytes handed to the QP, not yet completed
   uint64_t completions_ = 0;
 };
