@@ -559,7 +559,7 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
   // Session frames are counted: the count is where a resume starts.
   if (link_ == Link::kReady) {
     received_ += kHeaderSize + h.length;
-    if (resumable_ && received_ - ack_sent_ >= settings_.max_data * 4ull) request_dispatch();
+    if (resumable_ && ack_due_by_volume()) request_dispatch();
   }
   std::string reason;
   switch (h.type) {

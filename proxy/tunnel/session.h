@@ -242,6 +242,8 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // Releases what the peer acknowledged, once no closed transport may still read it.
   void apply_acks();
   void maybe_ack(bool timer);
+  // Enough unacknowledged bytes that the peer should hear of them this batch.
+  bool ack_due_by_volume() const { return received_ - ack_sent_ >= settings_.max_data * 4ull; }
   bool same_settings(const HelloPayload& hello) const;
   uint64_t usable_session_credit() const;
   bool protocol_error(std::string reason);

@@ -241,7 +241,7 @@ void Session::maybe_ack(bool timer) {
   // Often enough under load that the peer's kept bytes stay near what is in
   // flight; on an idle session, once per keepalive interval.
   bool due = timer ? loop().now() - last_ack_ >= std::chrono::milliseconds(settings_.keepalive_interval_ms)
-                   : received_ - ack_sent_ >= settings_.max_data * 4ull;
+                   : ack_due_by_volume();
   if (!due) return;
   ack_sent_ = received_;
   last_ack_ = loop().now();

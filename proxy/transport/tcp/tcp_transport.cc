@@ -66,13 +66,11 @@ bool TcpTransport::hand_off(std::function<void(UniqueFd)> done) {
   return true;
 }
 
-void TcpTransport::finish_hand_off(size_t unread) {
-  hand_off_unread_ += unread;
+void TcpTransport::finish_hand_off() {
   if (sending_) return;  // on_send comes back here
-  unread = hand_off_unread_;
   auto done = std::move(hand_off_);
   hand_off_ = nullptr;
-  if (unread > 0) {
+  if (hand_off_unread_ > 0) {
     // The peer did not wait for the answer: bytes it sent would be lost
     // with this buffer. Closing makes it try again.
     log::warn("session_error").kv("remote", remote_).kv("reason", "frames after a resume request, before its answer");
@@ -119,7 +117,8 @@ void TcpTransport::on_recv(int res, uint32_t) {
     if (!sink_ || !sink_->on_frame(header, payload)) break;
   }
   if (hand_off_) {
-    finish_hand_off(rx_len_ - offset);
+    hand_off_unread_ = rx_len_ - offset;
+    finish_hand_off();
     return;
   }
   if (closed_) {
@@ -158,7 +157,7 @@ void TcpTransport::end_lingering() {
 void TcpTransport::on_send(int res, uint32_t) {
   sending_ = false;
   if (hand_off_) {
-    finish_hand_off(0);  // the receive side was settled already
+    finish_hand_off();
     return;
   }
   if (closed_ && flushing_on_close_) {

@@ -41,7 +41,7 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   void end_lingering();
   void fail(std::string reason);
   // The hand-off completes once no send is in flight and the receive ended.
-  void finish_hand_off(size_t unread);
+  void finish_hand_off();
 
   static constexpr int kMaxIov = 64;
 
