@@ -138,16 +138,18 @@ def _q(s: str) -> str:
 def render_config(node: str, tunnel_port: int, admin_port: int, peers=(), listeners=(),
                   targets=(), workers: int = 2, shutdown_timeout_ms: int = 3000,
                   tunnel_extra: dict | None = None, extra_lines=(), rdma_port: int | None = None,
-                  transport: str | None = None) -> str:
-    """Renders one sidecar's YAML.  peers: [(name, tcp_port[, rdma_port])]; listeners:
-    dicts with name, listen, peer, target (endpoint strings); targets: endpoint strings."""
+                  transport: str | None = None, address: str = TUNNEL_ADDR,
+                  peer_address: str = TUNNEL_ADDR) -> str:
+    """Renders one sidecar's YAML.  peers: [(name, tcp_port[, rdma_port])] at
+    `peer_address`; listeners: dicts with name, listen, peer, target (endpoint
+    strings); targets: endpoint strings; `address`: its own tunnel address."""
     transport = transport or TEST_TRANSPORT
     out = [
         f"node: {node}",
         f"workers: {workers}",
         f"admin: {_q(f'127.0.0.1:{admin_port}')}",
         "tunnel:",
-        f"  address: {TUNNEL_ADDR}",
+        f"  address: {address}",
         f"  tcp_port: {tunnel_port}",
         f"  transport: {transport}",
     ]
@@ -158,7 +160,7 @@ def render_config(node: str, tunnel_port: int, admin_port: int, peers=(), listen
     if peers:
         out.append("peers:")
         for name, port, *rest in peers:
-            out += [f"  - name: {name}", f"    address: {TUNNEL_ADDR}", f"    tcp_port: {port}"]
+            out += [f"  - name: {name}", f"    address: {peer_address}", f"    tcp_port: {port}"]
             if rest:
                 out.append(f"    rdma_port: {rest[0]}")
     else:
@@ -294,10 +296,13 @@ class ManagedProcess:
 
 
 class Sidecar(ManagedProcess):
-    """One rdmagw process: `rdmagw --config FILE`."""
+    """One rdmagw process: `rdmagw --config FILE`, in network namespace
+    `netns` if given (`ip netns exec` execs it: the pid is rdmagw's)."""
 
-    def __init__(self, name: str, config_path: Path, log_path: Path, binary: str = RDMAGW_BIN):
-        super().__init__(name, [binary, "--config", str(config_path)], log_path)
+    def __init__(self, name: str, config_path: Path, log_path: Path, binary: str = RDMAGW_BIN,
+                 netns: str | None = None):
+        prefix = ["ip", "netns", "exec", netns] if netns else []
+        super().__init__(name, prefix + [binary, "--config", str(config_path)], log_path)
         self.config_path = Path(config_path)
         self.tunnel_port: int | None = None
         self.admin_port: int | None = None  # its admin endpoint on 127.0.0.1
@@ -440,14 +445,15 @@ def backend():
 
 @pytest.fixture
 def sidecar(rdmagw_bin, procs, tmp_path):
-    """sidecar(node, config_text_or_None, **render_kwargs) -> Sidecar (not started)."""
+    """sidecar(node, config_text_or_None, netns=None, **render_kwargs) -> Sidecar
+    (not started)."""
 
-    def make(node: str, config_text: str | None = None, **kw) -> Sidecar:
+    def make(node: str, config_text: str | None = None, netns: str | None = None, **kw) -> Sidecar:
         if config_text is None:
             config_text = render_config(node, **kw)
         cfg = tmp_path / f"{node}.yaml"
         cfg.write_text(config_text)
-        sc = Sidecar(node, cfg, tmp_path / f"{node}.log", rdmagw_bin)
+        sc = Sidecar(node, cfg, tmp_path / f"{node}.log", rdmagw_bin, netns=netns)
         sc.tunnel_port = kw.get("tunnel_port")
         sc.admin_port = kw.get("admin_port")
         procs.append(sc)
@@ -475,12 +481,16 @@ class Pair:
 @pytest.fixture
 def pair(sidecar, sock_dir):
     """pair(listeners, targets, ...) starts host-b then host-a and waits for both
-    to be ready.  listeners: dicts {name, target, listen: "tcp" | "unix"}."""
+    to be ready.  listeners: dicts {name, target, listen: "tcp" | "unix"}.
+    hosts=(ns_a, ip_a, ns_b, ip_b) runs each in its network namespace with its
+    tunnel on that address (netns_hosts.two_hosts makes them); listeners and
+    targets must then be Unix sockets, which both namespaces reach."""
 
     def build(listeners, targets, *, a_tunnel: dict | None = None,
               b_tunnel: dict | None = None, shutdown_timeout_ms: int = 3000,
               workers: int = 2, start: bool = True, a_transport: str | None = None,
-              b_transport: str | None = None) -> Pair:
+              b_transport: str | None = None, hosts: tuple | None = None) -> Pair:
+        ns_a, ip_a, ns_b, ip_b = hosts or (None, TUNNEL_ADDR, None, TUNNEL_ADDR)
         a_port, b_port = free_port(), free_port()
         a_rdma, b_rdma = free_port(), free_port()
         resolved = {}
@@ -496,11 +506,13 @@ def pair(sidecar, sock_dir):
                                       "target": spec["target"]}
         b = sidecar("host-b", tunnel_port=b_port, admin_port=free_port(), targets=list(targets),
                     workers=workers, shutdown_timeout_ms=shutdown_timeout_ms,
-                    tunnel_extra=b_tunnel, rdma_port=b_rdma, transport=b_transport)
+                    tunnel_extra=b_tunnel, rdma_port=b_rdma, transport=b_transport,
+                    netns=ns_b, address=ip_b)
         a = sidecar("host-a", tunnel_port=a_port, admin_port=free_port(),
                     peers=[("host-b", b_port, b_rdma)], listeners=list(resolved.values()),
                     workers=workers, shutdown_timeout_ms=shutdown_timeout_ms,
-                    tunnel_extra=a_tunnel, rdma_port=a_rdma, transport=a_transport)
+                    tunnel_extra=a_tunnel, rdma_port=a_rdma, transport=a_transport,
+                    netns=ns_a, address=ip_a, peer_address=ip_b)
         if start:
             b.start()
             a.start()

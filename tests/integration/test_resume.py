@@ -29,6 +29,7 @@ from clients import connect, socket_end
 from conftest import scaled, tcp_only
 from test_crash_resets import kill_tunnel, pattern
 from test_crash_resets import stream_bytes as chunk_of
+from tunnel_relay import TunnelRelay
 
 MiB = 1 << 20
 STREAMS = scaled(100, 20)
@@ -130,13 +131,21 @@ class TargetEnd(End):
 
 
 class Target:
-    def __init__(self):
-        self.lsock = socket.socket()
-        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind(("127.0.0.1", 0))
+    """The far application: on 127.0.0.1, or on a Unix socket `path` (which
+    an rdmagw in another network namespace reaches too)."""
+
+    def __init__(self, path: str | None = None):
+        if path is None:
+            self.lsock = socket.socket()
+            self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.lsock.bind(("127.0.0.1", 0))
+            self.endpoint = f"tcp:127.0.0.1:{self.lsock.getsockname()[1]}"
+        else:
+            self.lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.lsock.bind(path)
+            self.endpoint = f"unix:{path}"
         self.lsock.listen(1024)
         self.lsock.setblocking(False)
-        self.endpoint = f"tcp:127.0.0.1:{self.lsock.getsockname()[1]}"
         self.ends: list[TargetEnd] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -174,12 +183,39 @@ class Target:
             self.errors.append(f"{type(e).__name__}: {e}")
 
 
-@tcp_only
-@pytest.mark.deadline(RUN_S + 60)
-def test_streams_survive_repeated_tunnel_kills_byte_exact(pair, backend):
-    target = backend(Target())
-    p = pair([{"name": "io", "target": target.endpoint}], [target.endpoint])
-    addr = p.address("io")
+class Faults(threading.Thread):
+    """Calls inject(i) `count` times, `every` seconds apart, from its own
+    thread: a fault may take seconds (a DROP held until keepalive expires)
+    while the test's thread keeps every socket moving. Collects what each
+    call returns; stop() ends it early (the transfer is over)."""
+
+    def __init__(self, inject, count: int = FAULTS, every: float = FAULT_EVERY_S):
+        super().__init__(daemon=True)
+        self.inject, self.count, self.every = inject, count, every
+        self.results: list = []
+        self.errors: list[str] = []
+        self._halt = threading.Event()
+
+    def run(self):
+        try:
+            for i in range(self.count):
+                if self._halt.wait(self.every):
+                    return
+                self.results.append(self.inject(i))
+        except Exception as e:
+            self.errors.append(f"{type(e).__name__}: {e}")
+
+    def stop(self):
+        self._halt.set()
+        self.join(timeout=30)
+        assert not self.is_alive(), "a fault injection did not finish within 30 s"
+
+
+def transfer_under_faults(addr, target: Target, faults: Faults) -> str:
+    """Moves STREAMS streams of SIZE bytes both ways through `addr` while
+    `faults` runs, and asserts every byte arrived, once and in order, and
+    every socket (client and target) ended with a clean EOF. Returns the
+    summary line."""
     for s in range(0, 2 * STREAMS + 1):
         pattern(s)
     clients = []
@@ -191,30 +227,29 @@ def test_streams_survive_repeated_tunnel_kills_byte_exact(pair, backend):
     sel = selectors.DefaultSelector()
     for c in clients:
         sel.register(c.sock, c.events(), c)
-    kills = []
     t0 = time.monotonic()
-    next_fault = t0 + FAULT_EVERY_S
-    while any(c.end is None for c in clients) and time.monotonic() - t0 < RUN_S:
-        for key, ev in sel.select(timeout=0.02):
-            key.data.service(sel, ev)
-        now = time.monotonic()
-        if len(kills) < FAULTS and now >= next_fault and any(c.end is None for c in clients):
-            kills.append(kill_tunnel(p.b.tunnel_port))
-            next_fault = now + FAULT_EVERY_S
-    sel.close()
+    faults.start()
+    try:
+        while any(c.end is None for c in clients) and time.monotonic() - t0 < RUN_S:
+            for key, ev in sel.select(timeout=0.02):
+                key.data.service(sel, ev)
+    finally:
+        faults.stop()
+        sel.close()
+    elapsed = time.monotonic() - t0
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and (len(target.ends) < STREAMS or any(t.end is None for t in target.ends)):
         time.sleep(0.05)
 
     ends = collections.Counter(c.end for c in clients)
     target_ends = collections.Counter(t.end for t in target.ends)
-    print(f"{STREAMS} streams x {SIZE >> 20} MiB both ways; kills {len(kills)}; "
-          f"clients {dict(ends)}; targets {dict(target_ends)}")
+    summary = (f"{STREAMS} streams x {SIZE >> 20} MiB both ways in {elapsed:.1f} s; "
+               f"faults {len(faults.results)}; clients {dict(ends)}; targets {dict(target_ends)}")
+    print(summary)
+    assert not faults.errors, faults.errors
     assert not target.errors, target.errors
-    killed = [k for k in kills if len(k.strip().splitlines()) >= 2]
-    assert len(killed) >= 2, f"ss -K killed no tunnel connection: {kills!r}"
-    assert ends == {"eof": STREAMS}, f"client sockets did not all end cleanly: {dict(ends)}"
-    assert target_ends == {"eof": STREAMS}, f"target sockets did not all end cleanly: {dict(target_ends)}"
+    assert ends == {"eof": STREAMS}, f"client sockets did not all end cleanly: {summary}"
+    assert target_ends == {"eof": STREAMS}, f"target sockets did not all end cleanly: {summary}"
     bad = []
     for c in clients:
         if c.got != SIZE or c.hash.hexdigest() != full_sha(c.seed + 1, SIZE):
@@ -223,7 +258,52 @@ def test_streams_survive_repeated_tunnel_kills_byte_exact(pair, backend):
         if t.got != SIZE or t.hash.hexdigest() != full_sha(t.up_seed, SIZE):
             bad.append(f"target {t.up_seed}: got {t.got} of {SIZE} bytes")
     assert not bad, bad[:10]
+    return summary
+
+
+def assert_resumed_without_resets(p, faults: int):
+    """host-a resumed at least once per fault, and no stream was reset."""
     resumed = p.a.log_text().count("event=session_resumed")
-    assert resumed >= len(killed), f"host-a logged {resumed} resumes for {len(killed)} kills"
+    assert resumed >= faults, f"host-a logged {resumed} resumes for {faults} faults"
     assert "event=stream_reset" not in p.a.log_text() + p.b.log_text()
     assert p.a.running() and p.b.running()
+
+
+@tcp_only
+@pytest.mark.deadline(RUN_S + 60)
+def test_streams_survive_repeated_tunnel_kills_byte_exact(pair, backend):
+    """The tunnel is reset (`ss -K`: RST both ways) again and again."""
+    target = backend(Target())
+    p = pair([{"name": "io", "target": target.endpoint}], [target.endpoint])
+    faults = Faults(lambda i: kill_tunnel(p.b.tunnel_port))
+    transfer_under_faults(p.address("io"), target, faults)
+    killed = [k for k in faults.results if len(k.strip().splitlines()) >= 2]
+    assert len(killed) >= 2, f"ss -K killed no tunnel connection: {faults.results!r}"
+    assert_resumed_without_resets(p, len(killed))
+
+
+@tcp_only
+@pytest.mark.deadline(RUN_S + 60)
+def test_streams_survive_repeated_tunnel_closes_byte_exact(pair, backend):
+    """A middlebox closes the tunnel (a FIN both ways, bytes in flight lost)
+    again and again: host-a dials host-b through a relay that does it."""
+    target = backend(Target())
+    p = pair([{"name": "io", "target": target.endpoint}], [target.endpoint], start=False)
+    relay = backend(TunnelRelay(p.b.tunnel_port))
+    point_peer_at(p.a, p.b.tunnel_port, relay.port)
+    p.b.start()
+    p.a.start()
+    faults = Faults(lambda i: relay.close_all())
+    transfer_under_faults(p.address("io"), target, faults)
+    closed = [n for n in faults.results if n > 0]
+    assert len(closed) >= 2, f"the relay had no tunnel connection to close: {faults.results!r}"
+    assert not relay.errors, relay.errors
+    assert_resumed_without_resets(p, len(closed))
+
+
+def point_peer_at(sidecar, old_port: int, new_port: int) -> None:
+    """Rewrites a (not started) sidecar's config: its peer's tcp_port."""
+    text = sidecar.config_path.read_text()
+    needle = f"tcp_port: {old_port}\n"
+    assert text.count(needle) == 1, text
+    sidecar.config_path.write_text(text.replace(needle, f"tcp_port: {new_port}\n"))

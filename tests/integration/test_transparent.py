@@ -7,7 +7,6 @@ rdmagw B, connect directly (passthrough), or reject."""
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from clients import require_root_and
+from netns_hosts import run, two_hosts
 from conftest import REPO, RDMAGW_BIN, sanitizer_failure
 
 # Addresses exist only inside this test's namespaces.
@@ -72,10 +72,6 @@ except (ConnectionResetError, BrokenPipeError) as e:
 """
 
 
-def run(*args, check=True, timeout=30):
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=check)
-
-
 def preconditions():
     require_root_and(("ip", "iptables", "setpriv"), "transparent redirect test")
 
@@ -84,25 +80,8 @@ def preconditions():
 def hosts(request):
     preconditions()
     fam = FAMILIES[request.param]
-    tag = secrets.token_hex(3)
-    a, b = f"rgwa{tag}", f"rgwb{tag}"
-    run("ip", "netns", "add", a)
-    run("ip", "netns", "add", b)
-    try:
-        run("ip", "link", "add", f"va{tag}", "type", "veth", "peer", "name", f"vb{tag}")
-        run("ip", "link", "set", f"va{tag}", "netns", a)
-        run("ip", "link", "set", f"vb{tag}", "netns", b)
-        # nodad: usable at once, without IPv6 duplicate address detection.
-        nodad = ["nodad"] if request.param == "ipv6" else []
-        run("ip", "-n", a, "addr", "add", f"{fam['a']}/{fam['prefix']}", "dev", f"va{tag}", *nodad)
-        run("ip", "-n", b, "addr", "add", f"{fam['b']}/{fam['prefix']}", "dev", f"vb{tag}", *nodad)
-        for ns, dev in ((a, f"va{tag}"), (b, f"vb{tag}")):
-            run("ip", "-n", ns, "link", "set", dev, "up")
-            run("ip", "-n", ns, "link", "set", "lo", "up")
-        yield a, b, fam
-    finally:
-        run("ip", "netns", "del", a, check=False)
-        run("ip", "netns", "del", b, check=False)
+    with two_hosts(fam["a"], fam["b"], fam["prefix"]) as h:
+        yield h.a, h.b, fam
 
 
 def test_transparent_redirect_tunnels_passes_through_and_rejects(hosts):
