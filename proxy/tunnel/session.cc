@@ -274,7 +274,10 @@ void Session::detach(Stream& stream) {
 }
 
 void Session::grant_session() {
-  if (state_ != State::kOpen) return;
+  // While suspended too: the WINDOW waits in the queue like any frame. A
+  // grant skipped then would be owed until the next delivery, and a peer
+  // short of session credit may have nothing left to deliver.
+  if (state_ != State::kOpen && state_ != State::kResuming) return;
   uint64_t n = session_receive_.take_grant();
   while (n > 0) {
     uint32_t part = static_cast<uint32_t>(std::min<uint64_t>(n, 0xffffffffu));

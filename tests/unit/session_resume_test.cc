@@ -234,6 +234,32 @@ TEST_CASE("resumable sessions: FIN and RESET lost with a transport still arrive 
   CHECK(b1.lost.empty());
 }
 
+TEST_CASE("resumable sessions: session credit returned while suspended reaches the peer after the resume") {
+  // The acceptor's applications read while the session waits for a new
+  // transport: the session WINDOW that returns that credit must go out with
+  // the resume, not wait for a later delivery that a sender short of credit
+  // can never cause.
+  Pair p;
+  std::vector<std::unique_ptr<FakeStream>> a, b;
+  for (int i = 0; i < 4; ++i) {
+    a.push_back(std::make_unique<FakeStream>("a"));
+    b.push_back(std::make_unique<FakeStream>("b"));
+    REQUIRE(p.dialer->open_stream(*a.back(), kTarget, nullptr, 0));
+    p.accept_owner.give(*b.back());
+  }
+  p.pump();
+  std::string data = pattern(64 * kKiB, 'q');
+  for (auto& s : a) CHECK(p.send(*p.dialer, *s, data, 0) == data.size());  // 4 x 64 KiB: the session window
+  p.pump();
+  REQUIRE(p.dialer->open_credit() == 0);
+  p.cut();
+  for (auto& s : b) p.acceptor->delivered(*s, 64 * kKiB);
+  p.loop.end_batch();
+  p.reconnect();
+  REQUIRE(p.dialer->open());
+  CHECK(p.dialer->open_credit() > 0);
+}
+
 TEST_CASE("resumable sessions: acknowledged frames are released, so kept bytes stay bounded") {
   Pair p;
   FakeStream a("a"), b("b");
