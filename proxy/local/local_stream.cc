@@ -105,6 +105,14 @@ bool LocalStream::describe(StreamInfo* out) const {
   else if (!opened_) out->state = "waiting";
   else if (read_closed_ || remote_fin_ || write_shut_) out->state = "half-closed";
   else out->state = "open";
+  out->queued_to_app = to_socket_.size();
+  out->send_credit = send_credit();
+  if (connecting_) out->waiting_for = "target-connect";
+  else if (!opened_) out->waiting_for = "session";
+  else if (parked_buffer_ || waits_for_session_credit()) out->waiting_for = "session-credit";
+  else if (waits_for_window()) out->waiting_for = "peer-window";
+  else if (sending_) out->waiting_for = "app-read";
+  else if (recv_posted_) out->waiting_for = "app-data";
   return true;
 }
 

@@ -32,6 +32,11 @@ class Stream {
   bool fin_received() const { return fin_received_; }
   // Both FINs crossed the tunnel: nothing more is owed to or by the session.
   bool tunnel_done() const { return fin_sent_ && fin_received_; }
+  // Why it may not send (GET /streams): bytes of stream credit left, and
+  // whether it waits for the peer's WINDOW or for session credit.
+  uint64_t send_credit() const { return send_.available(); }
+  bool waits_for_window() const { return wants_credit_; }
+  bool waits_for_session_credit() const { return waits_for_session_; }
 
   // What on_peer_data() did with the bytes it was handed.
   struct Delivery {

@@ -203,7 +203,7 @@ def test_streams_shows_a_held_connection_on_both_sides(rdmagwctl_bin, pair, back
         assert len(rows) == 1, f"expected one stream:\n{out}"
         side, listener, peer, target = rows[0][:4]
         assert (side, listener, peer, target) == ("client", "ctl-echo", "host-b", echo.endpoint), out
-        assert rows[0][-1] == "open", out
+        assert rows[0][-2:] == ["open", "app-data"], out  # state, and it waits for the client to write
         assert "showing 1-1 of 1" in out, out
 
         rc, out, err = ctl_until(rdmagwctl_bin, p.b, "streams", accept=one_open)

@@ -310,15 +310,16 @@ TEST_CASE("views: peers, with RDMA columns and a peer without a session", "[rdma
 TEST_CASE("views: streams page and its range line", "[rdmagwctl][views]") {
   JsonValue page = parse_ok(R"({"total": 7, "offset": 5, "limit": 2, "streams": [
     {"worker": 0, "side": "client", "listener": "redis", "peer": "b", "target": "tcp:127.0.0.1:6379",
-     "stream_id": 1, "age_ms": 1200, "bytes_from_app": 100, "bytes_to_app": 2000, "state": "open"},
+     "stream_id": 1, "age_ms": 1200, "bytes_from_app": 100, "bytes_to_app": 2000, "state": "open",
+     "waiting_for": "app-data"},
     {"worker": 1, "side": "target", "listener": "", "peer": "host-a", "target": "tcp:127.0.0.1:6379",
      "stream_id": 0, "age_ms": 5, "bytes_from_app": 0, "bytes_to_app": 0, "state": "connecting"}]})");
   std::string out = rdmagw::ctl::render_streams(page.array_at("streams"), 5, 7);
   INFO(out);
   CHECK(out ==
-        "SIDE    LISTENER  PEER    TARGET              ID   AGE  FROM APP   TO APP  STATE\n"
-        "client  redis     b       tcp:127.0.0.1:6379   1  1.2s     100 B  2.0 KiB  open\n"
-        "target  -         host-a  tcp:127.0.0.1:6379   -   5ms       0 B      0 B  connecting\n"
+        "SIDE    LISTENER  PEER    TARGET              ID   AGE  FROM APP   TO APP  STATE       WAITING FOR\n"
+        "client  redis     b       tcp:127.0.0.1:6379   1  1.2s     100 B  2.0 KiB  open        app-data\n"
+        "target  -         host-a  tcp:127.0.0.1:6379   -   5ms       0 B      0 B  connecting  -\n"
         "showing 6-7 of 7\n");
   CHECK(rdmagw::ctl::render_streams({}, 0, 0) == "no active streams\n");
   CHECK(rdmagw::ctl::render_streams({}, 10, 3) == "showing none of 3 (offset 10 is past the end)\n");

@@ -10,13 +10,14 @@ std::string render_streams(const std::vector<JsonValue>& streams, int64_t offset
   std::string out;
   if (!streams.empty()) {
     Table table({{"SIDE"}, {"LISTENER"}, {"PEER"}, {"TARGET"}, {"ID", Align::kRight}, {"AGE", Align::kRight},
-                 {"FROM APP", Align::kRight}, {"TO APP", Align::kRight}, {"STATE"}});
+                 {"FROM APP", Align::kRight}, {"TO APP", Align::kRight}, {"STATE"}, {"WAITING FOR"}});
     for (const auto& s : streams) {
       uint64_t id = counter(s, "stream_id");
       table.add_row({text_or_dash(s, "side"), text_or_dash(s, "listener"), text_or_dash(s, "peer"),
                      text_or_dash(s, "target"), id == 0 ? "-" : std::to_string(id),  // 0: no session yet
                      format_duration_ms(counter(s, "age_ms")), format_bytes(counter(s, "bytes_from_app")),
-                     format_bytes(counter(s, "bytes_to_app")), text_or_dash(s, "state")});
+                     format_bytes(counter(s, "bytes_to_app")), text_or_dash(s, "state"),
+                     text_or_dash(s, "waiting_for")});
     }
     out = table.render();
   }
