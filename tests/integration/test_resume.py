@@ -123,6 +123,7 @@ class TargetEnd(End):
                 return
             seed, self.size = HDR.unpack_from(self.hdr)
             data = bytes(self.hdr[HDR.size:])
+            self.hdr = bytearray()  # its first chunk may be large: do not keep it
             self.seed = seed + 1  # what it sends back
             self.up_seed = seed
             sel.modify(self.sock, self.events(), self)
@@ -134,7 +135,8 @@ class Target:
     """The far application: on 127.0.0.1, or on a Unix socket `path` (which
     an rdmagw in another network namespace reaches too)."""
 
-    def __init__(self, path: str | None = None):
+    def __init__(self, path: str | None = None, lifetime_s: float = RUN_S + 60):
+        self.lifetime_s = lifetime_s  # it serves until stop(), or this long at most
         if path is None:
             self.lsock = socket.socket()
             self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -164,7 +166,7 @@ class Target:
         try:
             sel = selectors.DefaultSelector()
             sel.register(self.lsock, selectors.EVENT_READ, None)
-            deadline = time.monotonic() + RUN_S + 60
+            deadline = time.monotonic() + self.lifetime_s
             while not self._stop.is_set() and time.monotonic() < deadline:
                 for key, ev in sel.select(timeout=0.05):
                     if key.data is None:
@@ -211,53 +213,80 @@ class Faults(threading.Thread):
         assert not self.is_alive(), "a fault injection did not finish within 30 s"
 
 
+def move_streams(addr, target: Target, streams: int, size: int, bound_s: float, seed0: int = 0,
+                 on_timeout=None):
+    """Moves `streams` streams of `size` bytes both ways through `addr`: the
+    client for seed s sends s's bytes, its target end sends s+1's. Returns
+    (client ends, the target ends they made, seconds taken). on_timeout()
+    runs when `bound_s` passed with streams unfinished (before they close)."""
+    seeds = [seed0 + 2 * i for i in range(streams)]
+    for s in seeds:
+        pattern(s), pattern(s + 1)
+    first_target = len(target.ends)
+    clients = []
+    for s in seeds:
+        sock = connect(addr, timeout=10)
+        sock.sendall(HDR.pack(s, size))
+        sock.setblocking(False)
+        clients.append(End(sock, s, size))
+    sel = selectors.DefaultSelector()
+    for c in clients:
+        sel.register(c.sock, c.events(), c)
+    t0 = time.monotonic()
+    try:
+        while any(c.end is None for c in clients) and time.monotonic() - t0 < bound_s:
+            for key, ev in sel.select(timeout=0.02):
+                key.data.service(sel, ev)
+    finally:
+        sel.close()
+        if on_timeout is not None and any(c.end is None for c in clients):
+            on_timeout()
+        for c in clients:
+            if c.end is None:
+                c.sock.close()
+    elapsed = time.monotonic() - t0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (len(target.ends) - first_target < streams
+                                           or any(t.end is None for t in target.ends[first_target:])):
+        time.sleep(0.05)
+    return clients, target.ends[first_target:], elapsed
+
+
+def stream_problems(clients, target_ends, streams: int, size: int) -> list[str]:
+    """Every way the streams went wrong: an end other than a clean EOF, a
+    short or corrupt byte stream (SHA-256), a missing target end."""
+    bad = [f"client {c.seed}: ended with {c.end}" for c in clients if c.end != "eof"]
+    bad += [f"target {getattr(t, 'up_seed', '?')}: ended with {t.end}" for t in target_ends if t.end != "eof"]
+    if len(target_ends) != streams:
+        bad.append(f"{len(target_ends)} target connections for {streams} streams")
+    for c in clients:
+        if c.got != size or c.hash.hexdigest() != full_sha(c.seed + 1, size):
+            bad.append(f"client {c.seed}: got {c.got} of {size} bytes (SHA-256 differs or short)")
+    for t in target_ends:
+        if t.end == "eof" and (t.got != size or t.hash.hexdigest() != full_sha(t.up_seed, size)):
+            bad.append(f"target {t.up_seed}: got {t.got} of {size} bytes (SHA-256 differs or short)")
+    return bad
+
+
 def transfer_under_faults(addr, target: Target, faults: Faults) -> str:
     """Moves STREAMS streams of SIZE bytes both ways through `addr` while
     `faults` runs, and asserts every byte arrived, once and in order, and
     every socket (client and target) ended with a clean EOF. Returns the
     summary line."""
-    for s in range(0, 2 * STREAMS + 1):
-        pattern(s)
-    clients = []
-    for i in range(STREAMS):
-        sock = connect(addr, timeout=10)
-        sock.sendall(HDR.pack(2 * i, SIZE))
-        sock.setblocking(False)
-        clients.append(End(sock, 2 * i, SIZE))
-    sel = selectors.DefaultSelector()
-    for c in clients:
-        sel.register(c.sock, c.events(), c)
-    t0 = time.monotonic()
     faults.start()
     try:
-        while any(c.end is None for c in clients) and time.monotonic() - t0 < RUN_S:
-            for key, ev in sel.select(timeout=0.02):
-                key.data.service(sel, ev)
+        clients, target_ends, elapsed = move_streams(addr, target, STREAMS, SIZE, RUN_S)
     finally:
         faults.stop()
-        sel.close()
-    elapsed = time.monotonic() - t0
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (len(target.ends) < STREAMS or any(t.end is None for t in target.ends)):
-        time.sleep(0.05)
-
     ends = collections.Counter(c.end for c in clients)
-    target_ends = collections.Counter(t.end for t in target.ends)
+    tends = collections.Counter(t.end for t in target_ends)
     summary = (f"{STREAMS} streams x {SIZE >> 20} MiB both ways in {elapsed:.1f} s; "
-               f"faults {len(faults.results)}; clients {dict(ends)}; targets {dict(target_ends)}")
+               f"faults {len(faults.results)}; clients {dict(ends)}; targets {dict(tends)}")
     print(summary)
     assert not faults.errors, faults.errors
     assert not target.errors, target.errors
-    assert ends == {"eof": STREAMS}, f"client sockets did not all end cleanly: {summary}"
-    assert target_ends == {"eof": STREAMS}, f"target sockets did not all end cleanly: {summary}"
-    bad = []
-    for c in clients:
-        if c.got != SIZE or c.hash.hexdigest() != full_sha(c.seed + 1, SIZE):
-            bad.append(f"client {c.seed}: got {c.got} of {SIZE} bytes (SHA-256 differs or short)")
-    for t in target.ends:
-        if t.got != SIZE or t.hash.hexdigest() != full_sha(t.up_seed, SIZE):
-            bad.append(f"target {t.up_seed}: got {t.got} of {SIZE} bytes")
-    assert not bad, bad[:10]
+    bad = stream_problems(clients, target_ends, STREAMS, SIZE)
+    assert not bad, f"{summary}: {bad[:10]}"
     return summary
 
 

@@ -1,17 +1,24 @@
 """A TCP relay on loopback between two rdmagw processes' tunnel, for fault
-tests: it forwards every connection to 127.0.0.1:`to_port` with splice(2)
+tests: it forwards every connection to `to_host`:`to_port` with splice(2)
 (no copy through Python, so it keeps up with the tunnel), and close_all()
 plays a middlebox that closes every connection it carries: a FIN both ways,
 whatever was in flight discarded. Used with the `backend` fixture
-(start/stop)."""
+(start/stop), or as a process (in a network namespace):
+
+  tunnel_relay.py LISTEN_IP LISTEN_PORT TO_IP TO_PORT
+
+which prints "listening", then "closed N" for every SIGUSR1 (close_all),
+and stops on SIGTERM."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 import selectors
+import signal
 import socket
 import struct
+import sys
 import threading
 
 PIPE_SIZE = 1 << 20
@@ -75,11 +82,11 @@ class _Connection:
 
 
 class TunnelRelay:
-    def __init__(self, to_port: int):
-        self.to_port = to_port
+    def __init__(self, to_port: int, to_host: str = "127.0.0.1", listen: tuple = ("127.0.0.1", 0)):
+        self.to = (to_host, to_port)
         self.lsock = socket.socket()
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.bind(listen)
         self.lsock.listen(64)
         self.lsock.setblocking(False)
         self.port = self.lsock.getsockname()[1]
@@ -213,9 +220,29 @@ class TunnelRelay:
                 client, _ = self.lsock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            server = socket.create_connection(("127.0.0.1", self.to_port), timeout=5)
+            server = socket.create_connection(self.to, timeout=5)
             for s in (client, server):
                 s.setblocking(False)
             c = _Connection(client, server)
             self._conns.append(c)
             self._watch(c)
+
+
+def main(argv: list[str]) -> int:
+    listen_ip, listen_port, to_ip, to_port = argv
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM, signal.SIGINT})
+    relay = TunnelRelay(int(to_port), to_ip, (listen_ip, int(listen_port))).start()
+    print("listening", flush=True)
+    while True:
+        sig = signal.sigwait({signal.SIGUSR1, signal.SIGTERM, signal.SIGINT})
+        if sig != signal.SIGUSR1:
+            break
+        print(f"closed {relay.close_all()}", flush=True)
+    relay.stop()
+    for e in relay.errors:
+        print(f"error {e}", flush=True)
+    return 1 if relay.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
