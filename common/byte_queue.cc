@@ -134,6 +134,10 @@ void ByteQueue::rewind_to(uint64_t offset) {
   consume(static_cast<size_t>(offset - base_));
 }
 
+void ByteQueue::copy_out(std::vector<uint8_t>* out) const {
+  for (const Segment& s : segments_) out->insert(out->end(), s.buffer + s.begin, s.buffer + s.end);
+}
+
 void ByteQueue::clear() {
   for (const Segment& s : segments_) pool_->release(s.buffer);
   segments_.clear();

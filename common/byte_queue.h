@@ -13,9 +13,11 @@
 // Without retention, consume() releases at once.
 #include <sys/uio.h>
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <vector>
 
 #include "common/buffer_pool.h"
 
@@ -65,6 +67,15 @@ class ByteQueue {
   // it sent (base_offset <= offset <= end_offset): the resend starts there.
   // Kept bytes stay until release_to().
   void rewind_to(uint64_t offset);
+
+  // --- a takeover moves the queue to another process --------------------------
+  // Appends every byte held (kept, then unsent) to `out`, in order.
+  void copy_out(std::vector<uint8_t>* out) const;
+  // Only while empty: the absolute offset of the next byte queued.
+  void set_base(uint64_t offset) {
+    assert(segments_.empty() || end_offset() == base_);
+    base_ = offset;
+  }
 
  private:
   struct Segment {

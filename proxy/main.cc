@@ -12,7 +12,7 @@
 namespace rdmagw {
 namespace {
 
-constexpr const char* kUsage = R"(Usage: rdmagw --config FILE [--check] [--log-level LEVEL]
+constexpr const char* kUsage = R"(Usage: rdmagw --config FILE [--check] [--takeover] [--log-level LEVEL]
        rdmagw --help | --version
 
 rdmagw is a per-host sidecar: local applications connect to its listeners
@@ -23,6 +23,11 @@ Options:
   -c, --config FILE      YAML configuration (see docs/configuration.md)
       --check            validate the configuration and exit: 0 if valid,
                          2 with one "FILE:LINE:COL: key: message" line per error
+      --takeover         take over from the rdmagw running this configuration
+                         on this host (found by its tunnel address): its
+                         listening sockets, open connections and sessions
+                         move here without a reset, then it exits 0. With
+                         none running, start as usual. See docs/operations.md
       --log-level LEVEL  debug | info | warn | error (overrides log_level)
   -h, --help             show this help
   -V, --version          show the version
@@ -46,6 +51,7 @@ usage or invalid configuration.
 struct Options {
   std::string config;
   bool check = false;
+  bool takeover = false;
   std::string log_level;
 };
 
@@ -73,6 +79,8 @@ int parse_args(int argc, char** argv, Options* opt) {
       opt->config = a.substr(9);
     } else if (a == "--check") {
       opt->check = true;
+    } else if (a == "--takeover") {
+      opt->takeover = true;
     } else if (a == "--log-level") {
       const char* v = value("--log-level");
       if (!v) return 2;
@@ -121,7 +129,7 @@ int run(const Options& opt) {
   log::set_level(level);
   log::set_node(config->node);
   raise_fd_limit();
-  Runtime runtime(RuntimeOptions{opt.config, !opt.log_level.empty()}, config);
+  Runtime runtime(RuntimeOptions{opt.config, !opt.log_level.empty(), opt.takeover}, config);
   return runtime.run();
 }
 

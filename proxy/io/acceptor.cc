@@ -40,7 +40,7 @@ void Acceptor::on_accept(int res, uint32_t flags) {
   if (!more) armed_ = false;
   if (res >= 0) {
     consecutive_errors_ = 0;
-    if (stopping_) {
+    if (stopping_ && !keep_late_) {
       // Accepted as we stopped: never served, so the client must see a
       // reset, not a clean EOF it could take for an answer.
       set_abortive_close(res);

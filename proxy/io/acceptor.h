@@ -22,6 +22,13 @@ class Acceptor final : public IoObject {
   // Stops accepting (cancels the pending accept). An owner that lets go of
   // the acceptor (IoPtr) stops it first; it is freed once the accept completes.
   void stop();
+  // Stops accepting for a takeover: the listening socket goes on in another
+  // process. A connection accepted meanwhile still reaches the handler (it
+  // moves with the others) instead of being reset.
+  void hand_over() {
+    keep_late_ = true;
+    stop();
+  }
   // Re-arms after a resource error (EMFILE...) without spinning on it.
   void tick();
   const std::string& name() const { return name_; }
@@ -38,6 +45,7 @@ class Acceptor final : public IoObject {
   IoOp op_;
   bool armed_ = false;
   bool stopping_ = false;
+  bool keep_late_ = false;
   bool multishot_ = true;
   unsigned consecutive_errors_ = 0;
   bool rearm_on_tick_ = false;

@@ -27,6 +27,9 @@ class TimedConnect {
   }
 
   void start(EventLoop& loop, int fd, const sockaddr_storage& addr, socklen_t len, uint32_t timeout_ms);
+  // Waits, with the same deadline, for a connect the kernel is already
+  // making on `fd` (another process started it: a takeover).
+  void wait(EventLoop& loop, int fd, uint32_t timeout_ms);
   void cancel(EventLoop& loop);
   bool pending() const { return pending_; }
 
@@ -42,6 +45,7 @@ class TimedConnect {
   __kernel_timespec timeout_{};
   bool pending_ = false;
   bool cancelled_ = false;
+  int waited_fd_ = -1;  // wait(): the op is a poll for POLLOUT on it
 };
 
 }  // namespace rdmagw

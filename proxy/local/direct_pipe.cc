@@ -48,6 +48,14 @@ void DirectPipe::on_connected(int error) {
     return;
   }
   log::debug("passthrough_open").kv("listener", listener_).kv("destination", destination_);
+  if (join()) {
+    post_recv(up_);
+    post_recv(down_);
+  }
+}
+
+bool DirectPipe::join() {
+  connected_ = true;
   up_.from = client_.get();
   up_.to = server_.get();
   down_.from = server_.get();
@@ -56,20 +64,21 @@ void DirectPipe::on_connected(int error) {
     d->buffer = host_.pool.acquire();
     if (!d->buffer) {
       fail("buffers", ENOBUFS);
-      return;
+      return false;
     }
   }
-  post_recv(up_);
-  post_recv(down_);
+  return true;
 }
 
 void DirectPipe::post_recv(Direction& d) {
+  if (frozen_) return;
   io_uring_sqe* s = host_.loop.sqe(&d.recv_op);
   io_uring_prep_recv(s, d.from, d.buffer, host_.pool.buffer_size(), 0);
   d.busy = true;
 }
 
 void DirectPipe::post_send(Direction& d) {
+  if (frozen_) return;
   io_uring_sqe* s = host_.loop.sqe(&d.send_op);
   io_uring_prep_send(s, d.to, d.buffer + d.sent, d.filled - d.sent, MSG_NOSIGNAL);
   d.busy = true;
@@ -78,7 +87,7 @@ void DirectPipe::post_send(Direction& d) {
 void DirectPipe::Direction::on_recv(int res, uint32_t) {
   busy = false;
   DirectPipe& p = *pipe;
-  if (p.closing_) return;
+  if (p.closing_ || (p.frozen_ && res == -ECANCELED)) return;
   if (res > 0) {
     filled = static_cast<uint32_t>(res);
     sent = 0;
@@ -98,7 +107,7 @@ void DirectPipe::Direction::on_recv(int res, uint32_t) {
 void DirectPipe::Direction::on_send(int res, uint32_t) {
   busy = false;
   DirectPipe& p = *pipe;
-  if (p.closing_) return;
+  if (p.closing_ || (p.frozen_ && res == -ECANCELED)) return;
   if (res < 0 && res != -EINTR && res != -EAGAIN) {
     p.fail("send", -res);
     return;

@@ -23,9 +23,17 @@ class DirectPipe final : public LocalConnection {
   static void start(StreamHost& host, UniqueFd client, const sockaddr_storage& destination, socklen_t length,
                     std::string listener, metrics::ListenerMetrics* counters);
 
+  // A takeover: the old process's pipe on `client` and `server`.
+  static void restore(StreamHost& host, UniqueFd client, UniqueFd server, const PipeImage& image,
+                      metrics::ListenerMetrics* counters);
+
   // LocalConnection
   void reset_now(std::string_view reason) override { fail(reason, 0); }
   bool ending() const override { return closing_; }
+  void freeze() override;
+  bool export_image(HandoverImages* out, const SessionIndex& sessions) const override;
+  void forget() override;
+  void thaw() override;
 
  private:
   struct Direction {
@@ -45,6 +53,10 @@ class DirectPipe final : public LocalConnection {
   DirectPipe(StreamHost& host, UniqueFd client, std::string listener, metrics::ListenerMetrics* counters);
   ~DirectPipe() override;
   void on_connected(int error);
+  // Joins the two sockets: both directions' buffers, then their I/O.
+  bool join();
+  // After a takeover (or a failed one): picks up each direction where it stopped.
+  void resume_io();
   void post_recv(Direction& d);
   void post_send(Direction& d);
   // Ends the pipe with a reset both ways. `error` (an errno, or 0) is logged.
@@ -59,6 +71,8 @@ class DirectPipe final : public LocalConnection {
   TimedConnect connect_;
   Direction up_, down_;  // up: client -> destination
   bool closing_ = false;
+  bool connected_ = false;
+  bool frozen_ = false;  // a takeover is moving it: no I/O
 };
 
 }  // namespace rdmagw::local

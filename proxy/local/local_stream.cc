@@ -220,7 +220,7 @@ void LocalStream::abort(ResetCode code, std::string_view reason) {
 // --- socket -> tunnel --------------------------------------------------------
 
 void LocalStream::start_reading() {
-  if (recv_posted_ || read_closed_ || closing_ || connecting_ || parked_buffer_ || !session()) return;
+  if (frozen_ || recv_posted_ || read_closed_ || closing_ || connecting_ || parked_buffer_ || !session()) return;
   // Only stream credit is held while the receive waits: an idle connection
   // must not pin any of the session's shared budget.
   uint32_t credit = session()->take_stream_credit(*this, host_.payload_size);
@@ -255,6 +255,7 @@ void LocalStream::on_recv(int res, uint32_t) {
   }
   session()->refund_stream_credit(*this, recv_credit_);
   host_.pool.release(buffer);
+  if (frozen_ && res == -ECANCELED) return;  // a takeover stopped it
   if (res == 0) {
     read_closed_ = true;
     session()->send_fin(*this);
@@ -306,7 +307,7 @@ tunnel::Stream::Delivery LocalStream::on_peer_data(std::span<const uint8_t> byte
 }
 
 void LocalStream::pump_send() {
-  if (sending_ || closing_ || connecting_ || to_socket_.empty()) return;
+  if (frozen_ || sending_ || closing_ || connecting_ || to_socket_.empty()) return;
   int n = to_socket_.front_iovecs(iov_, kMaxIov);
   msg_ = {};
   msg_.msg_iov = iov_;
@@ -318,7 +319,7 @@ void LocalStream::pump_send() {
 
 void LocalStream::on_send(int res, uint32_t) {
   sending_ = false;
-  if (closing_) return;
+  if (closing_ || (frozen_ && res == -ECANCELED)) return;
   if (res < 0) {
     if (res == -EINTR || res == -EAGAIN) pump_send();
     else fail_local(-res);
@@ -337,7 +338,7 @@ void LocalStream::on_peer_fin() {
 }
 
 void LocalStream::maybe_shutdown_write() {
-  if (!remote_fin_ || write_shut_ || sending_ || connecting_ || closing_ || !to_socket_.empty()) return;
+  if (frozen_ || !remote_fin_ || write_shut_ || sending_ || connecting_ || closing_ || !to_socket_.empty()) return;
   ::shutdown(fd_.get(), SHUT_WR);
   write_shut_ = true;
   maybe_done();
@@ -372,7 +373,7 @@ void LocalStream::on_send_credit() {
 }
 
 void LocalStream::watch_for_errors() {
-  if (error_poll_posted_ || closing_) return;
+  if (frozen_ || error_poll_posted_ || closing_) return;
   io_uring_sqe* s = host_.loop.sqe(&error_poll_op_);
   io_uring_prep_poll_add(s, fd_.get(), POLLERR);  // POLLHUP is always reported too
   error_poll_posted_ = true;

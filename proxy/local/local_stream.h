@@ -46,11 +46,23 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   // does not touch the session.
   static LocalStream* to_target(StreamHost& host, const tunnel::Session& session, uint32_t id,
                                 const Endpoint& target, tunnel::ResetCode* refuse);
+  // A takeover: the old process's stream, on `session` (null: none) and
+  // `fd`. Returns nullptr when the pool has no room for its bytes (the
+  // socket is then reset). A stream not yet opened waits for a session:
+  // the caller submits it to its peer link.
+  static LocalStream* restore(StreamHost& host, UniqueFd fd, const LocalStreamImage& image, tunnel::Session* session,
+                              metrics::ListenerMetrics* counters);
+  bool opened() const { return opened_; }
+  const std::string& peer() const { return peer_; }
 
   // LocalConnection
   void reset_now(std::string_view reason) override;
   bool describe(StreamInfo* out) const override;
   bool ending() const override { return closing_; }
+  void freeze() override;
+  bool export_image(HandoverImages* out, const SessionIndex& sessions) const override;
+  void forget() override;
+  void thaw() override;
 
   // tunnel::PendingStream
   void attach(tunnel::Session& session) override;
@@ -68,6 +80,8 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   void on_session_lost(std::string_view reason) override;
 
   void on_target_connected(int error);
+  // After restore(): picks up the I/O where the old process stopped it.
+  void resume_io();
   void start_reading();
   // Sends what a receive produced, or parks it until the session has credit.
   void forward(uint8_t* buffer, uint32_t len);
@@ -120,6 +134,7 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   bool remote_fin_ = false;    // peer sent FIN
   bool write_shut_ = false;    // shutdown(SHUT_WR) done
   bool closing_ = false;
+  bool frozen_ = false;        // a takeover is moving it: no I/O
   uint64_t bytes_up_ = 0;      // socket -> tunnel
   uint64_t bytes_down_ = 0;    // tunnel -> socket
   bool failure_counted_ = false;

@@ -10,6 +10,7 @@
 #include "common/buffer_pool.h"
 #include "common/metrics.h"
 #include "proxy/io/event_loop.h"
+#include "proxy/local/connection_image.h"
 #include "proxy/local/stream_info.h"
 
 namespace rdmagw::local {
@@ -41,6 +42,18 @@ class LocalConnection : public IoObject {
   virtual bool describe(StreamInfo*) const { return false; }
   // Ending: only waiting for its last completions.
   virtual bool ending() const = 0;
+
+  // --- a takeover moves connections to a new process ------------------------
+  // Posts no more I/O and cancels what is posted; its state stays. Idempotent.
+  virtual void freeze() = 0;
+  // Frozen, with no operation in flight: its state no longer changes.
+  bool quiet() const { return ops_in_flight() == 0; }
+  // Adds itself to `out`; false if it cannot move (it is ending).
+  virtual bool export_image(HandoverImages* out, const SessionIndex& sessions) const = 0;
+  // It moved: ends here without touching its sockets, which live on there.
+  virtual void forget() = 0;
+  // The takeover failed: carries on.
+  virtual void thaw() = 0;
   LocalConnection* next_in_host() const { return next_; }
 
  protected:

@@ -81,15 +81,30 @@ std::shared_ptr<ListenFds> ListenFds::open(const Endpoint& endpoint, unsigned wo
   return result;
 }
 
+std::shared_ptr<ListenFds> ListenFds::adopt(const Endpoint& endpoint, std::vector<int> fds, unsigned workers) {
+  auto result = std::shared_ptr<ListenFds>(new ListenFds(endpoint, std::move(fds), workers));
+  struct stat st;
+  if (endpoint.kind == Endpoint::Kind::kUnix &&
+      lstat(reinterpret_cast<const sockaddr_un*>(&endpoint.addr)->sun_path, &st) == 0) {
+    result->path_dev_ = st.st_dev;
+    result->path_ino_ = st.st_ino;
+  }
+  return result;
+}
+
 void ListenFds::stop_listening(unsigned worker) {
-  bool shared = fds_.size() == 1 && workers_ > 1;
-  if (shared && stopped_by_.fetch_add(1) + 1 < workers_) return;
-  ::shutdown(fd_for(worker), SHUT_RDWR);
+  if (fds_.size() >= workers_) {
+    ::shutdown(fd_for(worker), SHUT_RDWR);
+    return;
+  }
+  // Shared by several workers: it stops when the last of them lets go.
+  if (stopped_by_.fetch_add(1) + 1 < workers_) return;
+  for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
 }
 
 ListenFds::~ListenFds() {
   for (int fd : fds_) ::close(fd);
-  if (endpoint_.kind == Endpoint::Kind::kUnix) {
+  if (endpoint_.kind == Endpoint::Kind::kUnix && !handed_over_) {
     const char* path = reinterpret_cast<const sockaddr_un*>(&endpoint_.addr)->sun_path;
     struct stat st;
     if (lstat(path, &st) == 0 && st.st_dev == path_dev_ && st.st_ino == path_ino_) ::unlink(path);

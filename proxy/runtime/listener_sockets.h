@@ -23,11 +23,18 @@ class ListenFds {
  public:
   // Opens and binds; nullptr with *error ("bind: Address already in use"...).
   static std::shared_ptr<ListenFds> open(const Endpoint& endpoint, unsigned workers, std::string* error);
+  // Sockets a takeover brought over, listening already (workers share them
+  // round robin when their count changed).
+  static std::shared_ptr<ListenFds> adopt(const Endpoint& endpoint, std::vector<int> fds, unsigned workers);
   ~ListenFds();
   ListenFds(const ListenFds&) = delete;
   ListenFds& operator=(const ListenFds&) = delete;
 
-  int fd_for(unsigned worker) const { return fds_.size() == 1 ? fds_[0] : fds_[worker]; }
+  int fd_for(unsigned worker) const { return fds_[worker % fds_.size()]; }
+  const std::vector<int>& fds() const { return fds_; }
+  // A new process took them over: closing ours must not unlink the unix
+  // socket's path, which names the socket it goes on serving.
+  void hand_over() { handed_over_ = true; }
   const Endpoint& endpoint() const { return endpoint_; }
   // Worker `worker` stops accepting here (reload removed it, or a drain):
   // its own socket stops listening at once, so connections are refused
@@ -46,6 +53,7 @@ class ListenFds {
   // path still names it (a newer socket may have replaced it).
   dev_t path_dev_ = 0;
   ino_t path_ino_ = 0;
+  std::atomic<bool> handed_over_{false};
 };
 
 // One configured listener and its sockets.

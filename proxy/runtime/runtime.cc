@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "config/config_diff.h"
 #include "proxy/admin/admin_server.h"
+#include "proxy/runtime/takeover_channel.h"
 #include "proxy/transport/rdma/rdma_context.h"
 
 namespace rdmagw {
@@ -48,6 +49,8 @@ Runtime::~Runtime() {
   // Only reached with threads left when run() ended early (an exception):
   // make sure the workers stop rather than join forever.
   stop_level_.store(static_cast<int>(StopLevel::kNow));
+  takeover_stop_ = true;
+  if (takeover_thread_.joinable()) takeover_thread_.join();
   for (auto& t : threads_)
     if (t.joinable()) t.join();
 }
@@ -88,7 +91,8 @@ bool Runtime::open_tunnel_sockets() {
     log::error("listen_failed").kv("key", "tunnel.address").kv("reason", error);
     return false;
   }
-  for (unsigned w = 0; w < config.workers; ++w) {
+  // A takeover brought the old process's sockets: open only what is missing.
+  for (unsigned w = static_cast<unsigned>(tunnel_.tcp_fds.size()); w < config.workers; ++w) {
     int fd = open_listening_socket(*tunnel_ep, true, &error);
     if (fd < 0) {
       log::error("listen_failed")
@@ -113,6 +117,7 @@ void Runtime::worker_thread(unsigned index) {
   {
     Worker worker(index, std::move(config), std::move(listeners), tunnel_, stop_level_, *metrics_[index],
                   *mailboxes_[index], *directory_);
+    if (index < worker_imports_.size()) worker.import_on_init(std::move(worker_imports_[index]), inherited_fds_);
     std::string error;
     bool ok = worker.init(&error);
     {
@@ -200,17 +205,30 @@ int Runtime::run() {
   tunnel_.rdma = rdma_;
   transport_ = rdma_ ? (config_->tunnel.transport == TransportMode::kRdma ? "rdma" : "rdma,tcp") : "tcp";
   std::string key, error;
-  if (!open_listener_set(*config_, {}, &listeners_, &key, &error)) {
+  TakeoverStart takeover = TakeoverStart::kNobody;
+  if (options_.takeover) {
+    takeover = take_over(&error);
+    if (takeover == TakeoverStart::kFailed) {
+      log::error("takeover_failed").kv("address", takeover_address(*config_)).kv("reason", error);
+      return 1;
+    }
+    if (takeover == TakeoverStart::kNobody)
+      log::info("takeover_none").kv("address", takeover_address(*config_)).kv("reason", "no rdmagw runs this configuration here; starting afresh");
+  }
+  bool ok = open_listener_set(*config_, inherited_listeners_, &listeners_, &key, &error);
+  inherited_listeners_.clear();  // those the configuration no longer has close here
+  if (!ok) {
     log::error("listen_failed").kv("key", key).kv("reason", error);
     return 1;
   }
   if (!open_tunnel_sockets() || !prepare_workers()) return 1;
   // The admin endpoint is bound before the workers start, so a port in use
   // fails the start like any other listener; it answers 503 on /ready until
-  // the workers are up.
+  // the workers are up. After a takeover the old process still holds it
+  // until it lets go (confirm_takeover()).
   auto admin_ep = parse_host_port(config_->admin, &error);
   admin::AdminServer admin_server(*this);
-  if (!admin_ep || !admin_server.start(*admin_ep, &error)) {
+  if (!admin_ep || (takeover != TakeoverStart::kTookOver && !admin_server.start(*admin_ep, &error))) {
     log::error("listen_failed").kv("key", "admin").kv("address", config_->admin).kv("reason", error);
     return 1;
   }
@@ -220,6 +238,17 @@ int Runtime::run() {
     for (auto& t : threads_) t.join();
     threads_.clear();
     return 1;
+  }
+  inherited_fds_.reset();  // what no worker claimed closes now
+  if (takeover == TakeoverStart::kTookOver) {
+    confirm_takeover();
+    // The old process lets go of the admin port as it exits.
+    bool bound = false;
+    for (int i = 0; i < 100 && !bound; ++i) {
+      bound = admin_server.start(*admin_ep, &error);
+      if (!bound) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!bound) log::error("listen_failed").kv("key", "admin").kv("address", config_->admin).kv("reason", error);
   }
   std::string listeners;
   for (const auto& l : config_->listeners) listeners += (listeners.empty() ? "" : ",") + l.listen.to_string();
@@ -238,7 +267,10 @@ int Runtime::run() {
       .kv("admin", config_->admin)
       .kv("io_uring", features_);
   running_ = true;  // reloads are taken from here on
+  takeover_thread_ = std::thread([this] { serve_takeovers(); });
   wait_for_signals();
+  takeover_stop_ = true;
+  takeover_thread_.join();
   for (auto& t : threads_) t.join();
   threads_.clear();
   admin_server.stop();

@@ -19,6 +19,7 @@
 #include "proxy/runtime/listener_sockets.h"
 #include "proxy/runtime/worker.h"
 #include "proxy/runtime/session_directory.h"
+#include "proxy/runtime/takeover_image.h"
 #include "proxy/runtime/worker_mailbox.h"
 
 namespace rdmagw {
@@ -26,6 +27,7 @@ namespace rdmagw {
 struct RuntimeOptions {
   std::string config_file;
   bool log_level_from_command_line = false;  // then a reload leaves the level alone
+  bool takeover = false;  // --takeover: take over from the process running this configuration
 };
 
 class Runtime final : public admin::Backend {
@@ -61,6 +63,18 @@ class Runtime final : public admin::Backend {
                        std::string* error);
   uint64_t live_streams() const;
   admin::ReloadResult refuse_reload(std::vector<std::string> errors);
+
+  // --- takeover (runtime_takeover.cc; docs/operations.md, "Takeover") ---
+  enum class TakeoverStart { kNobody, kTookOver, kFailed };
+  // New process, before opening any socket: the running one's sockets and state.
+  TakeoverStart take_over(std::string* error);
+  // New process, once its workers run: tells the old one to let go.
+  void confirm_takeover();
+  // Running process: a thread that waits for a new process to take over.
+  void serve_takeovers();
+  void hand_over(UniqueFd peer);
+  // Old process: every worker's image, once all are quiet; false after `timeout`.
+  bool collect_images(std::vector<WorkerImage>* images, std::chrono::milliseconds timeout);
 
   RuntimeOptions options_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
@@ -98,6 +112,18 @@ class Runtime final : public admin::Backend {
   bool init_failed_ = false;
   std::atomic<unsigned> finished_{0};
   std::vector<std::thread> threads_;
+
+  // Takeover. New process: the old one's listeners (reused by address), its
+  // sockets not yet claimed, the images for each worker, and the channel
+  // until it is told to let go.
+  ListenerSet inherited_listeners_;
+  std::shared_ptr<std::vector<UniqueFd>> inherited_fds_;
+  std::vector<std::vector<WorkerImage>> worker_imports_;
+  UniqueFd takeover_channel_;
+  // Running process: the thread serving takeovers.
+  std::thread takeover_thread_;
+  std::atomic<bool> takeover_stop_{false};
+  std::atomic<bool> taken_over_{false};
 };
 
 }  // namespace rdmagw

@@ -82,24 +82,32 @@ bool Worker::init(std::string* error) {
   session_settings_.metrics = &metrics_;
 
   tcp_connector_ = std::make_unique<transport::TcpConnector>(loop_, *pool_, t.buffer_size);
-  tunnel_listeners_.push_back(
-      std::make_unique<transport::TcpTransportListener>(loop_, *pool_, tunnel_.tcp_fds[index_], t.buffer_size));
-  if (rdma_) {
-    rdma_connector_ = std::make_unique<transport::RdmaConnector>(loop_, *rdma_, t.buffer_size);
-    // RDMA CM has no SO_REUSEPORT: worker 0 accepts every inbound RDMA session.
-    if (index_ == 0) {
-      auto listener = std::make_unique<transport::RdmaTransportListener>(loop_, *rdma_, t.buffer_size);
-      auto at = make_tcp_endpoint(t.address, t.rdma_port, error);
-      if (!at || !listener->listen(*at, error)) {
-        *error = "tunnel.rdma_port: " + *error;
-        return false;
-      }
-      tunnel_listeners_.push_back(std::move(listener));
-    }
-  }
+  if (rdma_) rdma_connector_ = std::make_unique<transport::RdmaConnector>(loop_, *rdma_, t.buffer_size);
+  if (!make_tunnel_listeners(error)) return false;
   for (const PeerConfig& peer : config_->peers) links_.push_back(make_link(peer));
   for (auto& socket : initial_listeners_) listeners_.push_back(make_listener(std::move(socket)));
   initial_listeners_.clear();
+  for (const WorkerImage& image : imports_) import_image(image);
+  imports_.clear();
+  inherited_fds_.reset();
+  return true;
+}
+
+bool Worker::make_tunnel_listeners(std::string* error) {
+  const TunnelConfig& t = config_->tunnel;
+  tunnel_listeners_.clear();
+  tunnel_listeners_.push_back(
+      std::make_unique<transport::TcpTransportListener>(loop_, *pool_, tunnel_.tcp_fds[index_], t.buffer_size));
+  // RDMA CM has no SO_REUSEPORT: worker 0 accepts every inbound RDMA session.
+  if (rdma_ && index_ == 0) {
+    auto listener = std::make_unique<transport::RdmaTransportListener>(loop_, *rdma_, t.buffer_size);
+    auto at = make_tcp_endpoint(t.address, t.rdma_port, error);
+    if (!at || !listener->listen(*at, error)) {
+      *error = "tunnel.rdma_port: " + *error;
+      return false;
+    }
+    tunnel_listeners_.push_back(std::move(listener));
+  }
   return true;
 }
 
@@ -354,7 +362,7 @@ bool Worker::resume_elsewhere(const tunnel::SessionPayload& request, const tunne
 void Worker::adopt_resume(const ResumeHandOff& hand_off) {
   auto transport = make_io<transport::TcpTransport>(loop_, *pool_, std::move(*hand_off.fd), config_->tunnel.buffer_size,
                                                     hand_off.remote);
-  tunnel::Session* session = find_session(hand_off.request.token);
+  tunnel::Session* session = frozen_ ? nullptr : find_session(hand_off.request.token);
   if (!session || !session->can_resume_from(hand_off.hello, hand_off.request.received)) {
     // It ended meanwhile: the dialer sees the connection close, asks again,
     // and is then told the session is unknown.

@@ -22,6 +22,7 @@
 #include "proxy/local/stream_info.h"
 #include "proxy/runtime/listener_sockets.h"
 #include "proxy/runtime/session_directory.h"
+#include "proxy/runtime/takeover_image.h"
 #include "proxy/runtime/worker_mailbox.h"
 #include "proxy/transport/rdma/rdma_context.h"
 #include "proxy/tunnel/peer_link.h"
@@ -64,6 +65,25 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   void describe_peers(std::vector<tunnel::PeerInfo>* out) const;
   void describe_streams(std::vector<local::StreamInfo>* out) const;
 
+  // --- a takeover (docs/operations.md, "Takeover") ----------------------------
+  // Old process: stop accepting (the listening sockets go on in the new
+  // process) and freeze every session and connection.
+  void freeze_for_takeover();
+  // Old process: once every connection is quiet, its image (sockets as
+  // indexes into out->connections.fds, borrowed); false while not quiet yet.
+  bool export_for_takeover(WorkerImage* out);
+  // Old process: the takeover failed; everything carries on here.
+  void thaw_after_takeover();
+  // Old process: everything moved; let go of it without touching a socket,
+  // and stop.
+  void finish_takeover();
+  // New process, before init(): what to rebuild. Each image's sockets are
+  // taken from `fds` (shared by the workers; each takes its own).
+  void import_on_init(std::vector<WorkerImage> images, std::shared_ptr<std::vector<UniqueFd>> fds) {
+    imports_ = std::move(images);
+    inherited_fds_ = std::move(fds);
+  }
+
   // SessionOwner, for sessions peers dialed to us.
   void on_session_open(tunnel::Session& session) override;
   void on_session_closed(tunnel::Session& session, tunnel::SessionEnd end, std::string_view reason) override;
@@ -102,6 +122,10 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
     std::string remote;
   };
   void adopt_resume(const ResumeHandOff& hand_off);
+  void import_image(const WorkerImage& image);
+  UniqueFd take_inherited(uint32_t index);
+  // The tunnel's listeners of this worker (at init, and after a failed takeover).
+  bool make_tunnel_listeners(std::string* error);
   void close_everything(std::string_view reason, tunnel::CloseMode mode);
 
   unsigned index_;
@@ -131,6 +155,9 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   std::vector<IoPtr<tunnel::Session>> inbound_;                   // sessions peers dialed to us
   // Resumable inbound sessions by token: where a resume request finds its session.
   std::unordered_map<tunnel::SessionToken, tunnel::Session*, tunnel::SessionTokenHash> by_token_;
+  std::vector<WorkerImage> imports_;
+  std::shared_ptr<std::vector<UniqueFd>> inherited_fds_;
+  bool frozen_ = false;  // a takeover is under way
   bool accepting_ = true;
   bool draining_ = false;
   bool closed_all_ = false;

@@ -38,7 +38,7 @@ TransportKind PeerLink::preferred_kind() const {
 }
 
 void PeerLink::dial() {
-  if (dial_ || shutting_down_ || !needs_dial()) return;
+  if (frozen_ || dial_ || shutting_down_ || !needs_dial()) return;
   dial(preferred_kind());
 }
 
@@ -160,6 +160,7 @@ void PeerLink::submit(PendingStream* stream) {
   }
   stream->waiting_in_ = this;
   waiting_.push_back({stream, loop_.now() + std::chrono::milliseconds(tunnel_.connect_timeout_ms)});
+  if (frozen_) return;  // it moves to the new process as a waiting stream
   if (up()) {
     attach_waiting();
     return;
@@ -174,6 +175,7 @@ void PeerLink::attach_waiting() {
 }
 
 void PeerLink::tick(Clock::time_point now) {
+  if (frozen_) return;
   if (active_) active_->tick(now);
   for (auto& d : draining_) {
     d->tick(now);
@@ -277,6 +279,52 @@ void PeerLink::withdraw(PendingStream* stream) {
   // Rare (a stream ending while it waits): a linear scan is fine.
   std::erase_if(waiting_, [&](const Waiting& w) { return w.stream == stream; });
   stream->waiting_in_ = nullptr;
+}
+
+void PeerLink::freeze() {
+  frozen_ = true;
+  dial_.reset();
+  auto freeze = [](IoPtr<Session>& s) {
+    if (s && !s->freeze())
+      s->close(SessionEnd::kLocalClose, "takeover: a session without resumption cannot move", CloseMode::kAbort);
+  };
+  freeze(active_);
+  for (auto& d : draining_) freeze(d);
+}
+
+void PeerLink::thaw() {
+  frozen_ = false;
+  if (active_) active_->thaw();
+  for (auto& d : draining_) d->thaw();
+  // The streams that came in meanwhile get their deadline from now.
+  for (auto& w : waiting_) w.deadline = loop_.now() + std::chrono::milliseconds(tunnel_.connect_timeout_ms);
+  if (up()) attach_waiting();
+  dial();
+}
+
+std::vector<Session*> PeerLink::frozen_sessions() const {
+  std::vector<Session*> out;
+  if (active_ && active_->frozen()) out.push_back(active_.get());
+  for (const auto& d : draining_)
+    if (d->frozen()) out.push_back(d.get());
+  return out;
+}
+
+Session* PeerLink::adopt(const SessionImage& image) {
+  auto session = make_io<Session>(loop_, pool_, settings_, image, this);
+  if (!session->restored_frames()) {
+    session->disown();
+    session->close(SessionEnd::kOutOfBuffers, "out of buffers for the frames a takeover moved", CloseMode::kAbort);
+    return nullptr;
+  }
+  Session* s = session.get();
+  // One session takes new streams; one the peer was draining finishes its own.
+  // Draining sessions are not dialed for: they resume only if they are the active one.
+  if (active_ || image.goaway_received) draining_.push_back(std::move(session));
+  else active_ = std::move(session);
+  was_up_ = true;
+  next_dial_ = loop_.now();
+  return s;
 }
 
 bool PeerLink::finished() const { return !active_ && draining_.empty() && waiting_.empty() && !dial_; }

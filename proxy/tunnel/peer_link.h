@@ -80,6 +80,18 @@ class PeerLink final : public SessionOwner, private DialObserver {
   std::vector<PendingStream*> take_waiting();
   // `stream` no longer waits (it ended): forget it.
   void withdraw(PendingStream* stream);
+
+  // --- a takeover (docs/operations.md, "Takeover") ----------------------------
+  // Old process: stops dialing and attaching; freezes its sessions, closing
+  // those that cannot move (their streams are reset).
+  void freeze();
+  // The takeover failed: carry on.
+  void thaw();
+  // Old process: the frozen sessions, for the worker's image.
+  std::vector<Session*> frozen_sessions() const;
+  // New process: the old process's session to this peer, suspended; it
+  // resumes over the next dial. Null if it could not be rebuilt.
+  Session* adopt(const SessionImage& image);
   // This worker's view of the peer (GET /peers).
   void describe(unsigned worker, PeerInfo* out) const;
   const PeerConfig& config() const { return peer_; }
@@ -140,6 +152,7 @@ class PeerLink final : public SessionOwner, private DialObserver {
   std::string transport_reason_;  // why the last session used its transport
   std::string last_error_;        // last dial failure, cleared when a session opens
   bool retired_ = false;
+  bool frozen_ = false;  // a takeover: no dial, no attach
   metrics::PeerMetrics* counters_ = nullptr;
 };
 

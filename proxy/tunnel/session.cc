@@ -104,6 +104,7 @@ void Session::describe(SessionInfo* out) const {
   out->transport = std::string(transport_kind_name(transport_kind_));
   out->state = state_ == State::kHandshake ? "handshake"
                : state_ == State::kClosed  ? "closed"
+               : frozen_                    ? "handing-over"
                : state_ == State::kResuming ? "resuming"
                : (goaway_sent_ || goaway_received_ || draining_announced_) ? "draining"
                                                                           : "open";
@@ -150,7 +151,7 @@ bool Session::send_hello() {
 }
 
 void Session::tick(Clock::time_point now) {
-  if (state_ == State::kClosed) return;
+  if (state_ == State::kClosed || frozen_) return;
   apply_acks();
   if (state_ == State::kResuming) {
     if (now - suspended_at_ > std::chrono::milliseconds(settings_.resume_timeout_ms)) {

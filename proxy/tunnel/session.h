@@ -30,6 +30,7 @@
 #include "common/metrics.h"
 #include "proxy/io/event_loop.h"
 #include "proxy/tunnel/frame.h"
+#include "proxy/tunnel/session_image.h"
 #include "proxy/tunnel/stream.h"
 #include "proxy/tunnel/stream_window.h"
 #include "proxy/tunnel/transport.h"
@@ -131,6 +132,11 @@ class Session final : public IoObject, public Flushable, private TransportSink {
 
   Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSettings& settings,
           IoPtr<Transport> transport, SessionOwner* owner);
+  // In a new process after a takeover: the old process's session, suspended,
+  // with no stream yet (restore_stream() reattaches them). Check
+  // restored_frames(): false when the pool had no room for its queue.
+  Session(EventLoop& loop, BufferPool& pool, const SessionSettings& settings, const SessionImage& image,
+          SessionOwner* owner);
 
   void start();
   void tick(Clock::time_point now);
@@ -144,13 +150,30 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // Dialer, while suspended: carry on over `transport` (just dialed).
   void resume(IoPtr<Transport> transport);
   // Suspended and without a transport: the dialer's owner should dial one.
-  bool wants_transport() const { return state_ == State::kResuming && !transport_; }
+  bool wants_transport() const { return state_ == State::kResuming && !transport_ && !frozen_; }
   // Acceptor: whether a dialer that announced `hello` and has our frames up
   // to `peer_received` may resume this session.
   bool can_resume_from(const HelloPayload& hello, uint64_t peer_received) const;
   // Acceptor: carry on over `transport`, on which the dialer asked to resume
   // (started: by the session that parsed the request; else start it here).
   void take_over(IoPtr<Transport> transport, uint64_t peer_received, bool started);
+
+  // --- a takeover by a new process (session_handover.cc) ---------------------
+  // Stops using the transport (the peer takes it for a fault and waits to
+  // resume) and freezes: nothing is dialed and no timeout runs; streams may
+  // still queue frames. False if the session cannot move (not resumable, in
+  // its handshake, closing): the caller closes it.
+  bool freeze();
+  bool frozen() const { return frozen_; }
+  // The takeover failed: go on as a session that lost its transport.
+  void thaw();
+  // Its state, for the new process (no stream of it may have I/O in flight).
+  void export_image(SessionImage* out) const;
+  static StreamTunnelImage stream_image(const Stream& stream);
+  bool restored_frames() const { return restored_frames_; }
+  void restore_stream(Stream& stream, const StreamTunnelImage& image);
+  // The streams that were short of session credit, in their order.
+  void restore_blocked(const std::vector<uint32_t>& ids);
 
   State state() const { return state_; }
   Role role() const { return role_; }
@@ -294,6 +317,8 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   bool resumable_ = false;
   bool handed_off_ = false;       // acceptor: our transport went to the session it resumes
   bool peer_closing_ = false;     // the peer said GOAWAY(closing): never resume
+  bool frozen_ = false;           // a takeover is moving it to a new process
+  bool restored_frames_ = true;
   SessionToken token_;
   uint64_t received_ = 0;         // the peer's session frame bytes taken in
   uint64_t ack_sent_ = 0;         // received_ as of our last ACK

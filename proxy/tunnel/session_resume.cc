@@ -109,7 +109,7 @@ bool Session::on_session_as_acceptor(const SessionPayload& request) {
 }
 
 bool Session::can_resume_from(const HelloPayload& hello, uint64_t peer_received) const {
-  if (state_ == State::kClosed || state_ == State::kHandshake || !resumable_ || role_ != Role::kAcceptor) return false;
+  if (frozen_ || state_ == State::kClosed || state_ == State::kHandshake || !resumable_ || role_ != Role::kAcceptor) return false;
   return same_settings(hello) && peer_received >= peer_acked_ && peer_received >= frames_->base_offset() &&
          peer_received <= frames_->end_offset();
 }

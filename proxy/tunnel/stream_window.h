@@ -40,6 +40,9 @@ class SendCredit {
 class ReceiveWindow {
  public:
   explicit ReceiveWindow(uint64_t size = 0) : size_(size), remaining_(size) {}
+  // A window carried over by a takeover (remaining + pending <= size).
+  ReceiveWindow(uint64_t size, uint64_t remaining, uint64_t pending)
+      : size_(size), remaining_(remaining), pending_grant_(pending) {}
   uint64_t size() const { return size_; }
   uint64_t remaining() const { return remaining_; }
   uint64_t pending_grant() const { return pending_grant_; }

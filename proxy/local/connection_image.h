@@ -1,0 +1,56 @@
+#pragma once
+// What a takeover moves to the new process for each application connection
+// (docs/operations.md, "Takeover"): its sockets (passed with SCM_RIGHTS;
+// here, indexes into HandoverImages::fds) and every byte it held, so that
+// the new process carries on where the old one stopped. Plain data;
+// proxy/runtime/takeover_image.cc encodes it.
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "proxy/tunnel/session_image.h"
+
+namespace rdmagw::tunnel {
+class Session;
+}
+
+namespace rdmagw::local {
+
+// A tunnel stream (LocalStream).
+struct LocalStreamImage {
+  uint32_t fd = 0;
+  int32_t session = -1;  // index of its session in the worker's image; -1: none (waiting, or done with the tunnel)
+  bool target_side = false;
+  bool opened = false;
+  bool connecting = false;
+  bool read_closed = false;
+  bool remote_fin = false;
+  bool write_shut = false;
+  std::string listener, peer, target;
+  uint64_t bytes_up = 0, bytes_down = 0, age_ms = 0;
+  std::vector<uint8_t> to_socket;  // from the peer, not yet written to the socket
+  std::vector<uint8_t> parked;     // read from the socket, not yet sent (no session credit)
+  tunnel::StreamTunnelImage tunnel;
+};
+
+// A passthrough connection (DirectPipe).
+struct PipeImage {
+  uint32_t client_fd = 0;
+  uint32_t server_fd = 0;
+  bool connecting = false;
+  std::string listener, destination;
+  std::vector<uint8_t> up, down;  // received, not yet passed on
+  bool up_ended = false, down_ended = false;
+};
+
+struct HandoverImages {
+  std::vector<LocalStreamImage> streams;
+  std::vector<PipeImage> pipes;
+  std::vector<int> fds;  // borrowed from the connections, which keep them open
+};
+
+// Where each session of the worker is in its image.
+using SessionIndex = std::unordered_map<const tunnel::Session*, int32_t>;
+
+}  // namespace rdmagw::local

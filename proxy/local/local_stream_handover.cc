@@ -1,0 +1,118 @@
+// A takeover moves a stream to a new process (docs/operations.md,
+// "Takeover"): the old process stops its I/O and writes down its state and
+// the bytes it held; the new one rebuilds it on the same socket and on the
+// session it belongs to, and carries on.
+#include <cstring>
+
+#include "common/log.h"
+#include "proxy/local/local_stream.h"
+
+namespace rdmagw::local {
+
+using tunnel::kBufferHeadroom;
+
+void LocalStream::freeze() {
+  if (frozen_ || closing_) return;
+  frozen_ = true;
+  if (recv_posted_) host_.loop.cancel(&recv_op_);
+  if (sending_) host_.loop.cancel(&send_op_);
+  if (error_poll_posted_) host_.loop.cancel(&error_poll_op_);
+  // The kernel goes on connecting; the new process waits for the outcome.
+  if (connecting_) connect_.cancel(host_.loop);
+}
+
+bool LocalStream::export_image(HandoverImages* out, const SessionIndex& sessions) const {
+  if (closing_) return false;
+  LocalStreamImage image;
+  if (session()) {
+    auto it = sessions.find(session());
+    if (it == sessions.end()) return false;
+    image.session = it->second;
+    image.tunnel = tunnel::Session::stream_image(*this);
+  }
+  image.fd = static_cast<uint32_t>(out->fds.size());
+  image.target_side = target_side_;
+  image.opened = opened_;
+  image.connecting = connecting_;
+  image.read_closed = read_closed_;
+  image.remote_fin = remote_fin_;
+  image.write_shut = write_shut_;
+  image.listener = listener_;
+  image.peer = peer_;
+  image.target = target_;
+  image.bytes_up = bytes_up_;
+  image.bytes_down = bytes_down_;
+  image.age_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
+  to_socket_.copy_out(&image.to_socket);
+  if (parked_buffer_) image.parked.assign(parked_buffer_ + kBufferHeadroom, parked_buffer_ + kBufferHeadroom + parked_len_);
+  out->fds.push_back(fd_.get());
+  out->streams.push_back(std::move(image));
+  return true;
+}
+
+void LocalStream::forget() {
+  if (closing_) return;
+  closing_ = true;
+  stop_waiting();
+  if (session()) session()->detach(*this);
+  retire();
+}
+
+void LocalStream::thaw() {
+  if (!frozen_ || closing_) return;
+  frozen_ = false;
+  resume_io();
+}
+
+LocalStream* LocalStream::restore(StreamHost& host, UniqueFd fd, const LocalStreamImage& image,
+                                  tunnel::Session* session, metrics::ListenerMetrics* counters) {
+  auto* s = new LocalStream(host, std::move(fd));
+  s->started_ = Clock::now() - std::chrono::milliseconds(image.age_ms);
+  s->target_side_ = image.target_side;
+  if (s->target_side_) host.metrics.target_streams_active.add();
+  s->listener_counters_ = counters;
+  if (counters) counters->active.add();
+  s->opened_ = image.opened;
+  s->connecting_ = image.connecting;
+  s->read_closed_ = image.read_closed;
+  s->remote_fin_ = image.remote_fin;
+  s->write_shut_ = image.write_shut;
+  s->listener_ = image.listener;
+  s->peer_ = image.peer;
+  s->target_ = image.target;
+  s->bytes_up_ = image.bytes_up;
+  s->bytes_down_ = image.bytes_down;
+  bool ok = s->to_socket_.append(image.to_socket.data(), image.to_socket.size());
+  if (ok && !image.parked.empty()) {
+    s->parked_buffer_ = host.pool.acquire();
+    ok = s->parked_buffer_ && image.parked.size() <= host.payload_size;
+    if (ok) {
+      std::memcpy(s->parked_buffer_ + kBufferHeadroom, image.parked.data(), image.parked.size());
+      s->parked_len_ = static_cast<uint32_t>(image.parked.size());
+    }
+  }
+  if (session) session->restore_stream(*s, image.tunnel);
+  if (!ok) {
+    s->fail("stream_failed", metrics::StreamFailure::kResource, tunnel::ResetCode::kResource,
+            "out of buffers for the bytes a takeover moved");
+    return nullptr;
+  }
+  s->resume_io();
+  return s;
+}
+
+void LocalStream::resume_io() {
+  if (connecting_) {
+    connect_.wait(host_.loop, fd_.get(), host_.connect_timeout_ms);
+    return;
+  }
+  if (!opened_) return;  // waits for a session: attach() starts it
+  pump_send();
+  maybe_shutdown_write();
+  start_reading();
+  if (read_closed_ || parked_buffer_) watch_for_errors();
+  maybe_done();
+}
+
+}  // namespace rdmagw::local
