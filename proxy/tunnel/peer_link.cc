@@ -343,8 +343,8 @@ void PeerLink::describe(unsigned worker, PeerInfo* out) const {
   // "down": the last attempt failed and the next waits for its backoff.
   bool waiting_to_retry = failures_ > 0 && !dial_ && !active_;
   out->state = retired_                                                   ? "removed"
-               : up()                                                     ? "up"
                : active_ && active_->state() == Session::State::kResuming ? "resuming"
+               : up()                                                     ? "up"
                : waiting_to_retry                                         ? "down"
                                                                           : "connecting";
   out->last_error = last_error_;

@@ -407,11 +407,15 @@ uint64_t Session::usable_session_credit() const {
 }
 
 bool Session::can_open_streams() const {
-  return state_ == State::kOpen && !goaway_received_ && next_local_id_ <= settings_.max_stream_id;
+  // While suspended too: the OPEN waits in the queue with every other frame
+  // and goes out with the resume; if the session does not resume, the
+  // stream is reset with the others. (A frozen one is moving to a new process.)
+  bool usable = state_ == State::kOpen || (state_ == State::kResuming && !frozen_);
+  return usable && !goaway_received_ && next_local_id_ <= settings_.max_stream_id;
 }
 
 uint32_t Session::open_credit() const {
-  if (state_ != State::kOpen) return 0;
+  if (!can_open_streams()) return 0;
   uint64_t c = std::min<uint64_t>({peer_hello_.stream_window, usable_session_credit(), peer_hello_.max_data});
   return static_cast<uint32_t>(c);
 }

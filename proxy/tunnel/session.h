@@ -180,7 +180,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   bool open() const { return state_ == State::kOpen; }
   bool resumable() const { return resumable_; }
   const SessionToken& token() const { return token_; }
-  // Open, and may still open streams of its own (no GOAWAY, ids left).
+  // Open or resuming, and may still open streams of its own (no GOAWAY, ids left).
   bool can_open_streams() const;
   bool goaway_received() const { return goaway_received_; }
   const std::string& peer_node() const { return peer_node_; }

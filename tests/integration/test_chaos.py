@@ -14,12 +14,13 @@ these run at once:
   redis    redis-benchmark runs (SET, GET, INCR, LPUSH, LPOP) to redis-server
 
 while faults are injected one after another at random (seed printed;
-RDMAGW_CHAOS_SEED replays it):
+RDMAGW_CHAOS_SEED replays it; RDMAGW_CHAOS_FAULTS=reset,drop picks kinds):
 
   reset    ss -K on the tunnel (RST both ways)
   close    the relay closes every tunnel connection (FIN both ways, bytes in flight lost)
   drop     iptables DROP of the tunnel's packets, held past the keepalive timeout
   link     the veth down, held past the keepalive timeout, then up
+  takeover a new rdmagw process takes over host-a's or host-b's (rdmagw --takeover)
 
 It prints streams, bytes, connections, requests, faults by kind, resumes,
 resets and corruption, and asserts zero resets and zero corruption.
@@ -28,6 +29,7 @@ resets and corruption, and asserts zero resets and zero corruption.
 from __future__ import annotations
 
 import collections
+import datetime
 import errno
 import hashlib
 import os
@@ -48,12 +50,14 @@ from conftest import ManagedProcess, tcp_only
 from netns_hosts import two_hosts
 from backends import EchoServer
 from test_resume import Target, move_streams, stream_problems
+from test_takeover import Upgrades
 
 DURATION_S = float(os.environ.get("RDMAGW_CHAOS_SECONDS", "90"))
 SEED = int(os.environ.get("RDMAGW_CHAOS_SEED", "0")) or random.SystemRandom().randrange(1, 1 << 31)
 A_IP, B_IP = "10.204.0.1", "10.204.0.2"
 TUNNEL = {"keepalive_interval_ms": 200, "keepalive_timeout_ms": 1000, "connect_timeout_ms": 500,
           "resume_timeout_ms": 10000}
+FAULT_KINDS = os.environ.get("RDMAGW_CHAOS_FAULTS", "reset,close,drop,link,takeover").split(",")
 HOLD_S = (1.3, 2.5)     # drop and link faults: always past keepalive_timeout_ms
 GAP_S = (0.3, 2.0)      # between faults
 BULK_STREAMS = 20
@@ -80,7 +84,7 @@ class Tally:
         with self.lock:
             self.n["problems"] += 1
             if len(self.problems) < 20:
-                self.problems.append(what)
+                self.problems.append(f"{utc_now()} {what}")
 
 
 def guarded(name, tally, fn, *args):
@@ -92,6 +96,10 @@ def guarded(name, tally, fn, *args):
     t = threading.Thread(target=run, name=name, daemon=True)
     t.start()
     return t
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
 
 
 def admin_get(ns: str, port: int, path: str) -> str:
@@ -169,21 +177,26 @@ def redis_loop(bench, path, stop_at, tally):
 class Chaos:
     """The fault injector: one fault at a time, random kind, hold and gap."""
 
-    def __init__(self, hosts, relay: ManagedProcess, relay_port: int, rng: random.Random):
+    def __init__(self, hosts, relay: ManagedProcess, relay_port: int, rng: random.Random, upgrades: Upgrades):
         self.hosts, self.relay, self.port, self.rng = hosts, relay, str(relay_port), rng
+        self.upgrades = upgrades
         self.done = collections.Counter()
         self.effective = collections.Counter()
+        self.timeline: list[str] = []  # UTC start and end of each fault, to read beside the logs
 
     def run(self, stop_at: float):
-        kinds = ["reset", "close", "drop", "link"]
+        kinds = FAULT_KINDS
         while time.monotonic() < stop_at:
             time.sleep(self.rng.uniform(*GAP_S))
             if time.monotonic() >= stop_at:
                 return
             kind = self.rng.choice(kinds)
-            if getattr(self, kind)():
+            began = utc_now()
+            took = getattr(self, kind)()
+            if took:
                 self.effective[kind] += 1
             self.done[kind] += 1
+            self.timeline.append(f"{began} .. {utc_now()} {kind}{'' if took else ' (no effect)'}")
 
     def in_a(self, *argv):
         return self.hosts.exec_in(self.hosts.a, *argv)
@@ -202,6 +215,10 @@ class Chaos:
                 return int(lines[-1]) > 0
             time.sleep(0.02)
         raise AssertionError("the relay did not answer SIGUSR1")
+
+    def takeover(self) -> bool:
+        self.upgrades.take_over(self.rng.choice(["host-a", "host-b"]))
+        return self.upgrades.old[-1].returncodes()[-1] == 0
 
     def hold(self, on, off):
         on()
@@ -270,12 +287,14 @@ def test_chaos_soak_no_application_connection_notices(pair, backend, procs, host
     p.a.start()
 
     tally = Tally()
-    chaos = Chaos(hosts, relay, relay_port, rng)
+    upgrades = Upgrades(p, procs, tmp_path, p.a.argv[p.a.argv.index("--config") - 1])
+    chaos = Chaos(hosts, relay, relay_port, rng, upgrades)
     t0 = time.monotonic()
     stop_at = t0 + DURATION_S
     def snapshot():
         """What both sidecars say about their streams and sessions, when a wave is stuck."""
-        for name, ns, sc in (("host-a", hosts.a, p.a), ("host-b", hosts.b, p.b)):
+        for name, ns in (("host-a", hosts.a), ("host-b", hosts.b)):
+            sc = upgrades.current[name]
             print(f"--- {name} /streams:\n{admin_get(ns, sc.admin_port, '/streams?limit=1000')}")
             print(f"--- {name} /peers:\n{admin_get(ns, sc.admin_port, '/peers')}")
 
@@ -293,7 +312,7 @@ def test_chaos_soak_no_application_connection_notices(pair, backend, procs, host
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and echo.completed < echo.accepted:
         time.sleep(0.05)
-    a_log, b_log = p.a.log_text(), p.b.log_text()
+    a_log, b_log = upgrades.logs("host-a"), upgrades.logs("host-b")
     resumes = a_log.count("event=session_resumed")
     stream_resets = (a_log + b_log).count("event=stream_reset")
     n = tally.n
@@ -306,6 +325,8 @@ def test_chaos_soak_no_application_connection_notices(pair, backend, procs, host
           f"  echo target: accepted {echo.accepted}, ended cleanly {echo.completed}\n"
           f"  resets: short {n['short_resets']}, streams reset by rdmagw {stream_resets}\n"
           f"  corruption: short {n['short_corrupt']}; problems {n['problems']}")
+    if tally.problems:
+        print("faults:\n  " + "\n  ".join(chaos.timeline))
     assert not tally.problems, tally.problems
     assert n["short_resets"] == 0 and n["short_corrupt"] == 0 and stream_resets == 0
     assert echo.completed == echo.accepted, f"echo target: {echo.accepted} accepted, {echo.completed} clean"
@@ -313,4 +334,6 @@ def test_chaos_soak_no_application_connection_notices(pair, backend, procs, host
     assert n["bulk_streams"] > 0 and n["short_ok"] > 0 and n["redis_runs"] > 0
     assert sum(chaos.effective.values()) >= min(4, sum(chaos.done.values())), dict(chaos.effective)
     assert resumes >= 1
-    assert p.a.running() and p.b.running()
+    assert all(sc.running() for sc in upgrades.current.values())
+    bad_exits = [(sc.name, sc.returncodes()) for sc in upgrades.old if sc.returncodes()[-1] != 0]
+    assert not bad_exits, f"old processes that did not hand over cleanly: {bad_exits}"

@@ -12,12 +12,17 @@ process, and a takeover with no rdmagw running simply starts one.
 
 from __future__ import annotations
 
+import array
+import os
 import socket
+import struct
+import subprocess
 import time
 
 import pytest
 
-from clients import connect, free_port, recv_exact
+from backends import EchoServer
+from clients import connect, free_port, recv_exact, require_root_and
 from conftest import RDMAGW_BIN, Sidecar, tcp_only
 from test_resume import HDR, RUN_S, Faults, Target, transfer_under_faults
 
@@ -34,11 +39,16 @@ class Upgrades:
         self.old: list[Sidecar] = []
         self.n = 0
 
+    def logs(self, name: str) -> str:
+        """Every process's log for `name`, oldest first."""
+        procs = [sc for sc in self.old if sc.name.split("-")[:2] == name.split("-")[:2]] + [self.current[name]]
+        return "".join(sc.log_text() for sc in procs)
+
     def take_over(self, name: str) -> str:
         old = self.current[name]
         self.n += 1
         new = Sidecar(f"{name}-{self.n}", old.config_path, self.tmp_path / f"{name}-{self.n}.log", self.binary)
-        new.argv.append("--takeover")
+        new.argv = [a for a in old.argv if a != "--takeover"] + ["--takeover"]  # same namespace too
         new.tunnel_port, new.admin_port = old.tunnel_port, old.admin_port
         self.procs.append(new)
         new.start(wait=True, timeout=20)
@@ -99,3 +109,120 @@ def test_takeover_with_nothing_running_starts_afresh(sidecar, backend):
     sc.start()
     assert "event=takeover_none" in sc.log_text()
     assert sc.running()
+
+
+# ---------------------------------------------------------------------------
+# The channel from the side of a new process that does not finish
+
+
+HEADER = struct.Struct("<IIQI")  # magic, type, payload length, sockets
+MAGIC, HELLO, SOCKETS, IMAGE, ADOPTED, REFUSED = 0x54574752, 1, 2, 3, 4, 5
+
+CLIENT = r"""
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(20)
+s.connect(sys.argv[1].replace("@", "\0", 1))
+try:
+    s.sendall(struct.pack("<IIQI", 0x54574752, 1, 8, 0) + struct.pack("<II", 1, 0))
+except BrokenPipeError:
+    pass  # refused before it read our request: the answer is there to read
+head = b""
+while len(head) < 20:
+    head += s.recv(20 - len(head))
+magic, kind, size, fds = struct.unpack("<IIQI", head)
+body = b""
+while len(body) < size:
+    body += s.recv(size - len(body))
+print(kind, body.decode())
+"""
+
+
+def takeover_address(tunnel_port: int) -> str:
+    return f"@rdmagw-takeover/127.0.0.1:{tunnel_port}"
+
+
+class StalledTakeover:
+    """Asks for a takeover, takes the sockets and the image, then goes away
+    without ADOPTED, as a new process that crashed would."""
+
+    def __init__(self, tunnel_port: int):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(20)
+        self.sock.connect(takeover_address(tunnel_port).replace("@", "\0", 1))
+        self.sockets = 0
+
+    def take_image(self) -> int:
+        self.sock.sendall(HEADER.pack(MAGIC, HELLO, 8, 0) + struct.pack("<II", 1, os.getpid()))
+        while True:
+            head, fds = b"", []
+            while len(head) < HEADER.size:
+                data, anc, _, _ = self.sock.recvmsg(HEADER.size - len(head), socket.CMSG_SPACE(250 * 4))
+                assert data, "the running rdmagw closed the channel"
+                head += data
+                for level, kind, payload in anc:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        fds += array.array("i", payload[:len(payload) - len(payload) % 4]).tolist()
+            magic, kind, size, count = HEADER.unpack(head)
+            assert magic == MAGIC and count == len(fds), (magic, count, fds)
+            for fd in fds:
+                os.close(fd)  # a copy: the connections live on in the old process
+            self.sockets += count
+            body = b""
+            while len(body) < size:
+                body += self.sock.recv(size - len(body))
+            if kind == IMAGE:
+                return len(body)
+            assert kind == SOCKETS, (kind, body[:200])
+
+    def vanish(self):
+        self.sock.close()
+
+
+@tcp_only
+def test_a_takeover_that_never_finishes_leaves_the_running_process_serving(pair, backend):
+    echo = backend(EchoServer())
+    p = pair([{"name": "e", "target": echo.endpoint}], [echo.endpoint])
+    s = connect(p.address("e"), timeout=10)
+    try:
+        s.sendall(b"before")
+        assert recv_exact(s, 6, time.monotonic() + 10) == b"before"
+        stalled = StalledTakeover(p.a.tunnel_port)
+        assert stalled.take_image() > 0
+        assert stalled.sockets >= 3  # listener, tunnel sockets, the connection
+        stalled.vanish()
+        assert p.a.wait_log("event=takeover_failed", 10), p.a.tail()
+        # The open connection carries on (its session resumed with host-b),
+        # and new ones are accepted again.
+        s.sendall(b"after")
+        assert recv_exact(s, 5, time.monotonic() + 10) == b"after"
+    finally:
+        s.close()
+    s2 = connect(p.address("e"), timeout=10)
+    try:
+        s2.sendall(b"new")
+        assert recv_exact(s2, 3, time.monotonic() + 10) == b"new"
+    finally:
+        s2.close()
+    assert p.a.running()
+    assert "event=stream_reset" not in p.a.log_text() + p.b.log_text()
+
+
+@tcp_only
+def test_another_user_may_not_take_over(pair, backend):
+    require_root_and(("setpriv",), "takeover by another user")
+    echo = backend(EchoServer())
+    p = pair([{"name": "e", "target": echo.endpoint}], [echo.endpoint])
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                        CLIENT, takeover_address(p.a.tunnel_port)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    kind, _, why = r.stdout.strip().partition(" ")
+    assert int(kind) == REFUSED and "another user" in why, r.stdout
+    assert p.a.wait_log("event=takeover_refused", 5)
+    assert p.a.running()
+    s = connect(p.address("e"), timeout=10)
+    try:
+        s.sendall(b"still")
+        assert recv_exact(s, 5, time.monotonic() + 10) == b"still"
+    finally:
+        s.close()

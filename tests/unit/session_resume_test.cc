@@ -260,6 +260,23 @@ TEST_CASE("resumable sessions: session credit returned while suspended reaches t
   CHECK(p.dialer->open_credit() > 0);
 }
 
+TEST_CASE("resumable sessions: a stream opened while suspended goes out with the resume") {
+  Pair p;
+  p.cut();
+  REQUIRE(p.dialer->state() == Session::State::kResuming);
+  FakeStream a("a"), b("b");
+  b.deliver_now = 1 << 30;
+  CHECK(p.dialer->can_open_streams());
+  REQUIRE(p.dialer->open_credit() > 0);
+  REQUIRE(p.dialer->open_stream(a, kTarget, p.buffer_with("early"), 5));
+  p.accept_owner.give(b);
+  p.reconnect();
+  REQUIRE(p.acceptor->open());
+  CHECK(b.session() == p.acceptor.get());
+  CHECK(b.received == "early");
+  CHECK(b.resets.empty());
+}
+
 TEST_CASE("resumable sessions: acknowledged frames are released, so kept bytes stay bounded") {
   Pair p;
   FakeStream a("a"), b("b");
@@ -363,4 +380,82 @@ TEST_CASE("sessions without resumption refuse ACK frames") {
   Pair p(resumable_settings("dialer", 0), resumable_settings("acceptor", 0));
   p.dial_wire->inject(u64_bytes(FrameType::kAck, 0, 0));
   CHECK(p.dialer->state() == Session::State::kClosed);
+}
+
+TEST_CASE("takeover: a frozen session rebuilt from its image resumes byte-exact") {
+  Pair p;
+  FakeStream a("a"), b("b");
+  a.deliver_now = b.deliver_now = 1 << 30;
+  REQUIRE(p.dialer->open_stream(a, kTarget, nullptr, 0));
+  p.accept_owner.give(b);
+  p.pump();
+  std::string up = pattern(300 * kKiB, 'U');
+  std::string down = pattern(200 * kKiB + 5, 'd');
+  size_t up_sent = p.send(*p.dialer, a, up, 0);
+  size_t down_sent = p.send(*p.acceptor, b, down, 0);
+  p.deliver_part(3);  // the rest of what was in flight is lost with the transport
+
+  // The old process: freeze, write down, let go.
+  REQUIRE(p.dialer->freeze());
+  CHECK(p.dialer->frozen());
+  CHECK_FALSE(p.dialer->wants_transport());  // nobody dials for a frozen session
+  p.accept_wire->fail("the old process closed it");
+  p.loop.end_batch();
+  SessionImage image;
+  p.dialer->export_image(&image);
+  StreamTunnelImage a_image = Session::stream_image(a);
+  CHECK(image.token == p.acceptor->token());
+  CHECK(image.frames_base + image.frames.size() >= image.peer_acked);
+  p.dialer->detach(a);
+  p.dialer->close(SessionEnd::kLocalClose, "taken over", CloseMode::kAbort);
+
+  // The new process: the same session, suspended, with the stream on it.
+  FakeStream a2("a2");
+  a2.deliver_now = 1 << 30;
+  auto restored = make_io<Session>(p.loop, p.pool, p.dial_settings, image, &p.dial_owner);
+  REQUIRE(restored->restored_frames());
+  restored->restore_stream(a2, a_image);
+  restored->restore_blocked(image.blocked);
+  CHECK(restored->state() == Session::State::kResuming);
+  p.dialer = std::move(restored);
+  p.reconnect();
+  REQUIRE(p.dialer->open());
+  REQUIRE(p.acceptor->open());
+
+  for (int round = 0; round < 400 && (up_sent < up.size() || down_sent < down.size()); ++round) {
+    up_sent = p.send(*p.dialer, a2, up, up_sent);
+    down_sent = p.send(*p.acceptor, b, down, down_sent);
+    p.pump();
+  }
+  p.pump();
+  REQUIRE(up_sent == up.size());
+  REQUIRE(down_sent == down.size());
+  CHECK(b.received == up);
+  CHECK(a.received + a2.received == down);
+  CHECK(a2.resets.empty());
+  CHECK(b.resets.empty());
+  CHECK(b.lost.empty());
+  CHECK(p.acceptor->counters().resumes == 1);
+}
+
+TEST_CASE("takeover: a session without resumption cannot be frozen; a failed takeover thaws") {
+  SECTION("without resumption") {
+    Pair p(resumable_settings("dialer", 0), resumable_settings("acceptor", 0));
+    REQUIRE(p.dialer->open());
+    CHECK_FALSE(p.dialer->freeze());
+    CHECK(p.dialer->open());
+  }
+  SECTION("thawed, the dialer dials again and resumes") {
+    Pair p;
+    REQUIRE(p.dialer->freeze());
+    p.accept_wire->fail("the old process closed it");
+    p.loop.end_batch();
+    CHECK_FALSE(p.dialer->wants_transport());
+    p.dialer->thaw();
+    p.loop.end_batch();
+    CHECK(p.dial_owner.suspended == 1);
+    p.reconnect();
+    CHECK(p.dialer->open());
+    CHECK(p.acceptor->open());
+  }
 }

@@ -1,0 +1,154 @@
+// The takeover image (proxy/runtime/takeover_image.h): what the old process
+// writes, the new one reads back exactly; and what a broken or hostile
+// writer sends is refused with a reason, never trusted.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "proxy/runtime/takeover_image.h"
+
+using namespace rdmagw;
+
+namespace {
+
+ProcessImage sample() {
+  ProcessImage p;
+  p.instance = 0x1122334455667788ull;
+  p.fd_count = 6;
+  p.listeners.push_back({"tcp:127.0.0.1:8080", false, {0, 1}});
+  p.listeners.push_back({"unix:/run/app.sock", false, {2}});
+  p.tunnel_fds = {3};
+  WorkerImage w;
+  tunnel::SessionImage s;
+  s.dialer = true;
+  s.peer_label = "host-b";
+  s.peer_node = "host-b";
+  s.peer_hello.max_data = 16384;
+  s.peer_hello.stream_window = 262144;
+  s.peer_hello.session_window = 1 << 25;
+  s.peer_hello.node = "host-b";
+  s.token = {7, 9};
+  s.received = 1000;
+  s.ack_sent = 900;
+  s.frames_base = 500;
+  s.peer_acked = 600;
+  s.frames = std::vector<uint8_t>(300, 0xab);
+  s.next_local_id = 11;
+  s.session_receive_size = 1 << 25;
+  s.session_receive_remaining = (1 << 25) - 100;
+  s.session_receive_pending = 40;
+  s.blocked = {3, 5};
+  w.sessions.push_back(s);
+  local::LocalStreamImage st;
+  st.fd = 4;
+  st.session = 0;
+  st.opened = true;
+  st.listener = "web";
+  st.peer = "host-b";
+  st.target = "tcp:10.0.0.1:80";
+  st.to_socket = {1, 2, 3};
+  st.parked = {4, 5};
+  st.tunnel.id = 3;
+  st.tunnel.receive_size = 262144;
+  st.tunnel.receive_remaining = 262000;
+  st.tunnel.receive_pending = 44;
+  w.connections.streams.push_back(st);
+  local::PipeImage pipe;
+  pipe.client_fd = 4;
+  pipe.server_fd = 5;
+  pipe.listener = "mesh";
+  pipe.destination = "10.0.0.2:443";
+  pipe.up = {9, 9};
+  w.connections.pipes.push_back(pipe);
+  p.workers.push_back(w);
+  return p;
+}
+
+bool decodes(const std::vector<uint8_t>& bytes, std::string* error) {
+  ProcessImage out;
+  return decode_process_image(bytes.data(), bytes.size(), &out, error);
+}
+
+}  // namespace
+
+TEST_CASE("takeover image: what is written reads back the same", "[takeover]") {
+  std::vector<uint8_t> bytes = encode_process_image(sample());
+  ProcessImage out;
+  std::string error;
+  REQUIRE(decode_process_image(bytes.data(), bytes.size(), &out, &error));
+  CHECK(out.instance == 0x1122334455667788ull);
+  REQUIRE(out.listeners.size() == 2);
+  CHECK(out.listeners[1].endpoint == "unix:/run/app.sock");
+  CHECK(out.listeners[0].fds == std::vector<uint32_t>{0, 1});
+  CHECK(out.tunnel_fds == std::vector<uint32_t>{3});
+  REQUIRE(out.workers.size() == 1);
+  const auto& s = out.workers[0].sessions.at(0);
+  CHECK(s.token == tunnel::SessionToken{7, 9});
+  CHECK(s.frames == std::vector<uint8_t>(300, 0xab));
+  CHECK(s.peer_hello.node == "host-b");
+  CHECK(s.blocked == std::vector<uint32_t>{3, 5});
+  const auto& st = out.workers[0].connections.streams.at(0);
+  CHECK(st.session == 0);
+  CHECK(st.to_socket == std::vector<uint8_t>{1, 2, 3});
+  CHECK(st.parked == std::vector<uint8_t>{4, 5});
+  CHECK(st.tunnel.receive_pending == 44);
+  CHECK(out.workers[0].connections.pipes.at(0).destination == "10.0.0.2:443");
+  CHECK(encode_process_image(out) == bytes);
+}
+
+TEST_CASE("takeover image: every truncation is refused", "[takeover]") {
+  std::vector<uint8_t> bytes = encode_process_image(sample());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    std::string error;
+    std::vector<uint8_t> part(bytes.begin(), bytes.begin() + static_cast<long>(n));
+    INFO("length " << n);
+    CHECK_FALSE(decodes(part, &error));
+    CHECK_FALSE(error.empty());
+  }
+  std::string error;
+  std::vector<uint8_t> longer = bytes;
+  longer.push_back(0);
+  CHECK_FALSE(decodes(longer, &error));
+  CHECK(error == "bytes after the image");
+}
+
+TEST_CASE("takeover image: any single corrupted byte is refused or read safely", "[takeover]") {
+  // Under ASan (CI) this walks every field's bounds checks.
+  std::vector<uint8_t> bytes = encode_process_image(sample());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    for (uint8_t v : {uint8_t{0x00}, uint8_t{0x7f}, uint8_t{0xff}}) {
+      std::vector<uint8_t> bad = bytes;
+      bad[i] = v;
+      std::string error;
+      ProcessImage out;
+      if (!decode_process_image(bad.data(), bad.size(), &out, &error)) CHECK_FALSE(error.empty());
+    }
+  }
+}
+
+TEST_CASE("takeover image: indexes and windows that do not hold are refused", "[takeover]") {
+  std::string error;
+  ProcessImage p = sample();
+  p.workers[0].connections.streams[0].fd = 6;
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+  CHECK(error.find("socket index 6") != std::string::npos);
+
+  p = sample();
+  p.workers[0].connections.streams[0].session = 1;
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+  CHECK(error.find("names session 1") != std::string::npos);
+
+  p = sample();
+  p.workers[0].sessions[0].session_receive_pending = 1 << 25;
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+  CHECK(error.find("receive window") != std::string::npos);
+
+  p = sample();
+  p.workers[0].sessions[0].peer_acked = 900;  // beyond the 300 kept bytes from 500
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+  CHECK(error.find("acknowledged") != std::string::npos);
+
+  p = sample();
+  p.listeners[0].fds = {9};
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+}
