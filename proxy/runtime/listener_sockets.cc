@@ -71,17 +71,12 @@ std::shared_ptr<ListenFds> ListenFds::open(const Endpoint& endpoint, unsigned wo
     }
     fds.push_back(fd);
   }
-  auto result = std::shared_ptr<ListenFds>(new ListenFds(endpoint, std::move(fds), workers));
-  struct stat st;
-  if (endpoint.kind == Endpoint::Kind::kUnix &&
-      lstat(reinterpret_cast<const sockaddr_un*>(&endpoint.addr)->sun_path, &st) == 0) {
-    result->path_dev_ = st.st_dev;
-    result->path_ino_ = st.st_ino;
-  }
-  return result;
+  return adopt(endpoint, std::move(fds), workers);
 }
 
 std::shared_ptr<ListenFds> ListenFds::adopt(const Endpoint& endpoint, std::vector<int> fds, unsigned workers) {
+  // The unix socket file as it is now: ours to unlink at the end only if
+  // the path still names it then.
   auto result = std::shared_ptr<ListenFds>(new ListenFds(endpoint, std::move(fds), workers));
   struct stat st;
   if (endpoint.kind == Endpoint::Kind::kUnix &&

@@ -259,6 +259,9 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // The transport failed: suspend if resumable, else close.
   void lose_transport(SessionEnd why, std::string_view reason);
   void suspend(std::string_view reason);
+  // Closes the transport; what it may still be sending from the kept frames
+  // is released once it is idle (apply_acks).
+  void drop_transport();
   // Both sides: the peer has our frames up to `peer_received`; resend the rest.
   bool resend_from(uint64_t peer_received);
   void resumed();

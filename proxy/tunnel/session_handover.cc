@@ -17,12 +17,7 @@ bool Session::freeze() {
   if (state_ == State::kOpen) suspended_at_ = loop().now();
   state_ = State::kResuming;
   frozen_ = true;
-  if (transport_) {
-    transport_->close(CloseMode::kAbort);
-    old_transports_.push_back(std::move(transport_));
-  }
-  link_ = Link::kNone;
-  frames_attached_ = false;
+  drop_transport();
   log::info("session_frozen")
       .kv("peer", peer_label())
       .kv("role", role_ == Role::kDialer ? "dialer" : "acceptor")

@@ -195,12 +195,7 @@ void Session::lose_transport(SessionEnd why, std::string_view reason) {
 void Session::suspend(std::string_view reason) {
   if (state_ == State::kOpen) suspended_at_ = loop().now();
   state_ = State::kResuming;
-  if (transport_) {
-    transport_->close(CloseMode::kAbort);
-    old_transports_.push_back(std::move(transport_));
-  }
-  link_ = Link::kNone;
-  frames_attached_ = false;
+  drop_transport();
   log::info("session_suspended")
       .kv("peer", peer_label())
       .kv("role", role_ == Role::kDialer ? "dialer" : "acceptor")
@@ -209,6 +204,15 @@ void Session::suspend(std::string_view reason) {
       .kv("reason", reason);
   suspended_to_announce_ = true;
   request_dispatch();
+}
+
+void Session::drop_transport() {
+  if (transport_) {
+    transport_->close(CloseMode::kAbort);
+    old_transports_.push_back(std::move(transport_));
+  }
+  link_ = Link::kNone;
+  frames_attached_ = false;
 }
 
 void Session::apply_acks() {
