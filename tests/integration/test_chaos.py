@@ -14,7 +14,8 @@ these run at once:
   redis    redis-benchmark runs (SET, GET, INCR, LPUSH, LPOP) to redis-server
 
 while faults are injected one after another at random (seed printed;
-RDMAGW_CHAOS_SEED replays it; RDMAGW_CHAOS_FAULTS=reset,drop picks kinds):
+RDMAGW_CHAOS_SEED replays it; RDMAGW_CHAOS_FAULTS=reset,drop picks kinds;
+RDMAGW_CHAOS_LOG_LEVEL=debug logs every stream):
 
   reset    ss -K on the tunnel (RST both ways)
   close    the relay closes every tunnel connection (FIN both ways, bytes in flight lost)
@@ -57,6 +58,7 @@ SEED = int(os.environ.get("RDMAGW_CHAOS_SEED", "0")) or random.SystemRandom().ra
 A_IP, B_IP = "10.204.0.1", "10.204.0.2"
 TUNNEL = {"keepalive_interval_ms": 200, "keepalive_timeout_ms": 1000, "connect_timeout_ms": 500,
           "resume_timeout_ms": 10000}
+LOG_LEVEL = os.environ.get("RDMAGW_CHAOS_LOG_LEVEL", "")
 FAULT_KINDS = os.environ.get("RDMAGW_CHAOS_FAULTS", "reset,close,drop,link,takeover").split(",")
 HOLD_S = (1.3, 2.5)     # drop and link faults: always past keepalive_timeout_ms
 GAP_S = (0.3, 2.0)      # between faults
@@ -273,6 +275,11 @@ def test_chaos_soak_no_application_connection_notices(pair, backend, procs, host
               {"name": "echo", "target": targets[1], "listen": "unix"},
               {"name": "redis", "target": targets[2], "listen": "unix"}], targets,
              a_tunnel=TUNNEL, b_tunnel=TUNNEL, hosts=(hosts.a, A_IP, hosts.b, B_IP), start=False)
+    if LOG_LEVEL:
+        # debug: every stream's open and close with its byte counts, to find
+        # one that went wrong on both sides (a long soak's logs grow large).
+        for sc in (p.a, p.b):
+            sc.config_path.write_text(sc.config_path.read_text() + f"log_level: {LOG_LEVEL}\n")
     relay_port = free_port()
     relay = ManagedProcess("relay", ["ip", "netns", "exec", hosts.b, sys.executable, RELAY,
                                      B_IP, str(relay_port), B_IP, str(p.b.tunnel_port)],
