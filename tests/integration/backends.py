@@ -23,7 +23,7 @@ import time
 
 MiB = 1 << 20
 SOCK_TIMEOUT = 30.0  # default timeout for blocking backend socket operations
-MAX_LIFETIME = 900.0  # no server loop runs longer than this, even if never stopped
+MAX_LIFETIME = 900.0  # no server loop runs longer than this unless told (lifetime_s), even if never stopped
 
 
 # ---------------------------------------------------------------------------
@@ -76,7 +76,7 @@ class _Server:
             if released.wait(0.1) or self._stop.is_set():
                 return
 
-    def __init__(self, unix_path: str | None = None, backlog: int = 4096):
+    def __init__(self, unix_path: str | None = None, backlog: int = 4096, lifetime_s: float = MAX_LIFETIME):
         if unix_path is None:
             self.family = socket.AF_INET
             self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -102,7 +102,7 @@ class _Server:
         self._lock = threading.Lock()
         self.accepted = 0
         self.errors: list[str] = []
-        self._expires = time.monotonic() + MAX_LIFETIME
+        self._expires = time.monotonic() + lifetime_s
 
     def _running(self) -> bool:
         return not self._stop.is_set() and time.monotonic() < self._expires
@@ -195,8 +195,8 @@ class EchoServer(_Server):
 
     MAX_PENDING = MiB
 
-    def __init__(self, unix_path: str | None = None):
-        super().__init__(unix_path)
+    def __init__(self, unix_path: str | None = None, lifetime_s: float = MAX_LIFETIME):
+        super().__init__(unix_path, lifetime_s=lifetime_s)
         self.completed = 0  # connections that reached EOF and were half-closed
         self.bytes_echoed = 0
 

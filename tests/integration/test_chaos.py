@@ -265,7 +265,9 @@ def test_chaos_soak_no_application_connection_notices(pair, backend, procs, host
     procs.append(redis)
     redis.start()
     bulk = backend(Target(str(sock_dir / "bulk-target.sock"), lifetime_s=DURATION_S + 300))
-    echo = backend(EchoServer(str(sock_dir / "echo-target.sock")))
+    # Both targets must outlive the soak: a server that stops at its own
+    # lifetime closes what it holds, which a client would take for a failure.
+    echo = backend(EchoServer(str(sock_dir / "echo-target.sock"), lifetime_s=DURATION_S + 300))
     for _ in range(200):
         if os.path.exists(redis_sock):
             break
