@@ -91,6 +91,7 @@ class TunnelRelay:
         self.lsock.setblocking(False)
         self.port = self.lsock.getsockname()[1]
         self.errors: list[str] = []
+        self.refused: list[str] = []  # connections the far side did not take
         self._conns: list[_Connection] = []
         self._watched: dict[socket.socket, int] = {}
         self._cuts_asked = 0
@@ -220,7 +221,15 @@ class TunnelRelay:
                 client, _ = self.lsock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            server = socket.create_connection(self.to, timeout=5)
+            try:
+                server = socket.create_connection(self.to, timeout=5)
+            except OSError as e:
+                # The far side did not take it: pass that on as a reset (a
+                # router would) and keep relaying the others.
+                self.refused.append(f"{type(e).__name__}: {e}")
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                client.close()
+                continue
             for s in (client, server):
                 s.setblocking(False)
             c = _Connection(client, server)
@@ -239,6 +248,8 @@ def main(argv: list[str]) -> int:
             break
         print(f"closed {relay.close_all()}", flush=True)
     relay.stop()
+    for e in relay.refused:
+        print(f"refused {e}", flush=True)
     for e in relay.errors:
         print(f"error {e}", flush=True)
     return 1 if relay.errors else 0
