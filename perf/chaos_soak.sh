@@ -5,7 +5,8 @@
 #   perf/chaos_soak.sh [SECONDS] [OUT]
 #
 # Needs root (network namespaces, iptables) and a build (tools/dev/build).
-# RDMAGW_CHAOS_SEED=N replays a run's sequence of faults.
+# RDMAGW_CHAOS_SEED=N replays a run's sequence of faults; RDMAGW_CHAOS_FAULTS
+# picks the kinds (default: all, takeover included).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-1800}
@@ -14,6 +15,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 echo "chaos soak: ${seconds} s; summary goes to $out" >&2
 status=0
+export RDMAGW_CHAOS_FAULTS=${RDMAGW_CHAOS_FAULTS:-reset,close,drop,link,takeover}
 RDMAGW_CHAOS_SECONDS=$seconds /usr/bin/python3 -m pytest "$root/tests/integration/test_chaos.py" \
   -q -s -p no:cacheprovider 2>&1 | tee "$log" || status=$?
 {
