@@ -138,6 +138,16 @@ print(kind, body.decode())
 """
 
 
+def echo_once(address, data: bytes) -> None:
+    """A new connection through the pair echoes `data`."""
+    s = connect(address, timeout=10)
+    try:
+        s.sendall(data)
+        assert recv_exact(s, len(data), time.monotonic() + 10) == data
+    finally:
+        s.close()
+
+
 def takeover_address(tunnel_port: int) -> str:
     return f"@rdmagw-takeover/127.0.0.1:{tunnel_port}"
 
@@ -198,12 +208,7 @@ def test_a_takeover_that_never_finishes_leaves_the_running_process_serving(pair,
         assert recv_exact(s, 5, time.monotonic() + 10) == b"after"
     finally:
         s.close()
-    s2 = connect(p.address("e"), timeout=10)
-    try:
-        s2.sendall(b"new")
-        assert recv_exact(s2, 3, time.monotonic() + 10) == b"new"
-    finally:
-        s2.close()
+    echo_once(p.address("e"), b"new")
     assert p.a.running()
     assert "event=stream_reset" not in p.a.log_text() + p.b.log_text()
 
@@ -220,9 +225,4 @@ def test_another_user_may_not_take_over(pair, backend):
     assert int(kind) == REFUSED and "another user" in why, r.stdout
     assert p.a.wait_log("event=takeover_refused", 5)
     assert p.a.running()
-    s = connect(p.address("e"), timeout=10)
-    try:
-        s.sendall(b"still")
-        assert recv_exact(s, 5, time.monotonic() + 10) == b"still"
-    finally:
-        s.close()
+    echo_once(p.address("e"), b"still")
