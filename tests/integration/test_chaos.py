@@ -107,6 +107,24 @@ def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
 
 
+class StallWatch:
+    """Notices when this test process itself did not run for a while (a
+    starved machine, a paused VM): a fault the soak reports then may be the
+    harness's, not rdmagw's, and the summary says so."""
+
+    def __init__(self):
+        self.stalls: list[str] = []
+
+    def run(self, stop_at: float):
+        last = time.monotonic()
+        while last < stop_at:
+            time.sleep(0.25)
+            now = time.monotonic()
+            if now - last > 1.25:
+                self.stalls.append(f"{utc_now()} {now - last - 0.25:.1f} s")
+            last = now
+
+
 def admin_get(ns: str, port: int, path: str) -> str:
     r = subprocess.run(["ip", "netns", "exec", ns, "curl", "-sS", "--max-time", "5",
                         f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, timeout=10)
@@ -315,6 +333,8 @@ def test_chaos_soak_no_application_connection_notices(pair, backend, procs, host
     threads += [guarded(f"short{i}", tally, short_loop, p.address("echo"), stop_at, tally,
                         random.Random(SEED + i)) for i in range(SHORT_THREADS)]
     fault_thread = guarded("chaos", tally, chaos.run, stop_at)
+    watch = StallWatch()
+    threads.append(guarded("stall-watch", tally, watch.run, stop_at))
     for t in threads + [fault_thread]:
         t.join(timeout=DURATION_S + 200)
         assert not t.is_alive(), f"{t.name} still running past its bound"
@@ -336,7 +356,9 @@ def test_chaos_soak_no_application_connection_notices(pair, backend, procs, host
           f"  redis: {n['redis_runs']} runs, {n['redis_requests']} requests\n"
           f"  echo target: accepted {echo.accepted}, ended cleanly {echo.completed}\n"
           f"  resets: short {n['short_resets']}, streams reset by rdmagw {stream_resets}\n"
-          f"  corruption: short {n['short_corrupt']}; problems {n['problems']}")
+          f"  corruption: short {n['short_corrupt']}; problems {n['problems']}\n"
+          f"  stalls of the test process (> 1 s): {len(watch.stalls)} {watch.stalls[:10]}\n"
+          f"  relay: {relay.log_text().count('slow ')} slow moments {re.findall('^slow .*$', relay.log_text(), re.M)[:10]}")
     if tally.problems:
         print("faults:\n  " + "\n  ".join(chaos.timeline))
     assert not tally.problems, tally.problems

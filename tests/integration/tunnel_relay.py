@@ -8,7 +8,8 @@ whatever was in flight discarded. Used with the `backend` fixture
   tunnel_relay.py LISTEN_IP LISTEN_PORT TO_IP TO_PORT
 
 which prints "listening", then "closed N" for every SIGUSR1 (close_all),
-and stops on SIGTERM."""
+"slow HH:MM:SS ..." (UTC) when its own loop stalled or a connect to TO was
+slow or failed, and stops on SIGTERM."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 
 PIPE_SIZE = 1 << 20
 SPLICE = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
@@ -92,6 +94,7 @@ class TunnelRelay:
         self.port = self.lsock.getsockname()[1]
         self.errors: list[str] = []
         self.refused: list[str] = []  # connections the far side did not take
+        self.on_slow = None  # called with a line when the relay itself was slow (a stalled loop, a slow connect)
         self._conns: list[_Connection] = []
         self._watched: dict[socket.socket, int] = {}
         self._cuts_asked = 0
@@ -191,7 +194,12 @@ class TunnelRelay:
     def _run(self):
         try:
             self._sel.register(self.lsock, selectors.EVENT_READ, None)
+            last = time.monotonic()
             while not self._stop.is_set():
+                now = time.monotonic()
+                if now - last > 1.0:
+                    self._slow(f"loop stalled {now - last:.2f} s")
+                last = now
                 self._serve_cuts()
                 for key, _ in self._sel.select(timeout=0.02):
                     c = key.data
@@ -215,21 +223,29 @@ class TunnelRelay:
         except Exception as e:
             self.errors.append(f"{type(e).__name__}: {e}")
 
+    def _slow(self, what: str):
+        if self.on_slow:
+            self.on_slow(what)
+
     def _accept(self):
         while True:
             try:
                 client, _ = self.lsock.accept()
             except (BlockingIOError, InterruptedError):
                 return
+            began = time.monotonic()
             try:
                 server = socket.create_connection(self.to, timeout=5)
             except OSError as e:
+                self._slow(f"connect failed after {time.monotonic() - began:.2f} s: {e}")
                 # The far side did not take it: pass that on as a reset (a
                 # router would) and keep relaying the others.
                 self.refused.append(f"{type(e).__name__}: {e}")
                 client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 client.close()
                 continue
+            if time.monotonic() - began > 0.5:
+                self._slow(f"connect took {time.monotonic() - began:.2f} s")
             for s in (client, server):
                 s.setblocking(False)
             c = _Connection(client, server)
@@ -240,7 +256,9 @@ class TunnelRelay:
 def main(argv: list[str]) -> int:
     listen_ip, listen_port, to_ip, to_port = argv
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM, signal.SIGINT})
-    relay = TunnelRelay(int(to_port), to_ip, (listen_ip, int(listen_port))).start()
+    relay = TunnelRelay(int(to_port), to_ip, (listen_ip, int(listen_port)))
+    relay.on_slow = lambda what: print(f"slow {time.strftime('%H:%M:%S', time.gmtime())} {what}", flush=True)
+    relay.start()
     print("listening", flush=True)
     while True:
         sig = signal.sigwait({signal.SIGUSR1, signal.SIGTERM, signal.SIGINT})
