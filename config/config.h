@@ -72,6 +72,7 @@ struct TunnelConfig {
   uint32_t connect_timeout_ms = 3000;           // tunnel.connect_timeout_ms
   uint32_t reconnect_max_ms = 2000;             // tunnel.reconnect_max_ms: backoff ceiling
   uint32_t resume_timeout_ms = 10000;           // tunnel.resume_timeout_ms: 0 = sessions do not resume
+  uint32_t rdma_probe_interval_ms = 2000;       // tunnel.rdma_probe_interval_ms: auto, a session on TCP tries RDMA; 0 = never
   RdmaConfig rdma;                              // tunnel.rdma
 };
 

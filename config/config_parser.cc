@@ -74,7 +74,7 @@ const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port"
                               "transport",         "buffer_size",        "stream_window",
                               "session_budget",    "keepalive_interval_ms",
                               "keepalive_timeout_ms", "connect_timeout_ms", "reconnect_max_ms",
-                              "resume_timeout_ms", "rdma"};
+                              "resume_timeout_ms", "rdma_probe_interval_ms", "rdma"};
 const Keys kRdmaKeys = {"device", "slab_size", "recv_depth", "send_depth", "busy_poll_us",
                         "inline_threshold"};
 const Keys kPeerKeys = {"name", "address", "tcp_port", "rdma_port"};
@@ -592,6 +592,7 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   number("connect_timeout_ms", &t->connect_timeout_ms, 100, 600000, false);
   number("reconnect_max_ms", &t->reconnect_max_ms, 100, 600000, false);
   number("resume_timeout_ms", &t->resume_timeout_ms, 0, 600000, false);
+  number("rdma_probe_interval_ms", &t->rdma_probe_interval_ms, 0, 600000, false);
   if (const Value* r = find(f, "rdma")) parse_rdma(*r, &t->rdma, t->buffer_size);
 
   // Cross-field rules. Reported at the dependent key when it was given,

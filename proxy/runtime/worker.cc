@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include <linux/netfilter_ipv4.h>
 #include <linux/netfilter_ipv6/ip6_tables.h>
@@ -98,17 +100,58 @@ bool Worker::make_tunnel_listeners(std::string* error) {
   tunnel_listeners_.clear();
   tunnel_listeners_.push_back(
       std::make_unique<transport::TcpTransportListener>(loop_, *pool_, tunnel_.tcp_fds[index_], t.buffer_size));
-  // RDMA CM has no SO_REUSEPORT: worker 0 accepts every inbound RDMA session.
-  if (rdma_ && index_ == 0) {
-    auto listener = std::make_unique<transport::RdmaTransportListener>(loop_, *rdma_, t.buffer_size);
+  if (!rdma_) return true;
+  // RDMA CM has no SO_REUSEPORT: worker 0 listens, and places each connect
+  // request with a worker, which sets up the QP on its own device context
+  // (a QP cannot move later): a resume with the worker holding the session,
+  // a new session with the next worker in turn.
+  auto listener = std::make_unique<transport::RdmaTransportListener>(loop_, *rdma_, t.buffer_size);
+  if (index_ == 0) {
     auto at = make_tcp_endpoint(t.address, t.rdma_port, error);
     if (!at || !listener->listen(*at, error)) {
       *error = "tunnel.rdma_port: " + *error;
       return false;
     }
-    tunnel_listeners_.push_back(std::move(listener));
+    listener->set_placement([this](const tunnel::SessionToken* session, rdma_cm_id* id,
+                                   std::span<const uint8_t> data) { return place_rdma_request(session, id, data); });
   }
+  tunnel_listeners_.push_back(std::move(listener));
   return true;
+}
+
+bool Worker::place_rdma_request(const tunnel::SessionToken* session, rdma_cm_id* id, std::span<const uint8_t> data) {
+  unsigned workers = config_->workers;
+  std::optional<unsigned> holder = session ? directory_.holder(*session) : std::nullopt;
+  unsigned to = holder ? *holder : next_rdma_worker_++ % workers;
+  if (to == index_) return false;
+  Worker* target = directory_.worker(to);
+  if (!target) return false;
+  // Rejected and freed if the task never runs (that worker stopped).
+  auto request = std::make_shared<PlacedRdmaRequest>(id, std::vector<uint8_t>(data.begin(), data.end()));
+  if (!directory_.post(to, [target, request] { target->accept_rdma(*request); })) {
+    request->id = nullptr;  // still ours: the caller accepts it here
+    return false;
+  }
+  log::debug("rdma_request_placed").kv("to_worker", to).kv("resume", holder.has_value());
+  return true;
+}
+
+Worker::PlacedRdmaRequest::~PlacedRdmaRequest() {
+  if (!id) return;
+  rdma_reject(id, nullptr, 0);
+  rdma_destroy_id(id);
+}
+
+void Worker::accept_rdma(PlacedRdmaRequest& request) {
+  rdma_cm_id* id = std::exchange(request.id, nullptr);
+  for (auto& t : tunnel_listeners_) {
+    if (t->kind() != tunnel::TransportKind::kRdma) continue;
+    static_cast<transport::RdmaTransportListener&>(*t).accept_request(id, request.data.data(), request.data.size());
+    return;
+  }
+  // No RDMA listener here now (a takeover under way): refuse, the dialer retries.
+  rdma_reject(id, nullptr, 0);
+  rdma_destroy_id(id);
 }
 
 std::unique_ptr<tunnel::PeerLink> Worker::make_link(const PeerConfig& peer) {

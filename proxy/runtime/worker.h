@@ -7,8 +7,11 @@
 // feed streams to peer links (tunnel/), which dial through the transports'
 // connectors (transport/); the transports' listeners hand inbound tunnels to
 // sessions the worker owns.
+#include <rdma/rdma_cma.h>
+
 #include <atomic>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -122,6 +125,19 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
     std::string remote;
   };
   void adopt_resume(const ResumeHandOff& hand_off);
+  // Worker 0's RDMA listener: which worker accepts a connect request (see
+  // make_tunnel_listeners). True when another worker takes it.
+  bool place_rdma_request(const tunnel::SessionToken* session, rdma_cm_id* id, std::span<const uint8_t> data);
+  // A connect request worker 0 placed here; rejected if nobody accepts it.
+  struct PlacedRdmaRequest {
+    PlacedRdmaRequest(rdma_cm_id* i, std::vector<uint8_t> d) : id(i), data(std::move(d)) {}
+    ~PlacedRdmaRequest();
+    PlacedRdmaRequest(const PlacedRdmaRequest&) = delete;
+    PlacedRdmaRequest& operator=(const PlacedRdmaRequest&) = delete;
+    rdma_cm_id* id;
+    std::vector<uint8_t> data;
+  };
+  void accept_rdma(PlacedRdmaRequest& request);
   void import_image(const WorkerImage& image);
   UniqueFd take_inherited(uint32_t index);
   // The tunnel's listeners of this worker (at init, and after a failed takeover).
@@ -157,6 +173,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   std::unordered_map<tunnel::SessionToken, tunnel::Session*, tunnel::SessionTokenHash> by_token_;
   std::vector<WorkerImage> imports_;
   std::shared_ptr<std::vector<UniqueFd>> inherited_fds_;
+  unsigned next_rdma_worker_ = 0;  // worker 0: where the next new RDMA session goes
   bool frozen_ = false;  // a takeover is under way
   bool accepting_ = true;
   bool draining_ = false;

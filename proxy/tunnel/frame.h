@@ -45,6 +45,10 @@ enum class FrameType : uint8_t {
 
 // HELLO capability bits.
 inline constexpr uint32_t kCapResume = 1;  // sessions survive their transport (SESSION, ACK)
+// An RDMA connect that names a session (in its private data) reaches the
+// worker holding that session: a session may resume on RDMA whichever
+// transport it began on.
+inline constexpr uint32_t kCapRdmaPlacement = 2;
 
 // GOAWAY codes.
 enum class GoawayCode : uint32_t {

@@ -1,6 +1,7 @@
 #include "proxy/tunnel/peer_link.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "common/log.h"
 
@@ -48,16 +49,37 @@ void PeerLink::dial(TransportKind kind) {
   std::optional<Endpoint> at;
   if (kind == TransportKind::kRdma) at = make_tcp_endpoint(peer_.address, peer_.rdma_port, &error);
   else at = peer_.tcp_endpoint;
-  if (at) dial_ = connector->dial(*at, tunnel_.connect_timeout_ms, this, &error);
+  // The session it is for, if it is to carry on an existing one: the peer's
+  // RDMA listener places the connection with the worker holding it.
+  const SessionToken* session = active_ && (active_->wants_transport() || probing_) ? &active_->token() : nullptr;
+  if (at) dial_ = connector->dial(*at, tunnel_.connect_timeout_ms, session, this, &error);
   if (!dial_) {
+    if (std::exchange(probing_, false) && !needs_dial()) {
+      probe_failed(error);
+      return;
+    }
     dial_failed(kind, error, false);
     return;
   }
   dialing_kind_ = kind;
 }
 
+bool PeerLink::should_probe_rdma(Clock::time_point now) const {
+  return tunnel_.transport == TransportMode::kAuto && connectors_.rdma && tunnel_.rdma_probe_interval_ms > 0 &&
+         !dial_ && !frozen_ && !shutting_down_ && now >= next_probe_ && active_ && active_->open() &&
+         active_->transport_kind() == TransportKind::kTcp && active_->resumable() && active_->peer_places_rdma();
+}
+
+void PeerLink::probe_failed(std::string_view reason) {
+  ++rdma_failures_;
+  transport_reason_ = "RDMA failed (" + std::string(reason) + "); on TCP, trying RDMA again every " +
+                      std::to_string(tunnel_.rdma_probe_interval_ms) + " ms";
+  log::debug("rdma_probe_failed").kv("peer", peer_.name).kv("reason", reason);
+}
+
 void PeerLink::on_dialed(IoPtr<Transport> transport) {
   dial_.reset();
+  bool probe = std::exchange(probing_, false);
   if (shutting_down_) {
     transport->close(CloseMode::kAbort);
     return;
@@ -68,11 +90,33 @@ void PeerLink::on_dialed(IoPtr<Transport> transport) {
     active_->resume(std::move(transport));
     return;
   }
+  if (probe && active_) {
+    if (!active_->open() || active_->transport_kind() != TransportKind::kTcp) {
+      transport->close(CloseMode::kAbort);  // the session changed meanwhile; no move
+      return;
+    }
+    // RDMA is usable again: the session moves onto it as it would resume
+    // after a transport loss; its streams never notice.
+    log::info("transport_moved")
+        .kv("peer", peer_.name)
+        .kv("from", "tcp")
+        .kv("to", "rdma")
+        .kv("streams", active_->stream_count());
+    transport_reason_ = "RDMA CM connect succeeded again; moved from TCP";
+    last_transport_ = "rdma";
+    active_->move_to(std::move(transport), "moving to RDMA");
+    return;
+  }
   open_session(std::move(transport));
 }
 
 void PeerLink::on_dial_failed(std::string_view reason, bool refused) {
   dial_.reset();
+  if (std::exchange(probing_, false) && !needs_dial()) {
+    // The session is still up on TCP: it stays there until the next try.
+    probe_failed(reason);
+    return;
+  }
   dial_failed(dialing_kind_, std::string(reason), refused);
 }
 
@@ -186,11 +230,18 @@ void PeerLink::tick(Clock::time_point now) {
   while (!waiting_.empty() && waiting_.front().deadline <= now)
     pop_waiting()->abort(ResetCode::kPeerGone, "no session to peer " + peer_.name + " within connect_timeout_ms");
   if (needs_dial() && !dial_ && !shutting_down_ && now >= next_dial_) dial();
+  if (should_probe_rdma(now)) {
+    next_probe_ = now + std::chrono::milliseconds(tunnel_.rdma_probe_interval_ms);
+    probing_ = true;
+    dial(TransportKind::kRdma);
+  }
 }
 
 void PeerLink::on_session_open(Session& session) {
   if (&session != active_.get()) return;
-  if (was_up_ || failures_ > 0) {
+  // Up again after it was down (a dial failed, or its session ended); a
+  // session that resumed at once logs session_resumed and nothing more.
+  if (failures_ > 0) {
     log::info("peer_up")
         .kv("peer", peer_.name)
         .kv("transport", transport_kind_name(session.transport_kind()))
@@ -202,6 +253,8 @@ void PeerLink::on_session_open(Session& session) {
   last_error_.clear();
   failures_ = 0;
   backoff_ms_ = 0;
+  // On TCP in auto: the first try of RDMA one interval from now.
+  next_probe_ = loop_.now() + std::chrono::milliseconds(tunnel_.rdma_probe_interval_ms);
   attach_waiting();
 }
 
@@ -247,6 +300,7 @@ Stream* PeerLink::on_stream_open(Session& session, uint32_t id, std::string_view
 void PeerLink::begin_shutdown() {
   shutting_down_ = true;
   dial_.reset();
+  probing_ = false;
   while (!waiting_.empty()) pop_waiting()->abort(ResetCode::kShutdown, "sidecar is shutting down");
 }
 
@@ -284,6 +338,7 @@ void PeerLink::withdraw(PendingStream* stream) {
 void PeerLink::freeze() {
   frozen_ = true;
   dial_.reset();
+  probing_ = false;
   auto freeze = [](IoPtr<Session>& s) {
     if (s && !s->freeze())
       s->close(SessionEnd::kLocalClose, "takeover: a session without resumption cannot move", CloseMode::kAbort);

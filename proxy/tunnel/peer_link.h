@@ -7,7 +7,8 @@
 //
 // It dials through the transports' Connectors only (transport.h): which
 // transport to use is its choice (tunnel.transport, falling back from RDMA
-// to TCP in auto), how to dial is theirs.
+// to TCP in auto, and moving a session back onto RDMA once an RDMA connect
+// succeeds again), how to dial is theirs.
 #include <deque>
 #include <memory>
 #include <string>
@@ -113,6 +114,10 @@ class PeerLink final : public SessionOwner, private DialObserver {
 
   void dial();
   void dial(TransportKind kind);
+  // auto: the session runs on TCP although this host has RDMA, and may move
+  // (resumable, the peer places RDMA connects): time to try RDMA again.
+  bool should_probe_rdma(Clock::time_point now) const;
+  void probe_failed(std::string_view reason);
   TransportKind preferred_kind() const;
   void dial_failed(TransportKind kind, std::string reason, bool refused);
   // No session, or one suspended that waits for a transport.
@@ -148,6 +153,8 @@ class PeerLink final : public SessionOwner, private DialObserver {
   uint32_t failures_ = 0;
 
   uint32_t rdma_failures_ = 0;    // consecutive; in auto, 3 of them switch the peer to TCP
+  bool probing_ = false;          // dial_ is an RDMA connect for a session open on TCP
+  Clock::time_point next_probe_;
   std::string last_transport_;    // logged when the choice changes
   std::string transport_reason_;  // why the last session used its transport
   std::string last_error_;        // last dial failure, cleared when a session opens

@@ -141,6 +141,7 @@ bool Session::send_hello() {
   hello.session_window = settings_.session_window;
   hello.node = settings_.node.substr(0, kMaxNodeNameLength);
   if (settings_.resume_timeout_ms > 0) hello.capabilities |= kCapResume;
+  hello.capabilities |= kCapRdmaPlacement;
   uint8_t* out =
       transport_->outbound().handshake().append_contiguous(kHeaderSize + kHelloFixedSize + hello.node.size());
   if (!out) return false;

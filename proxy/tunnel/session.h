@@ -149,6 +149,14 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   void disown() { owner_ = nullptr; }
   // Dialer, while suspended: carry on over `transport` (just dialed).
   void resume(IoPtr<Transport> transport);
+  // Dialer, open and resumable: carry on over `transport` (just dialed, of
+  // another kind) instead of the one it runs on, which is closed: the peer
+  // resumes the session there, and what was in flight is sent again, as
+  // after a transport loss.
+  void move_to(IoPtr<Transport> transport, std::string_view reason);
+  // The peer places an RDMA connect that names a session with the worker
+  // holding it (kCapRdmaPlacement): the session may move onto RDMA.
+  bool peer_places_rdma() const { return peer_hello_.capabilities & kCapRdmaPlacement; }
   // Suspended and without a transport: the dialer's owner should dial one.
   bool wants_transport() const { return state_ == State::kResuming && !transport_ && !frozen_; }
   // Acceptor: whether a dialer that announced `hello` and has our frames up

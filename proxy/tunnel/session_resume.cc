@@ -184,6 +184,12 @@ void Session::resume(IoPtr<Transport> transport) {
   if (!send_hello()) close(SessionEnd::kOutOfBuffers, "out of buffers", CloseMode::kAbort);
 }
 
+void Session::move_to(IoPtr<Transport> transport, std::string_view reason) {
+  assert(role_ == Role::kDialer && state_ == State::kOpen && resumable_ && !frozen_ && !parsing_);
+  suspend(reason);
+  resume(std::move(transport));
+}
+
 void Session::lose_transport(SessionEnd why, std::string_view reason) {
   if (!resumable_ || peer_closing_ || state_ == State::kHandshake || state_ == State::kClosed) {
     close(why, reason, CloseMode::kAbort);

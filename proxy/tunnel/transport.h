@@ -102,8 +102,12 @@ class Connector {
   virtual TransportKind kind() const = 0;
   // Starts a dial to `peer` (address and this transport's port). Returns
   // nullptr with *error set when it fails at once (the observer is not called).
-  virtual std::unique_ptr<Dial> dial(const Endpoint& peer, uint32_t timeout_ms, DialObserver* observer,
-                                     std::string* error) = 0;
+  // `session`: the session the transport is for when it resumes one (null
+  // for a new one). The peer's RDMA listener hands the connection to the
+  // worker holding that session, since a QP cannot move between workers
+  // once it exists; TCP has no need (its socket moves, Transport::hand_off).
+  virtual std::unique_ptr<Dial> dial(const Endpoint& peer, uint32_t timeout_ms, const SessionToken* session,
+                                     DialObserver* observer, std::string* error) = 0;
 };
 
 // Handed every transport a peer dialed to us, once it can carry frames.

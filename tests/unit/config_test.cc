@@ -219,6 +219,8 @@ TEST_CASE("defaults apply to a minimal config", "[config]") {
   CHECK(c->tunnel.keepalive_timeout_ms == 15000);
   CHECK(c->tunnel.connect_timeout_ms == 3000);
   CHECK(c->tunnel.reconnect_max_ms == 2000);
+  CHECK(c->tunnel.resume_timeout_ms == 10000);
+  CHECK(c->tunnel.rdma_probe_interval_ms == 2000);
   CHECK(c->peers.empty());
   CHECK(c->listeners.empty());
   CHECK(c->targets.empty());
@@ -642,6 +644,9 @@ TEST_CASE("timeouts out of range", "[config][errors]") {
                 {{3, 23, "tunnel.connect_timeout_ms", "must be between 100 and 600000, got 99"}});
   expect_errors(lines({kNode, "tunnel:", "  keepalive_interval_ms: 3600001"}),
                 {{3, 26, "tunnel.keepalive_interval_ms", "must be between 100 and 3600000"}});
+  expect_errors(lines({kNode, "tunnel:", "  rdma_probe_interval_ms: 600001"}),
+                {{3, 27, "tunnel.rdma_probe_interval_ms", "must be between 0 and 600000, got 600001"}});
+  CHECK(parse_ok(lines({kNode, "tunnel:", "  rdma_probe_interval_ms: 0"}))->tunnel.rdma_probe_interval_ms == 0);
 }
 
 TEST_CASE("stream_window smaller than buffer_size", "[config][errors]") {

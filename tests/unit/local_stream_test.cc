@@ -632,7 +632,7 @@ namespace {
 class DeadConnector final : public Connector {
  public:
   TransportKind kind() const override { return TransportKind::kTcp; }
-  std::unique_ptr<Dial> dial(const Endpoint&, uint32_t, DialObserver*, std::string* error) override {
+  std::unique_ptr<Dial> dial(const Endpoint&, uint32_t, const SessionToken*, DialObserver*, std::string* error) override {
     ++dials;
     *error = "connection refused";
     return nullptr;

@@ -45,9 +45,9 @@ class FakeConnector final : public Connector {
  public:
   explicit FakeConnector(TransportKind kind) : kind_(kind) {}
   TransportKind kind() const override { return kind_; }
-  std::unique_ptr<Dial> dial(const Endpoint& peer, uint32_t timeout_ms, DialObserver* observer,
-                             std::string* error) override {
-    calls.push_back({peer.to_string(), timeout_ms, observer});
+  std::unique_ptr<Dial> dial(const Endpoint& peer, uint32_t timeout_ms, const SessionToken* session,
+                             DialObserver* observer, std::string* error) override {
+    calls.push_back({peer.to_string(), timeout_ms, observer, session ? std::optional<SessionToken>(*session) : std::nullopt});
     if (!fail_at_once.empty()) {
       *error = fail_at_once;
       return nullptr;
@@ -69,6 +69,7 @@ class FakeConnector final : public Connector {
     std::string endpoint;
     uint32_t timeout_ms;
     DialObserver* observer;
+    std::optional<SessionToken> session;  // the session the dial resumes, if any
   };
   std::vector<Call> calls;
   std::string fail_at_once;  // non-empty: dial() fails at once with this error
@@ -794,5 +795,141 @@ TEST_CASE("peer link: a peer that answers HELLO and drops in the same batch coun
     CHECK(f.link->consecutive_failures() == static_cast<uint32_t>(i + 1));
     t += 10s;  // past any backoff: redial
     f.link->tick(t);
+  }
+}
+
+// --- auto: moving a session from TCP back onto RDMA -----------------------------------
+
+namespace {
+
+// The peer's HELLO offering resumption, and RDMA placement when asked.
+test::Bytes resumable_hello(bool places_rdma = true) {
+  auto h = test::hello(16384, 256 * 1024, 32ull * 1024 * 1024, "peer-b");
+  h.capabilities = kCapResume | (places_rdma ? kCapRdmaPlacement : 0);
+  return test::hello_bytes(h);
+}
+
+test::Bytes session_bytes(const SessionToken& token, SessionKind kind, uint64_t received) {
+  test::Bytes out(kHeaderSize + kSessionPayloadSize);
+  encode_session(out.data(), SessionPayload{token, kind, received});
+  return out;
+}
+
+// A resumable session up on TCP after RDMA failed once (auto).
+struct OnTcp : Fixture {
+  FakeTransport* tcp_wire = nullptr;
+  explicit OnTcp(bool places_rdma = true, uint32_t probe_ms = 2000) : Fixture(TransportMode::kAuto) {
+    settings.resume_timeout_ms = 10000;
+    tunnel.rdma_probe_interval_ms = probe_ms;
+    link = std::make_unique<PeerLink>(loop, pool, peer, settings, tunnel, Connectors{&tcp, &rdma});
+    link->start();
+    rdma.fail("RDMA_CM_EVENT_UNREACHABLE");
+    tcp_wire = dialed(tcp);
+    REQUIRE(tcp_wire->inject_all(resumable_hello(places_rdma)));
+    loop.end_batch();
+    REQUIRE(link->up());
+    REQUIRE(info().transport == "tcp");
+  }
+};
+
+}  // namespace
+
+TEST_CASE("peer link: auto tries RDMA again every rdma_probe_interval_ms while a session runs on TCP") {
+  OnTcp f;
+  f.link->tick(f.t0 + 1999ms);
+  CHECK(f.rdma.calls.size() == 1);
+  f.link->tick(f.t0 + 2000ms);
+  REQUIRE(f.rdma.calls.size() == 2);
+  // The connect names the session, so that the peer places it with the worker holding it.
+  REQUIRE(f.rdma.calls[1].session.has_value());
+  f.rdma.fail("RDMA_CM_EVENT_UNREACHABLE");
+  // A failed try leaves the session where it is: no TCP dial, no failure counted.
+  CHECK(f.tcp.calls.size() == 1);
+  CHECK(f.link->up());
+  CHECK(f.link->consecutive_failures() == 0);
+  PeerInfo info = f.info();
+  CHECK(info.transport == "tcp");
+  CHECK(info.transport_reason.find("trying RDMA again every 2000 ms") != std::string::npos);
+  f.link->tick(f.t0 + 3999ms);
+  CHECK(f.rdma.calls.size() == 2);
+  f.link->tick(f.t0 + 4000ms);
+  CHECK(f.rdma.calls.size() == 3);
+}
+
+TEST_CASE("peer link: an RDMA connect that succeeds moves the session onto it, which resumes there") {
+  OnTcp f;
+  PeerInfo before = f.info();
+  REQUIRE(before.sessions.size() == 1);
+  f.link->tick(f.t0 + 2s);
+  REQUIRE(f.rdma.calls.size() == 2);
+  SessionToken token = *f.rdma.calls[1].session;
+  f.tcp_wire->written();  // what the session sent on TCP so far
+  FakeTransport* rdma_wire = f.dialed(f.rdma);
+  f.loop.end_batch();
+  // The TCP transport is closed; the session says HELLO, then asks to resume on RDMA.
+  CHECK(f.tcp_wire->closed());
+  auto frames = rdma_wire->written();
+  REQUIRE(frames.size() == 1);
+  CHECK(frames[0].header.type == FrameType::kHello);
+  REQUIRE(rdma_wire->inject_all(resumable_hello()));
+  f.loop.end_batch();
+  frames = rdma_wire->written();
+  REQUIRE(frames.size() == 1);
+  REQUIRE(frames[0].header.type == FrameType::kSession);
+  SessionPayload ask;
+  std::string reason;
+  REQUIRE(decode_session(frames[0].payload, &ask, &reason));
+  CHECK(ask.kind == SessionKind::kResume);
+  CHECK(ask.token == token);
+  PeerInfo moving = f.info();
+  CHECK(moving.transport == "rdma");
+  CHECK(moving.state == "resuming");
+  CHECK(moving.transport_reason == "RDMA CM connect succeeded again; moved from TCP");
+  // The peer resumes it: the session is up again, on RDMA, and no new one was dialed.
+  REQUIRE(rdma_wire->inject_all(session_bytes(token, SessionKind::kResumed, 0)));
+  f.loop.end_batch();
+  CHECK(f.link->up());
+  PeerInfo after = f.info();
+  CHECK(after.transport == "rdma");
+  REQUIRE(after.sessions.size() == 1);
+  CHECK(after.sessions[0].resumes == 1);
+  CHECK(f.tcp.calls.size() == 1);
+  // On RDMA, nothing more is tried.
+  f.link->tick(f.t0 + 10s);
+  CHECK(f.rdma.calls.size() == 2);
+}
+
+TEST_CASE("peer link: a session that cannot move stays on TCP and RDMA is not tried for it") {
+  SECTION("the peer does not place RDMA connects by session") {
+    OnTcp f(false);
+    f.link->tick(f.t0 + 10s);
+    CHECK(f.rdma.calls.size() == 1);
+  }
+  SECTION("rdma_probe_interval_ms: 0") {
+    OnTcp f(true, 0);
+    f.link->tick(f.t0 + 10s);
+    CHECK(f.rdma.calls.size() == 1);
+  }
+}
+
+TEST_CASE("peer link: a session that loses TCP while RDMA is tried resumes on the RDMA connect") {
+  OnTcp f;
+  f.link->tick(f.t0 + 2s);
+  REQUIRE(f.rdma.calls.size() == 2);
+  f.tcp_wire->fail("connection reset by peer");
+  f.loop.end_batch();
+  CHECK(f.info().state == "resuming");
+  CHECK(f.tcp.calls.size() == 1);  // the RDMA connect under way serves the resume
+  SECTION("it succeeds") {
+    FakeTransport* rdma_wire = f.dialed(f.rdma);
+    f.loop.end_batch();
+    auto frames = rdma_wire->written();
+    REQUIRE(frames.size() == 1);
+    CHECK(frames[0].header.type == FrameType::kHello);
+    CHECK(f.info().transport == "rdma");
+  }
+  SECTION("it fails: TCP at once") {
+    f.rdma.fail("RDMA_CM_EVENT_UNREACHABLE");
+    CHECK(f.tcp.calls.size() == 2);
   }
 }

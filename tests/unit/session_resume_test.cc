@@ -215,6 +215,53 @@ TEST_CASE("resumable sessions: streams cross many transport failures byte-exact,
   CHECK(p.accept_owner.closed.size() == static_cast<size_t>(cuts));  // the shells, each handed over
 }
 
+TEST_CASE("resumable sessions: the dialer moves a session to a new transport mid-transfer, byte-exact both ways") {
+  // As when a session on TCP moves back onto RDMA: the acceptor's transport
+  // is still up when the resume request arrives on the new one.
+  Pair p;
+  FakeStream a("a"), b("b");
+  a.deliver_now = b.deliver_now = 1 << 30;
+  REQUIRE(p.dialer->open_stream(a, kTarget, nullptr, 0));
+  p.accept_owner.give(b);
+  p.pump();
+  std::string up = pattern(2 * 1024 * 1024, 'M');
+  std::string down = pattern(1024 * 1024 + 13, 'm');
+  size_t up_sent = 0, down_sent = 0;
+  int moves = 0;
+  for (int round = 0; round < 400 && (up_sent < up.size() || down_sent < down.size()); ++round) {
+    up_sent = p.send(*p.dialer, a, up, up_sent);
+    down_sent = p.send(*p.acceptor, b, down, down_sent);
+    if (round % 4 == 3) {
+      // Part of what is in flight arrives; the rest goes with the old transport.
+      p.deliver_part(static_cast<size_t>(round % 5));
+      REQUIRE(p.acceptor->open());
+      FakeTransport* old_accept_wire = p.accept_wire;
+      p.dialer->move_to(p.new_wire(&p.dial_wire), "moved by the test");
+      p.shells.push_back(make_io<Session>(p.loop, p.pool, Session::Role::kAcceptor, p.accept_settings,
+                                          p.new_wire(&p.accept_wire), &p.accept_owner));
+      p.shells.back()->start();
+      p.pump();
+      CHECK(old_accept_wire->closed());  // the acceptor let go of the old one
+      REQUIRE(p.dialer->open());
+      REQUIRE(p.acceptor->open());
+      ++moves;
+    } else {
+      p.pump();
+    }
+  }
+  p.pump();
+  REQUIRE(up_sent == up.size());
+  REQUIRE(down_sent == down.size());
+  CHECK(b.received == up);
+  CHECK(a.received == down);
+  CHECK(a.resets.empty());
+  CHECK(b.resets.empty());
+  CHECK(moves >= 5);
+  CHECK(p.dialer->counters().resumes == static_cast<uint64_t>(moves));
+  CHECK(p.acceptor->counters().resumes == static_cast<uint64_t>(moves));
+  CHECK(p.dial_owner.closed.empty());
+}
+
 TEST_CASE("resumable sessions: FIN and RESET lost with a transport still arrive after the resume") {
   Pair p;
   FakeStream a1("a1"), a2("a2"), b1("b1"), b2("b2");

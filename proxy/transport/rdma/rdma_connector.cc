@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "proxy/transport/rdma/connect_params.h"
 
 namespace rdmagw::transport {
 
@@ -39,9 +40,10 @@ class RdmaDial final : public tunnel::Dial, private RdmaTransport::Observer {
 }  // namespace
 
 std::unique_ptr<tunnel::Dial> RdmaConnector::dial(const Endpoint& peer, uint32_t timeout_ms,
-                                                  tunnel::DialObserver* observer, std::string* error) {
+                                                  const tunnel::SessionToken* session, tunnel::DialObserver* observer,
+                                                  std::string* error) {
   auto dial = std::make_unique<RdmaDial>(observer);
-  auto transport = RdmaTransport::dial(loop_, ctx_, peer, max_data_, timeout_ms, dial->as_observer(), error);
+  auto transport = RdmaTransport::dial(loop_, ctx_, peer, max_data_, timeout_ms, session, dial->as_observer(), error);
   if (!transport) return nullptr;
   dial->adopt(std::move(transport));
   return dial;
@@ -50,9 +52,32 @@ std::unique_ptr<tunnel::Dial> RdmaConnector::dial(const Endpoint& peer, uint32_t
 RdmaTransportListener::~RdmaTransportListener() { stop(); }
 
 bool RdmaTransportListener::listen(const Endpoint& at, std::string* error) {
+  listen_at_ = at;
   listener_ = make_io<RdmaListener>(
       loop_, [this](rdma_cm_id* id, const uint8_t* data, size_t len) { on_connect_request(id, data, len); });
   return listener_->listen(at, error);
+}
+
+void RdmaTransportListener::tick() {
+  if (listener_ && listener_->device_lost()) {
+    listener_->stop();
+    listener_.reset();
+    relisten_ = true;
+  }
+  if (!relisten_ || !observer_ || loop_.now() < next_listen_try_) return;
+  next_listen_try_ = loop_.now() + std::chrono::seconds(1);
+  forget_removed_devices();
+  std::string error;
+  if (listen(*listen_at_, &error)) {
+    log::info("rdma_listening_again").kv("address", listen_at_->to_string());
+    relisten_ = false;
+    listen_failing_ = false;
+    return;
+  }
+  listener_->stop();
+  listener_.reset();
+  if (!listen_failing_) log::warn("rdma_listen_failed").kv("address", listen_at_->to_string()).kv("reason", error);
+  listen_failing_ = true;
 }
 
 void RdmaTransportListener::stop() {
@@ -69,6 +94,19 @@ void RdmaTransportListener::stop() {
 }
 
 void RdmaTransportListener::on_connect_request(rdma_cm_id* id, const uint8_t* data, size_t len) {
+  // Another worker may have to take it: the one holding the session it
+  // resumes, or the next in turn for a new one.
+  if (observer_ && placement_) {
+    ConnectParams params;
+    const char* reason = "";
+    bool valid = decode_connect_params(data, len, &params, &reason);
+    const tunnel::SessionToken* session = valid && params.session ? &*params.session : nullptr;
+    if (placement_(session, id, std::span<const uint8_t>(data, len))) return;
+  }
+  accept_request(id, data, len);
+}
+
+void RdmaTransportListener::accept_request(rdma_cm_id* id, const uint8_t* data, size_t len) {
   if (!observer_) {
     rdma_reject(id, nullptr, 0);
     rdma_destroy_id(id);

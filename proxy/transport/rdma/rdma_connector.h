@@ -3,7 +3,10 @@
 // Connector that dials the peer's rdma_port through RDMA CM, and a
 // TransportListener that accepts on ours. Both hand over an RdmaTransport
 // only once it is ESTABLISHED.
+#include <functional>
+#include <optional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,7 +22,8 @@ class RdmaConnector final : public tunnel::Connector {
  public:
   RdmaConnector(EventLoop& loop, RdmaContext& ctx, uint32_t max_data) : loop_(loop), ctx_(ctx), max_data_(max_data) {}
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kRdma; }
-  std::unique_ptr<tunnel::Dial> dial(const Endpoint& peer, uint32_t timeout_ms, tunnel::DialObserver* observer,
+  std::unique_ptr<tunnel::Dial> dial(const Endpoint& peer, uint32_t timeout_ms, const tunnel::SessionToken* session,
+                                     tunnel::DialObserver* observer,
                                      std::string* error) override;
 
  private:
@@ -34,9 +38,23 @@ class RdmaTransportListener final : public tunnel::TransportListener, private Rd
   ~RdmaTransportListener() override;
   // Binds and listens on `at` (tunnel.address:rdma_port).
   bool listen(const Endpoint& at, std::string* error);
+  // Decides which worker accepts a connect request: returns true when it
+  // handed the request (its cm_id and private data) to another worker,
+  // which accepts it there with accept_request(). `session` is the session
+  // the dialer resumes, if it named one. Only the listening worker has one.
+  using Placement =
+      std::function<bool(const tunnel::SessionToken* session, rdma_cm_id* id, std::span<const uint8_t> private_data)>;
+  void set_placement(Placement placement) { placement_ = std::move(placement); }
+  // Accepts a connect request on this worker: every request on the
+  // listening one, or one another worker's placement handed here (this
+  // listener then never listen()s). Rejected once stopped.
+  void accept_request(rdma_cm_id* id, const uint8_t* data, size_t len);
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kRdma; }
   void start(tunnel::InboundObserver* observer) override { observer_ = observer; }
   void stop() override;
+  // A listener whose device went away listens again, once a second, until
+  // the address is on an RDMA device again.
+  void tick() override;
 
  private:
   void on_connect_request(rdma_cm_id* id, const uint8_t* data, size_t len);
@@ -48,7 +66,12 @@ class RdmaTransportListener final : public tunnel::TransportListener, private Rd
   RdmaContext& ctx_;
   uint32_t max_data_;
   IoPtr<RdmaListener> listener_;
+  std::optional<Endpoint> listen_at_;
+  Clock::time_point next_listen_try_;
+  bool relisten_ = false;        // the device went away: listen again, once a second
+  bool listen_failing_ = false;  // the last try failed (logged once)
   tunnel::InboundObserver* observer_ = nullptr;
+  Placement placement_;
   std::vector<IoPtr<RdmaTransport>> pending_;  // accepted, not yet ESTABLISHED
 };
 

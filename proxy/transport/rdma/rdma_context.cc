@@ -25,17 +25,43 @@ bool has_cap_ipc_lock() {
 
 namespace rdmagw::transport {
 
+namespace {
+void free_device(RdmaDeviceState& d) {
+  if (d.mr) ibv_dereg_mr(d.mr);
+  if (d.pd) ibv_dealloc_pd(d.pd);
+  d.mr = nullptr;
+  d.pd = nullptr;
+}
+}  // namespace
+
 RdmaContext::~RdmaContext() {
   // Sessions (and their QPs) are gone by now: the worker closes them first.
-  for (auto& d : devices_) {
-    if (d.mr) ibv_dereg_mr(d.mr);
-    if (d.pd) ibv_dealloc_pd(d.pd);
-  }
+  for (auto& d : devices_) free_device(*d);
+}
+
+void RdmaContext::release(RdmaDeviceState* device) {
+  if (!device || device->users == 0 || --device->users > 0) return;
+  // Unused: freed, so that nothing of this process holds a device that
+  // goes away (the kernel waits for every user before it lets go). The
+  // next transport registers the slab again; sessions are long-lived, so
+  // that is rare.
+  bool removed = device->removed;
+  free_device(*device);
+  std::erase_if(devices_, [&](const auto& d) { return d.get() == device; });
+  if (removed) forget_removed_devices();
+}
+
+void RdmaContext::device_removed(RdmaDeviceState* device) {
+  if (device) device->removed = true;
 }
 
 RdmaDeviceState* RdmaContext::device(ibv_context* context, std::string* error) {
-  for (auto& d : devices_)
-    if (d.context == context) return &d;
+  for (auto& d : devices_) {
+    if (d->context == context && !d->removed) {
+      ++d->users;
+      return d.get();
+    }
+  }
   RdmaDeviceState d;
   d.context = context;
   d.name = ibv_get_device_name(context->device);
@@ -59,8 +85,15 @@ RdmaDeviceState* RdmaContext::device(ibv_context* context, std::string* error) {
     ibv_dealloc_pd(d.pd);
     return nullptr;
   }
-  devices_.push_back(d);
-  return &devices_.back();
+  d.users = 1;
+  devices_.push_back(std::make_unique<RdmaDeviceState>(d));
+  return devices_.back().get();
+}
+
+void forget_removed_devices() {
+  // rdma_get_devices() syncs librdmacm's list: a device no longer there is
+  // closed at once if unused, else when its last cm_id goes.
+  if (ibv_context** list = rdma_get_devices(nullptr)) rdma_free_devices(list);
 }
 
 std::string rdma_config_error(const RdmaConfig& config) {

@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ struct RdmaDeviceState {
   ibv_mr* mr = nullptr;
   DeviceLimits limits;
   std::string name;
+  uint32_t users = 0;    // transports with resources on it (QP, CQ)
+  bool removed = false;  // RDMA_CM_EVENT_DEVICE_REMOVAL seen: no new user
 };
 
 class RdmaContext {
@@ -31,9 +34,16 @@ class RdmaContext {
   RdmaContext(const RdmaContext&) = delete;
   RdmaContext& operator=(const RdmaContext&) = delete;
 
-  // PD + MR for the device behind `context`, created on first use. Returns
-  // nullptr with *error set when registration fails (e.g. memlock limit).
+  // PD + MR for the device behind `context`, created on first use, counted
+  // as used until release(). Returns nullptr with *error set when
+  // registration fails (e.g. memlock limit).
   RdmaDeviceState* device(ibv_context* context, std::string* error);
+  // A transport freed what it had on `device` (its QP and CQ). The PD and
+  // MR are freed with the last user.
+  void release(RdmaDeviceState* device);
+  // The device is going away (RDMA_CM_EVENT_DEVICE_REMOVAL): no new
+  // transport uses it (the same device added again gets fresh state).
+  void device_removed(RdmaDeviceState* device);
   BufferPool& pool() { return pool_; }
   const RdmaConfig& config() const { return config_; }
   metrics::WorkerMetrics* metrics() const { return metrics_; }
@@ -42,8 +52,15 @@ class RdmaContext {
   BufferPool& pool_;
   RdmaConfig config_;
   metrics::WorkerMetrics* metrics_;
-  std::vector<RdmaDeviceState> devices_;
+  // Stable addresses: transports hold pointers.
+  std::vector<std::unique_ptr<RdmaDeviceState>> devices_;
 };
+
+// librdmacm keeps a device open (its verbs context) until it sees the device
+// gone from the device list, which it looks at only now and then; the kernel
+// waits for that before it lets a removed device go. This makes it look now:
+// once nothing of ours is left on a removed device, librdmacm closes it.
+void forget_removed_devices();
 
 // Startup check for `transport: auto | rdma`: is there a usable device, and
 // can `workers` slabs of tunnel.rdma.slab_size be locked in memory? Returns

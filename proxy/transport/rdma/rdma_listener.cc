@@ -58,6 +58,16 @@ void RdmaListener::on_ready(int, uint32_t) {
   for (int i = 0; i < 64 && !stopped_; ++i) {
     rdma_cm_event* ev = nullptr;
     if (rdma_get_cm_event(channel_, &ev) != 0) break;
+    if (ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL && ev->id == id_) {
+      rdma_ack_cm_event(ev);
+      // The kernel waits for this id to go before the device can.
+      rdma_destroy_id(id_);
+      id_ = nullptr;
+      device_lost_ = true;
+      stopped_ = true;
+      log::warn("rdma_listener_lost").kv("reason", "RDMA device removed").kv("next", "listening again once it is back");
+      break;
+    }
     if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
       rdma_cm_id* id = ev->id;
       uint8_t data[64] = {};

@@ -22,6 +22,9 @@ class RdmaListener final : public IoObject {
   bool listen(const Endpoint& at, std::string* error);
   // Stops listening; the owner then lets go (freed once the poll completes).
   void stop();
+  // Its device went away (RDMA_CM_EVENT_DEVICE_REMOVAL): it listens no more
+  // and has let go of the device; the owner listens again with a new one.
+  bool device_lost() const { return device_lost_; }
 
  private:
   ~RdmaListener() override;
@@ -34,6 +37,7 @@ class RdmaListener final : public IoObject {
   IoOp op_;
   bool armed_ = false;
   bool stopped_ = false;
+  bool device_lost_ = false;
 };
 
 }  // namespace rdmagw::transport

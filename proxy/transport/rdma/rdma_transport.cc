@@ -9,37 +9,15 @@
 
 #include "common/log.h"
 #include "common/protocol_limits.h"
+#include "proxy/transport/rdma/connect_params.h"
 #include "proxy/transport/rdma/frame_packing.h"
 #include "proxy/tunnel/frame.h"
 
 namespace rdmagw::transport {
 
 namespace {
-constexpr uint32_t kPrivateMagic = 0x31574752;  // "RGW1"
 constexpr uint64_t kSendTag = 1ull << 63;
 constexpr size_t kSlotSize = 16;
-
-struct ConnectionParams {  // exchanged as RDMA CM private data, little-endian
-  uint32_t magic;
-  uint32_t recv_depth;
-  uint32_t buffer_size;
-};
-
-void encode_params(uint8_t* out, uint32_t recv_depth, uint32_t buffer_size) {
-  tunnel::put_u32(out, kPrivateMagic);
-  tunnel::put_u32(out + 4, recv_depth);
-  tunnel::put_u32(out + 8, buffer_size);
-}
-
-bool decode_params(const void* data, size_t len, ConnectionParams* out) {
-  if (!data || len < 12) return false;
-  auto* p = static_cast<const uint8_t*>(data);
-  out->magic = tunnel::get_u32(p);
-  out->recv_depth = tunnel::get_u32(p + 4);
-  out->buffer_size = tunnel::get_u32(p + 8);
-  return out->magic == kPrivateMagic && out->recv_depth >= kRdmaRecvDepthMin &&
-         out->recv_depth <= kRdmaRecvDepthMax && out->buffer_size >= kMaxDataMin + kRdmaHeaderSize;
-}
 
 bool set_nonblocking(int fd) {
   int flags = fcntl(fd, F_GETFL);
@@ -75,6 +53,7 @@ RdmaTransport::~RdmaTransport() {
   if (comp_channel_) ibv_destroy_comp_channel(comp_channel_);
   if (id_) rdma_destroy_id(id_);
   if (channel_) rdma_destroy_event_channel(channel_);
+  ctx_.release(device_);  // after the QP and CQ that used its PD
 }
 
 bool RdmaTransport::open_channel(std::string* error) {
@@ -87,10 +66,12 @@ bool RdmaTransport::open_channel(std::string* error) {
 }
 
 IoPtr<RdmaTransport> RdmaTransport::dial(EventLoop& loop, RdmaContext& ctx, const Endpoint& peer, uint32_t max_data,
-                                         uint32_t timeout_ms, Observer* observer, std::string* error) {
+                                         uint32_t timeout_ms, const tunnel::SessionToken* session,
+                                         Observer* observer, std::string* error) {
   auto t = make_io<RdmaTransport>(loop, ctx, max_data, nullptr);
   t->remote_ = "rdma:" + sockaddr_to_string(reinterpret_cast<const sockaddr*>(&peer.addr), peer.addr_len);
   t->timeout_ms_ = timeout_ms;
+  if (session) t->session_ = *session;
   if (!t->open_channel(error) || rdma_create_id(t->channel_, &t->id_, t.get(), RDMA_PS_TCP) != 0) {
     if (error->empty()) *error = std::string("rdma_create_id: ") + strerror(errno);
     t->close(tunnel::CloseMode::kAbort);
@@ -110,9 +91,10 @@ IoPtr<RdmaTransport> RdmaTransport::dial(EventLoop& loop, RdmaContext& ctx, cons
 IoPtr<RdmaTransport> RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, rdma_cm_id* id,
                                            const void* private_data, size_t private_len, uint32_t max_data,
                                            Observer* observer, std::string* error) {
-  ConnectionParams params{};
-  if (!decode_params(private_data, private_len, &params)) {
-    *error = "connect request without valid rdmagw parameters (not an rdmagw peer?)";
+  ConnectParams params;
+  const char* reason = "";
+  if (!decode_connect_params(private_data, private_len, &params, &reason)) {
+    *error = std::string("connect request without valid rdmagw parameters (not an rdmagw peer?): ") + reason;
     rdma_reject(id, nullptr, 0);
     rdma_destroy_id(id);
     return nullptr;
@@ -138,11 +120,12 @@ IoPtr<RdmaTransport> RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, rd
     t->close(tunnel::CloseMode::kAbort);
     return nullptr;
   }
-  uint8_t mine[12];
-  encode_params(mine, t->config_.recv_depth, static_cast<uint32_t>(t->pool_.buffer_size()));
+  uint8_t mine[kConnectParamsMaxSize];
+  size_t mine_len =
+      encode_connect_params(mine, {t->config_.recv_depth, static_cast<uint32_t>(t->pool_.buffer_size()), std::nullopt});
   rdma_conn_param param{};
   param.private_data = mine;
-  param.private_data_len = sizeof(mine);
+  param.private_data_len = static_cast<uint8_t>(mine_len);
   param.responder_resources = 0;  // no RDMA READ from the peer
   param.initiator_depth = 0;
   if (rdma_accept(id, &param) != 0) {
@@ -267,11 +250,12 @@ void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const v
         fail(error);
         return;
       }
-      uint8_t mine[12];
-      encode_params(mine, config_.recv_depth, static_cast<uint32_t>(pool_.buffer_size()));
+      uint8_t mine[kConnectParamsMaxSize];
+      size_t mine_len =
+          encode_connect_params(mine, {config_.recv_depth, static_cast<uint32_t>(pool_.buffer_size()), session_});
       rdma_conn_param param{};
       param.private_data = mine;
-      param.private_data_len = sizeof(mine);
+      param.private_data_len = static_cast<uint8_t>(mine_len);
       param.retry_count = 7;
       param.rnr_retry_count = 0;  // credits make RNR impossible; iWARP has none anyway
       state_ = State::kConnecting;
@@ -280,9 +264,10 @@ void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const v
     }
     case RDMA_CM_EVENT_ESTABLISHED: {
       if (peer_recv_depth_ == 0) {  // active side: the acceptor's parameters
-        ConnectionParams params{};
-        if (!decode_params(data, len, &params)) {
-          fail("peer accepted without valid rdmagw parameters");
+        ConnectParams params;
+        const char* reason = "";
+        if (!decode_connect_params(data, len, &params, &reason)) {
+          fail(std::string("peer accepted without valid rdmagw parameters: ") + reason);
           return;
         }
         peer_recv_depth_ = params.recv_depth;
@@ -310,6 +295,13 @@ void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const v
     case RDMA_CM_EVENT_REJECTED:
       rejected_ = true;
       fail("connection rejected by the peer (" + cm_status_text(status) + ")");
+      return;
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+      // The device is going away (an interface reset, a driver unload): the
+      // kernel waits until every resource on it is freed, which closing
+      // this transport does, and no new transport will use it.
+      ctx_.device_removed(device_);
+      fail("RDMA device removed");
       return;
     default:
       fail(std::string(rdma_event_str(type)) + " (" + cm_status_text(status) + ")");

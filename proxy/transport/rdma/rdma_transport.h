@@ -14,6 +14,7 @@
 #include <linux/time_types.h>
 #include <rdma/rdma_cma.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,11 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   // Active side: resolves and connects to `peer` (its address and rdma_port).
   // A failure detected at once returns nullptr with *error set (the observer
   // is not called); later ones go to the observer.
+  // `session`: the session it resumes, named in the connect's private data
+  // so that the peer's listener hands it to the worker holding the session.
   static IoPtr<RdmaTransport> dial(EventLoop& loop, RdmaContext& ctx, const Endpoint& peer, uint32_t max_data,
-                                   uint32_t timeout_ms, Observer* observer, std::string* error);
+                                   uint32_t timeout_ms, const tunnel::SessionToken* session, Observer* observer,
+                                   std::string* error);
   // Passive side: `id` is from an acknowledged CONNECT_REQUEST.
   static IoPtr<RdmaTransport> accept(EventLoop& loop, RdmaContext& ctx, rdma_cm_id* id, const void* private_data,
                                      size_t private_len, uint32_t max_data, Observer* observer, std::string* error);
@@ -96,6 +100,7 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   bool closed_ = false;
   std::string remote_;
   uint32_t timeout_ms_ = 3000;
+  std::optional<tunnel::SessionToken> session_;  // active side: named in the connect
 
   rdma_event_channel* channel_ = nullptr;
   rdma_cm_id* id_ = nullptr;

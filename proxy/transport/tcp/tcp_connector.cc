@@ -64,7 +64,7 @@ class TcpDial final : public tunnel::Dial {
 
 }  // namespace
 
-std::unique_ptr<tunnel::Dial> TcpConnector::dial(const Endpoint& peer, uint32_t timeout_ms,
+std::unique_ptr<tunnel::Dial> TcpConnector::dial(const Endpoint& peer, uint32_t timeout_ms, const tunnel::SessionToken*,
                                                  tunnel::DialObserver* observer, std::string* error) {
   int fd = ::socket(peer.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {

@@ -17,7 +17,8 @@ class TcpConnector final : public tunnel::Connector {
   // `max_data`: our buffer size, the largest DATA payload we accept.
   TcpConnector(EventLoop& loop, BufferPool& pool, uint32_t max_data) : loop_(loop), pool_(pool), max_data_(max_data) {}
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kTcp; }
-  std::unique_ptr<tunnel::Dial> dial(const Endpoint& peer, uint32_t timeout_ms, tunnel::DialObserver* observer,
+  std::unique_ptr<tunnel::Dial> dial(const Endpoint& peer, uint32_t timeout_ms, const tunnel::SessionToken* session,
+                                     tunnel::DialObserver* observer,
                                      std::string* error) override;
 
  private:
