@@ -17,6 +17,9 @@ echo "== lab: integration tests on transport: rdma (recv_depth 32)"
   tests/integration/test_admin.py tests/integration/test_reload.py \
   tests/integration/test_crash_resets.py
 
+echo "== lab: live failover (transport auto): the rxe device removed and added again under streams"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration/test_rdma_failover.py
+
 echo "== lab: credit exhaustion (recv_depth 8, send_depth 8: every few messages wait for credits; a drain closes with frames still waiting)"
 RDMAGW_TEST_RDMA="{slab_size: 64MiB, recv_depth: 8, send_depth: 8}" \
 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
