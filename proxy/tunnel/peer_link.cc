@@ -134,13 +134,12 @@ void PeerLink::dial_failed(TransportKind kind, std::string reason, bool refused)
   }
   ++rdma_failures_;
   if (tunnel_.transport == TransportMode::kRdma) {
-    if (refused && active_ && active_->wants_transport()) {
-      // transport: rdma never falls back, so a rejected connect is the
-      // peer's word (in auto, the TCP dial that follows decides).
-      active_->close(SessionEnd::kPeerGone, "peer rejected the connection: " + reason, CloseMode::kAbort);
-      return;
-    }
-    // rdma never falls back; it says why and retries with backoff.
+    // rdma never falls back; it says why and retries with backoff. A
+    // rejected connect does not end a suspended session at once (as a
+    // refused TCP connect does): the peer's RDMA CM listener is away for a
+    // moment in a takeover, or after its device came back, and a placed
+    // request can meet a worker that stops. The session waits out
+    // resume_timeout_ms.
     connect_failed(kind, "rdma: " + reason);
     return;
   }

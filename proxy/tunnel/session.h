@@ -330,6 +330,9 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   bool peer_closing_ = false;     // the peer said GOAWAY(closing): never resume
   bool frozen_ = false;           // a takeover is moving it to a new process
   bool restored_frames_ = true;
+  // The kept frames of an image, each whole in one buffer; false if they do
+  // not parse as frames or the pool has no room.
+  bool restore_frames(std::span<const uint8_t> frames);
   SessionToken token_;
   uint64_t received_ = 0;         // the peer's session frame bytes taken in
   uint64_t ack_sent_ = 0;         // received_ as of our last ACK

@@ -4,6 +4,7 @@
 // any transport loss. The peer cannot tell the two apart: the token, the
 // counts and the kept frames are the same.
 #include <cassert>
+#include <cstring>
 
 #include "common/log.h"
 #include "proxy/tunnel/session.h"
@@ -120,7 +121,7 @@ Session::Session(EventLoop& loop, BufferPool& pool, const SessionSettings& setti
   counters_.resent_bytes = image.resent_bytes;
   frames_->set_retain(true);
   frames_->set_base(image.frames_base);
-  restored_frames_ = frames_->append(image.frames.data(), image.frames.size());
+  restored_frames_ = restore_frames(image.frames);
   if (settings_.metrics) {
     std::string label = role_ == Role::kDialer && !settings_.peer_label.empty() ? settings_.peer_label
                         : peer_node_.empty() ? std::string(metrics::WorkerMetrics::kUnnamedPeer)
@@ -131,6 +132,23 @@ Session::Session(EventLoop& loop, BufferPool& pool, const SessionSettings& setti
       .kv("peer", peer_label())
       .kv("role", role_ == Role::kDialer ? "dialer" : "acceptor")
       .kv("unacknowledged_bytes", image.frames.size());
+}
+
+bool Session::restore_frames(std::span<const uint8_t> frames) {
+  // One frame per contiguous piece, as the session queued them: the RDMA
+  // transport sends whole frames out of the queue's buffers, so a frame may
+  // not straddle two of them.
+  size_t off = 0;
+  while (off < frames.size()) {
+    if (frames.size() - off < kHeaderSize) return false;
+    size_t len = kHeaderSize + get_u32(frames.data() + off + 8);
+    if (len > frames.size() - off) return false;
+    uint8_t* out = frames_->append_contiguous(len);
+    if (!out) return false;
+    std::memcpy(out, frames.data() + off, len);
+    off += len;
+  }
+  return true;
 }
 
 void Session::restore_stream(Stream& stream, const StreamTunnelImage& image) {

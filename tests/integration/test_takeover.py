@@ -58,7 +58,6 @@ class Upgrades:
         return f"{name}: old exited {code}"
 
 
-@tcp_only
 @pytest.mark.deadline(RUN_S + 90)
 def test_takeovers_of_both_sides_mid_transfer_lose_nothing(pair, backend, procs, tmp_path):
     target = backend(Target())
@@ -80,7 +79,6 @@ def test_takeovers_of_both_sides_mid_transfer_lose_nothing(pair, backend, procs,
         assert sc.running()
 
 
-@tcp_only
 def test_after_a_takeover_new_connections_are_served_by_the_new_process(pair, backend, procs, tmp_path):
     target = backend(Target())
     p = pair([{"name": "io", "target": target.endpoint}], [target.endpoint])

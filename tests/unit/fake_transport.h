@@ -224,12 +224,16 @@ class FakeTransport final : public tunnel::Transport {
         auto* p = static_cast<const uint8_t*>(iov[i].iov_base);
         wire.insert(wire.end(), p, p + iov[i].iov_len);
         total += iov[i].iov_len;
+        count_split_frames(p, iov[i].iov_len);
       }
       out_.consume(total);
     }
     return wire;
   }
   size_t queued_bytes() const { return out_.size(); }
+  // Frames the session queued across two buffers: the RDMA transport sends
+  // whole frames out of each buffer and cannot send those.
+  int split_frames = 0;
   bool delivering() const { return sink_ != nullptr; }
   bool started() const { return starts > 0; }
   bool closed() const { return !closes.empty(); }
@@ -243,6 +247,12 @@ class FakeTransport final : public tunnel::Transport {
  private:
   ~FakeTransport() override {
     if (deleted_) *deleted_ = true;
+  }
+
+  void count_split_frames(const uint8_t* p, size_t len) {
+    size_t off = 0;
+    while (off + tunnel::kHeaderSize <= len) off += tunnel::kHeaderSize + tunnel::get_u32(p + off + 8);
+    if (off != len) ++split_frames;
   }
 
   // inject(): true if the sink took every frame of `bytes`.

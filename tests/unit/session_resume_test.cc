@@ -454,6 +454,16 @@ TEST_CASE("takeover: a frozen session rebuilt from its image resumes byte-exact"
   p.dialer->detach(a);
   p.dialer->close(SessionEnd::kLocalClose, "taken over", CloseMode::kAbort);
 
+  // Kept frames that do not parse as frames are refused, not sent on.
+  REQUIRE(image.frames.size() > kHeaderSize);
+  SessionImage cut = image;
+  cut.frames.pop_back();
+  auto refused = make_io<Session>(p.loop, p.pool, p.dial_settings, cut, &p.dial_owner);
+  CHECK_FALSE(refused->restored_frames());
+  refused->disown();
+  refused->close(SessionEnd::kOutOfBuffers, "test", CloseMode::kAbort);
+  refused.reset();
+
   // The new process: the same session, suspended, with the stream on it.
   FakeStream a2("a2");
   a2.deliver_now = 1 << 30;
@@ -466,6 +476,8 @@ TEST_CASE("takeover: a frozen session rebuilt from its image resumes byte-exact"
   p.reconnect();
   REQUIRE(p.dialer->open());
   REQUIRE(p.acceptor->open());
+  // The kept frames went out again each whole in one buffer, as RDMA needs.
+  CHECK(p.dial_wire->split_frames == 0);
 
   for (int round = 0; round < 400 && (up_sent < up.size() || down_sent < down.size()); ++round) {
     up_sent = p.send(*p.dialer, a2, up, up_sent);

@@ -24,6 +24,15 @@ bool set_nonblocking(int fd) {
   return flags >= 0 && fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
 }
 
+// REJECTED carries an IB CM reject reason over IB and RoCE (positive), an
+// errno over iWARP (negative).
+std::string reject_text(int status) {
+  if (status == 8) return "nothing listens on that port (IB CM reason 8, invalid service id)";
+  if (status == 28) return "its rdmagw refused it (IB CM reason 28, consumer defined)";
+  if (status > 0) return "IB CM reject reason " + std::to_string(status);
+  return std::string(strerror(-status)) + " (status " + std::to_string(status) + ")";
+}
+
 std::string cm_status_text(int status) {
   if (status == 0) return "ok";
   return std::string(strerror(status < 0 ? -status : status)) + " (status " + std::to_string(status) + ")";
@@ -294,7 +303,7 @@ void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const v
       return;
     case RDMA_CM_EVENT_REJECTED:
       rejected_ = true;
-      fail("connection rejected by the peer (" + cm_status_text(status) + ")");
+      fail("connection rejected by the peer (" + reject_text(status) + ")");
       return;
     case RDMA_CM_EVENT_DEVICE_REMOVAL:
       // The device is going away (an interface reset, a driver unload): the
