@@ -933,3 +933,28 @@ TEST_CASE("peer link: a session that loses TCP while RDMA is tried resumes on th
     CHECK(f.tcp.calls.size() == 2);
   }
 }
+
+TEST_CASE("peer link: transport rdma retries a rejected connect for a suspended session until it resumes") {
+  // The peer's RDMA CM listener is away for a moment in a takeover: a
+  // rejection is not the end of the session (a refused TCP connect is).
+  Fixture f(TransportMode::kRdma);
+  f.settings.resume_timeout_ms = 10000;
+  f.link = std::make_unique<PeerLink>(f.loop, f.pool, f.peer, f.settings, f.tunnel, Connectors{&f.tcp, &f.rdma});
+  f.link->start();
+  FakeTransport* wire = f.dialed(f.rdma);
+  REQUIRE(wire->inject_all(resumable_hello()));
+  f.loop.end_batch();
+  REQUIRE(f.link->up());
+  wire->fail("RDMA device removed");
+  f.loop.end_batch();
+  REQUIRE(f.rdma.calls.size() == 2);
+  f.rdma.fail("connection rejected by the peer", true);
+  CHECK(f.info().state == "resuming");
+  f.link->tick(f.t0 + 1s);
+  REQUIRE(f.rdma.calls.size() == 3);
+  CHECK(f.rdma.calls[2].session.has_value());
+  CHECK(f.tcp.calls.empty());
+  FakeTransport* again = f.dialed(f.rdma);
+  f.loop.end_batch();
+  CHECK(again->written().at(0).header.type == FrameType::kHello);
+}
