@@ -122,6 +122,15 @@ struct Pair {
     pump();
   }
 
+  // Opens a stream from the dialer (`a`) whose acceptor end is `b`; both
+  // write what arrives to their sockets at once, so credit flows back.
+  void open_stream_pair(FakeStream& a, FakeStream& b) {
+    a.deliver_now = b.deliver_now = 1 << 30;
+    REQUIRE(dialer->open_stream(a, kTarget, nullptr, 0));
+    accept_owner.give(b);
+    pump();
+  }
+
   uint8_t* buffer_with(std::string_view payload) {
     uint8_t* b = pool.acquire();
     REQUIRE(b);
@@ -220,10 +229,7 @@ TEST_CASE("resumable sessions: the dialer moves a session to a new transport mid
   // is still up when the resume request arrives on the new one.
   Pair p;
   FakeStream a("a"), b("b");
-  a.deliver_now = b.deliver_now = 1 << 30;
-  REQUIRE(p.dialer->open_stream(a, kTarget, nullptr, 0));
-  p.accept_owner.give(b);
-  p.pump();
+  p.open_stream_pair(a, b);
   std::string up = pattern(2 * 1024 * 1024, 'M');
   std::string down = pattern(1024 * 1024 + 13, 'm');
   size_t up_sent = 0, down_sent = 0;
@@ -430,10 +436,7 @@ TEST_CASE("sessions without resumption refuse ACK frames") {
 TEST_CASE("takeover: a frozen session rebuilt from its image resumes byte-exact") {
   Pair p;
   FakeStream a("a"), b("b");
-  a.deliver_now = b.deliver_now = 1 << 30;
-  REQUIRE(p.dialer->open_stream(a, kTarget, nullptr, 0));
-  p.accept_owner.give(b);
-  p.pump();
+  p.open_stream_pair(a, b);
   std::string up = pattern(300 * kKiB, 'U');
   std::string down = pattern(200 * kKiB + 5, 'd');
   size_t up_sent = p.send(*p.dialer, a, up, 0);
