@@ -60,9 +60,12 @@ RdmaTransport::~RdmaTransport() {
   if (header_slots_) pool_.release(header_slots_);
   if (cq_) ibv_destroy_cq(cq_);
   if (comp_channel_) ibv_destroy_comp_channel(comp_channel_);
+  // After the QP and CQ that used its PD and MR, and before the id: the
+  // device's verbs context is librdmacm's, which closes it when the last id
+  // on a removed device goes; our PD and MR must be gone by then.
+  ctx_.release(device_);
   if (id_) rdma_destroy_id(id_);
   if (channel_) rdma_destroy_event_channel(channel_);
-  ctx_.release(device_);  // after the QP and CQ that used its PD
 }
 
 bool RdmaTransport::open_channel(std::string* error) {
