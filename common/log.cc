@@ -8,6 +8,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "common/utf8.h"
+
 namespace rdmagw::log {
 
 namespace {
@@ -25,21 +27,55 @@ const char* level_name(Level level) {
   return "?";
 }
 
-// Values with spaces or quotes are quoted so that the line stays parseable.
+bool is_control(unsigned char c) { return c < 0x20 || c == 0x7f; }
+
+// Values with spaces, quotes or anything a terminal would act on are quoted
+// and escaped, so that the line stays one parseable line and a value a peer
+// chose (its node name, a target) cannot move the cursor, ring the bell or
+// forge a line: control bytes and bytes of invalid UTF-8 are written \xNN.
 void append_value(std::string& out, std::string_view value) {
   bool plain = !value.empty();
-  for (char c : value) {
-    if (c == ' ' || c == '"' || c == '=' || c == '\n' || c == '\\') { plain = false; break; }
+  for (size_t i = 0; i < value.size() && plain; ++i) {
+    auto c = static_cast<unsigned char>(value[i]);
+    plain = c != ' ' && c != '"' && c != '=' && c != '\\' && !is_control(c) && c < 0x80;
   }
-  if (plain) { out.append(value); return; }
+  if (plain) {
+    out.append(value);
+    return;
+  }
   out.push_back('"');
-  for (char c : value) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c == '\n' ? ' ' : c);
+  for (size_t i = 0; i < value.size(); ++i) {
+    auto c = static_cast<unsigned char>(value[i]);
+    if (c >= 0x80) {
+      size_t n = utf8_sequence_length(value, i);
+      if (n > 0) {
+        out.append(value.substr(i, n));
+        i += n - 1;
+        continue;
+      }
+    }
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(c));
+    } else if (c == '\n') {
+      out.append("\\n");
+    } else if (is_control(c) || c >= 0x80) {
+      char hex[5];
+      snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out.append(hex);
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
   }
   out.push_back('"');
 }
 }  // namespace
+
+std::string format_value(std::string_view value) {
+  std::string out;
+  append_value(out, value);
+  return out;
+}
 
 void set_node(std::string_view node) { g_node = std::string(node); }
 void set_level(Level level) { g_level.store(static_cast<int>(level)); }

@@ -17,6 +17,9 @@ bool parse_level(std::string_view text, Level* level);
 bool enabled(Level level);
 // Worker index of the calling thread, printed on each line (-1: main thread).
 void set_thread_worker(int worker);
+// A value as a line shows it: as is, or in quotes with ", \, newlines,
+// control bytes and invalid UTF-8 escaped (\", \\, \n, \xNN).
+std::string format_value(std::string_view value);
 
 class Line {
  public:

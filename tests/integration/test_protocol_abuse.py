@@ -505,3 +505,22 @@ def test_clean_stream_with_0rtt_bytes_echo_and_half_close_over_raw_frames(gw):
         assert not any("event=stream_reset" in l or "event=stream_refused" in l
                        for l in gw.b.log_text(mark).splitlines()), gw.b.log_text(mark)
     gw.after()
+
+
+def test_control_bytes_a_peer_sends_reach_the_log_escaped(gw):
+    """A node name and a target are the peer's choice: ESC, CR, BEL or a
+    newline in them must not reach the log raw (they would act on the
+    terminal of whoever reads it, or forge a line)."""
+    mark = gw.b.log_size()
+    with TunnelPeer(gw.tunnel_port) as peer:
+        peer.send(tf.hello(node=b"evil\x1b[2J\r\x07\nforged event=ok"))
+        peer.send(tf.open_frame(1, "tcp:192.0.2.1:1\x1b]0;pwned\x07"))
+        expect_frame(peer, tf.HELLO, 0)
+        expect_frame(peer, tf.RESET, 1)
+    log = gw.b.log_text(mark)
+    assert "stream=1" in log and "\\x1b]0;pwned\\x07" in log, log[-3000:]
+    assert "evil\\x1b[2J\\x0d\\x07\\nforged event=ok" in log, log[-3000:]
+    for raw in ("\x1b", "\r", "\x07"):
+        assert raw not in log, f"a raw {raw!r} reached the log:\n{log[-3000:]}"
+    assert "\nforged" not in log
+    gw.after()
