@@ -56,8 +56,13 @@ from test_takeover import Upgrades
 DURATION_S = float(os.environ.get("RDMAGW_CHAOS_SECONDS", "90"))
 SEED = int(os.environ.get("RDMAGW_CHAOS_SEED", "0")) or random.SystemRandom().randrange(1, 1 << 31)
 A_IP, B_IP = "10.204.0.1", "10.204.0.2"
+# resume_timeout_ms well above any fault (they hold under 3 s): the harness's
+# own Python processes, the relay that carries the tunnel included, have been
+# seen to stop running for up to 11 s at once (the stall watch below), and a
+# relay that does not run passes no resume on. The summary prints the longest
+# suspension, so a slow resume still shows.
 TUNNEL = {"keepalive_interval_ms": 200, "keepalive_timeout_ms": 1000, "connect_timeout_ms": 500,
-          "resume_timeout_ms": 10000}
+          "resume_timeout_ms": 60000}
 LOG_LEVEL = os.environ.get("RDMAGW_CHAOS_LOG_LEVEL", "")
 # CI leaves takeover out: one long soak twice failed to resume a session
 # within resume_timeout_ms after a takeover, most likely because this
@@ -347,11 +352,12 @@ def test_chaos_soak_no_application_connection_notices(pair, backend, procs, host
         time.sleep(0.05)
     a_log, b_log = upgrades.logs("host-a"), upgrades.logs("host-b")
     resumes = a_log.count("event=session_resumed")
+    suspended = [int(ms) for ms in re.findall(r"event=session_resumed .*suspended_ms=(\d+)", a_log + b_log)]
     stream_resets = (a_log + b_log).count("event=stream_reset")
     n = tally.n
     print(f"chaos soak: {elapsed:.0f} s, seed {SEED}\n"
           f"  faults: {sum(chaos.done.values())} ({dict(chaos.done)}), took effect {dict(chaos.effective)}\n"
-          f"  resumes (host-a): {resumes}\n"
+          f"  resumes (host-a): {resumes}, longest suspension {max(suspended, default=0)} ms\n"
           f"  bulk: {n['bulk_streams']} streams, {n['bulk_bytes'] / 2**30:.2f} GiB\n"
           f"  short connections: {n['short_ok']} ok, {n['short_bytes'] / 2**20:.1f} MiB\n"
           f"  redis: {n['redis_runs']} runs, {n['redis_requests']} requests\n"
