@@ -112,46 +112,44 @@ bool Worker::make_tunnel_listeners(std::string* error) {
       *error = "tunnel.rdma_port: " + *error;
       return false;
     }
-    listener->set_placement([this](const tunnel::SessionToken* session, rdma_cm_id* id,
-                                   std::span<const uint8_t> data) { return place_rdma_request(session, id, data); });
+    listener->set_placement(
+        [this](const tunnel::SessionToken* session, transport::IncomingConnect& connect,
+               std::span<const uint8_t> data) { return place_rdma_request(session, connect, data); });
   }
   tunnel_listeners_.push_back(std::move(listener));
   return true;
 }
 
-bool Worker::place_rdma_request(const tunnel::SessionToken* session, rdma_cm_id* id, std::span<const uint8_t> data) {
+bool Worker::place_rdma_request(const tunnel::SessionToken* session, transport::IncomingConnect& connect,
+                                std::span<const uint8_t> data) {
   unsigned workers = config_->workers;
   std::optional<unsigned> holder = session ? directory_.holder(*session) : std::nullopt;
   unsigned to = holder ? *holder : next_rdma_worker_++ % workers;
   if (to == index_) return false;
   Worker* target = directory_.worker(to);
   if (!target) return false;
-  // Rejected and freed if the task never runs (that worker stopped).
-  auto request = std::make_shared<PlacedRdmaRequest>(id, std::vector<uint8_t>(data.begin(), data.end()));
+  auto request =
+      std::make_shared<PlacedRdmaRequest>(std::move(connect), std::vector<uint8_t>(data.begin(), data.end()));
   if (!directory_.post(to, [target, request] { target->accept_rdma(*request); })) {
-    request->id = nullptr;  // still ours: the caller accepts it here
+    connect = std::move(*request->connect);  // still ours: the caller accepts it here
     return false;
   }
   log::debug("rdma_request_placed").kv("to_worker", to).kv("resume", holder.has_value());
   return true;
 }
 
-Worker::PlacedRdmaRequest::~PlacedRdmaRequest() {
-  if (!id) return;
-  rdma_reject(id, nullptr, 0);
-  rdma_destroy_id(id);
-}
-
 void Worker::accept_rdma(PlacedRdmaRequest& request) {
-  rdma_cm_id* id = std::exchange(request.id, nullptr);
+  if (!request.connect) return;
+  transport::IncomingConnect connect = std::move(*request.connect);
+  request.connect.reset();
   for (auto& t : tunnel_listeners_) {
     if (t->kind() != tunnel::TransportKind::kRdma) continue;
-    static_cast<transport::RdmaTransportListener&>(*t).accept_request(id, request.data.data(), request.data.size());
+    static_cast<transport::RdmaTransportListener&>(*t).accept_request(std::move(connect), request.data.data(),
+                                                                      request.data.size());
     return;
   }
-  // No RDMA listener here now (a takeover under way): refuse, the dialer retries.
-  rdma_reject(id, nullptr, 0);
-  rdma_destroy_id(id);
+  // No RDMA listener here now (a takeover under way): `connect` refuses it,
+  // the dialer retries.
 }
 
 std::unique_ptr<tunnel::PeerLink> Worker::make_link(const PeerConfig& peer) {

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -27,6 +28,7 @@
 #include "proxy/runtime/session_directory.h"
 #include "proxy/runtime/takeover_image.h"
 #include "proxy/runtime/worker_mailbox.h"
+#include "proxy/transport/rdma/incoming_connect.h"
 #include "proxy/transport/rdma/rdma_context.h"
 #include "proxy/tunnel/peer_link.h"
 #include "proxy/tunnel/session.h"
@@ -127,14 +129,14 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   void adopt_resume(const ResumeHandOff& hand_off);
   // Worker 0's RDMA listener: which worker accepts a connect request (see
   // make_tunnel_listeners). True when another worker takes it.
-  bool place_rdma_request(const tunnel::SessionToken* session, rdma_cm_id* id, std::span<const uint8_t> data);
-  // A connect request worker 0 placed here; rejected if nobody accepts it.
+  bool place_rdma_request(const tunnel::SessionToken* session, transport::IncomingConnect& connect,
+                          std::span<const uint8_t> data);
+  // A connect request worker 0 placed here; rejected if nobody accepts it
+  // (IncomingConnect's destructor).
   struct PlacedRdmaRequest {
-    PlacedRdmaRequest(rdma_cm_id* i, std::vector<uint8_t> d) : id(i), data(std::move(d)) {}
-    ~PlacedRdmaRequest();
-    PlacedRdmaRequest(const PlacedRdmaRequest&) = delete;
-    PlacedRdmaRequest& operator=(const PlacedRdmaRequest&) = delete;
-    rdma_cm_id* id;
+    PlacedRdmaRequest(transport::IncomingConnect c, std::vector<uint8_t> d)
+        : connect(std::move(c)), data(std::move(d)) {}
+    std::optional<transport::IncomingConnect> connect;
     std::vector<uint8_t> data;
   };
   void accept_rdma(PlacedRdmaRequest& request);

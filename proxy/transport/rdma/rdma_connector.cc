@@ -94,6 +94,12 @@ void RdmaTransportListener::stop() {
 }
 
 void RdmaTransportListener::on_connect_request(rdma_cm_id* id, const uint8_t* data, size_t len) {
+  std::string error;
+  std::optional<IncomingConnect> connect = IncomingConnect::take(id, &error);
+  if (!connect) {
+    log::warn("rdma_accept_failed").kv("reason", error);
+    return;
+  }
   // Another worker may have to take it: the one holding the session it
   // resumes, or the next in turn for a new one.
   if (observer_ && placement_) {
@@ -101,19 +107,15 @@ void RdmaTransportListener::on_connect_request(rdma_cm_id* id, const uint8_t* da
     const char* reason = "";
     bool valid = decode_connect_params(data, len, &params, &reason);
     const tunnel::SessionToken* session = valid && params.session ? &*params.session : nullptr;
-    if (placement_(session, id, std::span<const uint8_t>(data, len))) return;
+    if (placement_(session, *connect, std::span<const uint8_t>(data, len))) return;
   }
-  accept_request(id, data, len);
+  accept_request(std::move(*connect), data, len);
 }
 
-void RdmaTransportListener::accept_request(rdma_cm_id* id, const uint8_t* data, size_t len) {
-  if (!observer_) {
-    rdma_reject(id, nullptr, 0);
-    rdma_destroy_id(id);
-    return;
-  }
+void RdmaTransportListener::accept_request(IncomingConnect connect, const uint8_t* data, size_t len) {
+  if (!observer_) return;  // stopped: `connect` rejects it
   std::string error;
-  auto transport = RdmaTransport::accept(loop_, ctx_, id, data, len, max_data_, this, &error);
+  auto transport = RdmaTransport::accept(loop_, ctx_, std::move(connect), data, len, max_data_, this, &error);
   if (!transport) {
     log::warn("rdma_accept_failed").kv("reason", error);
     return;

@@ -39,16 +39,17 @@ class RdmaTransportListener final : public tunnel::TransportListener, private Rd
   // Binds and listens on `at` (tunnel.address:rdma_port).
   bool listen(const Endpoint& at, std::string* error);
   // Decides which worker accepts a connect request: returns true when it
-  // handed the request (its cm_id and private data) to another worker,
-  // which accepts it there with accept_request(). `session` is the session
-  // the dialer resumes, if it named one. Only the listening worker has one.
-  using Placement =
-      std::function<bool(const tunnel::SessionToken* session, rdma_cm_id* id, std::span<const uint8_t> private_data)>;
+  // took the request (moved from `connect`, with its private data) to
+  // another worker, which accepts it there with accept_request(). `session`
+  // is the session the dialer resumes, if it named one. Only the listening
+  // worker has one.
+  using Placement = std::function<bool(const tunnel::SessionToken* session, IncomingConnect& connect,
+                                       std::span<const uint8_t> private_data)>;
   void set_placement(Placement placement) { placement_ = std::move(placement); }
   // Accepts a connect request on this worker: every request on the
   // listening one, or one another worker's placement handed here (this
   // listener then never listen()s). Rejected once stopped.
-  void accept_request(rdma_cm_id* id, const uint8_t* data, size_t len);
+  void accept_request(IncomingConnect connect, const uint8_t* data, size_t len);
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kRdma; }
   void start(tunnel::InboundObserver* observer) override { observer_ = observer; }
   void stop() override;

@@ -100,32 +100,25 @@ IoPtr<RdmaTransport> RdmaTransport::dial(EventLoop& loop, RdmaContext& ctx, cons
   return t;
 }
 
-IoPtr<RdmaTransport> RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, rdma_cm_id* id,
+IoPtr<RdmaTransport> RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, IncomingConnect connect,
                                            const void* private_data, size_t private_len, uint32_t max_data,
                                            Observer* observer, std::string* error) {
   ConnectParams params;
   const char* reason = "";
   if (!decode_connect_params(private_data, private_len, &params, &reason)) {
     *error = std::string("connect request without valid rdmagw parameters (not an rdmagw peer?): ") + reason;
-    rdma_reject(id, nullptr, 0);
-    rdma_destroy_id(id);
-    return nullptr;
+    return nullptr;  // `connect` rejects it
   }
   auto t = make_io<RdmaTransport>(loop, ctx, max_data, observer);
-  t->id_ = id;
+  rdma_cm_id* id = connect.id();
+  t->id_ = connect.release_id();
+  t->channel_ = connect.release_channel();
   id->context = t.get();
   sockaddr* peer = rdma_get_peer_addr(id);
   t->remote_ = "rdma:" + sockaddr_to_string(peer, sizeof(sockaddr_storage));
   t->peer_recv_depth_ = params.recv_depth;
   t->peer_buffer_size_ = params.buffer_size;
   t->state_ = State::kConnecting;
-  if (!t->open_channel(error) || rdma_migrate_id(id, t->channel_) != 0) {
-    if (error->empty()) *error = std::string("rdma_migrate_id: ") + strerror(errno);
-    rdma_reject(id, nullptr, 0);
-    t->observer_ = nullptr;
-    t->close(tunnel::CloseMode::kAbort);
-    return nullptr;
-  }
   if (!t->setup_qp(error)) {
     rdma_reject(id, nullptr, 0);
     t->observer_ = nullptr;

@@ -21,6 +21,7 @@
 #include "common/address.h"
 #include "common/byte_queue.h"
 #include "proxy/io/event_loop.h"
+#include "proxy/transport/rdma/incoming_connect.h"
 #include "proxy/transport/rdma/rdma_context.h"
 #include "proxy/transport/rdma/rdma_credits.h"
 #include "proxy/tunnel/transport.h"
@@ -51,8 +52,9 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
                                    uint32_t timeout_ms, const tunnel::SessionToken* session, Observer* observer,
                                    std::string* error);
   // Passive side: `id` is from an acknowledged CONNECT_REQUEST.
-  static IoPtr<RdmaTransport> accept(EventLoop& loop, RdmaContext& ctx, rdma_cm_id* id, const void* private_data,
-                                     size_t private_len, uint32_t max_data, Observer* observer, std::string* error);
+  static IoPtr<RdmaTransport> accept(EventLoop& loop, RdmaContext& ctx, IncomingConnect connect,
+                                     const void* private_data, size_t private_len, uint32_t max_data,
+                                     Observer* observer, std::string* error);
   RdmaTransport(EventLoop& loop, RdmaContext& ctx, uint32_t max_data, Observer* observer);
 
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kRdma; }
