@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -98,6 +99,16 @@ def threads_of(sidecar) -> str:
         except OSError as e:
             comm, wchan, stack = "?", "?", str(e)
         out.append(f"  {task.rsplit('/', 1)[1]} {comm} wchan={wchan} {stack}")
+    # A thread waiting on a lock in user space shows only futex_wait above:
+    # its user-space stack says whose lock.
+    if shutil.which("gdb"):
+        try:
+            bt = subprocess.run(["gdb", "-p", str(sidecar.proc.pid), "-batch", "-nx",
+                                 "-ex", "thread apply all bt"],
+                                capture_output=True, text=True, timeout=60).stdout
+            out.append(bt)
+        except subprocess.TimeoutExpired:
+            out.append("  (gdb did not finish in 60 s)")
     return "\n".join(out)
 
 
