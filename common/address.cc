@@ -131,4 +131,18 @@ std::string Endpoint::to_string() const {
   return "tcp:" + sockaddr_to_string(reinterpret_cast<const sockaddr*>(&addr), addr_len);
 }
 
+bool is_loopback(const Endpoint& endpoint) {
+  if (endpoint.kind != Endpoint::Kind::kTcp) return false;
+  if (endpoint.addr.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&endpoint.addr);
+    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (endpoint.addr.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&endpoint.addr);
+    if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127;
+  }
+  return false;
+}
+
 }  // namespace rdmagw

@@ -34,6 +34,10 @@ std::optional<Endpoint> make_tcp_endpoint(std::string_view ip, uint16_t port, st
 // Parses "IP:PORT" / "[IPv6]:PORT" (used for the admin bind address).
 std::optional<Endpoint> parse_host_port(std::string_view text, std::string* error);
 
+// Whether a TCP endpoint's address is loopback (127.0.0.0/8, ::1, or
+// ::ffff:127.x): reachable from this host only.
+bool is_loopback(const Endpoint& endpoint);
+
 // Formats any socket address as text for logs ("127.0.0.1:5000", "unix:...").
 std::string sockaddr_to_string(const sockaddr* sa, socklen_t len);
 

@@ -111,6 +111,7 @@ class alignas(64) WorkerMetrics {
   Counter session_resumes;          // sessions that resumed on a new transport
   Counter stream_resume_failures;   // streams reset because their suspended session could not resume
   Counter resent_bytes;             // session frame bytes sent again after a resume
+  Counter auth_failures;            // tunnel handshakes that failed authentication (either side)
 
   void failed(StreamFailure f) { streams_failed[static_cast<size_t>(f)].add(); }
   ListenerMetrics& listener(std::string_view name);

@@ -9,6 +9,7 @@
 
 #include "common/address.h"
 #include "common/route_match.h"
+#include "common/secret_keys.h"
 
 namespace rdmagw {
 
@@ -57,6 +58,18 @@ struct RdmaConfig {
   uint32_t inline_threshold = 96;            // sends up to this size go inline (eRDMA: at most 96)
 };
 
+// tunnel.auth: who may use the tunnel (docs/security.md).
+enum class AuthMode { kNone, kPsk };
+std::string_view auth_mode_name(AuthMode mode);
+struct AuthConfig {
+  bool configured = false;  // tunnel.auth is written (a non-loopback tunnel requires it)
+  AuthMode mode = AuthMode::kNone;
+  std::vector<std::string> key_files;  // psk: the first proves, every one verifies
+  // psk: the keys, read from key_files by load_config_file() (and again on
+  // every reload); parse_config_text() alone leaves this null.
+  std::shared_ptr<const SecretKeys> keys;
+};
+
 struct TunnelConfig {
   std::string address = "127.0.0.1";
   uint16_t tcp_port = 7471;
@@ -74,6 +87,7 @@ struct TunnelConfig {
   uint32_t resume_timeout_ms = 10000;           // tunnel.resume_timeout_ms: 0 = sessions do not resume
   uint32_t rdma_probe_interval_ms = 2000;       // tunnel.rdma_probe_interval_ms: auto, a session on TCP tries RDMA; 0 = never
   RdmaConfig rdma;                              // tunnel.rdma
+  AuthConfig auth;                              // tunnel.auth
 };
 
 struct Config {
@@ -115,7 +129,9 @@ struct ConfigResult {
   std::vector<ConfigError> errors;
 };
 
+// Reads and parses the file, and reads the key files it names.
 ConfigResult load_config_file(const std::string& path);
-ConfigResult parse_config_text(const std::string& text, const std::string& file_name);
+// Parses `text`; reads no other file unless `read_key_files`.
+ConfigResult parse_config_text(const std::string& text, const std::string& file_name, bool read_key_files = false);
 
 }  // namespace rdmagw

@@ -12,6 +12,7 @@ std::string text(const T& v) {
   return std::to_string(v);
 }
 std::string text(TransportMode m) { return std::string(transport_mode_name(m)); }
+std::string text(AuthMode m) { return std::string(auth_mode_name(m)); }
 
 struct Differ {
   std::vector<std::string>* out;
@@ -97,6 +98,9 @@ std::vector<std::string> restart_only_changes(const Config& running, const Confi
   d.check("tunnel.rdma.send_depth", a.rdma.send_depth, b.rdma.send_depth);
   d.check("tunnel.rdma.busy_poll_us", a.rdma.busy_poll_us, b.rdma.busy_poll_us);
   d.check("tunnel.rdma.inline_threshold", a.rdma.inline_threshold, b.rdma.inline_threshold);
+  // Keys rotate on reload; whether peers authenticate at all does not change
+  // under live sessions.
+  d.check("tunnel.auth.mode", a.auth.mode, b.auth.mode);
   return out;
 }
 
@@ -111,6 +115,12 @@ std::vector<std::string> describe_changes(const Config& running, const Config& n
   Differ d{&out};
   d.check("log_level", running.log_level, next.log_level);
   d.check("shutdown_timeout_ms", running.shutdown_timeout_ms, next.shutdown_timeout_ms);
+  // Key files are read again on every reload, so a key rotated in place
+  // (the same file, new content) counts as a change too.
+  const AuthConfig& ra = running.tunnel.auth;
+  const AuthConfig& na = next.tunnel.auth;
+  bool same_keys = ra.key_files == na.key_files && (ra.keys == na.keys || (ra.keys && na.keys && *ra.keys == *na.keys));
+  if (!same_keys) out.push_back("tunnel.auth: keys changed (" + std::to_string(na.key_files.size()) + " key files)");
   return out;
 }
 

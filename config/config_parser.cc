@@ -28,6 +28,7 @@
 
 #include "common/protocol_limits.h"
 #include "config/config.h"
+#include "config/key_files.h"
 
 namespace rdmagw {
 
@@ -39,6 +40,8 @@ std::string_view transport_mode_name(TransportMode mode) {
   }
   return "auto";
 }
+
+std::string_view auth_mode_name(AuthMode mode) { return mode == AuthMode::kPsk ? "psk" : "none"; }
 
 std::string ConfigError::to_string() const {
   return file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + key_path + ": " +
@@ -74,7 +77,10 @@ const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port"
                               "transport",         "buffer_size",        "stream_window",
                               "session_budget",    "keepalive_interval_ms",
                               "keepalive_timeout_ms", "connect_timeout_ms", "reconnect_max_ms",
-                              "resume_timeout_ms", "rdma_probe_interval_ms", "rdma"};
+                              "resume_timeout_ms", "rdma_probe_interval_ms", "rdma", "auth"};
+const Keys kAuthKeys = {"mode", "key_files"};
+// More is a mistake: rotation needs two (the current key and the next).
+inline constexpr size_t kMaxKeyFiles = 8;
 const Keys kRdmaKeys = {"device", "slab_size", "recv_depth", "send_depth", "busy_poll_us",
                         "inline_threshold"};
 const Keys kPeerKeys = {"name", "address", "tcp_port", "rdma_port"};
@@ -190,7 +196,7 @@ struct ListenUse {
 
 class Parser {
  public:
-  explicit Parser(std::string file) : file_(std::move(file)) {}
+  Parser(std::string file, bool read_key_files) : file_(std::move(file)), read_key_files_(read_key_files) {}
 
   void error(const YAML::Mark& mark, const std::string& path, std::string message) {
     ConfigError e;
@@ -221,6 +227,7 @@ class Parser {
 
   std::optional<Fields> read_map(const Value& v, const Keys& allowed, bool null_is_empty);
   void parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size);
+  void parse_auth(const Value& v, AuthConfig* a);
   bool parse_routes(const Value& v, const std::vector<std::string>& peer_names, std::vector<RouteConfig>* routes);
   // A `peer:` value that must name a defined peer.
   bool read_peer_ref(const Value& x, const std::vector<std::string>& peer_names, std::string* out);
@@ -253,6 +260,7 @@ class Parser {
   void parse_targets(const Value& v, Config* cfg);
 
   std::string file_;
+  bool read_key_files_;
   std::vector<ConfigError> errors_;
 };
 
@@ -546,6 +554,54 @@ void Parser::parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size) {
   }
 }
 
+void Parser::parse_auth(const Value& v, AuthConfig* a) {
+  a->configured = true;  // even when invalid: its own errors say what is wrong
+  std::optional<Fields> maybe = read_map(v, kAuthKeys, false);
+  if (!maybe) return;
+  const Fields& f = *maybe;
+  const Value* mode = find(f, "mode");
+  if (!mode) {
+    error(v.mark, v.path, "needs mode: psk (with key_files) or none");
+    return;
+  }
+  std::optional<std::string> name = get_choice(*mode, {"psk", "none"});
+  if (!name) return;
+  a->mode = *name == "psk" ? AuthMode::kPsk : AuthMode::kNone;
+  const Value* files = find(f, "key_files");
+  if (a->mode == AuthMode::kNone) {
+    if (files) error(files->key_mark, files->path, "key_files is for mode psk; mode none takes no key");
+    return;
+  }
+  if (!files) {
+    error(mode->mark, v.path, "mode psk needs key_files: the files holding the keys (the first proves, each verifies)");
+    return;
+  }
+  std::optional<std::vector<Value>> items = read_list(*files);
+  if (!items) return;
+  if (items->empty()) error(files->mark, files->path, "mode psk needs at least one key file");
+  if (items->size() > kMaxKeyFiles)
+    error(files->mark, files->path,
+          "has " + std::to_string(items->size()) + " files; at most " + std::to_string(kMaxKeyFiles) +
+              " (rotation needs two: the current key and the next)");
+  auto keys = std::make_shared<SecretKeys>();
+  for (const Value& item : *items) {
+    std::optional<std::string> path = get_string(item);
+    if (!path) continue;
+    if (path->front() != '/') {
+      error(item.mark, item.path, "must be an absolute path, got " + quote(*path));
+      continue;
+    }
+    a->key_files.push_back(*path);
+    if (!read_key_files_) continue;
+    std::string key, why;
+    if (read_key_file(*path, &key, &why))
+      keys->add(std::move(key));
+    else
+      error(item.mark, item.path, *path + ": " + why);
+  }
+  if (read_key_files_) a->keys = std::move(keys);
+}
+
 std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   std::optional<Fields> maybe = v ? read_map(*v, kTunnelKeys, true) : std::optional<Fields>(Fields{});
   if (!maybe) return std::nullopt;
@@ -594,6 +650,7 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   number("resume_timeout_ms", &t->resume_timeout_ms, 0, 600000, false);
   number("rdma_probe_interval_ms", &t->rdma_probe_interval_ms, 0, 600000, false);
   if (const Value* r = find(f, "rdma")) parse_rdma(*r, &t->rdma, t->buffer_size);
+  if (const Value* a = find(f, "auth")) parse_auth(*a, &t->auth);
 
   // Cross-field rules. Reported at the dependent key when it was given,
   // otherwise at the key whose value broke the rule against a default.
@@ -634,6 +691,15 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   std::string err;
   auto ep = make_tcp_endpoint(t->address, t->tcp_port, &err);
   if (!ep) return std::nullopt;
+  // Secure by default: a tunnel other hosts can reach takes peers only with
+  // a key, unless the file says in so many words that it takes anyone.
+  if (!t->auth.configured && !is_loopback(*ep)) {
+    const Value* address = find(f, "address");
+    error(address ? address->mark : YAML::Mark(), prefix + ".auth",
+          "tunnel.address " + t->address +
+              " is reachable from other hosts, so tunnel.auth is required: `auth: {mode: psk, key_files: "
+              "[FILE]}` (docs/security.md), or `auth: {mode: none}` to let any host that reaches it in");
+  }
   const Value* at = tcp_port ? tcp_port : find(f, "address");
   ListenUse use;
   use.endpoint = *ep;
@@ -863,8 +929,8 @@ void Parser::parse_targets(const Value& v, Config* cfg) {
 
 }  // namespace
 
-ConfigResult parse_config_text(const std::string& text, const std::string& file_name) {
-  Parser parser(file_name);
+ConfigResult parse_config_text(const std::string& text, const std::string& file_name, bool read_key_files) {
+  Parser parser(file_name, read_key_files);
   auto cfg = std::make_shared<Config>();
   cfg->source_file = file_name;
 
@@ -931,7 +997,7 @@ ConfigResult load_config_file(const std::string& path) {
     text.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
-  return parse_config_text(text, path);
+  return parse_config_text(text, path, true);
 }
 
 }  // namespace rdmagw

@@ -42,12 +42,14 @@ ib_lat=$(awk '$1 == 64 {print $5}' "$work/lat_client" | tail -1)
 echo "   ib_send_lat typical (one-way): $ib_lat us"
 
 echo "== rdmagw pair on transport: rdma"
+# The tunnel is on the lab's address, so it authenticates (docs/security.md).
+(umask 077 && head -c 32 /dev/urandom | base64 >"$work/key")
 cat >"$work/b.yaml" <<Y
 node: host-b
 admin: 127.0.0.1:17489
 workers: 1
 log_level: warn
-tunnel: {address: $addr, tcp_port: 17481, rdma_port: 17482, transport: $transport, buffer_size: $buffer, rdma: {slab_size: 128MiB, busy_poll_us: $busy}}
+tunnel: {address: $addr, tcp_port: 17481, rdma_port: 17482, transport: $transport, buffer_size: $buffer, rdma: {slab_size: 128MiB, busy_poll_us: $busy}, auth: {mode: psk, key_files: ["$work/key"]}}
 targets: ["tcp:127.0.0.1:16401", "tcp:127.0.0.1:16402"]
 Y
 cat >"$work/a.yaml" <<Y
@@ -55,7 +57,7 @@ node: host-a
 admin: 127.0.0.1:17479
 workers: 1
 log_level: warn
-tunnel: {address: $addr, tcp_port: 17471, rdma_port: 17472, transport: $transport, buffer_size: $buffer, rdma: {slab_size: 128MiB, busy_poll_us: $busy}}
+tunnel: {address: $addr, tcp_port: 17471, rdma_port: 17472, transport: $transport, buffer_size: $buffer, rdma: {slab_size: 128MiB, busy_poll_us: $busy}, auth: {mode: psk, key_files: ["$work/key"]}}
 peers:
   - {name: host-b, address: $addr, tcp_port: 17481, rdma_port: 17482}
 listeners:

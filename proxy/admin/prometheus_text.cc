@@ -164,6 +164,9 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Met
   p.sample("rdmagw_stream_resume_failures_total", {}, totals.stream_resume_failures);
   p.family("rdmagw_resent_bytes_total", "counter", "Session frame bytes sent again after a resume.");
   p.sample("rdmagw_resent_bytes_total", {}, totals.resent_bytes);
+  p.family("rdmagw_auth_failures_total", "counter",
+           "Tunnel handshakes that failed authentication: a peer without a valid key, or one that refused ours.");
+  p.sample("rdmagw_auth_failures_total", {}, totals.auth_failures);
   p.family("rdmagw_config_reloads_total", "counter", "Configuration reloads applied.");
   p.sample("rdmagw_config_reloads_total", {}, process.config_reloads.value());
   p.family("rdmagw_config_reload_failures_total", "counter", "Configuration reloads refused; the running one was kept.");

@@ -265,7 +265,14 @@ int Runtime::run() {
       .kv("transport", transport_)
       .kv("transport_reason", rdma_reason_)
       .kv("admin", config_->admin)
+      .kv("auth", auth_mode_name(config_->tunnel.auth.mode))
       .kv("io_uring", features_);
+  const AuthConfig& auth = config_->tunnel.auth;
+  if (auth.configured && auth.mode == AuthMode::kNone)
+    log::warn("auth_disabled")
+        .kv("reason", "tunnel.auth.mode is none: any host that reaches " + config_->tunnel.address +
+                          " may open streams to every target")
+        .kv("fix", "tunnel.auth: {mode: psk, key_files: [FILE]} (docs/security.md)");
   running_ = true;  // reloads are taken from here on
   takeover_thread_ = std::thread([this] { serve_takeovers(); });
   wait_for_signals();

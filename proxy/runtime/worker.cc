@@ -82,6 +82,8 @@ bool Worker::init(std::string* error) {
   session_settings_.resume_timeout_ms = t.resume_timeout_ms;
   session_settings_.instance = process_instance();
   session_settings_.metrics = &metrics_;
+  auth_keyring_.keys = t.auth.mode == AuthMode::kPsk ? t.auth.keys : nullptr;
+  session_settings_.auth = &auth_keyring_;
 
   tcp_connector_ = std::make_unique<transport::TcpConnector>(loop_, *pool_, t.buffer_size);
   if (rdma_) rdma_connector_ = std::make_unique<transport::RdmaConnector>(loop_, *rdma_, t.buffer_size);
@@ -253,6 +255,9 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
 
 void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) {
   config_ = std::move(config);
+  // Keys read again by the reload: handshakes from now on use them (the
+  // mode itself never changes on reload, see config_diff.cc).
+  if (config_->tunnel.auth.mode == AuthMode::kPsk) auth_keyring_.keys = config_->tunnel.auth.keys;
   // Peers: one whose address changed is a new peer; its old link finishes
   // the streams it carries, like a removed one.
   std::vector<std::unique_ptr<tunnel::PeerLink>> links;

@@ -162,6 +162,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   std::unique_ptr<transport::RdmaContext> rdma_;
   EventLoop loop_;
   std::unique_ptr<local::StreamHost> host_;
+  tunnel::AuthKeyring auth_keyring_;  // session_settings_.auth points here
   tunnel::SessionSettings session_settings_;
   // The transports, behind the tunnel's seam.
   std::unique_ptr<tunnel::Connector> tcp_connector_;

@@ -15,6 +15,7 @@ std::string_view frame_type_name(FrameType type) {
     case FrameType::kGoaway: return "GOAWAY";
     case FrameType::kSession: return "SESSION";
     case FrameType::kAck: return "ACK";
+    case FrameType::kAuth: return "AUTH";
   }
   return "UNKNOWN";
 }
@@ -55,6 +56,29 @@ bool decode_session(std::span<const uint8_t> payload, SessionPayload* out, std::
   }
   out->kind = static_cast<SessionKind>(kind);
   out->received = get_u64(p + 20);
+  return true;
+}
+
+size_t encode_auth(uint8_t* out, const AuthPayload& auth) {
+  encode_header(out, FrameType::kAuth, 0, kAuthPayloadSize);
+  uint8_t* p = out + kHeaderSize;
+  put_u32(p, static_cast<uint32_t>(auth.step));
+  std::memcpy(p + 4, auth.value.data(), kAuthValueSize);
+  return kHeaderSize + kAuthPayloadSize;
+}
+
+bool decode_auth(std::span<const uint8_t> payload, AuthPayload* out, std::string* reason) {
+  if (payload.size() != kAuthPayloadSize) {
+    *reason = "AUTH payload must be " + std::to_string(kAuthPayloadSize) + " bytes";
+    return false;
+  }
+  uint32_t step = get_u32(payload.data());
+  if (step != static_cast<uint32_t>(AuthStep::kChallenge) && step != static_cast<uint32_t>(AuthStep::kProof)) {
+    *reason = "AUTH step " + std::to_string(step) + " unknown";
+    return false;
+  }
+  out->step = static_cast<AuthStep>(step);
+  std::memcpy(out->value.data(), payload.data() + 4, kAuthValueSize);
   return true;
 }
 
@@ -116,7 +140,7 @@ uint8_t* encode_open_before(uint8_t* payload_start, uint32_t stream_id, std::str
 
 bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, std::string* reason) {
   uint8_t type = raw[0];
-  if (type < static_cast<uint8_t>(FrameType::kHello) || type > static_cast<uint8_t>(FrameType::kAck)) {
+  if (type < static_cast<uint8_t>(FrameType::kHello) || type > static_cast<uint8_t>(FrameType::kAuth)) {
     *reason = "unknown frame type " + std::to_string(type);
     return false;
   }
@@ -146,6 +170,7 @@ bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, st
     case FrameType::kGoaway: limit = 4; needs_stream = false; break;
     case FrameType::kSession: limit = kSessionPayloadSize; needs_stream = false; break;
     case FrameType::kAck: limit = 8; needs_stream = false; break;
+    case FrameType::kAuth: limit = kAuthPayloadSize; needs_stream = false; break;
   }
   if (out->length > limit) {
     *reason = std::string(frame_type_name(out->type)) + " payload of " + std::to_string(out->length) +
@@ -158,7 +183,8 @@ bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, st
   }
   bool session_only = out->type == FrameType::kHello || out->type == FrameType::kPing ||
                       out->type == FrameType::kPong || out->type == FrameType::kGoaway ||
-                      out->type == FrameType::kSession || out->type == FrameType::kAck;
+                      out->type == FrameType::kSession || out->type == FrameType::kAck ||
+                      out->type == FrameType::kAuth;
   if (session_only && out->stream_id != 0) {
     *reason = std::string(frame_type_name(out->type)) + " on stream " + std::to_string(out->stream_id) +
               " (must be 0)";

@@ -2,6 +2,7 @@
 // Tunnel frames: the same bytes travel over the TCP and RDMA transports.
 // Layout and rules: docs/protocol.md. Every field of a received frame is
 // validated here before the session acts on it: frames are untrusted input.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -41,6 +42,8 @@ enum class FrameType : uint8_t {
   // Resumable sessions only (both HELLOs carry kCapResume):
   kSession = 10,  // the session's identity, and where a resume starts
   kAck = 11,      // how much of the sender's session frames arrived
+  // Authenticated tunnels only (tunnel.auth.mode psk: both HELLOs carry kCapAuth):
+  kAuth = 12,  // a challenge (a nonce) or a proof (an HMAC), docs/protocol.md "Authentication"
 };
 
 // HELLO capability bits.
@@ -49,6 +52,8 @@ inline constexpr uint32_t kCapResume = 1;  // sessions survive their transport (
 // worker holding that session: a session may resume on RDMA whichever
 // transport it began on.
 inline constexpr uint32_t kCapRdmaPlacement = 2;
+// The sender authenticates with a pre-shared key: AUTH frames follow HELLO.
+inline constexpr uint32_t kCapAuth = 4;
 
 // GOAWAY codes.
 enum class GoawayCode : uint32_t {
@@ -136,6 +141,19 @@ struct SessionPayload {
 inline constexpr size_t kSessionPayloadSize = 8 + 8 + 4 + 8;
 size_t encode_session(uint8_t* out, const SessionPayload& session);
 bool decode_session(std::span<const uint8_t> payload, SessionPayload* out, std::string* reason);
+
+// AUTH: the dialer's challenge, the acceptor's challenge, the dialer's
+// proof, the acceptor's proof (in that order). A challenge carries a nonce,
+// a proof an HMAC-SHA256; both are kAuthValueSize bytes.
+enum class AuthStep : uint8_t { kChallenge = 1, kProof = 2 };
+inline constexpr size_t kAuthValueSize = 32;
+struct AuthPayload {
+  AuthStep step = AuthStep::kChallenge;
+  std::array<uint8_t, kAuthValueSize> value{};
+};
+inline constexpr size_t kAuthPayloadSize = 4 + kAuthValueSize;
+size_t encode_auth(uint8_t* out, const AuthPayload& auth);
+bool decode_auth(std::span<const uint8_t> payload, AuthPayload* out, std::string* reason);
 
 struct HelloPayload {
   uint16_t version = kProtocolVersion;

@@ -40,6 +40,7 @@ std::string_view session_end_name(SessionEnd end) {
     case SessionEnd::kResumeRefused: return "resume-refused";
     case SessionEnd::kPeerGone: return "peer-gone";
     case SessionEnd::kPeerRestarted: return "peer-restarted";
+    case SessionEnd::kAuthFailed: return "auth-failed";
   }
   return "unknown";
 }
@@ -142,11 +143,15 @@ bool Session::send_hello() {
   hello.node = settings_.node.substr(0, kMaxNodeNameLength);
   if (settings_.resume_timeout_ms > 0) hello.capabilities |= kCapResume;
   hello.capabilities |= kCapRdmaPlacement;
-  uint8_t* out =
-      transport_->outbound().handshake().append_contiguous(kHeaderSize + kHelloFixedSize + hello.node.size());
+  if (auth_enabled()) hello.capabilities |= kCapAuth;
+  size_t size = kHeaderSize + kHelloFixedSize + hello.node.size();
+  uint8_t* out = transport_->outbound().handshake().append_contiguous(size);
   if (!out) return false;
   encode_hello(out, hello);
   ++counters_.frames_out;
+  // AUTH follows HELLO at once (the appended bytes stay put until sent).
+  if (auth_enabled() && !send_auth_after_hello(std::span<const uint8_t>(out + kHeaderSize, size - kHeaderSize)))
+    return false;
   transport_->request_send();
   return true;
 }
@@ -196,16 +201,22 @@ void Session::close(SessionEnd end, std::string_view reason, CloseMode mode) {
         .kv("reason", reason);
     if (settings_.metrics) settings_.metrics->stream_resume_failures.add(streams_.size());
   }
+  // A connection that failed to authenticate was never a session: its
+  // auth_failed line (once per address) is its only record, so a flood of
+  // them cannot flood the log.
+  bool quiet = end == SessionEnd::kAuthFailed && state_ == State::kHandshake && role_ == Role::kAcceptor;
   state_ = State::kClosed;
   end_ = end;
   end_reason_ = std::string(reason);
   count_session_closed();
-  log::info("session_closed")
-      .kv("peer", peer_label())
-      .kv("transport", transport_kind_name(transport_kind_))
-      .kv("streams", streams_.size())
-      .kv("end", session_end_name(end))
-      .kv("reason", reason);
+  if (!quiet) {
+    log::info("session_closed")
+        .kv("peer", peer_label())
+        .kv("transport", transport_kind_name(transport_kind_))
+        .kv("streams", streams_.size())
+        .kv("end", session_end_name(end))
+        .kv("reason", reason);
+  }
   if (transport_) transport_->close(mode);
   link_ = Link::kNone;
   // Streams learn of it at the end of the batch (never inside a call of
@@ -542,6 +553,13 @@ void Session::hand_over(Stream& stream, std::span<const uint8_t> bytes) {
 // --- frames from the peer ------------------------------------------------------
 
 void Session::on_transport_closed(std::string_view reason) {
+  // An acceptor ends the transport without a word when our proof fails:
+  // the end right after it is the only answer we get.
+  if (auth_ && role_ == Role::kDialer && auth_->expect == AuthStep::kProof) {
+    auth_failed("the peer ended the connection after our proof: it holds none of the key we prove with "
+                "(do tunnel.auth.key_files differ?)");
+    return;
+  }
   lose_transport(SessionEnd::kTransportFailed, reason);
 }
 
@@ -558,8 +576,16 @@ bool Session::on_frame(const FrameHeader& h, std::span<const uint8_t> payload) {
 bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payload) {
   ++counters_.frames_in;
   last_receive_ = loop().now();
+  if (h.type == FrameType::kAuth && !auth_enabled())
+    return protocol_error("AUTH: the peer authenticates (tunnel.auth.mode psk there) but tunnel.auth.mode is none here");
   if (link_ == Link::kHello && h.type != FrameType::kHello)
     return protocol_error(std::string(frame_type_name(h.type)) + " before HELLO");
+  if (link_ == Link::kAuth) {
+    if (h.type == FrameType::kAuth) return on_auth(payload);
+    if (h.type == FrameType::kHello && role_ == Role::kDialer)
+      return auth_failed("the peer does not authenticate (its tunnel.auth.mode is none)");
+    return protocol_error(std::string(frame_type_name(h.type)) + " before AUTH");
+  }
   if (link_ == Link::kSession) {
     if (h.type != FrameType::kSession)
       return protocol_error(std::string(frame_type_name(h.type)) + " before SESSION");
@@ -576,6 +602,8 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
       return on_hello(payload);
     case FrameType::kSession:
       return protocol_error("SESSION after the handshake");
+    case FrameType::kAuth:
+      return protocol_error("AUTH after the handshake");
     case FrameType::kAck:
       return on_ack(h, payload);
     case FrameType::kOpen:
@@ -627,6 +655,11 @@ bool Session::on_hello(std::span<const uint8_t> payload) {
   std::string reason;
   HelloPayload hello;
   if (!decode_hello(payload, &hello, &reason)) return protocol_error(reason);
+  if (auth_enabled()) return hold_hello(payload, std::move(hello));
+  return accept_hello(std::move(hello));
+}
+
+bool Session::accept_hello(HelloPayload hello) {
   if (state_ == State::kResuming) {
     // The dialer resumes: the same peer, with the settings the session was
     // opened with, or the session cannot go on.

@@ -30,6 +30,7 @@
 #include "common/metrics.h"
 #include "proxy/io/event_loop.h"
 #include "proxy/tunnel/frame.h"
+#include "proxy/tunnel/peer_auth.h"
 #include "proxy/tunnel/session_image.h"
 #include "proxy/tunnel/stream.h"
 #include "proxy/tunnel/stream_window.h"
@@ -59,6 +60,7 @@ enum class SessionEnd : uint8_t {
   kResumeRefused,     // the peer does not know the session (it restarted, or ended it)
   kPeerGone,          // the peer's host refused the new connection: its rdmagw is not running
   kPeerRestarted,     // the peer's process is a new one (a fresh session from it says so)
+  kAuthFailed,        // the peer did not prove it holds a key (or we could not prove it to the peer)
 };
 std::string_view session_end_name(SessionEnd end);
 
@@ -109,6 +111,9 @@ struct SessionSettings {
   // lower it to reach exhaustion).
   uint32_t max_stream_id = kMaxStreamId;
   metrics::WorkerMetrics* metrics = nullptr;  // the worker's counters (null in unit tests)
+  // The keys to prove and verify with (tunnel.auth.mode psk), owned by the
+  // worker and swapped by a reload; null or empty: peers are not authenticated.
+  const AuthKeyring* auth = nullptr;
   // Label for this session's peer counters: the configured peer name for
   // sessions we dial; empty for accepted ones, which use the HELLO's node.
   std::string peer_label;
@@ -238,6 +243,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   enum class Link : uint8_t {
     kNone,     // no transport
     kHello,    // the peer's HELLO
+    kAuth,     // the peer's AUTH (authenticated tunnels: auth_->expect says which)
     kSession,  // the peer's SESSION (resumable sessions)
     kReady,    // session frames
   };
@@ -248,6 +254,19 @@ class Session final : public IoObject, public Flushable, private TransportSink {
 
   bool handle_frame(const FrameHeader& header, std::span<const uint8_t> payload);
   bool send_hello();
+
+  // --- authentication (session_auth.cc) ---
+  bool auth_enabled() const { return settings_.auth && settings_.auth->enabled(); }
+  // After our HELLO (whose payload is `hello`): the dialer's challenge, or
+  // the acceptor's proof.
+  bool send_auth_after_hello(std::span<const uint8_t> hello);
+  bool send_auth(AuthStep step, const AuthValue& value);
+  // The peer's HELLO on an authenticated tunnel: held until its proof.
+  bool hold_hello(std::span<const uint8_t> payload, HelloPayload hello);
+  bool on_auth(std::span<const uint8_t> payload);
+  // Ends this transport without a word to the peer; logs once per address.
+  bool auth_failed(std::string_view reason);
+  AuthTranscript auth_transcript(bool with_acceptor_hello) const;
   void open_now();
   void count_session_open();
 
@@ -282,6 +301,8 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   uint64_t usable_session_credit() const;
   bool protocol_error(std::string reason);
   bool on_hello(std::span<const uint8_t> payload);
+  // The peer's HELLO, authenticated if the tunnel is.
+  bool accept_hello(HelloPayload hello);
   bool on_open(const FrameHeader& h, std::span<const uint8_t> payload);
   bool on_data(const FrameHeader& h, std::span<const uint8_t> payload);
   bool on_window(const FrameHeader& h, std::span<const uint8_t> payload);
@@ -348,6 +369,14 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   bool parsing_ = false;  // inside on_frame(): streams must not call in (asserted)
   std::string peer_node_;
   HelloPayload peer_hello_;
+  // One transport's authentication, while it runs (session_auth.cc).
+  struct AuthExchange {
+    AuthStep expect = AuthStep::kChallenge;  // the peer's next AUTH
+    AuthValue dialer_nonce{}, acceptor_nonce{};
+    std::vector<uint8_t> dialer_hello, acceptor_hello;  // HELLO payloads as sent
+    HelloPayload peer_hello;  // held until the peer's proof verifies
+  };
+  std::unique_ptr<AuthExchange> auth_;
 
   std::unordered_map<uint32_t, Stream*> streams_;
   uint32_t next_local_id_;

@@ -46,7 +46,21 @@ def load(path: Path) -> list:
 
 
 def check_config(rdmagw_bin, path: Path) -> str:
-    proc = run([rdmagw_bin, "--check", "--config", path])
+    """rdmagw --check on `path`, with the key files it names (which exist in
+    the container, not here) replaced by a private key file made here."""
+    import base64
+    import os
+    import tempfile
+    text = path.read_text()
+    with tempfile.TemporaryDirectory() as work:
+        key = os.path.join(work, "key")
+        with open(key, "w") as f:
+            f.write(base64.b64encode(os.urandom(32)).decode() + "\n")
+        os.chmod(key, 0o400)
+        text = re.sub(r"key_files: \[[^\]]*\]", f"key_files: [{key}]", text)
+        checked = Path(work) / path.name
+        checked.write_text(text)
+        proc = run([rdmagw_bin, "--check", "--config", checked])
     assert proc.returncode == 0, f"{path} fails rdmagw --check:\n{proc.stdout}{proc.stderr}"
     return proc.stdout
 
@@ -90,6 +104,10 @@ def test_compose_file_wires_init_sidecar_and_app_into_each_hosts_namespace():
         source, target, *_ = s["volumes"][0].split(":")
         assert (DOCKER / source).resolve() == EXAMPLES / f"{host}.yaml" and target == "/etc/rdmagw/rdmagw.yaml"
         assert cfg["tunnel"]["address"] == address[host], f"{host}.yaml tunnel.address"
+        # The key each configuration names is mounted there, from the one file both share.
+        mounts = dict(v.split(":")[1::-1] for v in s["volumes"])
+        (key_path,) = cfg["tunnel"]["auth"]["key_files"]
+        assert cfg["tunnel"]["auth"]["mode"] == "psk" and mounts.get(key_path) == "./keys/fleet", s["volumes"]
 
     (peer,) = a_cfg["peers"]
     assert peer["address"] == address["host-b"] and peer["tcp_port"] == b_cfg["tunnel"]["tcp_port"]
@@ -178,6 +196,15 @@ def test_pod_init_sidecar_and_configmap_agree():
     assert volume["configMap"]["name"] == configmap["metadata"]["name"]
     assert config_path.name in configmap["data"]
     assert volume["configMap"]["defaultMode"] & 0o004, "not world-readable"
+
+    # The key comes from a Secret, readable by the sidecar's group only
+    # (fsGroup), mounted where key_files says.
+    assert config["tunnel"]["auth"]["mode"] == "psk"
+    (key_path,) = config["tunnel"]["auth"]["key_files"]
+    (mount,) = [m for m in sidecar["volumeMounts"] if key_path.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["defaultMode"] & 0o077 == 0o040, "a key readable beyond the group"
+    assert spec["securityContext"]["fsGroup"] == SIDECAR_UID
 
     # The device comes from the eRDMA device plugin; pinned memory is charged
     # to the container, so its memory limit must cover workers x slab_size.

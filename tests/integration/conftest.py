@@ -135,14 +135,54 @@ def _q(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+_key_dir: str | None = None
+
+
+def key_file(name: str = "fleet", content: str | None = None, mode: int = 0o400, uid: int | None = None) -> str:
+    """A pre-shared key file for tunnel.auth (one per name and test run,
+    rewritten when `content` is given): 32 random bytes, base64, as
+    docs/security.md makes them. `uid`: its owner (an rdmagw that runs as
+    another user reads its key as that user)."""
+    global _key_dir
+    if _key_dir is None:
+        _key_dir = tempfile.mkdtemp(prefix="rdmagw-test-keys-")
+        os.chmod(_key_dir, 0o711)  # the files are private; the directory is only traversed
+    path = os.path.join(_key_dir, name)
+    if content is None and os.path.exists(path):
+        return path
+    if content is None:
+        import base64
+        content = base64.b64encode(os.urandom(32)).decode() + "\n"
+    if os.path.exists(path):
+        os.chmod(path, 0o600)
+    with open(path, "w") as f:
+        f.write(content)
+    os.chmod(path, mode)
+    if uid is not None:
+        os.chown(path, uid, uid)
+    return path
+
+
+def auth_yaml(auth) -> list[str]:
+    """tunnel.auth lines: "psk" (the run's fleet key), a list of key file
+    paths, "none", or None (no auth section: only a loopback tunnel may)."""
+    if auth is None:
+        return []
+    if auth == "none":
+        return ["  auth: {mode: none}"]
+    files = [key_file()] if auth == "psk" else list(auth)
+    return ["  auth:", "    mode: psk", f"    key_files: [{', '.join(files)}]"]
+
+
 def render_config(node: str, tunnel_port: int, admin_port: int, peers=(), listeners=(),
                   targets=(), workers: int = 2, shutdown_timeout_ms: int = 3000,
                   tunnel_extra: dict | None = None, extra_lines=(), rdma_port: int | None = None,
                   transport: str | None = None, address: str = TUNNEL_ADDR,
-                  peer_address: str = TUNNEL_ADDR) -> str:
+                  peer_address: str = TUNNEL_ADDR, auth="psk") -> str:
     """Renders one sidecar's YAML.  peers: [(name, tcp_port[, rdma_port])] at
     `peer_address`; listeners: dicts with name, listen, peer, target (endpoint
-    strings); targets: endpoint strings; `address`: its own tunnel address."""
+    strings); targets: endpoint strings; `address`: its own tunnel address;
+    `auth`: see auth_yaml (every test pair authenticates unless it says not)."""
     transport = transport or TEST_TRANSPORT
     out = [
         f"node: {node}",
@@ -157,6 +197,7 @@ def render_config(node: str, tunnel_port: int, admin_port: int, peers=(), listen
         out += [f"  rdma_port: {rdma_port or free_port()}", f"  rdma: {TEST_RDMA}"]
     for k, v in (tunnel_extra or {}).items():
         out.append(f"  {k}: {v}")
+    out += auth_yaml(auth)
     if peers:
         out.append("peers:")
         for name, port, *rest in peers:
@@ -484,12 +525,15 @@ def pair(sidecar, sock_dir):
     to be ready.  listeners: dicts {name, target, listen: "tcp" | "unix"}.
     hosts=(ns_a, ip_a, ns_b, ip_b) runs each in its network namespace with its
     tunnel on that address (netns_hosts.two_hosts makes them); listeners and
-    targets must then be Unix sockets, which both namespaces reach."""
+    targets must then be Unix sockets, which both namespaces reach.
+    a_auth/b_auth: tunnel.auth of each (conftest.auth_yaml; default: the run's
+    fleet key on both)."""
 
     def build(listeners, targets, *, a_tunnel: dict | None = None,
               b_tunnel: dict | None = None, shutdown_timeout_ms: int = 3000,
               workers: int = 2, start: bool = True, a_transport: str | None = None,
-              b_transport: str | None = None, hosts: tuple | None = None) -> Pair:
+              b_transport: str | None = None, hosts: tuple | None = None,
+              a_auth="psk", b_auth="psk") -> Pair:
         ns_a, ip_a, ns_b, ip_b = hosts or (None, TUNNEL_ADDR, None, TUNNEL_ADDR)
         a_port, b_port = free_port(), free_port()
         a_rdma, b_rdma = free_port(), free_port()
@@ -507,12 +551,12 @@ def pair(sidecar, sock_dir):
         b = sidecar("host-b", tunnel_port=b_port, admin_port=free_port(), targets=list(targets),
                     workers=workers, shutdown_timeout_ms=shutdown_timeout_ms,
                     tunnel_extra=b_tunnel, rdma_port=b_rdma, transport=b_transport,
-                    netns=ns_b, address=ip_b)
+                    netns=ns_b, address=ip_b, auth=b_auth)
         a = sidecar("host-a", tunnel_port=a_port, admin_port=free_port(),
                     peers=[("host-b", b_port, b_rdma)], listeners=list(resolved.values()),
                     workers=workers, shutdown_timeout_ms=shutdown_timeout_ms,
                     tunnel_extra=a_tunnel, rdma_port=a_rdma, transport=a_transport,
-                    netns=ns_a, address=ip_a, peer_address=ip_b)
+                    netns=ns_a, address=ip_a, peer_address=ip_b, auth=a_auth)
         if start:
             b.start()
             a.start()

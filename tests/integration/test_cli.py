@@ -110,7 +110,8 @@ def test_too_few_threads_fails_start_naming_the_thread(rdmagw_bin):
         os.chmod(work, 0o755)  # read by the unprivileged uid below
         cfg = os.path.join(work, "n.yaml")
         with open(cfg, "w") as f:
-            f.write(render_config("host-a", tunnel_port=free_port(), admin_port=free_port(), workers=4))
+            # auth=None (a loopback tunnel): the unprivileged uid below could not read the key file.
+            f.write(render_config("host-a", tunnel_port=free_port(), admin_port=free_port(), workers=4, auth=None))
         os.chmod(cfg, 0o644)
         # On the sanitizer build: LeakSanitizer's exit check needs a thread of
         # its own, which this limit refuses (a fatal error of LSan, not a leak);

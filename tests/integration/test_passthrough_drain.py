@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from clients import require_root_and, socket_end
-from conftest import REPO, RDMAGW_BIN
+from conftest import key_file, REPO, RDMAGW_BIN
 
 A_IP, B_IP, NET = "10.202.0.1", "10.202.0.2", "10.202.0.0/24"  # only inside this test's namespaces
 PORT = 9000
@@ -165,7 +165,7 @@ class HostA:
 workers: 1
 log_level: debug
 admin: "127.0.0.1:9901"
-tunnel: {{address: "{A_IP}", tcp_port: 7471, transport: tcp}}
+tunnel: {{address: "{A_IP}", tcp_port: 7471, transport: tcp, auth: {{mode: psk, key_files: [{key_file("fleet-nobody", content=open(key_file()).read(), uid=NOBODY)}]}}}}
 listeners:
   - name: outbound
     listen: "transparent:127.0.0.1:15001"

@@ -101,8 +101,10 @@ def gw(pair, backend):
     echo = backend(EchoServer())
     stall = backend(StallServer(io_timeout=30))
     dead = f"tcp:127.0.0.1:{free_port()}"  # on the allowlist, nobody listens
+    # No tunnel.auth (loopback): the hostile peer's frames reach the session
+    # parser. What an unauthenticated peer gets with auth on: test_auth.py.
     p = pair([{"name": "echo", "target": echo.endpoint}],
-             [echo.endpoint, stall.endpoint, dead])
+             [echo.endpoint, stall.endpoint, dead], a_auth=None, b_auth=None)
     g = Gateway(p, echo, stall, dead)
     g.before()
     yield g

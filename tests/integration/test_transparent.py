@@ -18,7 +18,7 @@ import pytest
 
 from clients import require_root_and
 from netns_hosts import run, two_hosts
-from conftest import REPO, RDMAGW_BIN, sanitizer_failure
+from conftest import key_file, REPO, RDMAGW_BIN, sanitizer_failure
 
 # Addresses exist only inside this test's namespaces.
 FAMILIES = {
@@ -89,19 +89,21 @@ def test_transparent_redirect_tunnels_passes_through_and_rejects(hosts):
     A_IP, B_IP, ep = fam["a"], fam["b"], fam["fmt"]
     work = Path(tempfile.mkdtemp(prefix="rdmagw-tp-"))
     os.chmod(work, 0o755)  # rdmagw A runs as nobody and must read its config
+    # ... and its key: the fleet key, in a file of its own that nobody owns.
+    nobody_key = key_file("fleet-nobody", content=open(key_file()).read(), uid=NOBODY)
     procs = []
     try:
         (work / "b.yaml").write_text(f"""node: host-b
 workers: 1
 admin: "127.0.0.1:9902"
-tunnel: {{address: "{B_IP}", tcp_port: 7471, transport: tcp}}
+tunnel: {{address: "{B_IP}", tcp_port: 7471, transport: tcp, auth: {{mode: psk, key_files: [{key_file()}]}}}}
 targets: ["tcp:{ep(B_IP, 8000)}"]
 """)
         (work / "a.yaml").write_text(f"""node: host-a
 workers: 1
 log_level: debug
 admin: "127.0.0.1:9901"
-tunnel: {{address: "{A_IP}", tcp_port: 7471, transport: tcp}}
+tunnel: {{address: "{A_IP}", tcp_port: 7471, transport: tcp, auth: {{mode: psk, key_files: [{nobody_key}]}}}}
 peers:
   - {{name: host-b, address: "{B_IP}", tcp_port: 7471}}
 listeners:

@@ -8,6 +8,9 @@ operation carries a timeout and every loop is bounded in count and time.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
 import socket
 import struct
 import time
@@ -17,9 +20,17 @@ from clients import RESET_ERRORS
 HEADER = struct.Struct("<BBHII")
 HEADER_SIZE = HEADER.size  # 12
 
-HELLO, OPEN, DATA, WINDOW, FIN, RESET, PING, PONG, GOAWAY = range(1, 10)
+HELLO, OPEN, DATA, WINDOW, FIN, RESET, PING, PONG, GOAWAY, SESSION, ACK, AUTH = range(1, 13)
 TYPE_NAMES = {HELLO: "HELLO", OPEN: "OPEN", DATA: "DATA", WINDOW: "WINDOW", FIN: "FIN",
-              RESET: "RESET", PING: "PING", PONG: "PONG", GOAWAY: "GOAWAY"}
+              RESET: "RESET", PING: "PING", PONG: "PONG", GOAWAY: "GOAWAY", SESSION: "SESSION",
+              ACK: "ACK", AUTH: "AUTH"}
+
+# HELLO capabilities
+CAP_RESUME, CAP_RDMA_PLACEMENT, CAP_AUTH = 1, 2, 4
+# AUTH steps, roles (docs/protocol.md, "Authentication")
+CHALLENGE, PROOF = 1, 2
+ROLE_DIALER, ROLE_ACCEPTOR = 1, 2
+AUTH_LABEL = b"rdmagw peer auth v1"
 
 # RESET codes
 CANCEL, REFUSED, CONNECT_FAILED, NOT_ALLOWED, PEER_GONE, PROTOCOL, RESOURCE, SHUTDOWN = range(8)
@@ -68,6 +79,32 @@ def ping(opaque: int) -> bytes:
 
 def pong(opaque: int) -> bytes:
     return frame(PONG, 0, struct.pack("<Q", opaque))
+
+
+def auth_frame(step: int, value: bytes) -> bytes:
+    assert len(value) == 32
+    return frame(AUTH, 0, struct.pack("<I", step) + value)
+
+
+def parse_auth(payload: bytes) -> tuple[int, bytes]:
+    assert len(payload) == 36, f"AUTH payload of {len(payload)} bytes"
+    return struct.unpack_from("<I", payload)[0], payload[4:]
+
+
+def auth_proof(key: bytes, role: int, dialer_hello: bytes, acceptor_hello: bytes,
+               dialer_nonce: bytes, acceptor_nonce: bytes, transport: int = 0) -> bytes:
+    """HMAC-SHA256 over the transcript, as docs/protocol.md spells it
+    (transport 0 = TCP, 1 = RDMA; HELLOs are payloads, without the header)."""
+    msg = (AUTH_LABEL + bytes([role]) + struct.pack("<H", 1) + bytes([transport])
+           + struct.pack("<H", len(dialer_hello)) + dialer_hello
+           + struct.pack("<H", len(acceptor_hello)) + acceptor_hello
+           + dialer_nonce + acceptor_nonce)
+    return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+def read_key(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read().strip()
 
 
 def parse_hello(payload: bytes) -> dict:
@@ -189,6 +226,30 @@ class TunnelPeer:
                 continue
             return f
         raise TimeoutError(f"no frame other than {sorted(skip)} within {timeout}s")
+
+    def authenticate(self, key: bytes, timeout: float = 5.0, **hello_kw) -> dict:
+        """The dialer's side of an authenticated handshake with `key`: checks
+        the acceptor's proof and returns its parsed HELLO. Raises PeerClosed
+        if the acceptor ends the connection (a wrong key)."""
+        hello_kw["capabilities"] = hello_kw.get("capabilities", 0) | CAP_AUTH
+        my_hello = hello(**hello_kw)
+        nonce = os.urandom(32)
+        self.send(my_hello + auth_frame(CHALLENGE, nonce))
+        ftype, _, _, _, payload = self.read_frame(timeout)
+        assert ftype == AUTH, f"expected the acceptor's AUTH challenge, got {TYPE_NAMES.get(ftype, ftype)}"
+        step, acceptor_nonce = parse_auth(payload)
+        assert step == CHALLENGE
+        self.send(auth_frame(PROOF, auth_proof(key, ROLE_DIALER, my_hello[HEADER_SIZE:], b"", nonce,
+                                               acceptor_nonce)))
+        ftype, _, _, _, their_hello = self.read_frame(timeout)
+        assert ftype == HELLO, f"expected HELLO, got {TYPE_NAMES.get(ftype, ftype)}"
+        ftype, _, _, _, payload = self.read_frame(timeout)
+        assert ftype == AUTH
+        step, proof = parse_auth(payload)
+        expected = auth_proof(key, ROLE_ACCEPTOR, my_hello[HEADER_SIZE:], their_hello, nonce, acceptor_nonce)
+        assert step == PROOF and hmac.compare_digest(proof, expected), "the acceptor's proof does not verify"
+        self.peer_hello = parse_hello(their_hello)
+        return self.peer_hello
 
     def handshake(self, timeout: float = 5.0, **hello_kw) -> dict:
         """Sends a valid HELLO (node "evil") and returns the peer's parsed HELLO."""

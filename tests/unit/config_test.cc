@@ -15,6 +15,7 @@ using rdmagw::Config;
 using rdmagw::ConfigError;
 using rdmagw::ConfigResult;
 using rdmagw::Endpoint;
+using rdmagw::AuthMode;
 using rdmagw::TransportMode;
 using rdmagw::load_config_file;
 using rdmagw::parse_config_text;
@@ -109,29 +110,32 @@ const std::string kFullExample = lines({
     "  keepalive_timeout_ms: 4000",          // 13
     "  connect_timeout_ms: 2500",            // 14
     "  reconnect_max_ms: 8000",              // 15
-    "peers:",                                // 16
-    "  - name: host-b",                      // 17
-    "    address: 10.0.0.2",                 // 18
-    "    tcp_port: 7481",                    // 19
-    "    rdma_port: 7482",                   // 20
-    "  - name: host-c",                      // 21
-    "    address: \"fd00::3\"",              // 22
-    "    tcp_port: 7491",                    // 23
-    "listeners:",                            // 24
-    "  - name: redis",                       // 25
-    "    listen: tcp:127.0.0.1:6380",        // 26
-    "    peer: host-b",                      // 27
-    "    target: tcp:127.0.0.1:6379",        // 28
-    "  - name: redis-unix",                  // 29
-    "    listen: unix:/run/rdmagw/redis.sock",  // 30
-    "    peer: host-c",                      // 31
-    "    target: unix:/run/redis/redis.sock",  // 32
-    "targets:",                              // 33
-    "  - tcp:127.0.0.1:6379",                // 34
-    "  - unix:/run/redis/redis.sock",        // 35
-    "  - tcp:[::1]:5432",                    // 36
-    "shutdown_timeout_ms: 2000",             // 37
-    "log_level: debug",                      // 38
+    "  auth:",                               // 16
+    "    mode: psk",                         // 17
+    "    key_files: [/etc/rdmagw/a, /etc/rdmagw/b]",  // 18
+    "peers:",                                // 19
+    "  - name: host-b",                      // 20
+    "    address: 10.0.0.2",                 // 21
+    "    tcp_port: 7481",                    // 22
+    "    rdma_port: 7482",                   // 23
+    "  - name: host-c",                      // 24
+    "    address: \"fd00::3\"",              // 25
+    "    tcp_port: 7491",                    // 26
+    "listeners:",                            // 27
+    "  - name: redis",                       // 28
+    "    listen: tcp:127.0.0.1:6380",        // 29
+    "    peer: host-b",                      // 30
+    "    target: tcp:127.0.0.1:6379",        // 31
+    "  - name: redis-unix",                  // 32
+    "    listen: unix:/run/rdmagw/redis.sock",  // 33
+    "    peer: host-c",                      // 34
+    "    target: unix:/run/redis/redis.sock",  // 35
+    "targets:",                              // 36
+    "  - tcp:127.0.0.1:6379",                // 37
+    "  - unix:/run/redis/redis.sock",        // 38
+    "  - tcp:[::1]:5432",                    // 39
+    "shutdown_timeout_ms: 2000",             // 40
+    "log_level: debug",                      // 41
 });
 
 // A peer to point listeners at; listeners start on line 6.
@@ -164,6 +168,10 @@ TEST_CASE("full example parses with every value", "[config]") {
   CHECK(c->tunnel.keepalive_timeout_ms == 4000);
   CHECK(c->tunnel.connect_timeout_ms == 2500);
   CHECK(c->tunnel.reconnect_max_ms == 8000);
+  CHECK(c->tunnel.auth.configured);
+  CHECK(c->tunnel.auth.mode == AuthMode::kPsk);
+  CHECK(c->tunnel.auth.key_files == std::vector<std::string>{"/etc/rdmagw/a", "/etc/rdmagw/b"});
+  CHECK(c->tunnel.auth.keys == nullptr);  // parse_config_text reads no key file
 
   REQUIRE(c->peers.size() == 2);
   CHECK(c->peers[0].name == "host-b");

@@ -1,0 +1,104 @@
+#include "config/key_files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <openssl/crypto.h>
+
+#include "common/unique_fd.h"
+
+namespace rdmagw {
+
+namespace {
+bool is_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+// The one exception to "owner only", as PostgreSQL makes it for its TLS key:
+// a file root owns may be readable by a group, when that group is one of
+// rdmagw's own and rdmagw is not root. That is how a Kubernetes Secret
+// reaches a non-root container (fsGroup: root-owned, mode 0440, the pod's
+// group), and who else is in that group is the platform's choice, not any
+// user's. Writable by the group, or anything for others: never.
+bool private_to_our_group(const struct stat& st) {
+  if (st.st_uid != 0 || ::geteuid() == 0) return false;
+  if ((st.st_mode & (S_IWGRP | S_IXGRP | S_IRWXO)) != 0) return false;
+  if (st.st_gid == ::getegid()) return true;
+  gid_t groups[256];
+  int n = ::getgroups(256, groups);
+  for (int i = 0; i < n; ++i)
+    if (groups[i] == st.st_gid) return true;
+  return false;
+}
+
+std::string octal_mode(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof(text), "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+}  // namespace
+
+bool read_key_file(const std::string& path, std::string* key, std::string* error) {
+  // Following symlinks is deliberate: Kubernetes mounts a Secret's keys as
+  // symlinks into a versioned directory, and the target is what must be private.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  if (!fd.valid()) {
+    *error = std::string("cannot read the key file: ") + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) {
+    *error = std::string("cannot stat the key file: ") + std::strerror(errno);
+    return false;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    *error = "the key file is not a regular file";
+    return false;
+  }
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) && !private_to_our_group(st)) {
+    *error = "the key file is accessible by group or others (mode " + octal_mode(st.st_mode) +
+             "): chmod 0400 it (a Kubernetes Secret volume: defaultMode: 0400)";
+    return false;
+  }
+  if (static_cast<uint64_t>(st.st_size) > kMaxKeyFileBytes) {
+    *error = "the key file has " + std::to_string(st.st_size) + " bytes; a key file holds at most " +
+             std::to_string(kMaxKeyFileBytes);
+    return false;
+  }
+  // One read into a buffer wiped afterwards, so no stray copy of the key
+  // stays behind in freed memory.
+  std::array<uint8_t, kMaxKeyFileBytes + 1> buffer;
+  size_t got = 0;
+  while (got < buffer.size()) {
+    ssize_t n = ::read(fd.get(), buffer.data() + got, buffer.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *error = std::string("cannot read the key file: ") + std::strerror(errno);
+      OPENSSL_cleanse(buffer.data(), buffer.size());
+      return false;
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  size_t begin = 0, end = got;
+  while (begin < end && is_space(buffer[begin])) ++begin;
+  while (end > begin && is_space(buffer[end - 1])) --end;
+  bool ok = true;
+  if (got > kMaxKeyFileBytes) {
+    *error = "the key file has more than " + std::to_string(kMaxKeyFileBytes) + " bytes";
+    ok = false;
+  } else if (end - begin < kMinKeyBytes) {
+    *error = "the key has " + std::to_string(end - begin) + " bytes (surrounding whitespace trimmed); at least " +
+             std::to_string(kMinKeyBytes) + " are required: make one with `head -c 32 /dev/urandom | base64`";
+    ok = false;
+  } else {
+    key->assign(reinterpret_cast<const char*>(buffer.data() + begin), end - begin);
+  }
+  OPENSSL_cleanse(buffer.data(), buffer.size());
+  return ok;
+}
+
+}  // namespace rdmagw

@@ -1,0 +1,53 @@
+#pragma once
+// Mutual authentication of two sidecars with a pre-shared key: the proofs
+// the AUTH frames carry (docs/protocol.md, "Authentication"). The exchange
+// itself is the session's (session_auth.cc); this is the cryptography.
+//
+// Each side draws a fresh 32-byte nonce per transport. A proof is
+// HMAC-SHA256 under a key over a transcript: a label, the prover's role, the
+// protocol version, the transport, both HELLO payloads as sent (the
+// dialer's proof has only its own: it proves first, before the acceptor has
+// shown anything), and both nonces. Fresh nonces make a proof good for one
+// connection only; the role keeps one side's proof from being played back
+// as the other's. Proofs are compared in constant time.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "common/secret_keys.h"
+#include "proxy/tunnel/frame.h"
+#include "proxy/tunnel/transport.h"
+
+namespace rdmagw::tunnel {
+
+using AuthValue = std::array<uint8_t, kAuthValueSize>;
+
+// The keys a worker's sessions prove and verify with: one per worker, so a
+// reload swaps them on the worker's own thread. Null keys: mode none.
+struct AuthKeyring {
+  std::shared_ptr<const SecretKeys> keys;
+  bool enabled() const { return keys && !keys->empty(); }
+};
+
+enum class AuthRole : uint8_t { kDialer = 1, kAcceptor = 2 };
+
+struct AuthTranscript {
+  TransportKind transport = TransportKind::kTcp;
+  std::span<const uint8_t> dialer_hello;    // HELLO payloads as sent
+  std::span<const uint8_t> acceptor_hello;  // empty in the dialer's proof
+  AuthValue dialer_nonce{};
+  AuthValue acceptor_nonce{};
+};
+
+// A nonce from the system's CSPRNG; false if it has none to give.
+bool draw_nonce(AuthValue* out);
+// The proof `role` sends, under `key`.
+AuthValue auth_proof(std::span<const uint8_t> key, AuthRole role, const AuthTranscript& transcript);
+// Whether `proof` is role's proof under any of `keys` (rotation: the peer
+// may still prove with the old key, or already with the new one). Every
+// key is tried, so the time taken says nothing about which matched.
+bool verify_auth_proof(const SecretKeys& keys, AuthRole role, const AuthTranscript& transcript,
+                       const AuthValue& proof);
+
+}  // namespace rdmagw::tunnel

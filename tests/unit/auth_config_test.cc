@@ -1,0 +1,256 @@
+// tunnel.auth: the parser's rules, key files as load_config_file reads them
+// (real files with real modes), and what a reload may change.
+#include <grp.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "config/config_diff.h"
+#include "config/key_files.h"
+
+using namespace rdmagw;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::string all_errors(const ConfigResult& r) {
+  std::string out;
+  for (const auto& e : r.errors) out += e.to_string() + "\n";
+  return out;
+}
+
+// The one error `text` is refused with.
+ConfigError only_error(const std::string& text) {
+  ConfigResult r = parse_config_text(text, "auth.yaml");
+  INFO(text << "\n" << all_errors(r));
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.config == nullptr);
+  return r.errors[0];
+}
+
+// A directory of key files, removed afterwards.
+struct KeyDir {
+  std::string path;
+  KeyDir() {
+    char tmpl[] = "/tmp/rdmagw-keys-XXXXXX";
+    REQUIRE(mkdtemp(tmpl));
+    path = tmpl;
+  }
+  ~KeyDir() { std::system(("rm -rf " + path).c_str()); }
+  std::string write(const std::string& name, const std::string& content, mode_t mode = 0400) {
+    std::string file = path + "/" + name;
+    std::remove(file.c_str());
+    {
+      std::ofstream out(file);
+      out << content;
+    }
+    REQUIRE(chmod(file.c_str(), mode) == 0);
+    return file;
+  }
+  std::string config(const std::vector<std::string>& files) {
+    std::string list;
+    for (const auto& f : files) list += (list.empty() ? "" : ", ") + f;
+    std::string file = path + "/rdmagw.yaml";
+    std::ofstream out(file);
+    out << "node: a\ntunnel:\n  address: 10.1.2.3\n  auth:\n    mode: psk\n    key_files: [" << list << "]\n";
+    return file;
+  }
+};
+
+const std::string kKey = "0123456789abcdef0123456789abcdef";  // 32 bytes
+
+// Catch2 2.x has no SKIP: say so and pass.
+#define SKIP_OR_RETURN                                 \
+  do {                                                 \
+    WARN("needs root (it changes owners and uids)");   \
+    return;                                            \
+  } while (0)
+
+}  // namespace
+
+TEST_CASE("tunnel.auth: a tunnel other hosts can reach needs it; loopback does not", "[config][auth]") {
+  ConfigError e = only_error("node: a\ntunnel: {address: 10.1.2.3}\n");
+  CHECK(e.key_path == "tunnel.auth");
+  CHECK(e.line == 2);
+  CHECK_THAT(e.message, Contains("10.1.2.3 is reachable from other hosts"));
+  CHECK_THAT(e.message, Contains("mode: none"));
+  e = only_error("node: a\ntunnel: {address: 0.0.0.0}\n");
+  CHECK(e.key_path == "tunnel.auth");
+  e = only_error("node: a\ntunnel: {address: '::'}\n");
+  CHECK(e.key_path == "tunnel.auth");
+
+  for (const char* loopback : {"127.0.0.1", "127.9.9.9", "'::1'"}) {
+    ConfigResult r = parse_config_text(std::string("node: a\ntunnel: {address: ") + loopback + "}\n", "x.yaml");
+    INFO(loopback << ": " << all_errors(r));
+    CHECK(r.errors.empty());
+    CHECK_FALSE(r.config->tunnel.auth.configured);
+  }
+  ConfigResult none = parse_config_text("node: a\ntunnel: {address: 10.1.2.3, auth: {mode: none}}\n", "x.yaml");
+  INFO(all_errors(none));
+  REQUIRE(none.config);
+  CHECK(none.config->tunnel.auth.configured);
+  CHECK(none.config->tunnel.auth.mode == AuthMode::kNone);
+}
+
+TEST_CASE("tunnel.auth: wrong shapes are refused with the key and the reason", "[config][auth][errors]") {
+  const std::string head = "node: a\ntunnel:\n  auth:\n";
+  ConfigError e = only_error(head + "    key_files: [/k]\n");
+  CHECK(e.key_path == "tunnel.auth");
+  CHECK_THAT(e.message, Contains("needs mode"));
+  e = only_error(head + "    mode: tls\n");
+  CHECK(e.key_path == "tunnel.auth.mode");
+  CHECK_THAT(e.message, Contains("psk, none"));
+  e = only_error(head + "    mode: psk\n");
+  CHECK(e.key_path == "tunnel.auth");
+  CHECK_THAT(e.message, Contains("needs key_files"));
+  e = only_error(head + "    mode: psk\n    key_files: []\n");
+  CHECK(e.key_path == "tunnel.auth.key_files");
+  e = only_error(head + "    mode: psk\n    key_files: [keys/current]\n");
+  CHECK(e.key_path == "tunnel.auth.key_files[0]");
+  CHECK_THAT(e.message, Contains("absolute path"));
+  e = only_error(head + "    mode: psk\n    key_files: [/1, /2, /3, /4, /5, /6, /7, /8, /9]\n");
+  CHECK(e.key_path == "tunnel.auth.key_files");
+  CHECK_THAT(e.message, Contains("at most 8"));
+  e = only_error(head + "    mode: none\n    key_files: [/k]\n");
+  CHECK(e.key_path == "tunnel.auth.key_files");
+  e = only_error(head + "    mode: psk\n    key_files: [/k]\n    encrypt: maybe\n");
+  CHECK(e.key_path == "tunnel.auth.encrypt");
+}
+
+TEST_CASE("key files: read, trimmed, and refused when not private or too short", "[config][auth]") {
+  KeyDir dir;
+  std::string key, error;
+  SECTION("a private file: its content without surrounding whitespace") {
+    std::string file = dir.write("k", "\n  " + kKey + "\t\n");
+    REQUIRE(read_key_file(file, &key, &error));
+    CHECK(key == kKey);
+  }
+  SECTION("readable by group or others: refused, with the mode and the fix") {
+    for (mode_t mode : {0440, 0404, 0600 | 0002, 0644}) {
+      std::string file = dir.write("k", kKey, mode);
+      INFO("mode " << mode);
+      CHECK_FALSE(read_key_file(file, &key, &error));
+      CHECK_THAT(error, Contains("accessible by group or others"));
+      CHECK_THAT(error, Contains("chmod 0400"));
+    }
+  }
+  SECTION("shorter than 32 bytes after trimming") {
+    std::string file = dir.write("k", "  " + kKey.substr(0, 31) + "  \n");
+    CHECK_FALSE(read_key_file(file, &key, &error));
+    CHECK_THAT(error, Contains("31 bytes"));
+    CHECK_THAT(error, Contains("at least 32"));
+  }
+  SECTION("larger than a key file can be") {
+    std::string file = dir.write("k", std::string(kMaxKeyFileBytes + 1, 'x'));
+    CHECK_FALSE(read_key_file(file, &key, &error));
+    CHECK_THAT(error, Contains("at most"));
+  }
+  SECTION("missing, or a directory") {
+    CHECK_FALSE(read_key_file(dir.path + "/nothing", &key, &error));
+    CHECK_THAT(error, Contains("No such file"));
+    CHECK_FALSE(read_key_file(dir.path, &key, &error));
+    CHECK_THAT(error, Contains("not a regular file"));
+  }
+  SECTION("a symlink to a private file is followed (Kubernetes Secret volumes)") {
+    std::string target = dir.write("real", kKey);
+    REQUIRE(symlink(target.c_str(), (dir.path + "/link").c_str()) == 0);
+    REQUIRE(read_key_file(dir.path + "/link", &key, &error));
+    CHECK(key == kKey);
+  }
+}
+
+// Whether read_key_file accepts `file` when run as uid/gid `id` (a child
+// process drops to it; needs root).
+bool accepted_as(const std::string& file, uid_t id) {
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(id) != 0 || setuid(id) != 0) _exit(2);
+    std::string key, error;
+    _exit(read_key_file(file, &key, &error) ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) != 2);
+  return WEXITSTATUS(status) == 0;
+}
+
+TEST_CASE("key files: a non-root rdmagw takes a root-owned key its own group may read (Kubernetes fsGroup)",
+          "[config][auth]") {
+  if (geteuid() != 0) SKIP_OR_RETURN;
+  KeyDir dir;
+  REQUIRE(chmod(dir.path.c_str(), 0711) == 0);
+  const uid_t sidecar = 64321;
+  std::string file = dir.write("k", kKey, 0440);
+  REQUIRE(chown(file.c_str(), 0, sidecar) == 0);
+  CHECK(accepted_as(file, sidecar));
+  // Not for root itself, not for another group, never readable by others or writable by the group.
+  std::string key, error;
+  CHECK_FALSE(read_key_file(file, &key, &error));
+  REQUIRE(chown(file.c_str(), 0, sidecar + 1) == 0);
+  CHECK_FALSE(accepted_as(file, sidecar));
+  for (mode_t mode : {0444, 0460}) {
+    REQUIRE(chown(file.c_str(), 0, sidecar) == 0);
+    REQUIRE(chmod(file.c_str(), mode) == 0);
+    INFO("mode " << mode);
+    CHECK_FALSE(accepted_as(file, sidecar));
+  }
+  // Owned by the sidecar itself: owner only, as always.
+  REQUIRE(chown(file.c_str(), sidecar, sidecar) == 0);
+  REQUIRE(chmod(file.c_str(), 0440) == 0);
+  CHECK_FALSE(accepted_as(file, sidecar));
+  REQUIRE(chmod(file.c_str(), 0400) == 0);
+  CHECK(accepted_as(file, sidecar));
+}
+
+TEST_CASE("load_config_file reads every key file, and names the one it refuses", "[config][auth]") {
+  KeyDir dir;
+  std::string current = dir.write("current", kKey + "\n");
+  std::string next = dir.write("next", std::string(44, 'n'));
+  ConfigResult r = load_config_file(dir.config({current, next}));
+  INFO(all_errors(r));
+  REQUIRE(r.config);
+  REQUIRE(r.config->tunnel.auth.keys);
+  REQUIRE(r.config->tunnel.auth.keys->size() == 2);
+  auto first = r.config->tunnel.auth.keys->key(0);
+  CHECK(std::string(first.begin(), first.end()) == kKey);
+
+  dir.write("next", std::string(44, 'n'), 0644);
+  r = load_config_file(dir.config({current, next}));
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].key_path == "tunnel.auth.key_files[1]");
+  CHECK(r.errors[0].line == 6);
+  CHECK_THAT(r.errors[0].message, Contains(next + ": the key file is accessible by group or others (mode 0644)"));
+}
+
+TEST_CASE("reload: keys may change, the auth mode may not", "[config][auth]") {
+  KeyDir dir;
+  std::string file = dir.write("current", kKey);
+  ConfigResult before = load_config_file(dir.config({file}));
+  REQUIRE(before.config);
+  ConfigResult same = load_config_file(dir.config({file}));
+  REQUIRE(same.config);
+  CHECK(describe_changes(*before.config, *same.config).empty());
+
+  dir.write("current", std::string(40, 'z'));  // rotated in place
+  ConfigResult rotated = load_config_file(dir.config({file}));
+  REQUIRE(rotated.config);
+  CHECK(restart_only_changes(*before.config, *rotated.config).empty());
+  auto changes = describe_changes(*before.config, *rotated.config);
+  REQUIRE(changes.size() == 1);
+  CHECK_THAT(changes[0], Contains("tunnel.auth: keys changed"));
+
+  ConfigResult none = parse_config_text("node: a\ntunnel: {address: 10.1.2.3, auth: {mode: none}}\n", "x.yaml");
+  REQUIRE(none.config);
+  auto restart = restart_only_changes(*before.config, *none.config);
+  REQUIRE(restart.size() == 1);
+  CHECK(restart[0] == "tunnel.auth.mode: psk -> none");
+}

@@ -1,0 +1,318 @@
+// Authentication with a pre-shared key (docs/protocol.md, "Authentication"):
+// sessions over fake transports, and an acceptor facing a peer the test
+// plays frame by frame, which knows the protocol but maybe not the key.
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "common/secret_keys.h"
+#include "fake_stream.h"
+#include "fake_transport.h"
+#include "proxy/tunnel/peer_auth.h"
+#include "proxy/tunnel/session.h"
+#include "session_pair.h"
+
+using namespace rdmagw;
+using namespace rdmagw::tunnel;
+using namespace rdmagw::test;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const std::string kKeyA(40, 'a');
+const std::string kKeyB(40, 'b');
+
+AuthKeyring keyring(std::initializer_list<std::string> keys) {
+  auto k = std::make_shared<SecretKeys>();
+  for (const auto& key : keys) k->add(key);
+  return AuthKeyring{k};
+}
+
+SessionSettings with_keys(SessionSettings s, const AuthKeyring* ring) {
+  s.auth = ring;
+  return s;
+}
+
+Bytes auth_bytes(AuthStep step, const AuthValue& value) {
+  Bytes out(kHeaderSize + kAuthPayloadSize);
+  encode_auth(out.data(), AuthPayload{step, value});
+  return out;
+}
+
+AuthPayload auth_of(const Frame& f) {
+  AuthPayload a;
+  std::string reason;
+  REQUIRE(f.type() == FrameType::kAuth);
+  REQUIRE(decode_auth(f.payload, &a, &reason));
+  return a;
+}
+
+// An acceptor session on a fake transport; the test is its dialer.
+struct Acceptor {
+  BufferPool pool{kBufferHeadroom + 4 * kKiB, 256};
+  EventLoop loop;
+  FakeOwner owner;
+  AuthKeyring ring;
+  SessionSettings settings;
+  FakeTransport* wire = nullptr;
+  IoPtr<Session> session;
+
+  explicit Acceptor(AuthKeyring keys) : ring(std::move(keys)), settings(with_keys(resumable_settings("acceptor", 0), &ring)) {
+    log::set_level(log::Level::kError);
+    std::string error;
+    if (!loop.init(64, &error)) FAIL("io_uring: " << error);
+    auto t = make_io<FakeTransport>(loop, pool, 4 * kKiB);
+    wire = t.get();
+    session = make_io<Session>(loop, pool, Session::Role::kAcceptor, settings, IoPtr<Transport>(t.release()), &owner);
+    session->start();
+  }
+  ~Acceptor() {
+    session.reset();
+    loop.shut_down();
+  }
+};
+
+// The dialer's side of the exchange, as the test plays it.
+struct TestDialer {
+  HelloPayload hello = rdmagw::test::hello(4 * kKiB, 64 * kKiB, 256 * kKiB, "dialer");
+  Bytes hello_frame;
+  AuthValue nonce{};
+  TestDialer() {
+    hello.capabilities = kCapAuth;
+    hello_frame = hello_bytes(hello);
+    nonce.fill(7);
+  }
+  std::span<const uint8_t> hello_payload() const {
+    return std::span<const uint8_t>(hello_frame).subspan(kHeaderSize);
+  }
+  AuthTranscript transcript(const AuthValue& acceptor_nonce, std::span<const uint8_t> acceptor_hello = {}) const {
+    AuthTranscript t;
+    t.transport = TransportKind::kTcp;
+    t.dialer_hello = hello_payload();
+    t.acceptor_hello = acceptor_hello;
+    t.dialer_nonce = nonce;
+    t.acceptor_nonce = acceptor_nonce;
+    return t;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("auth: proofs bind the key, the role, both nonces and both HELLOs") {
+  AuthTranscript t;
+  Bytes hello_d = {1, 2, 3}, hello_a = {4, 5};
+  t.dialer_hello = hello_d;
+  t.acceptor_hello = hello_a;
+  t.dialer_nonce.fill(1);
+  t.acceptor_nonce.fill(2);
+  SecretKeys keys;
+  keys.add(kKeyA);
+  AuthValue proof = auth_proof(keys.key(0), AuthRole::kAcceptor, t);
+  CHECK(verify_auth_proof(keys, AuthRole::kAcceptor, t, proof));
+  CHECK_FALSE(verify_auth_proof(keys, AuthRole::kDialer, t, proof));  // no reflection
+
+  SecretKeys other;
+  other.add(kKeyB);
+  CHECK_FALSE(verify_auth_proof(other, AuthRole::kAcceptor, t, proof));
+  SecretKeys both;
+  both.add(kKeyB);
+  both.add(kKeyA);
+  CHECK(verify_auth_proof(both, AuthRole::kAcceptor, t, proof));  // any listed key verifies
+
+  AuthTranscript changed = t;
+  changed.dialer_nonce[31] ^= 1;
+  CHECK_FALSE(verify_auth_proof(keys, AuthRole::kAcceptor, changed, proof));
+  changed = t;
+  changed.acceptor_nonce[0] ^= 1;
+  CHECK_FALSE(verify_auth_proof(keys, AuthRole::kAcceptor, changed, proof));
+  changed = t;
+  changed.transport = TransportKind::kRdma;
+  CHECK_FALSE(verify_auth_proof(keys, AuthRole::kAcceptor, changed, proof));
+  Bytes other_hello = {4, 6};
+  changed = t;
+  changed.acceptor_hello = other_hello;
+  CHECK_FALSE(verify_auth_proof(keys, AuthRole::kAcceptor, changed, proof));
+  // Moving a byte from one HELLO to the other changes the transcript too.
+  Bytes shifted_d = {1, 2}, shifted_a = {3, 4, 5};
+  changed = t;
+  changed.dialer_hello = shifted_d;
+  changed.acceptor_hello = shifted_a;
+  CHECK_FALSE(verify_auth_proof(keys, AuthRole::kAcceptor, changed, proof));
+
+  AuthValue a{}, b{};
+  REQUIRE(draw_nonce(&a));
+  REQUIRE(draw_nonce(&b));
+  CHECK(a != b);
+}
+
+TEST_CASE("auth: two sidecars with the same key open a session, resumable or not") {
+  AuthKeyring ring = keyring({kKeyA});
+  uint32_t resume = GENERATE(0u, 10000u);
+  Pair p(with_keys(resumable_settings("dialer", resume), &ring), with_keys(resumable_settings("acceptor", resume), &ring));
+  REQUIRE(p.dialer->open());
+  REQUIRE(p.acceptor->open());
+  CHECK(p.dialer->peer_node() == "acceptor");
+  CHECK(p.acceptor->peer_node() == "dialer");
+  CHECK(p.dialer->resumable() == (resume > 0));
+
+  FakeStream a, b;
+  p.open_stream_pair(a, b);
+  std::string data = "authenticated bytes";
+  CHECK(p.send(*p.dialer, a, data, 0) == data.size());
+  p.pump();
+  CHECK(b.received == data);
+}
+
+TEST_CASE("auth: rotation: the first key proves, every listed key verifies") {
+  AuthKeyring old_only = keyring({kKeyA});
+  AuthKeyring old_then_new = keyring({kKeyA, kKeyB});
+  AuthKeyring new_then_old = keyring({kKeyB, kKeyA});
+  AuthKeyring new_only = keyring({kKeyB});
+  auto opens = [](const AuthKeyring& d, const AuthKeyring& a) {
+    Pair p(with_keys(resumable_settings("dialer"), &d), with_keys(resumable_settings("acceptor"), &a));
+    return p.dialer->open() && p.acceptor->open();
+  };
+  // Step 1 (the new key added as second everywhere) and step 2 (made first,
+  // host by host): every mix of the two stages still connects.
+  CHECK(opens(old_only, old_then_new));
+  CHECK(opens(old_then_new, old_only));
+  CHECK(opens(new_then_old, old_then_new));
+  CHECK(opens(old_then_new, new_then_old));
+  // Step 3 (the old key removed) once every host proves with the new one.
+  CHECK(opens(new_only, new_then_old));
+  CHECK(opens(new_then_old, new_only));
+  // What rotation must never skip: a host that proves with a key its peer does not list.
+  CHECK_FALSE(opens(new_only, old_only));
+  CHECK_FALSE(opens(new_then_old, old_only));
+}
+
+TEST_CASE("auth: different keys: neither side opens, the acceptor shows nothing but a nonce") {
+  AuthKeyring ring_a = keyring({kKeyA}), ring_b = keyring({kKeyB});
+  Pair p(with_keys(resumable_settings("dialer"), &ring_a), with_keys(resumable_settings("acceptor"), &ring_b));
+  CHECK_FALSE(p.dialer->open());
+  CHECK(p.acceptor->state() == Session::State::kClosed);
+  p.loop.end_batch();
+  REQUIRE(p.accept_owner.closed.size() == 1);
+  CHECK(p.accept_owner.closed[0].end == SessionEnd::kAuthFailed);
+  CHECK_THAT(p.accept_owner.closed[0].reason, Contains("matches none of our 1 keys"));
+  CHECK(p.accept_owner.opened == 0);
+  CHECK(p.dial_owner.opened == 0);
+  // The dialer heard nothing back but the acceptor's challenge, then the
+  // end of the transport (which the fake wires do not carry: the test does).
+  CHECK(p.dialer->state() == Session::State::kHandshake);
+  p.dial_wire->fail("the acceptor closed it");
+  p.loop.end_batch();
+  REQUIRE(p.dial_owner.closed.size() == 1);
+  CHECK(p.dial_owner.closed[0].end == SessionEnd::kAuthFailed);
+  CHECK_THAT(p.dial_owner.closed[0].reason, Contains("ended the connection after our proof"));
+  CHECK(p.dialer->peer_node().empty());
+}
+
+TEST_CASE("auth: one side without a key: refused with a reason that names the setting") {
+  AuthKeyring ring = keyring({kKeyA});
+  SECTION("the acceptor authenticates, the dialer does not") {
+    Pair p(resumable_settings("dialer"), with_keys(resumable_settings("acceptor"), &ring));
+    p.loop.end_batch();
+    REQUIRE(p.accept_owner.closed.size() == 1);
+    CHECK(p.accept_owner.closed[0].end == SessionEnd::kAuthFailed);
+    CHECK_THAT(p.accept_owner.closed[0].reason, Contains("the peer does not authenticate"));
+    CHECK_FALSE(p.dialer->open());
+  }
+  SECTION("the dialer authenticates, the acceptor does not") {
+    Pair p(with_keys(resumable_settings("dialer"), &ring), resumable_settings("acceptor"));
+    p.loop.end_batch();
+    REQUIRE(p.dial_owner.closed.size() == 1);
+    CHECK(p.dial_owner.closed[0].end == SessionEnd::kAuthFailed);
+    CHECK_THAT(p.dial_owner.closed[0].reason, Contains("tunnel.auth.mode is none"));
+    REQUIRE(p.accept_owner.closed.size() == 1);
+    CHECK_THAT(p.accept_owner.closed[0].reason, Contains("tunnel.auth.mode is none here"));
+  }
+}
+
+TEST_CASE("auth: a resumed session authenticates its new transport again") {
+  AuthKeyring ring = keyring({kKeyA});
+  Pair p(with_keys(resumable_settings("dialer"), &ring), with_keys(resumable_settings("acceptor"), &ring));
+  FakeStream a, b;
+  p.open_stream_pair(a, b);
+  std::string data(20000, 'r');
+  size_t sent = p.send(*p.dialer, a, data, 0);
+  p.deliver_part(2);
+  p.cut();
+  p.reconnect();
+  REQUIRE(p.dialer->open());
+  CHECK(p.dialer->counters().resumes == 1);
+  sent = p.send(*p.dialer, a, data, sent);
+  p.pump();
+  CHECK(b.received == data.substr(0, sent));
+}
+
+TEST_CASE("auth: an acceptor facing a peer without the key") {
+  Acceptor acc(keyring({kKeyA}));
+  TestDialer d;
+  acc.wire->inject(cat({d.hello_frame, auth_bytes(AuthStep::kChallenge, d.nonce)}));
+  auto w = acc.wire->written();
+  // Before the peer proves anything: a nonce, nothing else (no HELLO, no name, no HMAC).
+  REQUIRE(w.size() == 1);
+  AuthPayload challenge = auth_of(w[0]);
+  CHECK(challenge.step == AuthStep::kChallenge);
+
+  SECTION("a proof under another key ends the transport without a word") {
+    SecretKeys wrong;
+    wrong.add(kKeyB);
+    AuthValue proof = auth_proof(wrong.key(0), AuthRole::kDialer, d.transcript(challenge.value));
+    acc.wire->inject(auth_bytes(AuthStep::kProof, proof));
+    CHECK(acc.wire->written().empty());
+    CHECK(acc.session->state() == Session::State::kClosed);
+    CHECK(acc.wire->closed());
+    acc.loop.end_batch();
+    REQUIRE(acc.owner.closed.size() == 1);
+    CHECK(acc.owner.closed[0].end == SessionEnd::kAuthFailed);
+  }
+  SECTION("a proof replayed from another connection (another nonce) fails") {
+    SecretKeys right;
+    right.add(kKeyA);
+    AuthValue stale = challenge.value;
+    stale[0] ^= 0xff;
+    acc.wire->inject(auth_bytes(AuthStep::kProof, auth_proof(right.key(0), AuthRole::kDialer, d.transcript(stale))));
+    CHECK(acc.wire->written().empty());
+    CHECK(acc.session->state() == Session::State::kClosed);
+  }
+  SECTION("frames other than AUTH before the proof are a protocol error, and open nothing") {
+    acc.wire->inject(open_bytes(1, "tcp:127.0.0.1:22"));
+    CHECK(acc.session->state() == Session::State::kClosed);
+    CHECK(acc.owner.open_requests.empty());
+    CHECK(acc.wire->written().empty());
+  }
+  SECTION("a proof out of turn is a protocol error") {
+    acc.wire->inject(auth_bytes(AuthStep::kChallenge, d.nonce));
+    CHECK(acc.session->state() == Session::State::kClosed);
+    CHECK(acc.wire->written().empty());
+  }
+  SECTION("the right proof: the acceptor answers with its HELLO and a proof the dialer can check") {
+    SecretKeys right;
+    right.add(kKeyA);
+    acc.wire->inject(auth_bytes(AuthStep::kProof, auth_proof(right.key(0), AuthRole::kDialer, d.transcript(challenge.value))));
+    auto answer = acc.wire->written();
+    REQUIRE(answer.size() == 2);
+    REQUIRE(answer[0].type() == FrameType::kHello);
+    HelloPayload theirs;
+    std::string reason;
+    REQUIRE(decode_hello(answer[0].payload, &theirs, &reason));
+    CHECK(theirs.node == "acceptor");
+    CHECK((theirs.capabilities & kCapAuth) != 0);
+    AuthPayload proof = auth_of(answer[1]);
+    CHECK(proof.step == AuthStep::kProof);
+    CHECK(verify_auth_proof(right, AuthRole::kAcceptor, d.transcript(challenge.value, answer[0].payload), proof.value));
+    CHECK(acc.session->open());
+  }
+}
+
+TEST_CASE("auth: an acceptor with a key refuses a HELLO that does not offer authentication") {
+  Acceptor acc(keyring({kKeyA}));
+  HelloPayload h = hello(4 * kKiB, 64 * kKiB, 256 * kKiB, "plain");
+  acc.wire->inject(hello_bytes(h));
+  CHECK(acc.wire->written().empty());
+  CHECK(acc.session->state() == Session::State::kClosed);
+}
