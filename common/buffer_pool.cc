@@ -3,7 +3,9 @@
 #include <sys/mman.h>
 
 #include <cassert>
-#include <new>
+#include <cerrno>
+#include <string>
+#include <system_error>
 
 namespace rdmagw {
 
@@ -11,7 +13,9 @@ BufferPool::BufferPool(size_t buffer_size, size_t buffer_count)
     : buffer_size_((buffer_size + 63) & ~size_t{63}), buffer_count_(buffer_count) {
   void* p = mmap(nullptr, slab_bytes(), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
+  if (p == MAP_FAILED)
+    throw std::system_error(errno, std::generic_category(),
+                            "cannot reserve " + std::to_string(slab_bytes() >> 20) + " MiB for the buffer slab (mmap)");
   base_ = static_cast<uint8_t*>(p);
   free_.reserve(buffer_count_);
 }

@@ -12,6 +12,32 @@ namespace rdmagw {
 
 namespace {
 
+// Whether a process serves the unix socket at `ep`: a connect of the
+// socket's own type (stream, seqpacket or datagram: a stream connect to a
+// datagram socket fails with EPROTOTYPE, which says nothing about whether
+// it is served) succeeds, or finds its backlog full. ECONNREFUSED: nobody
+// does. Anything else (EACCES, ...): cannot tell, so the path is left alone.
+enum class UnixProbe { kLive, kStale, kUnknown };
+UnixProbe probe_unix_socket(const Endpoint& ep, int* error_number) {
+  for (int type : {SOCK_STREAM, SOCK_SEQPACKET, SOCK_DGRAM}) {
+    int probe = ::socket(AF_UNIX, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (probe < 0) {
+      *error_number = errno;
+      return UnixProbe::kUnknown;
+    }
+    int rc = ::connect(probe, reinterpret_cast<const sockaddr*>(&ep.addr), ep.addr_len);
+    int err = rc == 0 ? 0 : errno;
+    ::close(probe);
+    if (rc == 0 || err == EAGAIN || err == EINPROGRESS) return UnixProbe::kLive;
+    if (err == EPROTOTYPE) continue;  // another type: try the next
+    if (err == ECONNREFUSED) return UnixProbe::kStale;
+    *error_number = err;
+    return UnixProbe::kUnknown;
+  }
+  *error_number = EPROTOTYPE;
+  return UnixProbe::kUnknown;
+}
+
 // A unix socket path left behind by a dead process is removed; one that a
 // live process still serves is an error, as for a TCP port in use.
 bool clear_stale_unix_socket(const Endpoint& ep, std::string* error) {
@@ -22,15 +48,57 @@ bool clear_stale_unix_socket(const Endpoint& ep, std::string* error) {
     *error = std::string(un->sun_path) + " exists and is not a socket";
     return false;
   }
-  int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  bool live = probe >= 0 && ::connect(probe, reinterpret_cast<const sockaddr*>(&ep.addr), ep.addr_len) == 0;
-  if (probe >= 0) ::close(probe);
-  if (live) {
-    *error = std::string(un->sun_path) + " is in use by another process";
-    return false;
+  int err = 0;
+  UnixProbe probe = probe_unix_socket(ep, &err);
+  // A process that just died may still hold its listener for a moment
+  // (tcp_port_free below says why): give it up to 2 s to go.
+  for (int attempt = 1; probe == UnixProbe::kLive && attempt < 40; ++attempt) {
+    ::usleep(50 * 1000);
+    probe = probe_unix_socket(ep, &err);
+  }
+  switch (probe) {
+    case UnixProbe::kLive:
+      *error = std::string(un->sun_path) + " is in use by another process";
+      return false;
+    case UnixProbe::kUnknown:
+      *error = std::string(un->sun_path) + " exists and whether a process serves it cannot be told (" +
+               strerror(err) + "); remove it if it is stale";
+      return false;
+    case UnixProbe::kStale:
+      break;
   }
   ::unlink(un->sun_path);
   return true;
+}
+
+// SO_REUSEPORT lets any process of the same user bind a port that is
+// already listened on, and the kernel then splits connections between them:
+// a second rdmagw on the same port would silently take half of them. A bind
+// without it fails while anything listens there, so one is tried first.
+// A process that just died (SIGKILL, a crash) may still hold its listener
+// for a few milliseconds: io_uring drops the files of requests in flight
+// from a kernel worker after the process is gone. So a port in use is
+// tried again for up to 2 s before it counts as another process's.
+bool tcp_port_free(const Endpoint& ep, std::string* error) {
+  constexpr int kTries = 40;
+  for (int attempt = 1;; ++attempt) {
+    int probe = ::socket(ep.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe < 0) {
+      *error = std::string("socket: ") + strerror(errno);
+      return false;
+    }
+    int one = 1;
+    setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // TIME_WAIT is no owner
+    bool free = ::bind(probe, reinterpret_cast<const sockaddr*>(&ep.addr), ep.addr_len) == 0;
+    int err = errno;
+    ::close(probe);
+    if (free) return true;
+    if (err != EADDRINUSE || attempt == kTries) {
+      *error = std::string("bind: ") + strerror(err) + (err == EADDRINUSE ? " (another process listens there)" : "");
+      return false;
+    }
+    ::usleep(50 * 1000);
+  }
 }
 
 }  // namespace
@@ -60,8 +128,11 @@ int open_listening_socket(const Endpoint& ep, bool reuseport, std::string* error
   return fd;
 }
 
+bool claim_tcp_port(const Endpoint& endpoint, std::string* error) { return tcp_port_free(endpoint, error); }
+
 std::shared_ptr<ListenFds> ListenFds::open(const Endpoint& endpoint, unsigned workers, std::string* error) {
   unsigned count = endpoint.kind == Endpoint::Kind::kTcp ? workers : 1;
+  if (endpoint.kind == Endpoint::Kind::kTcp && !tcp_port_free(endpoint, error)) return nullptr;
   std::vector<int> fds;
   for (unsigned w = 0; w < count; ++w) {
     int fd = open_listening_socket(endpoint, true, error);

@@ -70,6 +70,10 @@ using ListenerSet = std::vector<std::shared_ptr<const ListenerSocket>>;
 bool open_listener_set(const Config& config, const ListenerSet& current, ListenerSet* out, std::string* key,
                        std::string* error);
 
+// Whether nothing listens on a TCP endpoint yet: checked before the first
+// of a group of SO_REUSEPORT sockets is bound, which would otherwise join
+// another process's listener and split its connections.
+bool claim_tcp_port(const Endpoint& endpoint, std::string* error);
 // One listening TCP socket (SO_REUSEADDR, and SO_REUSEPORT when asked), or -1.
 int open_listening_socket(const Endpoint& endpoint, bool reuseport, std::string* error);
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <system_error>
 #include <utility>
 
 #include <linux/netfilter_ipv4.h>
@@ -67,7 +68,15 @@ bool Worker::init(std::string* error) {
   // With RDMA the slab is registered, i.e. pinned: its size is the operator's
   // choice (tunnel.rdma.slab_size). Without, it is reserved lazily and large.
   size_t buffers = tunnel_.rdma ? std::max<size_t>(t.rdma.slab_size / ((stride + 63) & ~size_t{63}), 64) : kSlabBuffers;
-  pool_ = std::make_unique<BufferPool>(stride, buffers);
+  try {
+    pool_ = std::make_unique<BufferPool>(stride, buffers);
+  } catch (const std::system_error& e) {
+    // Address space, not memory: the slab is reserved, not touched. A
+    // `ulimit -v` or vm.overcommit_memory=2 refuses it.
+    *error = std::string(e.what()) + " (is `ulimit -v` or vm.overcommit_memory=2 in the way? each worker reserves " +
+             std::to_string(stride * buffers >> 20) + " MiB)";
+    return false;
+  }
   if (tunnel_.rdma) rdma_ = std::make_unique<transport::RdmaContext>(*pool_, t.rdma, &metrics_);
   host_ = std::make_unique<local::StreamHost>(
       local::StreamHost{loop_, *pool_, metrics_, index_, t.buffer_size, t.connect_timeout_ms});
@@ -428,12 +437,16 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
   std::string error;
   auto endpoint = parse_endpoint(target, &error);
   if (!endpoint || !config_->target_allowed(*endpoint)) {
-    log::warn("stream_refused")
-        .kv("peer", session.peer_node())
-        .kv("stream", id)
-        .kv("target", target)
-        .kv("reason", "not-allowed")
-        .kv("detail", endpoint ? std::string("target is not in targets") : error);
+    uint64_t suppressed = 0;
+    if (refusal_log_.allow(loop_.now(), &suppressed)) {
+      log::Line line = log::warn("stream_refused");
+      line.kv("peer", session.peer_node())
+          .kv("stream", id)
+          .kv("target", target)
+          .kv("reason", "not-allowed")
+          .kv("detail", endpoint ? std::string("target is not in targets") : error);
+      if (suppressed) line.kv("suppressed", suppressed);
+    }
     metrics_.failed(metrics::StreamFailure::kNotAllowed);
     *refuse = tunnel::ResetCode::kNotAllowed;
     return nullptr;

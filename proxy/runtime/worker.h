@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/buffer_pool.h"
+#include "common/log_limiter.h"
 #include "common/metrics.h"
 #include "config/config.h"
 #include "proxy/io/acceptor.h"
@@ -163,6 +164,9 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   EventLoop loop_;
   std::unique_ptr<local::StreamHost> host_;
   tunnel::AuthKeyring auth_keyring_;  // session_settings_.auth points here
+  // Refused OPENs are the peer's to multiply: at most 10 lines a second
+  // (bursts of 20) per worker; the metric counts them all.
+  log::LogLimiter refusal_log_{10, 20};
   tunnel::SessionSettings session_settings_;
   // The transports, behind the tunnel's seam.
   std::unique_ptr<tunnel::Connector> tcp_connector_;

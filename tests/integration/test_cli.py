@@ -126,3 +126,21 @@ def test_too_few_threads_fails_start_naming_the_thread(rdmagw_bin):
             assert expect in err and "Resource temporarily unavailable" in err, (limit, err)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_no_address_space_for_the_slab_is_a_clear_error_not_an_abort(rdmagw_bin, tmp_path):
+    """`ulimit -v` (or strict overcommit) refuses the buffer slab each worker
+    reserves: rdmagw says so and exits 1; it used to end in `terminate
+    called ...` (exit 134)."""
+    import pytest
+    with open(rdmagw_bin, "rb") as f:
+        if b"__asan_init" in f.read():
+            pytest.skip("AddressSanitizer reserves terabytes of address space: no `ulimit -v` lets it start")
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text(render_config("host-a", tunnel_port=free_port(), admin_port=free_port(), transport="tcp",
+                                 workers=1))
+    # Enough for the process and its threads, not for a worker's ~1 GiB slab.
+    code, out, err = run("prlimit", f"--as={768 << 20}", rdmagw_bin, "--config", str(cfg), timeout=20)
+    assert code == 1, (code, out, err)
+    assert "event=worker_failed" in err and "for the buffer slab" in err and "ulimit -v" in err, err
+    assert "terminate called" not in err

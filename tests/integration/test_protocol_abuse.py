@@ -91,6 +91,10 @@ class Gateway:
         self.roundtrip()
         assert self.b.running()
 
+    def b_metrics(self) -> dict:
+        from admin_client import admin_request, parse_metrics
+        return parse_metrics(admin_request(self.b.admin_port, "/metrics").text)
+
     def close(self) -> None:
         if self.live is not None:
             self.live.close()
@@ -467,6 +471,32 @@ def test_open_to_target_not_on_allowlist_is_reset_not_allowed_and_session_surviv
         assert gw.b.wait_log(lambda l: "event=stream_refused" in l and "reason=not-allowed" in l
                              and "peer=evil" in l, timeout=5, since=mark)
         no_session_error_for(gw, mark, peer)
+    gw.after()
+
+
+def test_a_flood_of_refused_opens_is_answered_in_full_but_logged_at_a_bounded_rate(gw):
+    """Each refused OPEN is answered and counted; the log gets a few lines a
+    second, and the next line written says how many were left out (issue 12,
+    item 6: one session once turned 6 MB of frames into 34 MB of log)."""
+    forbidden = f"tcp:127.0.0.1:{free_port()}"
+    mark = gw.b.log_size()
+    n = 2000
+    with TunnelPeer(gw.tunnel_port) as peer:
+        peer.handshake()
+        peer.send(b"".join(tf.open_frame(1 + 2 * i, forbidden) for i in range(n)))
+        for i in range(n):
+            assert tf.u32(expect_frame(peer, tf.RESET, 1 + 2 * i)) == tf.NOT_ALLOWED
+        lines = gw.b.log_text(mark).count("event=stream_refused")
+        assert 1 <= lines <= 40, f"{lines} log lines for {n} refused OPENs"
+        time.sleep(1.2)  # the limit refills
+        peer.send(tf.open_frame(1 + 2 * n, forbidden))
+        assert tf.u32(expect_frame(peer, tf.RESET, 1 + 2 * n)) == tf.NOT_ALLOWED
+        line = gw.b.wait_log(lambda l: "event=stream_refused" in l and "suppressed=" in l, timeout=5, since=mark)
+        assert line, gw.b.log_text(mark)[-2000:]
+        suppressed = int(line.split("suppressed=")[1].split()[0])
+        assert suppressed + lines == n, (suppressed, lines)
+    metrics = gw.b_metrics()
+    assert metrics.get('rdmagw_streams_failed_total{reason="not-allowed"}', 0) >= n + 1
     gw.after()
 
 
