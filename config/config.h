@@ -94,6 +94,11 @@ struct Config {
   std::string source_file;
   std::string node;
   std::string admin = "127.0.0.1:9901";
+  // admin_token_file: with it, the admin endpoint answers only requests that
+  // carry the token (but /live and /ready); the token is read by
+  // load_config_file() (and again on every reload).
+  std::string admin_token_file;
+  std::shared_ptr<const SecretKeys> admin_token;
   unsigned workers = 0;  // 0 in YAML is invalid; the parser fills in nproc when absent
   TunnelConfig tunnel;
   std::vector<PeerConfig> peers;

@@ -121,6 +121,10 @@ std::vector<std::string> describe_changes(const Config& running, const Config& n
   const AuthConfig& na = next.tunnel.auth;
   bool same_keys = ra.key_files == na.key_files && (ra.keys == na.keys || (ra.keys && na.keys && *ra.keys == *na.keys));
   if (!same_keys) out.push_back("tunnel.auth: keys changed (" + std::to_string(na.key_files.size()) + " key files)");
+  const auto& rt = running.admin_token;
+  const auto& nt = next.admin_token;
+  if (running.admin_token_file != next.admin_token_file || !(rt == nt || (rt && nt && *rt == *nt)))
+    out.push_back(next.admin_token_file.empty() ? "admin token removed" : "admin token changed");
   return out;
 }
 

@@ -70,7 +70,7 @@ static_assert(sizeof("tcp:[]:65535") - 1 + INET6_ADDRSTRLEN - 1 <= kMaxTargetLen
 
 using Keys = std::vector<std::string_view>;
 
-const Keys kTopKeys = {"node",    "admin",     "workers", "tunnel",
+const Keys kTopKeys = {"node",    "admin",     "admin_token_file", "workers", "tunnel",
                            "peers",   "listeners", "targets", "shutdown_timeout_ms",
                            "log_level"};
 const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port",
@@ -476,6 +476,35 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
               "invalid address " + quote(*s) + " (expected IP:PORT or [IPv6]:PORT): " + err);
     }
   }
+
+  // The admin token: like a tunnel key, a private file (config/key_files.h).
+  const Value* token_value = find(fields, "admin_token_file");
+  if (token_value) {
+    if (auto path = get_string(*token_value)) {
+      if (path->front() != '/') {
+        error(token_value->mark, token_value->path, "must be an absolute path, got " + quote(*path));
+      } else {
+        cfg->admin_token_file = *path;
+        std::string token, why;
+        if (read_key_files_) {
+          if (read_key_file(*path, &token, &why)) {
+            auto keys = std::make_shared<SecretKeys>();
+            keys->add(std::move(token));
+            cfg->admin_token = std::move(keys);
+          } else {
+            error(token_value->mark, token_value->path, *path + ": " + why);
+          }
+        }
+      }
+    }
+  }
+  // The admin endpoint drains and reloads: on an address other hosts reach,
+  // only with a token.
+  if (admin && !is_loopback(*admin) && !token_value)
+    error(admin_value ? admin_value->mark : YAML::Mark(), "admin_token_file",
+          "admin " + cfg->admin +
+              " is reachable from other hosts, so admin_token_file is required (every request but /live and "
+              "/ready must then carry it; docs/admin.md), or keep admin on 127.0.0.1");
 
   cfg->workers = default_workers();
   if (const Value* v = find(fields, "workers")) {

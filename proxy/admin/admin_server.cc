@@ -11,9 +11,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <system_error>
 
 #include "common/unique_fd.h"
+#include "proxy/admin/admin_access.h"
 #include "proxy/admin/admin_routes.h"
 
 namespace rdmagw::admin {
@@ -46,6 +48,8 @@ const char* reason_phrase(int status) {
   switch (status) {
     case 200: return "OK";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 500: return "Internal Server Error";
@@ -187,14 +191,28 @@ void AdminServer::on_request(evhttp_request* request, void* self) {
   const evhttp_uri* uri = evhttp_request_get_evhttp_uri(request);
   const char* path = uri ? evhttp_uri_get_path(uri) : nullptr;
   const char* query = uri ? evhttp_uri_get_query(uri) : nullptr;
-  Response response = handle_request(server->backend_, method_name(evhttp_request_get_command(request)),
-                                     path ? path : "", query ? query : "");
+  evkeyvalq* in = evhttp_request_get_input_headers(request);
+  auto header = [in](const char* name) -> std::optional<std::string_view> {
+    const char* value = evhttp_find_header(in, name);
+    if (!value) return std::nullopt;
+    return std::string_view(value);
+  };
+  std::shared_ptr<const Config> config = server->backend_.config();
+  AccessDecision access =
+      config ? check_access(AccessRequest{path ? path : "", header("Authorization"), header("Origin"), header("Host")},
+                            config->admin_token.get(), config->admin)
+             : AccessDecision{503, "starting\n"};
+  Response response = access.status != 0
+                          ? Response{access.status, std::string(kTextContentType), access.reason, {}}
+                          : handle_request(server->backend_, method_name(evhttp_request_get_command(request)),
+                                           path ? path : "", query ? query : "");
 
   evkeyvalq* headers = evhttp_request_get_output_headers(request);
   evhttp_add_header(headers, "Content-Type", response.content_type.c_str());
   // Answers describe the moment they were asked; no cache should keep one.
   evhttp_add_header(headers, "Cache-Control", "no-store");
   if (!response.allow.empty()) evhttp_add_header(headers, "Allow", response.allow.c_str());
+  if (response.status == 401) evhttp_add_header(headers, "WWW-Authenticate", "Bearer");
   std::unique_ptr<evbuffer, void (*)(evbuffer*)> body(evbuffer_new(), evbuffer_free);
   if (!body || evbuffer_add(body.get(), response.body.data(), response.body.size()) != 0) {
     evhttp_send_error(request, 500, "Internal Server Error");

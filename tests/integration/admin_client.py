@@ -20,11 +20,20 @@ class AdminResponse:
         return json.loads(self.body)
 
 
-def admin_request(port: int, path: str, method: str = "GET", timeout: float = 5.0) -> AdminResponse:
-    """One request to 127.0.0.1:port; the connection is closed afterwards."""
+def admin_request(port: int, path: str, method: str = "GET", timeout: float = 5.0,
+                  headers: dict[str, str] | None = None) -> AdminResponse:
+    """One request to 127.0.0.1:port; the connection is closed afterwards.
+    `headers` replace http.client's own (a "Host" given here is sent as is)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        conn.request(method, path)
+        headers = dict(headers or {})
+        if "Host" in headers:
+            conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+            for k, v in headers.items():
+                conn.putheader(k, v)
+            conn.endheaders()
+        else:
+            conn.request(method, path, headers=headers)
         resp = conn.getresponse()
         headers = {k.lower(): v for k, v in resp.getheaders()}
         return AdminResponse(resp.status, headers, resp.read())

@@ -435,7 +435,7 @@ TEST_CASE("ConfigError::to_string format", "[config][errors]") {
   ConfigResult r = parse_config_text(lines({"node: host-a", "worker: 4"}), "conf/a.yaml");
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].to_string() ==
-        "conf/a.yaml:2:1: worker: unknown key 'worker'; allowed keys here: node, admin, workers, "
+        "conf/a.yaml:2:1: worker: unknown key 'worker'; allowed keys here: node, admin, admin_token_file, workers, "
         "tunnel, peers, listeners, targets, shutdown_timeout_ms, log_level");
 }
 

@@ -20,7 +20,9 @@ std::string summary_of(std::string_view body) {
 
 bool AdminClient::send(const HttpRequest& request, HttpResponse* response, std::string* error) const {
   HttpFailure failure;
-  if (http_exchange(address_, request, timeout_seconds_, response, &failure)) return true;
+  HttpRequest sent = request;
+  sent.bearer_token = token_;
+  if (http_exchange(address_, sent, timeout_seconds_, response, &failure)) return true;
   switch (failure.stage) {
     case HttpFailure::Stage::kConnect:
       *error = "cannot reach admin at " + address_.display() + ": " + failure.reason;

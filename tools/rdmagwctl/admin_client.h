@@ -13,8 +13,9 @@ namespace rdmagw::ctl {
 
 class AdminClient {
  public:
-  AdminClient(HostPort address, double timeout_seconds)
-      : address_(std::move(address)), timeout_seconds_(timeout_seconds) {}
+  // `token`: the admin token (admin_token_file), sent with every request; empty: none.
+  AdminClient(HostPort address, double timeout_seconds, std::string token = {})
+      : address_(std::move(address)), timeout_seconds_(timeout_seconds), token_(std::move(token)) {}
 
   const HostPort& address() const { return address_; }
 
@@ -37,6 +38,7 @@ class AdminClient {
  private:
   HostPort address_;
   double timeout_seconds_;
+  std::string token_;
 };
 
 }  // namespace rdmagw::ctl

@@ -41,6 +41,8 @@ Options:
       --json              print the server's JSON instead of tables (status, peers,
                           streams, reload, drain, check)
       --timeout SECONDS   for connecting, and again for the answer (default 5)
+      --token-file FILE   the admin token (rdmagw's admin_token_file), sent as
+                          Authorization: Bearer; default: $RDMAGW_ADMIN_TOKEN_FILE
   -h, --help              show this help
   -V, --version           show the version
 
@@ -168,6 +170,8 @@ bool parse_cli(const std::vector<std::string>& args, const char* admin_from_envi
     } else if (name == "--admin") {
       if (!value(&admin_text)) return false;
       admin_origin = "--admin";
+    } else if (name == "--token-file") {
+      if (!value(&out->token_file)) return false;
     } else if (name == "--timeout" || name == "--interval" || name == "--wait-timeout") {
       if (!value(&v)) return false;
       auto seconds = parse_seconds(v);

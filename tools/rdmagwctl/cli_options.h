@@ -13,11 +13,13 @@ enum class Command { kHelp, kVersion, kStatus, kPeers, kStreams, kTop, kReload, 
 
 inline constexpr const char* kDefaultAdmin = "127.0.0.1:9901";
 inline constexpr const char* kAdminEnvironment = "RDMAGW_ADMIN";
+inline constexpr const char* kTokenFileEnvironment = "RDMAGW_ADMIN_TOKEN_FILE";
 
 struct CliOptions {
   Command command = Command::kHelp;
   HostPort admin;  // --admin, else $RDMAGW_ADMIN, else kDefaultAdmin
   double timeout_seconds = 5;
+  std::string token_file;  // --token-file, else $RDMAGW_ADMIN_TOKEN_FILE (main reads it)
   bool json = false;
   StreamsOptions streams;
   TopOptions top;

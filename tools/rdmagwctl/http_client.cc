@@ -123,6 +123,7 @@ std::string build_request(const HostPort& server, const HttpRequest& request) {
   out += "User-Agent: rdmagwctl/" RDMAGW_VERSION "\r\n";
   out += "Accept: application/json, text/plain\r\n";
   out += "Connection: close\r\n";
+  if (!request.bearer_token.empty()) out += "Authorization: Bearer " + request.bearer_token + "\r\n";
   if (request.method != "GET" || !request.body.empty()) {
     if (!request.body.empty()) out += "Content-Type: application/json\r\n";
     out += "Content-Length: " + std::to_string(request.body.size()) + "\r\n";

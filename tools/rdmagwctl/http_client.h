@@ -24,6 +24,7 @@ struct HttpRequest {
   std::string method = "GET";
   std::string target = "/";  // path and query
   std::string body;          // sent with Content-Length (also when empty, for POST)
+  std::string bearer_token;  // sent as Authorization: Bearer ... when not empty
 };
 
 struct HttpFailure {

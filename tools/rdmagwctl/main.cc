@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "config/key_files.h"
 #include "tools/rdmagwctl/cli_options.h"
 #include "tools/rdmagwctl/commands.h"
 
@@ -13,7 +14,16 @@ namespace {
 
 int run(const CliOptions& options) {
   if (options.command == Command::kCheck) return run_check(options.config_file, options.json);
-  CommandContext ctx{AdminClient(options.admin, options.timeout_seconds), options.json};
+  std::string token;
+  if (!options.token_file.empty()) {
+    std::string error;
+    // The same file rdmagw reads, held to the same rules (private, >= 32 bytes).
+    if (!read_key_file(options.token_file, &token, &error)) {
+      fprintf(stderr, "rdmagwctl: admin token %s: %s\n", options.token_file.c_str(), error.c_str());
+      return kExitUsage;
+    }
+  }
+  CommandContext ctx{AdminClient(options.admin, options.timeout_seconds, std::move(token)), options.json};
   switch (options.command) {
     case Command::kStatus: return run_status(ctx);
     case Command::kPeers: return run_peers(ctx);
@@ -41,6 +51,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "rdmagwctl: %s\n(rdmagwctl --help shows the usage)\n", error.c_str());
     return kExitUsage;
   }
+  if (options.token_file.empty() && getenv(kTokenFileEnvironment)) options.token_file = getenv(kTokenFileEnvironment);
   if (options.command == Command::kHelp) {
     fputs(usage_text(), stdout);
     return kExitOk;
