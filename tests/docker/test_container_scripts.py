@@ -337,8 +337,14 @@ def test_entrypoint_warns_when_rdmagwctl_would_ask_another_admin_address(rdmagw_
                                                                          warned):
     """The HEALTHCHECK and the probes find the endpoint through RDMAGW_ADMIN:
     an `admin:` elsewhere would leave the container unhealthy for good."""
-    config = write_config(tmp_path, "node: sidecar\ntunnel: {transport: tcp}\n"
-                          + (f"admin: {admin}\n" if admin else ""))
+    text = "node: sidecar\ntunnel: {transport: tcp}\n" + (f"admin: {admin}\n" if admin else "")
+    if admin and admin.startswith("0.0.0.0"):
+        # An admin address other hosts reach needs a token (docs/admin.md).
+        token = tmp_path / "admin-token"
+        token.write_text("t" * 40 + "\n")
+        token.chmod(0o400)
+        text += f"admin_token_file: {token}\n"
+    config = write_config(tmp_path, text)
     env = entrypoint_env(rdmagw_bin, config)
     if rdmagw_admin:
         env["RDMAGW_ADMIN"] = rdmagw_admin
