@@ -10,6 +10,7 @@
 //    so errors about an empty value are reported at its key instead.
 #include <fcntl.h>
 #include <unistd.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string_view>
 #include <system_error>
 #include <tuple>
@@ -956,6 +958,48 @@ void Parser::parse_targets(const Value& v, Config* cfg) {
   }
 }
 
+// Where a second YAML document with content starts, if the text has one.
+// Not YAML::LoadAll: on some malformed text (", a") yaml-cpp 0.7's parser
+// yields empty documents forever without consuming anything, and LoadAll
+// never returns (found by tests/fuzz/fuzz_config). The documents are walked
+// here with a bound instead; empty ones (a trailing '---') do not count.
+class DocumentCounter final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override { content_.reset(); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { seen(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    seen(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    seen(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    seen(mark);
+  }
+  void OnMapEnd() override {}
+  // Where the current document's content begins, if it has any.
+  const std::optional<YAML::Mark>& content() const { return content_; }
+
+ private:
+  void seen(const YAML::Mark& mark) {
+    if (!content_) content_ = mark;
+  }
+  std::optional<YAML::Mark> content_;
+};
+
+std::optional<YAML::Mark> second_document_start(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentCounter counter;
+  constexpr int kMaxDocuments = 64;
+  for (int i = 0; i < kMaxDocuments && parser.HandleNextDocument(counter); ++i)
+    if (i > 0 && counter.content()) return counter.content();
+  return std::nullopt;
+}
+
 }  // namespace
 
 ConfigResult parse_config_text(const std::string& text, const std::string& file_name, bool read_key_files) {
@@ -964,9 +1008,11 @@ ConfigResult parse_config_text(const std::string& text, const std::string& file_
   cfg->source_file = file_name;
 
   ConfigResult result;
-  std::vector<YAML::Node> docs;
+  YAML::Node root;
+  std::optional<YAML::Mark> second_document;
   try {
-    docs = YAML::LoadAll(text);
+    root = YAML::Load(text);
+    second_document = second_document_start(text);
   } catch (const YAML::ParserException& e) {
     parser.error(e.mark, "(yaml)", "syntax error: " + e.msg);
     result.errors = parser.take_errors();
@@ -977,19 +1023,15 @@ ConfigResult parse_config_text(const std::string& text, const std::string& file_
     return result;
   }
 
-  if (docs.empty() || docs[0].IsNull()) {
+  if (root.IsNull()) {
     YAML::Mark start;  // line 0, column 0 -> reported as 1:1
     parser.error(start, "",
                  "the configuration is empty; expected a mapping with at least the key 'node'");
   } else {
-    for (size_t i = 1; i < docs.size(); ++i) {
-      if (docs[i].IsNull()) continue;  // a trailing '---' with nothing after it
-      parser.error(docs[i].Mark(), "",
-                   "only one YAML document is allowed; found another one here");
-      break;
-    }
+    if (second_document)
+      parser.error(*second_document, "", "only one YAML document is allowed; found another one here");
     try {
-      parser.parse(docs[0], cfg.get());
+      parser.parse(root, cfg.get());
     } catch (const YAML::Exception& e) {  // not expected: nodes are only inspected, never converted
       parser.error(e.mark, "(yaml)", e.msg);
     }

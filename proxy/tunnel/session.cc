@@ -625,9 +625,15 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
     case FrameType::kPong: {
       uint64_t value;
       if (!decode_u64(h, payload, &value, &reason)) return protocol_error(reason);
-      int64_t rtt = to_ns(loop().now()) - static_cast<int64_t>(value);
-      if (rtt >= 0) {
-        rtt_us_ = rtt / 1000;
+      // The PING's value, our clock when we sent it, echoed; anything else
+      // (a value from the future, or older than any PING of ours could be)
+      // is the peer's doing and says nothing about the round trip. Unsigned
+      // arithmetic: a crafted value must not overflow (UB; found by
+      // tests/fuzz/fuzz_session).
+      uint64_t now = static_cast<uint64_t>(to_ns(loop().now()));
+      constexpr uint64_t kMaxRttNs = 3600ull * 1000 * 1000 * 1000;
+      if (value <= now && now - value <= kMaxRttNs) {
+        rtt_us_ = static_cast<int64_t>((now - value) / 1000);
         if (settings_.metrics) settings_.metrics->session_rtt.observe_us(static_cast<uint64_t>(rtt_us_));
       }
       return true;

@@ -896,3 +896,19 @@ TEST_CASE("transparent listeners: every route mistake is reported in place") {
                  {14, 9, "listeners[0].routes[2].match", "required key 'match' is missing"},
                  {19, 13, "listeners[1].routes", "need a transparent listener"}});
 }
+
+TEST_CASE("text on which yaml-cpp's LoadAll never returns is refused at once (found by tests/fuzz)", "[config][errors]") {
+  // yaml-cpp 0.7 yields empty documents forever for these, without consuming
+  // anything: rdmagw --check on the first of them never returned.
+  for (const char* text : {", a\n", ", a: 1}\n", "node: a\n, b\n"}) {
+    ConfigResult r = parse_config_text(text, "hang.yaml");
+    INFO(text << "\n" << dump(r));
+    CHECK(r.config == nullptr);
+    CHECK_FALSE(r.errors.empty());
+  }
+  // A second document is still found and refused; a trailing '---' is not one.
+  ConfigResult two = parse_config_text("node: a\n---\nnode: b\n", "two.yaml");
+  REQUIRE(two.errors.size() == 1);
+  CHECK(two.errors[0].line == 3);  // where its content begins
+  CHECK(parse_config_text("node: a\n---\n", "trailing.yaml").errors.empty());
+}
