@@ -231,6 +231,11 @@ class FakeTransport final : public tunnel::Transport {
     return wire;
   }
   size_t queued_bytes() const { return out_.size(); }
+  // Injected bytes as a socket would deliver them (the fuzzer's): a partial
+  // frame waits for the next injection, malformed bytes fail the transport
+  // as TcpTransport does. Otherwise (tests) anything but whole valid frames
+  // is a mistake of the test and throws.
+  bool like_a_socket = false;
   // Frames the session queued across two buffers: the RDMA transport sends
   // whole frames out of each buffer and cannot send those.
   int split_frames = 0;
@@ -256,7 +261,14 @@ class FakeTransport final : public tunnel::Transport {
   }
 
   // inject(): true if the sink took every frame of `bytes`.
-  bool feed(const Bytes& bytes, size_t* handed) {
+  bool feed(const Bytes& input, size_t* handed) {
+    Bytes joined;
+    if (like_a_socket && !partial_.empty()) {
+      joined = std::move(partial_);
+      partial_.clear();
+      joined.insert(joined.end(), input.begin(), input.end());
+    }
+    const Bytes& bytes = joined.empty() ? input : joined;
     size_t off = 0;
     tunnel::FrameReader reader(inbound_max_data_);
     while (off < bytes.size()) {
@@ -266,6 +278,14 @@ class FakeTransport final : public tunnel::Transport {
       size_t used = 0;
       std::string reason;
       auto status = reader.next(bytes.data() + off, bytes.size() - off, &h, &payload, &used, &reason);
+      if (status != tunnel::FrameReader::Status::kFrame && like_a_socket) {
+        if (status == tunnel::FrameReader::Status::kNeedMore) {
+          partial_.assign(bytes.begin() + static_cast<long>(off), bytes.end());
+          return true;
+        }
+        fail("protocol error: " + reason);  // as TcpTransport does
+        return false;
+      }
       if (status != tunnel::FrameReader::Status::kFrame)
         throw std::logic_error("injected bytes are not whole valid frames: " + reason);
       ++*handed;
@@ -278,6 +298,7 @@ class FakeTransport final : public tunnel::Transport {
     return true;
   }
 
+  Bytes partial_;  // like_a_socket: the start of a frame, until the rest comes
   tunnel::TransportKind kind_;
   tunnel::Outbound out_;
   uint32_t inbound_max_data_;

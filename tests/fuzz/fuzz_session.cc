@@ -1,0 +1,81 @@
+// A tunnel::Session fed arbitrary bytes as its peer's frames, through the
+// unit tests' fake transport (tests/unit/fake_transport.h): the whole
+// frame-handling state machine (handshake, authentication, resumption
+// requests, streams, windows, keepalives) against whatever a peer may send.
+//
+// The first byte chooses the setting: bit 0 dialer (else acceptor), bit 1
+// authentication on, bit 2 resumable, bits 3-4 how many streams the owner
+// will hand out for the peer's OPENs. The next byte splits the rest into
+// two deliveries (a frame cut across two reads).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/log.h"
+#include "common/secret_keys.h"
+#include "fake_stream.h"
+#include "fake_transport.h"
+#include "proxy/tunnel/session.h"
+
+using namespace rdmagw;
+using namespace rdmagw::tunnel;
+using namespace rdmagw::test;
+
+namespace {
+const AuthKeyring& keyring() {
+  static AuthKeyring ring = [] {
+    auto keys = std::make_shared<SecretKeys>();
+    keys->add(std::string(32, 'k'));
+    return AuthKeyring{keys};
+  }();
+  return ring;
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 2) return 0;
+  static bool quiet = (log::set_level(log::Level::kError), true);
+  (void)quiet;
+  uint8_t mode = data[0];
+  size_t split = 2 + (size > 2 ? data[1] % (size - 1) : 0);
+  if (split > size) split = size;
+
+  SessionSettings settings;
+  settings.node = "fuzz";
+  settings.max_data = 4096;
+  settings.stream_window = 16384;
+  settings.session_window = 65536;
+  settings.resume_timeout_ms = (mode & 4) ? 10000 : 0;
+  if (mode & 2) settings.auth = &keyring();
+
+  BufferPool pool(kBufferHeadroom + settings.max_data, 64);
+  EventLoop loop;
+  std::string error;
+  if (!loop.init(64, &error)) return 0;
+  {
+    FakeOwner owner;
+    FakeStream streams[3];
+    for (int i = 0; i < ((mode >> 3) & 3); ++i) {
+      streams[i].deliver_now = 1u << 30;
+      owner.give(streams[i]);
+    }
+    auto t = make_io<FakeTransport>(loop, pool, settings.max_data);
+    FakeTransport* wire = t.get();
+    wire->like_a_socket = true;
+    auto role = (mode & 1) ? Session::Role::kDialer : Session::Role::kAcceptor;
+    IoPtr<Session> session = make_io<Session>(loop, pool, role, settings, IoPtr<Transport>(t.release()), &owner);
+    session->start();
+    wire->inject(Bytes(data + 2, data + split));
+    loop.end_batch();
+    if (wire->delivering()) wire->inject(Bytes(data + split, data + size));
+    loop.end_batch();
+    session->tick(loop.now());
+    wire->drain_wire();
+    session->close(SessionEnd::kLocalClose, "fuzz input done", CloseMode::kAbort);
+    loop.end_batch();
+    session.reset();
+  }
+  loop.shut_down();
+  return 0;
+}

@@ -1,0 +1,139 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the fuzz harnesses (tests/fuzz/corpus/NAME/):
+well-formed inputs each harness starts from, so that the fuzzer begins
+inside the formats rather than at random bytes. Run again after a format
+changes; tests/fuzz/run --merge adds what fuzzing found on top.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+
+import tunnel_frames as tf  # noqa: E402
+
+CAP_RESUME, CAP_PLACEMENT, CAP_AUTH = 1, 2, 4
+
+
+def write(name: str, data: bytes) -> None:
+    d = HERE / "corpus" / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+def session_frame(instance: int, nonce: int, kind: int, received: int) -> bytes:
+    return tf.frame(tf.SESSION, 0, struct.pack("<QQIQ", instance, nonce, kind, received))
+
+
+def stream_traffic() -> bytes:
+    return (tf.open_frame(1, "tcp:127.0.0.1:6379", b"first")
+            + tf.data(1, b"x" * 100) + tf.window(1, 4096) + tf.window(0, 8192) + tf.ping(7) + tf.pong(7)
+            + tf.open_frame(3, "unix:/run/redis.sock") + tf.reset(3, 0) + tf.fin(1)
+            + tf.frame(tf.ACK, 0, struct.pack("<Q", 64)) + tf.frame(tf.GOAWAY, 0, struct.pack("<I", 0)))
+
+
+def frames_seeds() -> None:
+    hello = tf.hello(capabilities=CAP_RESUME | CAP_PLACEMENT, max_data=4096, stream_window=16384,
+                     session_window=65536, node=b"peer")
+    write("fuzz_frames", b"\x02" + hello + stream_traffic())
+    write("fuzz_frames", b"\x04" + hello + tf.auth_frame(tf.CHALLENGE, b"n" * 32) + tf.auth_frame(tf.PROOF, b"p" * 32)
+          + session_frame(1, 2, 0, 0))
+
+
+def session_seeds() -> None:
+    plain = tf.hello(max_data=4096, stream_window=16384, session_window=65536, node=b"peer")
+    resumable = tf.hello(capabilities=CAP_RESUME, max_data=4096, stream_window=16384, session_window=65536,
+                         node=b"peer")
+    authed = tf.hello(capabilities=CAP_AUTH, max_data=4096, stream_window=16384, session_window=65536, node=b"peer")
+    split = b"\x10"
+    # mode: bit 0 dialer, bit 1 auth, bit 2 resumable, bits 3-4 streams given
+    write("fuzz_session", bytes([0b11000]) + split + plain + stream_traffic())
+    write("fuzz_session", bytes([0b11100]) + split + resumable + session_frame(5, 6, 0, 0) + stream_traffic())
+    write("fuzz_session", bytes([0b11001]) + split + plain + stream_traffic())
+    write("fuzz_session", bytes([0b11101]) + split + resumable + session_frame(0, 0, 2, 0) + stream_traffic())
+    write("fuzz_session", bytes([0b11010]) + split + authed + tf.auth_frame(tf.CHALLENGE, b"n" * 32)
+          + tf.auth_frame(tf.PROOF, b"p" * 32) + stream_traffic())
+    write("fuzz_session", bytes([0b11011]) + split + tf.auth_frame(tf.CHALLENGE, b"n" * 32) + authed
+          + tf.auth_frame(tf.PROOF, b"p" * 32))
+
+
+def config_seeds() -> None:
+    for path in [*(ROOT / "config" / "examples").glob("*.yaml"), *(ROOT / "docker" / "examples").glob("*.yaml")]:
+        write("fuzz_config", path.read_bytes())
+    write("fuzz_config", b"""node: a
+admin: 127.0.0.1:9901
+admin_token_file: /etc/rdmagw/token
+workers: 2
+tunnel:
+  address: 10.0.0.1
+  transport: auto
+  buffer_size: 32KiB
+  resume_timeout_ms: 5000
+  auth: {mode: psk, key_files: [/k1, /k2]}
+  rdma: {device: erdma_0, slab_size: 64MiB, recv_depth: 64, send_depth: 128, inline_threshold: 64}
+peers:
+  - {name: b, address: "fd00::2", tcp_port: 7481, rdma_port: 7482}
+listeners:
+  - {name: l, listen: "unix:/run/l.sock", peer: b, target: "tcp:127.0.0.1:6379"}
+  - name: t
+    listen: transparent:127.0.0.1:15001
+    routes:
+      - {match: "10.0.0.0/8:6379", peer: b, target: "tcp:127.0.0.1:6379"}
+      - {match: "0.0.0.0/0", action: passthrough}
+targets: ["tcp:127.0.0.1:6379", "unix:/run/redis.sock"]
+shutdown_timeout_ms: 1000
+log_level: debug
+""")
+
+
+def endpoint_seeds() -> None:
+    for text in ["tcp:127.0.0.1:6379", "tcp:[::1]:5432", "unix:/run/rdmagw/redis.sock", "127.0.0.1:9901",
+                 "[fd00::1]:9901", "10.1.0.0/16:6379", "10.2.0.5:8000-8100", "0.0.0.0/0", "[fd00::/64]:6379",
+                 "fd00::/64", "::ffff:127.0.0.1"]:
+        write("fuzz_endpoints", text.encode())
+
+
+def admin_seeds() -> None:
+    token = "t" * 32
+    for req in ["GET\n/stats\n\n\n\n", "GET\n/streams\noffset=1&limit=2\n\n\n127.0.0.1:9901",
+                f"GET\n/metrics\n\nBearer {token}\n\n", "POST\n/drain\n\n\nhttp://evil.example\n",
+                "POST\n/reload\n\n\n\nlocalhost:9901", "GET\n/peers\n\n\n\n", "GET\n/config\n\n\n\nevil.example:9901",
+                "DELETE\n/stats\n\n\n\n", "GET\n/nope\n\n\n\n", "GET\n/ready\n\n\n\n"]:
+        write("fuzz_admin", req.encode())
+
+
+def rdmagwctl_seeds() -> None:
+    write("fuzz_rdmagwctl", b"\x00HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}")
+    write("fuzz_rdmagwctl", b"\x00HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\n\r\n")
+    write("fuzz_rdmagwctl", b"\x02HTTP/1.0 503 Service Unavailable\r\n\r\nnot ready: draining\n")
+    write("fuzz_rdmagwctl", b'\x01{"peers": [{"name": "b", "sessions": [{"rtt_us": 12, "qp": null}]}], "x": -1.5e3,'
+                            b' "s": "\\u00e9\\n", "t": true, "f": false}')
+
+
+def connect_params_seeds() -> None:
+    magic = 0x31574752
+    write("fuzz_connect_params", struct.pack("<III", magic, 128, 16640))
+    write("fuzz_connect_params", struct.pack("<IIIIQQ", magic, 32, 4352, 1, 7, 9))
+
+
+def main() -> None:
+    frames_seeds()
+    session_seeds()
+    config_seeds()
+    endpoint_seeds()
+    admin_seeds()
+    rdmagwctl_seeds()
+    connect_params_seeds()
+    for name in sorted(os.listdir(HERE / "corpus")):
+        print(f"{name}: {len(os.listdir(HERE / 'corpus' / name))} seeds")
+
+
+if __name__ == "__main__":
+    main()
