@@ -116,6 +116,8 @@ listeners:
         action: passthrough
       - match: "{ep(B_IP + ('/128' if ':' in B_IP else '/32'), '9100-9199')}"
         action: reject
+      - match: "{'::/0' if ':' in B_IP else '0.0.0.0/0'}"
+        action: passthrough
 """)
         for f in ("a.yaml", "b.yaml"):
             os.chmod(work / f, 0o644)
@@ -156,6 +158,16 @@ listeners:
         # Reject: reset, and logged.
         assert client(9150, "nope").startswith("reset:")
         assert f"event=stream_rejected listener=outbound destination={ep(B_IP, 9150)}" in log("a")
+
+        # A direct connection to the transparent listener was not redirected:
+        # its original destination is the listener itself, and the catch-all
+        # passthrough route made rdmagw connect to itself until it ran out of
+        # descriptors. Refused with a reset now; rdmagw serves on.
+        direct = run("ip", "netns", "exec", a, "/usr/bin/python3", "-c", CLIENT, fam["loop"], "15001",
+                     "self").stdout.strip()
+        assert direct.startswith("reset:"), direct
+        assert "not redirected" in log("a"), log("a")[-2000:]
+        assert client(9000, "still-serving") == f"reply:{A_IP}|still-serving"
 
         # Reload (SIGHUP) with the tunnel route turned into a reject: new
         # connections follow the new routes; passthrough is unchanged.
