@@ -3,6 +3,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/listener.h>
 #include <event2/thread.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -11,9 +12,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <system_error>
 
+#include "common/log.h"
 #include "common/unique_fd.h"
 #include "proxy/admin/admin_access.h"
 #include "proxy/admin/admin_routes.h"
@@ -99,6 +103,26 @@ UniqueFd listen_on(const Endpoint& address, std::string* error) {
 
 }  // namespace
 
+namespace {
+std::mutex g_listeners_mu;
+std::map<evconnlistener*, AdminServer*>& listeners() {
+  static std::map<evconnlistener*, AdminServer*> map;
+  return map;
+}
+}  // namespace
+
+void AdminServer::register_listener(evconnlistener* listener, AdminServer* server) {
+  std::lock_guard lock(g_listeners_mu);
+  if (server) listeners()[listener] = server;
+  else listeners().erase(listener);
+}
+
+AdminServer* AdminServer::server_of(evconnlistener* listener) {
+  std::lock_guard lock(g_listeners_mu);
+  auto it = listeners().find(listener);
+  return it == listeners().end() ? nullptr : it->second;
+}
+
 void AdminServer::EventBaseDeleter::operator()(event_base* base) const { event_base_free(base); }
 void AdminServer::EvhttpDeleter::operator()(evhttp* http) const { evhttp_free(http); }
 void AdminServer::EventDeleter::operator()(event* ev) const { event_free(ev); }
@@ -135,11 +159,18 @@ bool AdminServer::start(const Endpoint& address, std::string* error) {
                                        EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
                                        EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
   evhttp_set_gencb(http, &AdminServer::on_request, this);
-  if (!evhttp_accept_socket_with_handle(http, fd.get())) {
+  evhttp_bound_socket* bound = evhttp_accept_socket_with_handle(http, fd.get());
+  if (bound) resume_event_.reset(evtimer_new(base_.get(), &AdminServer::on_accept_resume, this));
+  if (!bound || !resume_event_) {
     *error = "cannot serve the admin endpoint on its socket";
     release_libevent();
     return false;
   }
+  listener_ = evhttp_bound_socket_get_listener(bound);
+  // The error callback gets the listener's user data, which is evhttp's:
+  // the server is found by its listener instead.
+  register_listener(listener_, this);
+  evconnlistener_set_error_cb(listener_, &AdminServer::on_accept_error);
   const int listening_fd = fd.release();  // evhttp owns and closes it now
   port_ = bound_port(listening_fd);
 
@@ -177,9 +208,32 @@ void AdminServer::stop() {
 }
 
 void AdminServer::release_libevent() {
+  resume_event_.reset();
+  if (listener_) register_listener(listener_, nullptr);
+  listener_ = nullptr;
   http_.reset();  // closes the listening socket and the admin connections
   stop_event_.reset();
   base_.reset();
+}
+
+void AdminServer::on_accept_error(evconnlistener* listener, void*) {
+  int err = EVUTIL_SOCKET_ERROR();
+  AdminServer* server = server_of(listener);
+  if (!server) return;
+  evconnlistener_disable(listener);
+  if (!server->accept_paused_logged_) {
+    server->accept_paused_logged_ = true;
+    log::warn("admin_accept_paused")
+        .kv("error", strerror(err))
+        .kv("next", "trying again every 100 ms; logged once until an accept succeeds");
+  }
+  timeval pause{0, 100 * 1000};
+  evtimer_add(server->resume_event_.get(), &pause);
+}
+
+void AdminServer::on_accept_resume(int, short, void* self) {
+  auto* server = static_cast<AdminServer*>(self);
+  if (server->listener_) evconnlistener_enable(server->listener_);
 }
 
 void AdminServer::on_stop(int, short, void* self) {
@@ -188,6 +242,7 @@ void AdminServer::on_stop(int, short, void* self) {
 
 void AdminServer::on_request(evhttp_request* request, void* self) {
   auto* server = static_cast<AdminServer*>(self);
+  server->accept_paused_logged_ = false;  // accepting again: a next episode is logged
   const evhttp_uri* uri = evhttp_request_get_evhttp_uri(request);
   const char* path = uri ? evhttp_uri_get_path(uri) : nullptr;
   const char* query = uri ? evhttp_uri_get_query(uri) : nullptr;

@@ -22,6 +22,7 @@ struct event;
 struct event_base;
 struct evhttp;
 struct evhttp_request;
+struct evconnlistener;
 
 namespace rdmagw::admin {
 
@@ -60,6 +61,13 @@ class AdminServer {
 
   static void on_request(evhttp_request* request, void* self);
   static void on_stop(int fd, short what, void* self);
+  // accept() failed for want of descriptors (or memory): the connection
+  // stays in the backlog, so the listener would wake at once, fail again,
+  // and spin a core (and flood the log). It pauses for kAcceptPause instead.
+  static void on_accept_error(evconnlistener* listener, void* self);
+  static void on_accept_resume(int fd, short what, void* self);
+  static void register_listener(evconnlistener* listener, AdminServer* server);  // nullptr: forget it
+  static AdminServer* server_of(evconnlistener* listener);
   void release_libevent();
 
   Backend& backend_;
@@ -67,6 +75,9 @@ class AdminServer {
   // release_libevent() (evhttp and events before their base).
   std::unique_ptr<event_base, EventBaseDeleter> base_;
   std::unique_ptr<event, EventDeleter> stop_event_;
+  std::unique_ptr<event, EventDeleter> resume_event_;  // re-enables a paused listener
+  evconnlistener* listener_ = nullptr;                 // evhttp's, for pausing
+  bool accept_paused_logged_ = false;                  // once per episode
   std::unique_ptr<evhttp, EvhttpDeleter> http_;
   std::thread thread_;
   std::mutex lifecycle_mu_;  // start() and stop() against each other
