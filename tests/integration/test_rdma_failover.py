@@ -36,9 +36,9 @@ TUNNEL = {"resume_timeout_ms": 30000, "rdma_probe_interval_ms": 1000}
 MOVE_BOUND_S = 30.0  # the emulated RDMA CM takes seconds to connect
 STREAMS = 8
 SIZE = 16 << 20
-# One removal and return by default. A second one in the same processes
-# sometimes leaves a worker stuck (an open bug, docs/rdma.md, "Device
-# removal"); RDMAGW_LAB_REMOVALS=2 reproduces it.
+# One removal and return by default; RDMAGW_LAB_REMOVALS=N for more in the
+# same processes (a worker was once found stuck after a second one; the
+# likely cause is fixed, docs/rdma.md, "Device removal").
 REMOVALS = int(os.environ.get("RDMAGW_LAB_REMOVALS", "1"))
 
 pytestmark = pytest.mark.skipif(TEST_TRANSPORT == "tcp" or not DEVICE or not NETDEV,
