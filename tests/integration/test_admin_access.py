@@ -54,13 +54,17 @@ def test_without_a_token_a_browser_cannot_drive_the_admin_endpoint(sidecar):
     assert code == 0, out
 
 
-def test_with_a_token_every_request_but_live_and_ready_needs_it(sidecar):
+def with_token(sidecar, name: str):
+    """A started rdmagw with admin_token_file: (admin port, token file, token)."""
     admin = free_port()
-    token_path = key_file("admin-token")
-    token = open(token_path).read().strip()
-    a = sidecar("host-a", tunnel_port=free_port(), admin_port=admin, transport="tcp",
-                extra_lines=[f"admin_token_file: {token_path}"])
-    a.start()
+    path = key_file(name)
+    sidecar("host-a", tunnel_port=free_port(), admin_port=admin, transport="tcp",
+            extra_lines=[f"admin_token_file: {path}"]).start()
+    return admin, path, open(path).read().strip()
+
+
+def test_with_a_token_every_request_but_live_and_ready_needs_it(sidecar):
+    admin, token_path, token = with_token(sidecar, "admin-token")
     for path, method in (("/stats", "GET"), ("/config", "GET"), ("/metrics", "GET"), ("/drain", "POST")):
         r = admin_request(admin, path, method)
         assert r.status == 401 and r.headers.get("www-authenticate") == "Bearer", (path, r.status, r.text)
@@ -85,12 +89,7 @@ def test_with_a_token_every_request_but_live_and_ready_needs_it(sidecar):
 
 
 def test_a_reload_rotates_the_token(sidecar):
-    admin = free_port()
-    path = key_file("admin-rotate")
-    old = open(path).read().strip()
-    a = sidecar("host-a", tunnel_port=free_port(), admin_port=admin, transport="tcp",
-                extra_lines=[f"admin_token_file: {path}"])
-    a.start()
+    admin, path, old = with_token(sidecar, "admin-rotate")
     new = "n" * 40
     key_file("admin-rotate", content=new + "\n")
     r = admin_request(admin, "/reload", "POST", headers={"Authorization": f"Bearer {old}"})

@@ -101,27 +101,26 @@ TEST_CASE("tunnel.auth: a tunnel other hosts can reach needs it; loopback does n
 
 TEST_CASE("tunnel.auth: wrong shapes are refused with the key and the reason", "[config][auth][errors]") {
   const std::string head = "node: a\ntunnel:\n  auth:\n";
-  ConfigError e = only_error(head + "    key_files: [/k]\n");
-  CHECK(e.key_path == "tunnel.auth");
-  CHECK_THAT(e.message, Contains("needs mode"));
-  e = only_error(head + "    mode: tls\n");
-  CHECK(e.key_path == "tunnel.auth.mode");
-  CHECK_THAT(e.message, Contains("psk, none"));
-  e = only_error(head + "    mode: psk\n");
-  CHECK(e.key_path == "tunnel.auth");
-  CHECK_THAT(e.message, Contains("needs key_files"));
-  e = only_error(head + "    mode: psk\n    key_files: []\n");
-  CHECK(e.key_path == "tunnel.auth.key_files");
-  e = only_error(head + "    mode: psk\n    key_files: [keys/current]\n");
-  CHECK(e.key_path == "tunnel.auth.key_files[0]");
-  CHECK_THAT(e.message, Contains("absolute path"));
-  e = only_error(head + "    mode: psk\n    key_files: [/1, /2, /3, /4, /5, /6, /7, /8, /9]\n");
-  CHECK(e.key_path == "tunnel.auth.key_files");
-  CHECK_THAT(e.message, Contains("at most 8"));
-  e = only_error(head + "    mode: none\n    key_files: [/k]\n");
-  CHECK(e.key_path == "tunnel.auth.key_files");
-  e = only_error(head + "    mode: psk\n    key_files: [/k]\n    encrypt: maybe\n");
-  CHECK(e.key_path == "tunnel.auth.encrypt");
+  struct Case {
+    std::string auth;      // the lines under tunnel.auth
+    std::string key_path;  // where the one error is reported
+    std::string fragment;  // in its message
+  };
+  const Case cases[] = {
+      {"    key_files: [/k]\n", "tunnel.auth", "needs mode"},
+      {"    mode: tls\n", "tunnel.auth.mode", "psk, none"},
+      {"    mode: psk\n", "tunnel.auth", "needs key_files"},
+      {"    mode: psk\n    key_files: []\n", "tunnel.auth.key_files", "at least one key file"},
+      {"    mode: psk\n    key_files: [keys/current]\n", "tunnel.auth.key_files[0]", "absolute path"},
+      {"    mode: psk\n    key_files: [/1, /2, /3, /4, /5, /6, /7, /8, /9]\n", "tunnel.auth.key_files", "at most 8"},
+      {"    mode: none\n    key_files: [/k]\n", "tunnel.auth.key_files", "mode none takes no key"},
+      {"    mode: psk\n    key_files: [/k]\n    encrypt: maybe\n", "tunnel.auth.encrypt", "unknown key"},
+  };
+  for (const Case& c : cases) {
+    ConfigError e = only_error(head + c.auth);
+    CHECK(e.key_path == c.key_path);
+    CHECK_THAT(e.message, Contains(c.fragment));
+  }
 }
 
 TEST_CASE("key files: read, trimmed, and refused when not private or too short", "[config][auth]") {
