@@ -14,6 +14,10 @@ std::string text(const T& v) {
 std::string text(TransportMode m) { return std::string(transport_mode_name(m)); }
 std::string text(AuthMode m) { return std::string(auth_mode_name(m)); }
 
+bool same_secrets(const std::shared_ptr<const SecretKeys>& a, const std::shared_ptr<const SecretKeys>& b) {
+  return a == b || (a && b && *a == *b);
+}
+
 struct Differ {
   std::vector<std::string>* out;
   template <class T>
@@ -119,11 +123,8 @@ std::vector<std::string> describe_changes(const Config& running, const Config& n
   // (the same file, new content) counts as a change too.
   const AuthConfig& ra = running.tunnel.auth;
   const AuthConfig& na = next.tunnel.auth;
-  bool same_keys = ra.key_files == na.key_files && (ra.keys == na.keys || (ra.keys && na.keys && *ra.keys == *na.keys));
-  if (!same_keys) out.push_back("tunnel.auth: keys changed (" + std::to_string(na.key_files.size()) + " key files)");
-  const auto& rt = running.admin_token;
-  const auto& nt = next.admin_token;
-  if (running.admin_token_file != next.admin_token_file || !(rt == nt || (rt && nt && *rt == *nt)))
+  if (ra.key_files != na.key_files || !same_secrets(ra.keys, na.keys)) out.push_back("tunnel.auth: keys changed (" + std::to_string(na.key_files.size()) + " key files)");
+  if (running.admin_token_file != next.admin_token_file || !same_secrets(running.admin_token, next.admin_token))
     out.push_back(next.admin_token_file.empty() ? "admin token removed" : "admin token changed");
   return out;
 }

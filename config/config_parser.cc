@@ -230,6 +230,10 @@ class Parser {
   std::optional<Fields> read_map(const Value& v, const Keys& allowed, bool null_is_empty);
   void parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size);
   void parse_auth(const Value& v, AuthConfig* a);
+  // `v` names a secret file (a tunnel key, the admin token): an absolute
+  // path and, when key files are read, a private file (config/key_files.h)
+  // whose content goes to *keys. The path when it is valid.
+  std::optional<std::string> read_secret_file(const Value& v, SecretKeys* keys);
   bool parse_routes(const Value& v, const std::vector<std::string>& peer_names, std::vector<RouteConfig>* routes);
   // A `peer:` value that must name a defined peer.
   bool read_peer_ref(const Value& x, const std::vector<std::string>& peer_names, std::string* out);
@@ -479,26 +483,11 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
     }
   }
 
-  // The admin token: like a tunnel key, a private file (config/key_files.h).
   const Value* token_value = find(fields, "admin_token_file");
   if (token_value) {
-    if (auto path = get_string(*token_value)) {
-      if (path->front() != '/') {
-        error(token_value->mark, token_value->path, "must be an absolute path, got " + quote(*path));
-      } else {
-        cfg->admin_token_file = *path;
-        std::string token, why;
-        if (read_key_files_) {
-          if (read_key_file(*path, &token, &why)) {
-            auto keys = std::make_shared<SecretKeys>();
-            keys->add(std::move(token));
-            cfg->admin_token = std::move(keys);
-          } else {
-            error(token_value->mark, token_value->path, *path + ": " + why);
-          }
-        }
-      }
-    }
+    auto token = std::make_shared<SecretKeys>();
+    if (auto path = read_secret_file(*token_value, token.get())) cfg->admin_token_file = *path;
+    if (!token->empty()) cfg->admin_token = std::move(token);
   }
   // The admin endpoint drains and reloads: on an address other hosts reach,
   // only with a token.
@@ -615,22 +604,25 @@ void Parser::parse_auth(const Value& v, AuthConfig* a) {
           "has " + std::to_string(items->size()) + " files; at most " + std::to_string(kMaxKeyFiles) +
               " (rotation needs two: the current key and the next)");
   auto keys = std::make_shared<SecretKeys>();
-  for (const Value& item : *items) {
-    std::optional<std::string> path = get_string(item);
-    if (!path) continue;
-    if (path->front() != '/') {
-      error(item.mark, item.path, "must be an absolute path, got " + quote(*path));
-      continue;
-    }
-    a->key_files.push_back(*path);
-    if (!read_key_files_) continue;
-    std::string key, why;
-    if (read_key_file(*path, &key, &why))
-      keys->add(std::move(key));
-    else
-      error(item.mark, item.path, *path + ": " + why);
-  }
+  for (const Value& item : *items)
+    if (auto path = read_secret_file(item, keys.get())) a->key_files.push_back(*path);
   if (read_key_files_) a->keys = std::move(keys);
+}
+
+std::optional<std::string> Parser::read_secret_file(const Value& v, SecretKeys* keys) {
+  std::optional<std::string> path = get_string(v);
+  if (!path) return std::nullopt;
+  if (path->front() != '/') {
+    error(v.mark, v.path, "must be an absolute path, got " + quote(*path));
+    return std::nullopt;
+  }
+  if (!read_key_files_) return path;
+  std::string secret, why;
+  if (read_key_file(*path, &secret, &why))
+    keys->add(std::move(secret));
+  else
+    error(v.mark, v.path, *path + ": " + why);
+  return path;
 }
 
 std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {

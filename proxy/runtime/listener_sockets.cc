@@ -38,6 +38,16 @@ UnixProbe probe_unix_socket(const Endpoint& ep, int* error_number) {
   return UnixProbe::kUnknown;
 }
 
+// A process that just died (SIGKILL, a crash) may still hold its listener
+// for a few milliseconds: io_uring drops the files of requests in flight
+// from a kernel worker after the process is gone. So an address that looks
+// held is looked at again every 50 ms for up to 2 s before it counts as
+// another process's. `held` probes once (and keeps what it found).
+template <class Probe>
+void probe_through_grace(Probe held) {
+  for (int attempt = 1; held() && attempt < 40; ++attempt) ::usleep(50 * 1000);
+}
+
 // A unix socket path left behind by a dead process is removed; one that a
 // live process still serves is an error, as for a TCP port in use.
 bool clear_stale_unix_socket(const Endpoint& ep, std::string* error) {
@@ -49,13 +59,8 @@ bool clear_stale_unix_socket(const Endpoint& ep, std::string* error) {
     return false;
   }
   int err = 0;
-  UnixProbe probe = probe_unix_socket(ep, &err);
-  // A process that just died may still hold its listener for a moment
-  // (tcp_port_free below says why): give it up to 2 s to go.
-  for (int attempt = 1; probe == UnixProbe::kLive && attempt < 40; ++attempt) {
-    ::usleep(50 * 1000);
-    probe = probe_unix_socket(ep, &err);
-  }
+  UnixProbe probe = UnixProbe::kUnknown;
+  probe_through_grace([&] { return (probe = probe_unix_socket(ep, &err)) == UnixProbe::kLive; });
   switch (probe) {
     case UnixProbe::kLive:
       *error = std::string(un->sun_path) + " is in use by another process";
@@ -71,34 +76,16 @@ bool clear_stale_unix_socket(const Endpoint& ep, std::string* error) {
   return true;
 }
 
-// SO_REUSEPORT lets any process of the same user bind a port that is
-// already listened on, and the kernel then splits connections between them:
-// a second rdmagw on the same port would silently take half of them. A bind
-// without it fails while anything listens there, so one is tried first.
-// A process that just died (SIGKILL, a crash) may still hold its listener
-// for a few milliseconds: io_uring drops the files of requests in flight
-// from a kernel worker after the process is gone. So a port in use is
-// tried again for up to 2 s before it counts as another process's.
-bool tcp_port_free(const Endpoint& ep, std::string* error) {
-  constexpr int kTries = 40;
-  for (int attempt = 1;; ++attempt) {
-    int probe = ::socket(ep.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe < 0) {
-      *error = std::string("socket: ") + strerror(errno);
-      return false;
-    }
-    int one = 1;
-    setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // TIME_WAIT is no owner
-    bool free = ::bind(probe, reinterpret_cast<const sockaddr*>(&ep.addr), ep.addr_len) == 0;
-    int err = errno;
-    ::close(probe);
-    if (free) return true;
-    if (err != EADDRINUSE || attempt == kTries) {
-      *error = std::string("bind: ") + strerror(err) + (err == EADDRINUSE ? " (another process listens there)" : "");
-      return false;
-    }
-    ::usleep(50 * 1000);
-  }
+// 0 if a plain bind (SO_REUSEADDR only: TIME_WAIT is no owner) of `ep`
+// succeeds, else its errno.
+int plain_bind_error(const Endpoint& ep) {
+  int probe = ::socket(ep.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe < 0) return errno;
+  int one = 1;
+  setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  int err = ::bind(probe, reinterpret_cast<const sockaddr*>(&ep.addr), ep.addr_len) == 0 ? 0 : errno;
+  ::close(probe);
+  return err;
 }
 
 }  // namespace
@@ -128,11 +115,21 @@ int open_listening_socket(const Endpoint& ep, bool reuseport, std::string* error
   return fd;
 }
 
-bool claim_tcp_port(const Endpoint& endpoint, std::string* error) { return tcp_port_free(endpoint, error); }
+// SO_REUSEPORT lets any process of the same user bind a port that is
+// already listened on, and the kernel then splits connections between them:
+// a second rdmagw on the same port would silently take half of them. A bind
+// without it fails while anything listens there, so one is tried first.
+bool claim_tcp_port(const Endpoint& endpoint, std::string* error) {
+  int err = 0;
+  probe_through_grace([&] { return (err = plain_bind_error(endpoint)) == EADDRINUSE; });
+  if (err == 0) return true;
+  *error = std::string("bind: ") + strerror(err) + (err == EADDRINUSE ? " (another process listens there)" : "");
+  return false;
+}
 
 std::shared_ptr<ListenFds> ListenFds::open(const Endpoint& endpoint, unsigned workers, std::string* error) {
   unsigned count = endpoint.kind == Endpoint::Kind::kTcp ? workers : 1;
-  if (endpoint.kind == Endpoint::Kind::kTcp && !tcp_port_free(endpoint, error)) return nullptr;
+  if (endpoint.kind == Endpoint::Kind::kTcp && !claim_tcp_port(endpoint, error)) return nullptr;
   std::vector<int> fds;
   for (unsigned w = 0; w < count; ++w) {
     int fd = open_listening_socket(endpoint, true, error);

@@ -91,23 +91,15 @@ bool Runtime::open_tunnel_sockets() {
     log::error("listen_failed").kv("key", "tunnel.address").kv("reason", error);
     return false;
   }
-  if (tunnel_.tcp_fds.empty() && !claim_tcp_port(*tunnel_ep, &error)) {
-    log::error("listen_failed")
-        .kv("key", "tunnel.tcp_port")
-        .kv("address", tunnel_ep->to_string())
-        .kv("reason", error);
+  auto failed = [&] {
+    log::error("listen_failed").kv("key", "tunnel.tcp_port").kv("address", tunnel_ep->to_string()).kv("reason", error);
     return false;
-  }
+  };
+  if (tunnel_.tcp_fds.empty() && !claim_tcp_port(*tunnel_ep, &error)) return failed();
   // A takeover brought the old process's sockets: open only what is missing.
   for (unsigned w = static_cast<unsigned>(tunnel_.tcp_fds.size()); w < config.workers; ++w) {
     int fd = open_listening_socket(*tunnel_ep, true, &error);
-    if (fd < 0) {
-      log::error("listen_failed")
-          .kv("key", "tunnel.tcp_port")
-          .kv("address", tunnel_ep->to_string())
-          .kv("reason", error);
-      return false;
-    }
+    if (fd < 0) return failed();
     tunnel_.tcp_fds.push_back(fd);
   }
   return true;

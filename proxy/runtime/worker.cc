@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <system_error>
 #include <utility>
@@ -217,23 +216,6 @@ void Worker::on_local_accept(LocalListener& l, UniqueFd fd) {
   l.link->submit(stream);
 }
 
-namespace {
-bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
-  if (a.ss_family != b.ss_family) return false;
-  if (a.ss_family == AF_INET) {
-    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
-    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
-    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
-  }
-  if (a.ss_family == AF_INET6) {
-    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
-    const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
-    return x.sin6_port == y.sin6_port && std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof(x.sin6_addr)) == 0;
-  }
-  return false;
-}
-}  // namespace
-
 void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
   const ListenerConfig& l = local.socket->config;
   // Where the application meant to go, before iptables REDIRECT sent it here.
@@ -259,7 +241,8 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
   // connect rdmagw to itself, again and again, until no descriptor is left.
   sockaddr_storage here{};
   socklen_t here_len = sizeof(here);
-  if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&here), &here_len) == 0 && same_endpoint(here, dst)) {
+  if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&here), &here_len) == 0 &&
+      sockaddr_to_string(reinterpret_cast<sockaddr*>(&here), here_len) == destination) {
     reject("not redirected: a connection straight to the transparent listener", destination);
     return;
   }

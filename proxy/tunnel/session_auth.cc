@@ -28,6 +28,10 @@ std::string host_of(const std::string& remote) {
   return colon == std::string::npos ? remote : remote.substr(0, colon);
 }
 
+std::string no_key_matches(const SecretKeys& keys) {
+  return "the peer's proof matches none of our " + std::to_string(keys.size()) + " keys (a different key, or no key)";
+}
+
 // Whether this is the first failure from `host` (process-wide, bounded:
 // past kMaxHosts nothing more is logged, the metric still counts).
 bool first_failure_from(const std::string& host) {
@@ -117,8 +121,7 @@ bool Session::on_auth(std::span<const uint8_t> payload) {
       return send_auth(AuthStep::kChallenge, auth_->acceptor_nonce);
     }
     if (!verify_auth_proof(keys, AuthRole::kDialer, auth_transcript(false), got.value))
-      return auth_failed("the peer's proof matches none of our " + std::to_string(keys.size()) +
-                         " keys (a different key, or no key)");
+      return auth_failed(no_key_matches(keys));
     HelloPayload hello = std::move(auth_->peer_hello);
     return accept_hello(std::move(hello));  // sends our HELLO and proof
   }
@@ -130,8 +133,7 @@ bool Session::on_auth(std::span<const uint8_t> payload) {
     return send_auth(AuthStep::kProof, proof);
   }
   if (!verify_auth_proof(keys, AuthRole::kAcceptor, auth_transcript(true), got.value))
-    return auth_failed("the peer's proof matches none of our " + std::to_string(keys.size()) +
-                       " keys (a different key, or no key)");
+    return auth_failed(no_key_matches(keys));
   HelloPayload hello = std::move(auth_->peer_hello);
   auth_.reset();
   return accept_hello(std::move(hello));
