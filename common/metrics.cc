@@ -22,6 +22,7 @@ std::string_view stream_failure_name(StreamFailure f) {
     case StreamFailure::kProtocol: return "protocol";
     case StreamFailure::kShutdown: return "shutdown";
     case StreamFailure::kRejected: return "rejected";
+    case StreamFailure::kLimit: return "limit";
     case StreamFailure::kCount: break;
   }
   return "unknown";

@@ -67,6 +67,7 @@ enum class StreamFailure : uint8_t {
   kProtocol,         // a stream-level protocol violation
   kShutdown,         // reset at the end of a drain
   kRejected,         // a transparent listener's route said reject / no route
+  kLimit,            // a peer's OPEN beyond tunnel.limits (streams per session, OPEN rate)
   kCount
 };
 std::string_view stream_failure_name(StreamFailure f);
@@ -112,6 +113,7 @@ class alignas(64) WorkerMetrics {
   Counter stream_resume_failures;   // streams reset because their suspended session could not resume
   Counter resent_bytes;             // session frame bytes sent again after a resume
   Counter auth_failures;            // tunnel handshakes that failed authentication (either side)
+  Counter handshakes_refused;       // tunnel connections refused at accept: tunnel.limits.handshakes reached
 
   void failed(StreamFailure f) { streams_failed[static_cast<size_t>(f)].add(); }
   ListenerMetrics& listener(std::string_view name);

@@ -58,6 +58,14 @@ struct RdmaConfig {
   uint32_t inline_threshold = 96;            // sends up to this size go inline (eRDMA: at most 96)
 };
 
+// tunnel.limits: what hostile or broken peers may cost (docs/security.md).
+struct TunnelLimits {
+  uint32_t handshakes = 256;             // connections in their handshake at once, process-wide
+  uint32_t handshakes_per_address = 32;  // ... of them from one address
+  uint32_t streams_per_session = 16384;  // streams a peer may have open in one session (0: no limit)
+  uint32_t opens_per_second = 20000;     // OPENs a peer may send per second per session (0: no limit)
+};
+
 // tunnel.auth: who may use the tunnel (docs/security.md).
 enum class AuthMode { kNone, kPsk };
 std::string_view auth_mode_name(AuthMode mode);
@@ -88,6 +96,7 @@ struct TunnelConfig {
   uint32_t rdma_probe_interval_ms = 2000;       // tunnel.rdma_probe_interval_ms: auto, a session on TCP tries RDMA; 0 = never
   RdmaConfig rdma;                              // tunnel.rdma
   AuthConfig auth;                              // tunnel.auth
+  TunnelLimits limits;                          // tunnel.limits
 };
 
 struct Config {

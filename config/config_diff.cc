@@ -102,6 +102,10 @@ std::vector<std::string> restart_only_changes(const Config& running, const Confi
   d.check("tunnel.rdma.send_depth", a.rdma.send_depth, b.rdma.send_depth);
   d.check("tunnel.rdma.busy_poll_us", a.rdma.busy_poll_us, b.rdma.busy_poll_us);
   d.check("tunnel.rdma.inline_threshold", a.rdma.inline_threshold, b.rdma.inline_threshold);
+  d.check("tunnel.limits.handshakes", a.limits.handshakes, b.limits.handshakes);
+  d.check("tunnel.limits.handshakes_per_address", a.limits.handshakes_per_address, b.limits.handshakes_per_address);
+  d.check("tunnel.limits.streams_per_session", a.limits.streams_per_session, b.limits.streams_per_session);
+  d.check("tunnel.limits.opens_per_second", a.limits.opens_per_second, b.limits.opens_per_second);
   // Keys rotate on reload; whether peers authenticate at all does not change
   // under live sessions.
   d.check("tunnel.auth.mode", a.auth.mode, b.auth.mode);

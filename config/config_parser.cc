@@ -79,7 +79,8 @@ const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port"
                               "transport",         "buffer_size",        "stream_window",
                               "session_budget",    "keepalive_interval_ms",
                               "keepalive_timeout_ms", "connect_timeout_ms", "reconnect_max_ms",
-                              "resume_timeout_ms", "rdma_probe_interval_ms", "rdma", "auth"};
+                              "resume_timeout_ms", "rdma_probe_interval_ms", "rdma", "auth", "limits"};
+const Keys kLimitKeys = {"handshakes", "handshakes_per_address", "streams_per_session", "opens_per_second"};
 const Keys kAuthKeys = {"mode", "key_files"};
 // More is a mistake: rotation needs two (the current key and the next).
 inline constexpr size_t kMaxKeyFiles = 8;
@@ -230,6 +231,7 @@ class Parser {
   std::optional<Fields> read_map(const Value& v, const Keys& allowed, bool null_is_empty);
   void parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size);
   void parse_auth(const Value& v, AuthConfig* a);
+  void parse_limits(const Value& v, TunnelLimits* l);
   // `v` names a secret file (a tunnel key, the admin token): an absolute
   // path and, when key files are read, a private file (config/key_files.h)
   // whose content goes to *keys. The path when it is valid.
@@ -574,6 +576,22 @@ void Parser::parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size) {
   }
 }
 
+void Parser::parse_limits(const Value& v, TunnelLimits* l) {
+  std::optional<Fields> maybe = read_map(v, kLimitKeys, true);
+  if (!maybe) return;
+  const Fields& f = *maybe;
+  bool total_ok = read_number(f, "handshakes", &l->handshakes, 1, 65536, false);
+  bool each_ok = read_number(f, "handshakes_per_address", &l->handshakes_per_address, 1, 65536, false);
+  read_number(f, "streams_per_session", &l->streams_per_session, 0, kU32Max, false);
+  read_number(f, "opens_per_second", &l->opens_per_second, 0, kU32Max, false);
+  if (total_ok && each_ok && l->handshakes_per_address > l->handshakes) {
+    const Value* at = find(f, "handshakes_per_address") ? find(f, "handshakes_per_address") : find(f, "handshakes");
+    error(at->mark, at->path,
+          "handshakes_per_address " + std::to_string(l->handshakes_per_address) + " must be at most handshakes " +
+              std::to_string(l->handshakes));
+  }
+}
+
 void Parser::parse_auth(const Value& v, AuthConfig* a) {
   a->configured = true;  // even when invalid: its own errors say what is wrong
   std::optional<Fields> maybe = read_map(v, kAuthKeys, false);
@@ -674,6 +692,7 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   number("rdma_probe_interval_ms", &t->rdma_probe_interval_ms, 0, 600000, false);
   if (const Value* r = find(f, "rdma")) parse_rdma(*r, &t->rdma, t->buffer_size);
   if (const Value* a = find(f, "auth")) parse_auth(*a, &t->auth);
+  if (const Value* l = find(f, "limits")) parse_limits(*l, &t->limits);
 
   // Cross-field rules. Reported at the dependent key when it was given,
   // otherwise at the key whose value broke the rule against a default.

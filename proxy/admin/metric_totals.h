@@ -54,6 +54,7 @@ struct MetricTotals {
   uint64_t rdma_send_completions = 0, rdma_recv_completions = 0;
   uint64_t session_resumes = 0, stream_resume_failures = 0, resent_bytes = 0;
   uint64_t auth_failures = 0;
+  uint64_t handshakes_refused = 0;
   HistogramTotals stream_open, target_connect, session_rtt;
 
   // Streams open now: client side (listeners' active) plus target side.

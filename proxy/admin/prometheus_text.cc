@@ -167,6 +167,9 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Met
   p.family("rdmagw_auth_failures_total", "counter",
            "Tunnel handshakes that failed authentication: a peer without a valid key, or one that refused ours.");
   p.sample("rdmagw_auth_failures_total", {}, totals.auth_failures);
+  p.family("rdmagw_tunnel_handshakes_refused_total", "counter",
+           "Tunnel connections refused at accept: too many in their handshake at once (tunnel.limits).");
+  p.sample("rdmagw_tunnel_handshakes_refused_total", {}, totals.handshakes_refused);
   p.family("rdmagw_config_reloads_total", "counter", "Configuration reloads applied.");
   p.sample("rdmagw_config_reloads_total", {}, process.config_reloads.value());
   p.family("rdmagw_config_reload_failures_total", "counter", "Configuration reloads refused; the running one was kept.");

@@ -202,6 +202,8 @@ int Runtime::run() {
   signal(SIGPIPE, SIG_IGN);
 
   tunnel_.rdma = rdma_;
+  tunnel_.handshakes = std::make_unique<tunnel::HandshakeBudget>(config_->tunnel.limits.handshakes,
+                                                                 config_->tunnel.limits.handshakes_per_address);
   transport_ = rdma_ ? (config_->tunnel.transport == TransportMode::kRdma ? "rdma" : "rdma,tcp") : "tcp";
   std::string key, error;
   TakeoverStart takeover = TakeoverStart::kNobody;

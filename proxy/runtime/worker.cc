@@ -91,6 +91,9 @@ bool Worker::init(std::string* error) {
   session_settings_.resume_timeout_ms = t.resume_timeout_ms;
   session_settings_.instance = process_instance();
   session_settings_.metrics = &metrics_;
+  session_settings_.max_peer_streams = t.limits.streams_per_session;
+  session_settings_.peer_opens_per_second = t.limits.opens_per_second;
+  session_settings_.handshake_log = &handshake_log_;
   auth_keyring_.keys = t.auth.mode == AuthMode::kPsk ? t.auth.keys : nullptr;
   session_settings_.auth = &auth_keyring_;
 
@@ -110,13 +113,14 @@ bool Worker::make_tunnel_listeners(std::string* error) {
   const TunnelConfig& t = config_->tunnel;
   tunnel_listeners_.clear();
   tunnel_listeners_.push_back(
-      std::make_unique<transport::TcpTransportListener>(loop_, *pool_, tunnel_.tcp_fds[index_], t.buffer_size));
+      std::make_unique<transport::TcpTransportListener>(loop_, *pool_, tunnel_.tcp_fds[index_], t.buffer_size,
+                                                        handshake_gate()));
   if (!rdma_) return true;
   // RDMA CM has no SO_REUSEPORT: worker 0 listens, and places each connect
   // request with a worker, which sets up the QP on its own device context
   // (a QP cannot move later): a resume with the worker holding the session,
   // a new session with the next worker in turn.
-  auto listener = std::make_unique<transport::RdmaTransportListener>(loop_, *rdma_, t.buffer_size);
+  auto listener = std::make_unique<transport::RdmaTransportListener>(loop_, *rdma_, t.buffer_size, handshake_gate());
   if (index_ == 0) {
     auto at = make_tcp_endpoint(t.address, t.rdma_port, error);
     if (!at || !listener->listen(*at, error)) {
@@ -427,6 +431,7 @@ bool Worker::resume_elsewhere(const tunnel::SessionPayload& request, const tunne
 void Worker::adopt_resume(const ResumeHandOff& hand_off) {
   auto transport = make_io<transport::TcpTransport>(loop_, *pool_, std::move(*hand_off.fd), config_->tunnel.buffer_size,
                                                     hand_off.remote);
+  transport->admit();  // the peer authenticated on the worker that handed it over
   tunnel::Session* session = frozen_ ? nullptr : find_session(hand_off.request.token);
   if (!session || !session->can_resume_from(hand_off.hello, hand_off.request.received)) {
     // It ended meanwhile: the dialer sees the connection close, asks again,

@@ -38,12 +38,14 @@
 
 namespace rdmagw {
 
-// The tunnel's listening sockets (one per worker, SO_REUSEPORT), opened by
-// main before the workers start. The tunnel address cannot change on reload.
+// What the workers share of the tunnel's accepting side, set up by main
+// before the workers start; none of it changes on reload.
 struct TunnelSockets {
-  std::vector<int> tcp_fds;  // index: worker; a worker closes its own when it drains
+  std::vector<int> tcp_fds;  // index: worker (SO_REUSEPORT); a worker closes its own when it drains
   // Decided once at startup (device present, memlock enough): RDMA in use.
   bool rdma = false;
+  // Connections in their handshake, across workers (tunnel.limits).
+  std::unique_ptr<tunnel::HandshakeBudget> handshakes;
 };
 
 enum class StopLevel : int { kRunning = 0, kDrain = 1, kNow = 2 };
@@ -116,6 +118,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // The listener was removed or we drain: stop listening and accepting.
   void retire_listener(LocalListener& listener);
   std::unique_ptr<tunnel::PeerLink> make_link(const PeerConfig& peer);
+  tunnel::HandshakeGate handshake_gate() { return tunnel::HandshakeGate(tunnel_.handshakes.get(), &metrics_); }
   tunnel::PeerLink* find_link(const std::string& peer) const;
   void on_local_accept(LocalListener& listener, UniqueFd fd);
   void on_transparent_accept(const LocalListener& listener, UniqueFd fd);
@@ -167,6 +170,8 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // Refused OPENs are the peer's to multiply: at most 10 lines a second
   // (bursts of 20) per worker; the metric counts them all.
   log::LogLimiter refusal_log_{10, 20};
+  // Lines about accepted tunnel connections whose peer was never admitted.
+  log::LogLimiter handshake_log_{5, 20};
   tunnel::SessionSettings session_settings_;
   // The transports, behind the tunnel's seam.
   std::unique_ptr<tunnel::Connector> tcp_connector_;

@@ -164,6 +164,10 @@ struct HelloPayload {
   std::string node;
 };
 inline constexpr size_t kHelloFixedSize = 2 + 2 + 4 + 4 + 4 + 8 + 1;
+// The largest frame a peer sends before it is admitted (HELLO with the
+// longest node name; AUTH and SESSION are shorter): what a transport must be
+// able to hold while it keeps its buffers small (Transport::admit()).
+inline constexpr size_t kMaxHandshakeFrameSize = kHeaderSize + kHelloFixedSize + kMaxNodeNameLength;
 
 // Writes a whole HELLO frame (header + payload); returns its size.
 // `out` must hold kHeaderSize + kHelloFixedSize + node.size().

@@ -67,6 +67,7 @@ Session::Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSett
   token_.nonce = draw();
   started_wall_ = Clock::now();
   if (settings_.metrics && !settings_.peer_label.empty()) peer_metrics_ = &settings_.metrics->peer(settings_.peer_label);
+  peer_opens_ = TokenBucket(settings_.peer_opens_per_second, settings_.peer_opens_per_second);
 }
 
 Session::~Session() {
@@ -205,17 +206,20 @@ void Session::close(SessionEnd end, std::string_view reason, CloseMode mode) {
   // auth_failed line (once per address) is its only record, so a flood of
   // them cannot flood the log.
   bool quiet = end == SessionEnd::kAuthFailed && state_ == State::kHandshake && role_ == Role::kAcceptor;
+  uint64_t suppressed = 0;
+  bool logged = !quiet && may_log(&suppressed);
   state_ = State::kClosed;
   end_ = end;
   end_reason_ = std::string(reason);
   count_session_closed();
-  if (!quiet) {
-    log::info("session_closed")
-        .kv("peer", peer_label())
+  if (logged) {
+    log::Line line = log::info("session_closed");
+    line.kv("peer", peer_label())
         .kv("transport", transport_kind_name(transport_kind_))
         .kv("streams", streams_.size())
         .kv("end", session_end_name(end))
         .kv("reason", reason);
+    if (suppressed) line.kv("suppressed", suppressed);
   }
   if (transport_) transport_->close(mode);
   link_ = Link::kNone;
@@ -239,11 +243,23 @@ void Session::send_goaway() {
   send_control(FrameType::kGoaway, 0, static_cast<uint32_t>(GoawayCode::kDrain), 4);
 }
 
+bool Session::never_admitted() const {
+  return role_ == Role::kAcceptor && state_ == State::kHandshake && transport_ && !transport_->admitted();
+}
+
+bool Session::may_log(uint64_t* suppressed) {
+  *suppressed = 0;
+  if (!never_admitted() || !settings_.handshake_log) return true;
+  return settings_.handshake_log->allow(loop().now(), suppressed);
+}
+
 bool Session::protocol_error(std::string reason) {
-  log::warn("session_error")
-      .kv("peer", peer_label())
-      .kv("remote", remote_address_)
-      .kv("reason", "malformed frame: " + reason);
+  uint64_t suppressed = 0;
+  if (may_log(&suppressed)) {
+    log::Line line = log::warn("session_error");
+    line.kv("peer", peer_label()).kv("remote", remote_address_).kv("reason", "malformed frame: " + reason);
+    if (suppressed) line.kv("suppressed", suppressed);
+  }
   close(SessionEnd::kProtocolError, "protocol error: " + reason, CloseMode::kAbort);
   return false;
 }
@@ -271,6 +287,7 @@ void Session::attach(Stream& stream, uint32_t id, uint64_t send_window) {
   stream.fin_sent_ = stream.fin_received_ = false;
   stream.wants_credit_ = stream.waits_for_session_ = false;
   streams_[id] = &stream;
+  if (is_remote_id(id)) ++peer_streams_;
 }
 
 void Session::detach(Stream& stream) {
@@ -281,6 +298,7 @@ void Session::detach(Stream& stream) {
   // session budget or the session would slowly starve.
   session_receive_.on_delivered(stream.receive_.buffered());
   streams_.erase(stream.id_);
+  if (is_remote_id(stream.id_)) --peer_streams_;
   stream.session_ = nullptr;
   stream.waits_for_session_ = stream.wants_credit_ = false;
   grant_session();
@@ -666,6 +684,10 @@ bool Session::on_hello(std::span<const uint8_t> payload) {
 }
 
 bool Session::accept_hello(HelloPayload hello) {
+  // The peer proved itself (or, without tunnel.auth, sent a valid HELLO):
+  // its transport takes its full buffers now, before our HELLO lets the
+  // peer go on.
+  transport_->admit();
   if (state_ == State::kResuming) {
     // The dialer resumes: the same peer, with the settings the session was
     // opened with, or the session cannot go on.
@@ -743,8 +765,14 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
   count_bytes_in(first);
 
   ResetCode refuse = ResetCode::kRefused;
-  Stream* stream = goaway_sent_ || !owner_ ? nullptr : owner_->on_stream_open(*this, id, open.target, &refuse);
-  if (goaway_sent_) refuse = ResetCode::kShutdown;
+  Stream* stream = nullptr;
+  if (goaway_sent_) {
+    refuse = ResetCode::kShutdown;
+  } else if (!within_open_limits(id)) {
+    refuse = ResetCode::kResource;
+  } else if (owner_) {
+    stream = owner_->on_stream_open(*this, id, open.target, &refuse);
+  }
   if (!stream) {
     if (!goaway_sent_) ++counters_.streams_refused;
     session_receive_.on_delivered(first);
@@ -757,6 +785,24 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
   stream->receive_.on_receive(first);
   if (first > 0) hand_over(*stream, open.first_bytes);
   return true;
+}
+
+bool Session::within_open_limits(uint32_t id) {
+  bool too_many = settings_.max_peer_streams && peer_streams_ >= settings_.max_peer_streams;
+  bool too_fast = !too_many && settings_.peer_opens_per_second && !peer_opens_.take(loop().now());
+  if (!too_many && !too_fast) return true;
+  if (settings_.metrics) settings_.metrics->failed(metrics::StreamFailure::kLimit);
+  uint64_t suppressed = 0;
+  if (open_limit_log_.allow(loop().now(), &suppressed)) {
+    log::Line line = log::warn("stream_refused");
+    line.kv("peer", peer_label()).kv("stream", id).kv("reason", "limit");
+    if (too_many)
+      line.kv("limit", "tunnel.limits.streams_per_session").kv("streams", peer_streams_);
+    else
+      line.kv("limit", "tunnel.limits.opens_per_second").kv("per_second", settings_.peer_opens_per_second);
+    if (suppressed) line.kv("suppressed", suppressed);
+  }
+  return false;
 }
 
 bool Session::on_data(const FrameHeader& h, std::span<const uint8_t> payload) {

@@ -27,7 +27,9 @@
 #include <vector>
 
 #include "common/buffer_pool.h"
+#include "common/log_limiter.h"
 #include "common/metrics.h"
+#include "common/token_bucket.h"
 #include "proxy/io/event_loop.h"
 #include "proxy/tunnel/frame.h"
 #include "proxy/tunnel/peer_auth.h"
@@ -111,6 +113,15 @@ struct SessionSettings {
   // lower it to reach exhaustion).
   uint32_t max_stream_id = kMaxStreamId;
   metrics::WorkerMetrics* metrics = nullptr;  // the worker's counters (null in unit tests)
+  // What a peer may ask of one session (tunnel.limits): streams it has open
+  // at once, and OPENs per second (a burst of one second's worth). An OPEN
+  // beyond either is refused with RESET(resource); 0: no limit.
+  uint32_t max_peer_streams = 0;
+  uint32_t peer_opens_per_second = 0;
+  // The worker's limiter for lines about accepted connections that were
+  // never admitted (a flood of them must not flood the log); null: every
+  // line is written.
+  log::LogLimiter* handshake_log = nullptr;
   // The keys to prove and verify with (tunnel.auth.mode psk), owned by the
   // worker and swapped by a reload; null or empty: peers are not authenticated.
   const AuthKeyring* auth = nullptr;
@@ -304,6 +315,13 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // The peer's HELLO, authenticated if the tunnel is.
   bool accept_hello(HelloPayload hello);
   bool on_open(const FrameHeader& h, std::span<const uint8_t> payload);
+  // Whether the peer may open stream `id` under tunnel.limits (counted and
+  // logged, rate-limited, when not).
+  bool within_open_limits(uint32_t id);
+  // An accepted connection whose peer has not been admitted: lines about
+  // it go through settings_.handshake_log (true: write this one).
+  bool never_admitted() const;
+  bool may_log(uint64_t* suppressed);
   bool on_data(const FrameHeader& h, std::span<const uint8_t> payload);
   bool on_window(const FrameHeader& h, std::span<const uint8_t> payload);
   bool on_fin(const FrameHeader& h);
@@ -381,6 +399,9 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   std::unordered_map<uint32_t, Stream*> streams_;
   uint32_t next_local_id_;
   uint32_t highest_remote_id_ = 0;
+  uint32_t peer_streams_ = 0;  // streams the peer opened, attached now
+  TokenBucket peer_opens_{0, 0};  // tunnel.limits.opens_per_second (set by the constructors)
+  log::LogLimiter open_limit_log_{10, 20};
   SendCredit session_send_;
   // Part of the peer's announced session window we choose not to use: we
   // never queue more than our own budget, whatever the peer offers.

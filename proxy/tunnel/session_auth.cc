@@ -22,12 +22,6 @@
 namespace rdmagw::tunnel {
 
 namespace {
-// The address without its port: a peer retrying comes from a new port each time.
-std::string host_of(const std::string& remote) {
-  size_t colon = remote.rfind(':');
-  return colon == std::string::npos ? remote : remote.substr(0, colon);
-}
-
 std::string no_key_matches(const SecretKeys& keys) {
   return "the peer's proof matches none of our " + std::to_string(keys.size()) + " keys (a different key, or no key)";
 }

@@ -110,6 +110,7 @@ Session::Session(EventLoop& loop, BufferPool& pool, const SessionSettings& setti
       session_receive_(image.session_receive_size, image.session_receive_remaining, image.session_receive_pending) {
   started_ = last_receive_ = last_ping_ = last_ack_ = link_started_ = suspended_at_ = loop.now();
   started_wall_ = Clock::now() - std::chrono::milliseconds(image.age_ms);
+  peer_opens_ = TokenBucket(settings_.peer_opens_per_second, settings_.peer_opens_per_second);
   goaway_sent_ = image.goaway_sent;
   goaway_received_ = draining_announced_ = image.goaway_received;
   counters_.frames_in = image.frames_in;
@@ -162,6 +163,7 @@ void Session::restore_stream(Stream& stream, const StreamTunnelImage& image) {
   stream.wants_credit_ = image.wants_credit;
   stream.waits_for_session_ = false;
   streams_[image.id] = &stream;
+  if (is_remote_id(image.id)) ++peer_streams_;
 }
 
 void Session::restore_blocked(const std::vector<uint32_t>& ids) {

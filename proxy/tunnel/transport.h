@@ -16,6 +16,7 @@
 #include "common/unique_fd.h"
 #include "proxy/io/io_object.h"
 #include "proxy/tunnel/frame.h"
+#include "proxy/tunnel/handshake_budget.h"
 #include "proxy/tunnel/outbound.h"
 #include "proxy/tunnel/tunnel_info.h"
 
@@ -74,8 +75,30 @@ class Transport : public IoObject {
   // Fills in what this carrier knows beyond the session (RDMA: QP, credits).
   virtual void describe(SessionInfo*) const {}
 
+  // Until the session admits its peer (the peer authenticated, or without
+  // tunnel.auth sent a valid HELLO), a transport holds a handshake slot and
+  // as little memory as the handshake needs: a peer that proves nothing
+  // costs a few KiB, not a session's buffers (TCP: a small receive buffer;
+  // RDMA, accepting: a few posted receives). Admission gives the slot back
+  // and lets the transport take its full buffers, before the session sends
+  // anything that lets the peer go on.
+  void admit() {
+    if (admitted_) return;
+    admitted_ = true;
+    handshake_slot_.release();
+    on_admitted();
+  }
+  bool admitted() const { return admitted_; }
+  // An accepted connection's slot, held until admission or destruction.
+  void hold(HandshakeSlot slot) { handshake_slot_ = std::move(slot); }
+
  protected:
   using IoObject::IoObject;
+  virtual void on_admitted() {}
+
+ private:
+  HandshakeSlot handshake_slot_;
+  bool admitted_ = false;
 };
 
 // Told how a dial ended; exactly one of the two, unless the Dial was

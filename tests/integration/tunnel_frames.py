@@ -135,12 +135,16 @@ class PeerClosed(Exception):
 class TunnelPeer:
     """A raw TCP connection to an rdmagw tunnel port, playing the dialer."""
 
-    def __init__(self, port: int, timeout: float = 5.0, rcvbuf: int | None = None):
+    def __init__(self, port: int, timeout: float = 5.0, rcvbuf: int | None = None, source: str | None = None):
+        """`source`: a loopback address to connect from (127.0.0.2, ...), for
+        limits that count by the peer's address."""
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf is not None:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.settimeout(timeout)
         try:
+            if source is not None:
+                self.sock.bind((source, 0))
             self.sock.connect(("127.0.0.1", port))
         except BaseException:
             self.sock.close()

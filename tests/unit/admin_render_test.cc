@@ -254,7 +254,7 @@ TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[a
     CHECK(f.help_lines.count(name) == 1);
     ++documented;
   }
-  CHECK(documented == 23);
+  CHECK(documented == 24);
   CHECK(f.type.size() == static_cast<size_t>(documented));  // and nothing undocumented
   for (const auto& [name, n] : f.help_lines) {
     INFO(name);
@@ -418,7 +418,7 @@ TEST_CASE("stats: process, listeners, peers, streams, latency", "[admin][stats]"
   CHECK_THAT(json, Catch::Contains(R"("streams":{"opened_outbound":10,"opened_inbound":2,"active":5,)"
                                    R"("failed":{"no-session":0,"not-allowed":2,"target-refused":0,)"
                                    R"("target-unreachable":0,"peer-gone":0,"reset":0,"resource":0,)"
-                                   R"("protocol":0,"shutdown":0,"rejected":1}})"));
+                                   R"("protocol":0,"shutdown":0,"rejected":1,"limit":0}})"));
   CHECK_THAT(json, Catch::Contains(R"("rdma":{"send_completions":11,"recv_completions":12})"));
   CHECK_THAT(json, Catch::EndsWith(R"("latency":{"stream_open":{"count":4,"sum_seconds":20.00309},)"
                                    R"("target_connect":{"count":0,"sum_seconds":0},)"

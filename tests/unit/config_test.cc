@@ -912,3 +912,26 @@ TEST_CASE("text on which yaml-cpp's LoadAll never returns is refused at once (fo
   CHECK(two.errors[0].line == 3);  // where its content begins
   CHECK(parse_config_text("node: a\n---\n", "trailing.yaml").errors.empty());
 }
+
+TEST_CASE("tunnel.limits: defaults, values, and the per-address limit within the total", "[config]") {
+  auto d = parse_ok(lines({kNode}));
+  CHECK(d->tunnel.limits.handshakes == 256);
+  CHECK(d->tunnel.limits.handshakes_per_address == 32);
+  CHECK(d->tunnel.limits.streams_per_session == 16384);
+  CHECK(d->tunnel.limits.opens_per_second == 20000);
+  auto c = parse_ok(lines({kNode, "tunnel:", "  limits:", "    handshakes: 8", "    handshakes_per_address: 8",
+                           "    streams_per_session: 0", "    opens_per_second: 0"}));
+  CHECK(c->tunnel.limits.handshakes == 8);
+  CHECK(c->tunnel.limits.handshakes_per_address == 8);
+  CHECK(c->tunnel.limits.streams_per_session == 0);
+  CHECK(c->tunnel.limits.opens_per_second == 0);
+  expect_errors(lines({kNode, "tunnel:", "  limits:", "    handshakes: 0"}),
+                {{4, 17, "tunnel.limits.handshakes", "must be between 1 and 65536, got 0"}});
+  expect_errors(lines({kNode, "tunnel:", "  limits:", "    handshakes: 16"}),
+                {{4, 17, "tunnel.limits.handshakes", "handshakes_per_address 32 must be at most handshakes 16"}});
+  expect_errors(lines({kNode, "tunnel:", "  limits:", "    handshakes_per_address: 300"}),
+                {{4, 29, "tunnel.limits.handshakes_per_address",
+                  "handshakes_per_address 300 must be at most handshakes 256"}});
+  expect_errors(lines({kNode, "tunnel:", "  limits:", "    streams: 5"}),
+                {{4, 5, "tunnel.limits.streams", "unknown key"}});
+}

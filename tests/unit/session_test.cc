@@ -1363,3 +1363,67 @@ TEST_CASE("a FIN that could not be queued does not count as sent: the stream is 
   // A local stream must reset its application, not close it cleanly.
   CHECK_FALSE(tunnel_done_when_lost);
 }
+
+// ============================================================================
+// What a peer may cost (tunnel.limits)
+// ============================================================================
+
+TEST_CASE("admission: the acceptor admits its transport when it accepts the peer's HELLO, not before") {
+  Harness h(Session::Role::kAcceptor);
+  CHECK_FALSE(h.transport->admitted());
+  h.handshake();
+  CHECK(h.transport->admitted());
+}
+
+TEST_CASE("admission: a dialer admits its transport on the acceptor's HELLO") {
+  Harness h(Session::Role::kDialer);
+  CHECK_FALSE(h.transport->admitted());
+  h.handshake();
+  CHECK(h.transport->admitted());
+}
+
+TEST_CASE("OPEN: beyond streams_per_session the peer's OPEN is answered RESET(resource); a stream that ends makes room") {
+  SessionSettings settings = settings_for();
+  settings.max_peer_streams = 2;
+  Harness h(Session::Role::kAcceptor, settings);
+  h.handshake();
+  FakeStream a("a", &h.log), b("b", &h.log);
+  h.accept(a, 1);
+  h.accept(b, 3);
+  h.inject(open_bytes(5, kTarget));
+  CHECK(h.owner.open_requests.size() == 2);  // the owner is not even asked
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kReset, 5));
+  CHECK(w[0].u32() == static_cast<uint32_t>(ResetCode::kResource));
+  CHECK(h.s().open());
+  // Streams we open do not count against the peer's limit.
+  FakeStream mine("mine", &h.log);
+  CHECK(h.open(mine));
+  h.written();
+  // The peer resets one of its streams: there is room for one more.
+  h.inject(reset_bytes(1, ResetCode::kCancel));
+  h.end_batch();
+  h.log.clear();
+  FakeStream c("c", &h.log);
+  h.accept(c, 7);
+  h.inject(open_bytes(9, kTarget));
+  w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].is(FrameType::kReset, 9));
+}
+
+TEST_CASE("OPEN: beyond opens_per_second the peer's OPENs are refused until the rate allows again") {
+  SessionSettings settings = settings_for();
+  settings.peer_opens_per_second = 3;
+  Harness h(Session::Role::kAcceptor, settings);
+  h.handshake();
+  h.owner.refuse_code = ResetCode::kNotAllowed;  // what the owner says when asked
+  for (uint32_t id = 1; id <= 11; id += 2) h.inject(open_bytes(id, kTarget));
+  CHECK(h.owner.open_requests.size() == 3);  // the burst: one second's worth
+  int resource = 0;
+  for (const auto& f : h.written())
+    if (f.type() == FrameType::kReset && f.u32() == static_cast<uint32_t>(ResetCode::kResource)) ++resource;
+  CHECK(resource == 3);
+  CHECK(h.s().open());
+}

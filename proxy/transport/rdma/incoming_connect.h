@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 
+#include "proxy/tunnel/handshake_budget.h"
+
 namespace rdmagw::transport {
 
 class IncomingConnect {
@@ -20,12 +22,15 @@ class IncomingConnect {
   static std::optional<IncomingConnect> take(rdma_cm_id* id, std::string* error);
 
   IncomingConnect(IncomingConnect&& other) noexcept
-      : id_(std::exchange(other.id_, nullptr)), channel_(std::exchange(other.channel_, nullptr)) {}
+      : id_(std::exchange(other.id_, nullptr)),
+        channel_(std::exchange(other.channel_, nullptr)),
+        slot_(std::move(other.slot_)) {}
   IncomingConnect& operator=(IncomingConnect&& other) noexcept {
     if (this != &other) {
       IncomingConnect old(std::move(*this));  // rejects what this held
       id_ = std::exchange(other.id_, nullptr);
       channel_ = std::exchange(other.channel_, nullptr);
+      slot_ = std::move(other.slot_);
     }
     return *this;
   }
@@ -36,11 +41,16 @@ class IncomingConnect {
   // For the transport that adopts both (it destroys the id, then the channel).
   rdma_cm_id* release_id() { return std::exchange(id_, nullptr); }
   rdma_event_channel* release_channel() { return std::exchange(channel_, nullptr); }
+  // The request's handshake slot travels with it to the worker that accepts
+  // it, and on to the transport.
+  void hold(tunnel::HandshakeSlot slot) { slot_ = std::move(slot); }
+  tunnel::HandshakeSlot release_slot() { return std::move(slot_); }
 
  private:
   IncomingConnect(rdma_cm_id* id, rdma_event_channel* channel) : id_(id), channel_(channel) {}
   rdma_cm_id* id_;
   rdma_event_channel* channel_;
+  tunnel::HandshakeSlot slot_;
 };
 
 }  // namespace rdmagw::transport

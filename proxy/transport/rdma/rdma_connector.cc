@@ -1,6 +1,8 @@
 #include "proxy/transport/rdma/rdma_connector.h"
 
 #include <algorithm>
+#include <new>
+#include <optional>
 
 #include "common/log.h"
 #include "proxy/transport/rdma/connect_params.h"
@@ -100,6 +102,11 @@ void RdmaTransportListener::on_connect_request(rdma_cm_id* id, const uint8_t* da
     log::warn("rdma_accept_failed").kv("reason", error);
     return;
   }
+  // Refused (rejected by `connect`) before a QP or a buffer is spent on it.
+  sockaddr* peer = rdma_get_peer_addr(connect->id());
+  std::optional<tunnel::HandshakeSlot> slot = gate_.enter(sockaddr_to_string(peer, sizeof(sockaddr_storage)), "rdma");
+  if (!slot) return;
+  connect->hold(std::move(*slot));
   // Another worker may have to take it: the one holding the session it
   // resumes, or the next in turn for a new one.
   if (observer_ && placement_) {
@@ -115,7 +122,12 @@ void RdmaTransportListener::on_connect_request(rdma_cm_id* id, const uint8_t* da
 void RdmaTransportListener::accept_request(IncomingConnect connect, const uint8_t* data, size_t len) {
   if (!observer_) return;  // stopped: `connect` rejects it
   std::string error;
-  auto transport = RdmaTransport::accept(loop_, ctx_, std::move(connect), data, len, max_data_, this, &error);
+  IoPtr<RdmaTransport> transport;
+  try {
+    transport = RdmaTransport::accept(loop_, ctx_, std::move(connect), data, len, max_data_, this, &error);
+  } catch (const std::bad_alloc&) {
+    error = "out of memory";  // this request is rejected; every other connection goes on
+  }
   if (!transport) {
     log::warn("rdma_accept_failed").kv("reason", error);
     return;

@@ -34,7 +34,9 @@ class RdmaConnector final : public tunnel::Connector {
 
 class RdmaTransportListener final : public tunnel::TransportListener, private RdmaTransport::Observer {
  public:
-  RdmaTransportListener(EventLoop& loop, RdmaContext& ctx, uint32_t max_data) : loop_(loop), ctx_(ctx), max_data_(max_data) {}
+  // `gate`: each connect request needs a handshake slot from it.
+  RdmaTransportListener(EventLoop& loop, RdmaContext& ctx, uint32_t max_data, tunnel::HandshakeGate gate)
+      : loop_(loop), ctx_(ctx), max_data_(max_data), gate_(std::move(gate)) {}
   ~RdmaTransportListener() override;
   // Binds and listens on `at` (tunnel.address:rdma_port).
   bool listen(const Endpoint& at, std::string* error);
@@ -66,6 +68,7 @@ class RdmaTransportListener final : public tunnel::TransportListener, private Rd
   EventLoop& loop_;
   RdmaContext& ctx_;
   uint32_t max_data_;
+  tunnel::HandshakeGate gate_;
   IoPtr<RdmaListener> listener_;
   std::optional<Endpoint> listen_at_;
   Clock::time_point next_listen_try_;

@@ -111,6 +111,7 @@ IoPtr<RdmaTransport> RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, In
   }
   auto t = make_io<RdmaTransport>(loop, ctx, max_data, observer);
   rdma_cm_id* id = connect.id();
+  t->hold(connect.release_slot());
   t->id_ = connect.release_id();
   t->channel_ = connect.release_channel();
   id->context = t.get();
@@ -119,7 +120,10 @@ IoPtr<RdmaTransport> RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, In
   t->peer_recv_depth_ = params.recv_depth;
   t->peer_buffer_size_ = params.buffer_size;
   t->state_ = State::kConnecting;
-  if (!t->setup_qp(error)) {
+  // A peer that has not authenticated gets a few receives, enough for its
+  // handshake (it sends at most three messages before our HELLO); the rest
+  // are posted when it is admitted, before our HELLO goes out.
+  if (!t->setup_qp(std::min(t->config_.recv_depth, kHandshakeReceives), error)) {
     rdma_reject(id, nullptr, 0);
     t->observer_ = nullptr;
     t->close(tunnel::CloseMode::kAbort);
@@ -143,7 +147,7 @@ IoPtr<RdmaTransport> RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, In
   return t;
 }
 
-bool RdmaTransport::setup_qp(std::string* error) {
+bool RdmaTransport::setup_qp(uint32_t receives, std::string* error) {
   device_ = ctx_.device(id_->verbs, error);
   if (!device_) return false;
   comp_channel_ = ibv_create_comp_channel(id_->verbs);
@@ -174,7 +178,18 @@ bool RdmaTransport::setup_qp(std::string* error) {
   }
   slot_payload_.assign(send_slots_, 0);
   recv_buffers_.assign(config_.recv_depth, nullptr);
-  for (uint32_t i = 0; i < config_.recv_depth; ++i) {
+  if (!post_receives(receives, error)) return false;
+  if (ibv_req_notify_cq(cq_, 0) != 0) {
+    *error = std::string("ibv_req_notify_cq: ") + strerror(errno);
+    return false;
+  }
+  arm_cq_poll();
+  return true;
+}
+
+bool RdmaTransport::post_receives(uint32_t count, std::string* error) {
+  for (; posted_receives_ < count; ++posted_receives_) {
+    uint32_t i = posted_receives_;
     recv_buffers_[i] = pool_.acquire();
     if (!recv_buffers_[i]) {
       *error = "out of slab buffers for " + std::to_string(config_.recv_depth) +
@@ -186,11 +201,6 @@ bool RdmaTransport::setup_qp(std::string* error) {
       return false;
     }
   }
-  if (ibv_req_notify_cq(cq_, 0) != 0) {
-    *error = std::string("ibv_req_notify_cq: ") + strerror(errno);
-    return false;
-  }
-  arm_cq_poll();
   return true;
 }
 
@@ -251,7 +261,7 @@ void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const v
       return;
     case RDMA_CM_EVENT_ROUTE_RESOLVED: {
       std::string error;
-      if (!setup_qp(&error)) {
+      if (!setup_qp(config_.recv_depth, &error)) {
         fail(error);
         return;
       }
@@ -457,7 +467,8 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
   }
   uint32_t returned = tunnel::get_u32(buf);
   if (tunnel::get_u32(buf + 4) != 0 || !credits_.on_receive(returned)) {
-    log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: bad RDMA transport header");
+    // Before admission the session's close line says it, rate-limited.
+    if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: bad RDMA transport header");
     fail("protocol error: bad transport header (returned " + std::to_string(returned) + " credits)");
     return;
   }
@@ -470,7 +481,7 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
     auto status = reader_.next(buf + offset, length - offset, &header, &payload, &consumed, &reason);
     if (status != tunnel::FrameReader::Status::kFrame) {
       if (status == tunnel::FrameReader::Status::kNeedMore) reason = "frame cut at the end of a message";
-      log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: " + reason);
+      if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: " + reason);
       fail("protocol error: " + reason);
       return;
     }
@@ -482,6 +493,16 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
     if (!sink_->on_frame(header, payload) && !flushing_on_close_) return;
   }
   if (closed_ || (!sink_ && !flushing_on_close_)) return;
+  if (post_all_receives_) {
+    // Admitted by a frame of this message: the rest of our receives.
+    post_all_receives_ = false;
+    std::string error;
+    if (!post_receives(config_.recv_depth, &error)) {
+      log::warn("session_error").kv("remote", remote_).kv("reason", error);
+      fail(error);
+      return;
+    }
+  }
   // The frames' payloads were handed on (copied into stream queues or
   // written to sockets): the buffer can take the next message.
   if (!post_recv(index)) {

@@ -29,6 +29,8 @@
 namespace rdmagw::transport {
 
 inline constexpr size_t kRdmaHeaderSize = 8;
+// Receives an accepted QP posts before its peer is admitted.
+inline constexpr uint32_t kHandshakeReceives = 4;
 
 class RdmaTransport final : public tunnel::Transport, public Flushable {
  public:
@@ -76,8 +78,12 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   ~RdmaTransport() override;
 
   bool open_channel(std::string* error);
-  bool setup_qp(std::string* error);
+  // Creates the QP and posts the first `receives` receive buffers.
+  bool setup_qp(uint32_t receives, std::string* error);
+  // Posts receive buffers until `count` are (an accepted QP: the rest once admitted).
+  bool post_receives(uint32_t count, std::string* error);
   bool post_recv(uint32_t index);
+  void on_admitted() override { post_all_receives_ = true; }
   void arm_cm_poll();
   void arm_cq_poll();
   void on_cm_ready(int res, uint32_t flags);
@@ -121,7 +127,9 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   bool peer_disconnected_ = false;  // taking in the last completions before failing
   __kernel_timespec flush_timeout_{};
 
-  std::vector<uint8_t*> recv_buffers_;
+  std::vector<uint8_t*> recv_buffers_;   // recv_depth; the first posted_receives_ are posted
+  uint32_t posted_receives_ = 0;
+  bool post_all_receives_ = false;       // admitted: post the rest after this message's frames
   uint8_t* header_slots_ = nullptr;       // one slab buffer cut into 16-byte header slots
   std::vector<uint32_t> slot_payload_;    // frame bytes each in-flight SEND carries
   uint64_t send_seq_ = 0;

@@ -4,7 +4,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
+#include <optional>
 
+#include "common/log.h"
 #include "common/socket_options.h"
 #include "proxy/io/timed_connect.h"
 #include "proxy/transport/tcp/tcp_transport.h"
@@ -77,8 +80,9 @@ std::unique_ptr<tunnel::Dial> TcpConnector::dial(const Endpoint& peer, uint32_t 
   return std::make_unique<TcpDial>(std::move(attempt));
 }
 
-TcpTransportListener::TcpTransportListener(EventLoop& loop, BufferPool& pool, int listen_fd, uint32_t max_data)
-    : loop_(loop), pool_(pool), max_data_(max_data) {
+TcpTransportListener::TcpTransportListener(EventLoop& loop, BufferPool& pool, int listen_fd, uint32_t max_data,
+                                           tunnel::HandshakeGate gate)
+    : loop_(loop), pool_(pool), max_data_(max_data), gate_(std::move(gate)) {
   acceptor_ = make_io<Acceptor>(loop_, listen_fd, "tunnel", [this](UniqueFd fd) { on_accept(std::move(fd)); });
 }
 
@@ -105,7 +109,23 @@ void TcpTransportListener::on_accept(UniqueFd fd) {
   socklen_t len = sizeof(ss);
   getpeername(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
   std::string remote = sockaddr_to_string(reinterpret_cast<sockaddr*>(&ss), len);
-  if (observer_) observer_->on_inbound(make_io<TcpTransport>(loop_, pool_, std::move(fd), max_data_, remote));
+  std::optional<tunnel::HandshakeSlot> slot = gate_.enter(remote, "tcp");
+  if (!slot) {
+    // Refused before anything is spent on it; a reset tells the peer at once.
+    linger zero{1, 0};
+    setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &zero, sizeof(zero));
+    return;
+  }
+  if (!observer_) return;
+  try {
+    auto transport = make_io<TcpTransport>(loop_, pool_, std::move(fd), max_data_, remote);
+    transport->hold(std::move(*slot));
+    observer_->on_inbound(std::move(transport));
+  } catch (const std::bad_alloc&) {
+    // This connection goes (its socket closes with what was built of it);
+    // the process and every other connection go on.
+    log::warn("tunnel_accept_failed").kv("remote", remote).kv("reason", "out of memory");
+  }
 }
 
 }  // namespace rdmagw::transport

@@ -30,7 +30,8 @@ class TcpConnector final : public tunnel::Connector {
 class TcpTransportListener final : public tunnel::TransportListener {
  public:
   // Does not own `listen_fd` (the runtime opened it for this worker).
-  TcpTransportListener(EventLoop& loop, BufferPool& pool, int listen_fd, uint32_t max_data);
+  // `gate`: each accepted connection needs a handshake slot from it.
+  TcpTransportListener(EventLoop& loop, BufferPool& pool, int listen_fd, uint32_t max_data, tunnel::HandshakeGate gate);
   ~TcpTransportListener() override;
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kTcp; }
   void start(tunnel::InboundObserver* observer) override;
@@ -43,6 +44,7 @@ class TcpTransportListener final : public tunnel::TransportListener {
   EventLoop& loop_;
   BufferPool& pool_;
   uint32_t max_data_;
+  tunnel::HandshakeGate gate_;
   IoPtr<Acceptor> acceptor_;
   tunnel::InboundObserver* observer_ = nullptr;
 };

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "common/log.h"
 
@@ -16,7 +17,8 @@ TcpTransport::TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint3
       outbound_(&pool),
       // Room for several of the largest frames, so a full buffer always
       // holds at least one whole frame to parse.
-      rx_capacity_(std::max<size_t>(256 * 1024, 4 * (tunnel::kHeaderSize + 2 + tunnel::kMaxTargetLength + max_data))) {
+      rx_full_capacity_(
+          std::max<size_t>(256 * 1024, 4 * (tunnel::kHeaderSize + 2 + tunnel::kMaxTargetLength + max_data))) {
   rx_ = std::make_unique<uint8_t[]>(rx_capacity_);
   recv_op_ = IoOp::bind<&TcpTransport::on_recv>(this);
   send_op_ = IoOp::bind<&TcpTransport::on_send>(this);
@@ -25,7 +27,25 @@ TcpTransport::TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint3
 
 void TcpTransport::start(tunnel::TransportSink* sink) {
   sink_ = sink;
+  if (!grow_receive_buffer()) return;
   post_recv();
+}
+
+bool TcpTransport::grow_receive_buffer() {
+  if (!grow_) return true;
+  grow_ = false;
+  // Memory a peer makes us take is asked for without throwing: a failure
+  // ends this connection, not the process.
+  std::unique_ptr<uint8_t[]> bigger(new (std::nothrow) uint8_t[rx_full_capacity_]);
+  if (!bigger) {
+    log::warn("session_error").kv("remote", remote_).kv("reason", "out of memory for the receive buffer");
+    fail("out of memory for the receive buffer");
+    return false;
+  }
+  std::memcpy(bigger.get(), rx_.get(), rx_len_);
+  rx_ = std::move(bigger);
+  rx_capacity_ = rx_full_capacity_;
+  return true;
 }
 
 void TcpTransport::post_recv() {
@@ -109,7 +129,9 @@ void TcpTransport::on_recv(int res, uint32_t) {
     auto status = reader_.next(rx_.get() + offset, rx_len_ - offset, &header, &payload, &consumed, &reason);
     if (status == tunnel::FrameReader::Status::kNeedMore) break;
     if (status == tunnel::FrameReader::Status::kError) {
-      log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: " + reason);
+      // Before admission the session's close line says it, rate-limited:
+      // a peer that proved nothing must not be able to fill the log.
+      if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: " + reason);
       fail("protocol error: " + reason);
       break;
     }
@@ -134,6 +156,14 @@ void TcpTransport::on_recv(int res, uint32_t) {
   if (offset > 0) {
     std::memmove(rx_.get(), rx_.get() + offset, rx_len_ - offset);
     rx_len_ -= offset;
+  }
+  if (!grow_receive_buffer()) return;
+  if (rx_len_ == rx_capacity_) {
+    // Only before admission can a frame not fit (the full buffer holds
+    // several of the largest): no handshake frame is this long.
+    // Not logged here: the session's (rate-limited) close line says it.
+    fail("protocol error: a frame longer than " + std::to_string(rx_capacity_) + " bytes before the handshake ended");
+    return;
   }
   post_recv();
 }

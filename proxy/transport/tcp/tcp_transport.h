@@ -1,7 +1,9 @@
 #pragma once
 // Tunnel frames over one TCP connection. Sends gather queued frames into one
 // sendmsg (one in flight at a time, so frames never reorder); receives land
-// in a per-connection buffer that is parsed in place.
+// in a per-connection buffer that is parsed in place. That buffer is
+// kHandshakeReceiveSize until the peer is admitted (Transport::admit()),
+// then large enough for several of the largest frames.
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -14,6 +16,11 @@
 #include "proxy/tunnel/transport.h"
 
 namespace rdmagw::transport {
+
+// Room for a handshake's frames (several times the largest) while the peer
+// has proved nothing.
+inline constexpr size_t kHandshakeReceiveSize = 4096;
+static_assert(kHandshakeReceiveSize >= 4 * tunnel::kMaxHandshakeFrameSize);
 
 class TcpTransport final : public tunnel::Transport, public Flushable {
  public:
@@ -33,6 +40,10 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
 
  private:
   ~TcpTransport() override = default;
+  void on_admitted() override { grow_ = true; }
+  // Takes the full receive buffer once admitted (never while a receive is
+  // posted into the small one); false when there is no memory for it.
+  bool grow_receive_buffer();
   void post_recv();
   void on_recv(int res, uint32_t flags);
   void on_send(int res, uint32_t flags);
@@ -51,7 +62,9 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   tunnel::TransportSink* sink_ = nullptr;
   tunnel::Outbound outbound_;
   std::unique_ptr<uint8_t[]> rx_;
-  size_t rx_capacity_;
+  size_t rx_capacity_ = kHandshakeReceiveSize;
+  size_t rx_full_capacity_;  // once admitted
+  bool grow_ = false;        // admitted: grow before the next receive
   size_t rx_len_ = 0;
   iovec iov_[kMaxIov];
   msghdr msg_{};
