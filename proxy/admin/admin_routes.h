@@ -1,7 +1,7 @@
 #pragma once
 // What the admin endpoint answers to a request, apart from HTTP transport:
 // the route table of docs/admin.md, query parameters, status codes and
-// bodies. AdminServer feeds it evhttp requests; tests can call it directly.
+// bodies. AdminServer feeds it parsed requests; tests can call it directly.
 #include <string>
 #include <string_view>
 

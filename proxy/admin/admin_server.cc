@@ -1,8 +1,8 @@
 #include "proxy/admin/admin_server.h"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/http.h>
 #include <event2/listener.h>
 #include <event2/thread.h>
 #include <netinet/in.h>
@@ -10,9 +10,9 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <system_error>
@@ -21,32 +21,14 @@
 #include "common/unique_fd.h"
 #include "proxy/admin/admin_access.h"
 #include "proxy/admin/admin_routes.h"
+#include "proxy/admin/http_request.h"
 
 namespace rdmagw::admin {
 namespace {
 
-// Limits for what an admin client may send. Requests are a line and a few
-// headers (POSTs carry no body), so anything bigger is a mistake or abuse.
-constexpr ev_ssize_t kMaxHeadersBytes = 8 * 1024;
-constexpr ev_ssize_t kMaxBodyBytes = 4 * 1024;
-// An idle or stalled connection (keep-alive, a client that stopped
-// reading) is closed after this long.
-constexpr int kConnectionTimeoutSeconds = 30;
-
-const char* method_name(evhttp_cmd_type method) {
-  switch (method) {
-    case EVHTTP_REQ_GET: return "GET";
-    case EVHTTP_REQ_POST: return "POST";
-    case EVHTTP_REQ_HEAD: return "HEAD";
-    case EVHTTP_REQ_PUT: return "PUT";
-    case EVHTTP_REQ_DELETE: return "DELETE";
-    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-    case EVHTTP_REQ_TRACE: return "TRACE";
-    case EVHTTP_REQ_CONNECT: return "CONNECT";
-    case EVHTTP_REQ_PATCH: return "PATCH";
-  }
-  return "UNKNOWN";
-}
+// Answers queued beyond this stop the reading of further pipelined requests
+// until the client has taken them.
+constexpr size_t kMaxQueuedAnswerBytes = 1 << 20;
 
 const char* reason_phrase(int status) {
   switch (status) {
@@ -56,6 +38,10 @@ const char* reason_phrase(int status) {
     case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 413: return "Content Too Large";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 505: return "HTTP Version Not Supported";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
   }
@@ -78,7 +64,7 @@ uint16_t bound_port(int fd) {
   return 0;
 }
 
-// The listening socket, opened here rather than by evhttp_bind_socket so
+// The listening socket, opened here rather than by evconnlistener_new_bind so
 // that a failure names the system call and its errno exactly.
 UniqueFd listen_on(const Endpoint& address, std::string* error) {
   const std::string where = sockaddr_to_string(reinterpret_cast<const sockaddr*>(&address.addr), address.addr_len);
@@ -103,29 +89,25 @@ UniqueFd listen_on(const Endpoint& address, std::string* error) {
 
 }  // namespace
 
-namespace {
-std::mutex g_listeners_mu;
-std::map<evconnlistener*, AdminServer*>& listeners() {
-  static std::map<evconnlistener*, AdminServer*> map;
-  return map;
-}
-}  // namespace
-
-void AdminServer::register_listener(evconnlistener* listener, AdminServer* server) {
-  std::lock_guard lock(g_listeners_mu);
-  if (server) listeners()[listener] = server;
-  else listeners().erase(listener);
-}
-
-AdminServer* AdminServer::server_of(evconnlistener* listener) {
-  std::lock_guard lock(g_listeners_mu);
-  auto it = listeners().find(listener);
-  return it == listeners().end() ? nullptr : it->second;
-}
+struct AdminServer::Connection {
+  AdminServer* server = nullptr;
+  bufferevent* bev = nullptr;
+  event* deadline = nullptr;
+  std::list<std::unique_ptr<Connection>>::iterator self;
+  bool in_request = false;  // part of a request has arrived: its deadline runs
+  bool closing = false;     // the last answer is queued: close once it is written
+  ~Connection() {
+    if (deadline) event_free(deadline);
+    if (bev) bufferevent_free(bev);  // closes the socket
+  }
+  bool idle() const {
+    return !in_request && !closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0;
+  }
+};
 
 void AdminServer::EventBaseDeleter::operator()(event_base* base) const { event_base_free(base); }
-void AdminServer::EvhttpDeleter::operator()(evhttp* http) const { evhttp_free(http); }
 void AdminServer::EventDeleter::operator()(event* ev) const { event_free(ev); }
+void AdminServer::ListenerDeleter::operator()(evconnlistener* listener) const { evconnlistener_free(listener); }
 
 AdminServer::AdminServer(Backend& backend) : backend_(backend) {}
 
@@ -142,36 +124,16 @@ bool AdminServer::start(const Endpoint& address, std::string* error) {
   if (!fd.valid()) return false;
 
   base_.reset(event_base_new());
-  if (base_) http_.reset(evhttp_new(base_.get()));
   if (base_) stop_event_.reset(event_new(base_.get(), -1, 0, &AdminServer::on_stop, this));
-  if (!base_ || !http_ || !stop_event_) {
+  if (base_) resume_event_.reset(evtimer_new(base_.get(), &AdminServer::on_accept_resume, this));
+  if (base_) listener_.reset(evconnlistener_new(base_.get(), &AdminServer::on_accept, this, LEV_OPT_CLOSE_ON_FREE, -1, fd.get()));
+  if (!base_ || !stop_event_ || !resume_event_ || !listener_) {
     *error = "cannot set up libevent for the admin endpoint";
     release_libevent();
     return false;
   }
-  evhttp* http = http_.get();
-  evhttp_set_max_headers_size(http, kMaxHeadersBytes);
-  evhttp_set_max_body_size(http, kMaxBodyBytes);
-  evhttp_set_timeout(http, kConnectionTimeoutSeconds);
-  // Every method reaches our callback, so that a known path with the wrong
-  // method gets 405 and its Allow header rather than evhttp's bare 501.
-  evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
-                                       EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
-                                       EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
-  evhttp_set_gencb(http, &AdminServer::on_request, this);
-  evhttp_bound_socket* bound = evhttp_accept_socket_with_handle(http, fd.get());
-  if (bound) resume_event_.reset(evtimer_new(base_.get(), &AdminServer::on_accept_resume, this));
-  if (!bound || !resume_event_) {
-    *error = "cannot serve the admin endpoint on its socket";
-    release_libevent();
-    return false;
-  }
-  listener_ = evhttp_bound_socket_get_listener(bound);
-  // The error callback gets the listener's user data, which is evhttp's:
-  // the server is found by its listener instead.
-  register_listener(listener_, this);
-  evconnlistener_set_error_cb(listener_, &AdminServer::on_accept_error);
-  const int listening_fd = fd.release();  // evhttp owns and closes it now
+  const int listening_fd = fd.release();  // the listener owns and closes it now
+  evconnlistener_set_error_cb(listener_.get(), &AdminServer::on_accept_error);
   port_ = bound_port(listening_fd);
 
   // The thread takes every signal blocked: SIGTERM and SIGHUP are for the
@@ -208,18 +170,20 @@ void AdminServer::stop() {
 }
 
 void AdminServer::release_libevent() {
+  connections_.clear();  // closes the admin connections
+  listener_.reset();     // and the listening socket
   resume_event_.reset();
-  if (listener_) register_listener(listener_, nullptr);
-  listener_ = nullptr;
-  http_.reset();  // closes the listening socket and the admin connections
   stop_event_.reset();
   base_.reset();
 }
 
-void AdminServer::on_accept_error(evconnlistener* listener, void*) {
+void AdminServer::on_stop(int, short, void* self) {
+  event_base_loopbreak(static_cast<AdminServer*>(self)->base_.get());
+}
+
+void AdminServer::on_accept_error(evconnlistener* listener, void* self) {
   int err = EVUTIL_SOCKET_ERROR();
-  AdminServer* server = server_of(listener);
-  if (!server) return;
+  auto* server = static_cast<AdminServer*>(self);
   evconnlistener_disable(listener);
   if (!server->accept_paused_logged_) {
     server->accept_paused_logged_ = true;
@@ -233,47 +197,142 @@ void AdminServer::on_accept_error(evconnlistener* listener, void*) {
 
 void AdminServer::on_accept_resume(int, short, void* self) {
   auto* server = static_cast<AdminServer*>(self);
-  if (server->listener_) evconnlistener_enable(server->listener_);
+  if (server->listener_) evconnlistener_enable(server->listener_.get());
 }
 
-void AdminServer::on_stop(int, short, void* self) {
-  event_base_loopbreak(static_cast<AdminServer*>(self)->base_.get());
+bool AdminServer::make_room() {
+  if (connections_.size() < kMaxConnections) return true;
+  // The oldest idle keep-alive connection goes: it has nothing in progress.
+  for (auto& c : connections_) {
+    if (c->idle()) {
+      close(*c);
+      return true;
+    }
+  }
+  return false;
 }
 
-void AdminServer::on_request(evhttp_request* request, void* self) {
+void AdminServer::on_accept(evconnlistener*, int fd, sockaddr*, int, void* self) {
   auto* server = static_cast<AdminServer*>(self);
   server->accept_paused_logged_ = false;  // accepting again: a next episode is logged
-  const evhttp_uri* uri = evhttp_request_get_evhttp_uri(request);
-  const char* path = uri ? evhttp_uri_get_path(uri) : nullptr;
-  const char* query = uri ? evhttp_uri_get_query(uri) : nullptr;
-  evkeyvalq* in = evhttp_request_get_input_headers(request);
-  auto header = [in](const char* name) -> std::optional<std::string_view> {
-    const char* value = evhttp_find_header(in, name);
-    if (!value) return std::nullopt;
-    return std::string_view(value);
-  };
-  std::shared_ptr<const Config> config = server->backend_.config();
-  AccessDecision access =
-      config ? check_access(AccessRequest{path ? path : "", header("Authorization"), header("Origin"), header("Host")},
-                            config->admin_token.get(), config->admin)
-             : AccessDecision{503, "starting\n"};
-  Response response = access.status != 0
-                          ? Response{access.status, std::string(kTextContentType), access.reason, {}}
-                          : handle_request(server->backend_, method_name(evhttp_request_get_command(request)),
-                                           path ? path : "", query ? query : "");
-
-  evkeyvalq* headers = evhttp_request_get_output_headers(request);
-  evhttp_add_header(headers, "Content-Type", response.content_type.c_str());
-  // Answers describe the moment they were asked; no cache should keep one.
-  evhttp_add_header(headers, "Cache-Control", "no-store");
-  if (!response.allow.empty()) evhttp_add_header(headers, "Allow", response.allow.c_str());
-  if (response.status == 401) evhttp_add_header(headers, "WWW-Authenticate", "Bearer");
-  std::unique_ptr<evbuffer, void (*)(evbuffer*)> body(evbuffer_new(), evbuffer_free);
-  if (!body || evbuffer_add(body.get(), response.body.data(), response.body.size()) != 0) {
-    evhttp_send_error(request, 500, "Internal Server Error");
+  if (!server->make_room()) {
+    evutil_closesocket(fd);
+    if (!server->full_logged_) {
+      server->full_logged_ = true;
+      log::warn("admin_connection_refused")
+          .kv("reason", "every one of the " + std::to_string(kMaxConnections) +
+                            " admin connections is in the middle of a request")
+          .kv("next", "refusing until one finishes; logged once per episode");
+    }
     return;
   }
-  evhttp_send_reply(request, response.status, reason_phrase(response.status), body.get());
+  server->full_logged_ = false;
+  auto c = std::make_unique<Connection>();
+  c->server = server;
+  c->bev = bufferevent_socket_new(server->base_.get(), fd, BEV_OPT_CLOSE_ON_FREE);
+  if (c->bev) c->deadline = evtimer_new(server->base_.get(), &AdminServer::on_deadline, c.get());
+  if (!c->bev || !c->deadline) {
+    if (!c->bev) evutil_closesocket(fd);
+    return;
+  }
+  bufferevent_setcb(c->bev, &AdminServer::on_read, &AdminServer::on_written, &AdminServer::on_event, c.get());
+  timeval write_timeout{kWriteSeconds, 0};
+  bufferevent_set_timeouts(c->bev, nullptr, &write_timeout);
+  bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+  Connection& ref = *c;
+  server->connections_.push_back(std::move(c));
+  ref.self = std::prev(server->connections_.end());
+  server->arm_deadline(ref, kIdleSeconds);
+}
+
+void AdminServer::arm_deadline(Connection& c, int seconds) {
+  timeval after{seconds, 0};
+  evtimer_add(c.deadline, &after);
+}
+
+void AdminServer::close(Connection& c) { connections_.erase(c.self); }
+
+void AdminServer::on_deadline(int, short, void* connection) {
+  auto* c = static_cast<Connection*>(connection);
+  // Idle too long, or a request that did not arrive whole in time.
+  c->server->close(*c);
+}
+
+void AdminServer::on_event(bufferevent*, short, void* connection) {
+  // EOF, an error, or an answer the client did not take within kWriteSeconds.
+  auto* c = static_cast<Connection*>(connection);
+  c->server->close(*c);
+}
+
+void AdminServer::on_written(bufferevent*, void* connection) {
+  auto* c = static_cast<Connection*>(connection);
+  if (c->closing) {
+    c->server->close(*c);
+    return;
+  }
+  // Requests held back while answers queued up can go on now.
+  c->server->serve(*c);
+}
+
+void AdminServer::on_read(bufferevent*, void* connection) {
+  auto* c = static_cast<Connection*>(connection);
+  c->server->serve(*c);
+}
+
+void AdminServer::serve(Connection& c) {
+  evbuffer* in = bufferevent_get_input(c.bev);
+  evbuffer* out = bufferevent_get_output(c.bev);
+  while (!c.closing && evbuffer_get_length(in) > 0) {
+    if (evbuffer_get_length(out) > kMaxQueuedAnswerBytes) return;  // on_written comes back
+    if (!c.in_request) {
+      c.in_request = true;
+      arm_deadline(c, kRequestSeconds);
+    }
+    // The parser sees at most a whole request's worth: a longer input is
+    // refused by the limits before it could be needed.
+    size_t window = std::min(evbuffer_get_length(in), kMaxHeadBytes + kMaxBodyBytes);
+    const char* bytes = reinterpret_cast<const char*>(evbuffer_pullup(in, static_cast<ev_ssize_t>(window)));
+    HttpRequest request;
+    HttpParse parsed = parse_http_request(std::string_view(bytes, window), &request);
+    if (parsed.status == HttpParse::Status::kNeedMore) return;
+    if (parsed.status == HttpParse::Status::kError) {
+      evbuffer_drain(in, evbuffer_get_length(in));
+      answer(c, parsed.error_status, kTextContentType, parsed.error + "\n", {}, false, false);
+      return;
+    }
+    evbuffer_drain(in, parsed.consumed);
+    std::shared_ptr<const Config> config = backend_.config();
+    AccessDecision access = config ? check_access(AccessRequest{request.path, request.authorization, request.origin,
+                                                                request.host},
+                                                  config->admin_token.get(), config->admin)
+                                   : AccessDecision{503, "starting\n"};
+    Response response = access.status != 0
+                            ? Response{access.status, std::string(kTextContentType), access.reason, {}}
+                            : handle_request(backend_, request.method, request.path, request.query);
+    answer(c, response.status, response.content_type, response.body, response.allow, request.method == "HEAD",
+           request.keep_alive);
+    c.in_request = false;
+    if (!c.closing) arm_deadline(c, kIdleSeconds);
+  }
+}
+
+void AdminServer::answer(Connection& c, int status, std::string_view content_type, std::string_view body,
+                         std::string_view allow, bool head, bool keep_alive) {
+  std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) + "\r\n";
+  out += "Content-Type: " + std::string(content_type) + "\r\n";
+  out += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  // Answers describe the moment they were asked; no cache should keep one.
+  out += "Cache-Control: no-store\r\n";
+  if (!allow.empty()) out += "Allow: " + std::string(allow) + "\r\n";
+  if (status == 401) out += "WWW-Authenticate: Bearer\r\n";
+  out += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+  if (!head) out += body;
+  evbuffer_add(bufferevent_get_output(c.bev), out.data(), out.size());
+  if (!keep_alive) {
+    c.closing = true;
+    bufferevent_disable(c.bev, EV_READ);
+    arm_deadline(c, kWriteSeconds);
+  }
 }
 
 }  // namespace rdmagw::admin

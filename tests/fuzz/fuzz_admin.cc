@@ -11,47 +11,12 @@
 
 #include "common/secret_keys.h"
 #include "proxy/admin/admin_access.h"
+#include "fixed_backend.h"
 #include "proxy/admin/admin_routes.h"
 
 using namespace rdmagw;
 using namespace rdmagw::admin;
 
-namespace {
-
-class FixedBackend : public Backend {
- public:
-  FixedBackend() {
-    auto c = std::make_shared<Config>();
-    c->node = "fuzz";
-    config_ = c;
-  }
-  Status status() override {
-    Status s;
-    s.node = "fuzz";
-    s.ready = true;
-    return s;
-  }
-  std::shared_ptr<const Config> config() override { return config_; }
-  std::vector<const metrics::WorkerMetrics*> worker_metrics() override { return {&worker_}; }
-  const metrics::ProcessMetrics& process_metrics() override { return process_; }
-  bool peers(std::vector<PeerInfo>* out, std::string*) override {
-    out->push_back(PeerInfo{.name = "b", .configured = true, .state = "up"});
-    return true;
-  }
-  bool streams(std::vector<StreamInfo>* out, std::string*) override {
-    for (uint32_t id = 1; id <= 3; ++id) out->push_back(StreamInfo{.side = "client", .stream_id = id, .state = "open"});
-    return true;
-  }
-  ReloadResult reload() override { return ReloadResult{}; }
-  uint64_t drain() override { return 0; }
-
- private:
-  std::shared_ptr<const Config> config_;
-  metrics::WorkerMetrics worker_;
-  metrics::ProcessMetrics process_;
-};
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static FixedBackend backend;

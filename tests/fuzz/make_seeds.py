@@ -109,6 +109,18 @@ def admin_seeds() -> None:
         write("fuzz_admin", req.encode())
 
 
+def http_seeds() -> None:
+    token = "t" * 32
+    for req in [b"GET /stats HTTP/1.1\r\nHost: 127.0.0.1:9901\r\n\r\n",
+                b"GET /streams?offset=1&limit=2 HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /live HTTP/1.1\r\n\r\n",
+                b"POST /drain HTTP/1.1\r\nOrigin: http://evil.example\r\nContent-Length: 3\r\n\r\nabc",
+                ("GET /metrics HTTP/1.1\r\nAuthorization: Bearer " + token + "\r\n\r\n").encode(),
+                b"POST /reload HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                b"GET /config HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                b"GET / HTTP/1.1\r\nX: a\r\n folded\r\n\r\n"]:
+        write("fuzz_http", req)
+
+
 def rdmagwctl_seeds() -> None:
     write("fuzz_rdmagwctl", b"\x00HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}")
     write("fuzz_rdmagwctl", b"\x00HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\n\r\n")
@@ -129,6 +141,7 @@ def main() -> None:
     config_seeds()
     endpoint_seeds()
     admin_seeds()
+    http_seeds()
     rdmagwctl_seeds()
     connect_params_seeds()
     for name in sorted(os.listdir(HERE / "corpus")):
