@@ -66,9 +66,9 @@ STOP_GRACE_S = 5.0
 # The exit code of a process a sanitizer stopped (tests/sanitizers/defaults.cc).
 SANITIZER_EXIT_CODE = 23
 _SANITIZER_REPORT = re.compile(
-    r"ERROR: (?:AddressSanitizer|LeakSanitizer)|: runtime error: |"
-    r"^SUMMARY: (?:AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer)|"
-    r"(?:AddressSanitizer|LeakSanitizer) has encountered a fatal error",
+    r"ERROR: (?:AddressSanitizer|LeakSanitizer)|: runtime error: |WARNING: ThreadSanitizer: |"
+    r"^SUMMARY: (?:AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|ThreadSanitizer)|"
+    r"(?:AddressSanitizer|LeakSanitizer|ThreadSanitizer) has encountered a fatal error",
     re.M)
 
 
@@ -92,6 +92,14 @@ def sanitizer_failure(what: str, output: str, returncodes=()) -> str | None:
     if SANITIZER_EXIT_CODE in returncodes:
         return f"{what}: exit code {SANITIZER_EXIT_CODE} (a sanitizer's; no report in its output)"
     return None
+
+
+def sanitized(binary: str) -> bool:
+    """Whether `binary` runs under ASan or TSan, whose shadow memory inflates
+    RSS and reserves terabytes of address space: memory figures mean little."""
+    with open(binary, "rb") as f:
+        data = f.read()
+    return b"__asan_init" in data or b"__tsan_init" in data
 
 
 def check_sanitizers(what: str, output: str, returncode: int | None = None) -> None:
@@ -345,6 +353,7 @@ class Sidecar(ManagedProcess):
         prefix = ["ip", "netns", "exec", netns] if netns else []
         super().__init__(name, prefix + [binary, "--config", str(config_path)], log_path)
         self.config_path = Path(config_path)
+        self.binary = binary
         self.tunnel_port: int | None = None
         self.admin_port: int | None = None  # its admin endpoint on 127.0.0.1
 

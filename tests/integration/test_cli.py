@@ -6,7 +6,7 @@ import re
 import subprocess
 
 from clients import free_port
-from conftest import check_sanitizers, render_config
+from conftest import check_sanitizers, render_config, sanitized
 
 ERROR_LINE = re.compile(r"^.+:\d+:\d+: \S+: .+")
 
@@ -133,9 +133,8 @@ def test_no_address_space_for_the_slab_is_a_clear_error_not_an_abort(rdmagw_bin,
     reserves: rdmagw says so and exits 1; it used to end in `terminate
     called ...` (exit 134)."""
     import pytest
-    with open(rdmagw_bin, "rb") as f:
-        if b"__asan_init" in f.read():
-            pytest.skip("AddressSanitizer reserves terabytes of address space: no `ulimit -v` lets it start")
+    if sanitized(rdmagw_bin):
+        pytest.skip("ASan and TSan reserve terabytes of address space: no `ulimit -v` lets them start")
     cfg = tmp_path / "v.yaml"
     cfg.write_text(render_config("host-a", tunnel_port=free_port(), admin_port=free_port(), transport="tcp",
                                  workers=1))

@@ -23,6 +23,10 @@ RDMAGW_SANITIZER_DEFAULT(__asan_default_options,
                          "strict_init_order=1:print_summary=1")
 RDMAGW_SANITIZER_DEFAULT(__ubsan_default_options,
                          "halt_on_error=1:exitcode=23:print_stacktrace=1:print_summary=1")
+// ThreadSanitizer (the RDMAGW_TSAN build): the same exit code; the history
+// is deepened so that both sides of a race keep their stacks.
+RDMAGW_SANITIZER_DEFAULT(__tsan_default_options,
+                         "halt_on_error=1:exitcode=23:history_size=4:second_deadlock_stack=1:print_summary=1")
 // Leaks inside third-party libraries, one line each with the reason.
 RDMAGW_SANITIZER_DEFAULT(__lsan_default_options,
                          "exitcode=23:print_suppressions=0:"
