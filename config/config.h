@@ -76,6 +76,9 @@ struct AuthConfig {
   // psk: the keys, read from key_files by load_config_file() (and again on
   // every reload); parse_config_text() alone leaves this null.
   std::shared_ptr<const SecretKeys> keys;
+  // psk: every byte after the handshake is encrypted and authenticated
+  // (AES-256-GCM); both ends must agree.
+  bool encrypt = false;
 };
 
 struct TunnelConfig {

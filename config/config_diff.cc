@@ -13,6 +13,7 @@ std::string text(const T& v) {
 }
 std::string text(TransportMode m) { return std::string(transport_mode_name(m)); }
 std::string text(AuthMode m) { return std::string(auth_mode_name(m)); }
+std::string text(bool b) { return b ? "true" : "false"; }
 
 bool same_secrets(const std::shared_ptr<const SecretKeys>& a, const std::shared_ptr<const SecretKeys>& b) {
   return a == b || (a && b && *a == *b);
@@ -109,6 +110,7 @@ std::vector<std::string> restart_only_changes(const Config& running, const Confi
   // Keys rotate on reload; whether peers authenticate at all does not change
   // under live sessions.
   d.check("tunnel.auth.mode", a.auth.mode, b.auth.mode);
+  d.check("tunnel.auth.encrypt", a.auth.encrypt, b.auth.encrypt);
   return out;
 }
 

@@ -81,7 +81,7 @@ const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port"
                               "keepalive_timeout_ms", "connect_timeout_ms", "reconnect_max_ms",
                               "resume_timeout_ms", "rdma_probe_interval_ms", "rdma", "auth", "limits"};
 const Keys kLimitKeys = {"handshakes", "handshakes_per_address", "streams_per_session", "opens_per_second"};
-const Keys kAuthKeys = {"mode", "key_files"};
+const Keys kAuthKeys = {"mode", "key_files", "encrypt"};
 // More is a mistake: rotation needs two (the current key and the next).
 inline constexpr size_t kMaxKeyFiles = 8;
 const Keys kRdmaKeys = {"device", "slab_size", "recv_depth", "send_depth", "busy_poll_us",
@@ -606,6 +606,14 @@ void Parser::parse_auth(const Value& v, AuthConfig* a) {
   if (!name) return;
   a->mode = *name == "psk" ? AuthMode::kPsk : AuthMode::kNone;
   const Value* files = find(f, "key_files");
+  if (const Value* e = find(f, "encrypt")) {
+    std::optional<std::string> on = get_choice(*e, {"true", "false"});
+    if (on) a->encrypt = *on == "true";
+    if (a->encrypt && a->mode == AuthMode::kNone) {
+      error(e->mark, e->path, "encryption needs mode psk: its keys come from the authentication");
+      a->encrypt = false;  // reported once, here
+    }
+  }
   if (a->mode == AuthMode::kNone) {
     if (files) error(files->key_mark, files->path, "key_files is for mode psk; mode none takes no key");
     return;
@@ -693,6 +701,12 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   if (const Value* r = find(f, "rdma")) parse_rdma(*r, &t->rdma, t->buffer_size);
   if (const Value* a = find(f, "auth")) parse_auth(*a, &t->auth);
   if (const Value* l = find(f, "limits")) parse_limits(*l, &t->limits);
+  if (t->auth.encrypt && transport_ok && t->transport != TransportMode::kTcp) {
+    const Value* auth = find(f, "auth");
+    error(auth->mark, auth->path + ".encrypt",
+          "encryption runs on the TCP transport only so far: set tunnel.transport: tcp (transport is " +
+              std::string(transport_mode_name(t->transport)) + ")");
+  }
 
   // Cross-field rules. Reported at the dependent key when it was given,
   // otherwise at the key whose value broke the rule against a default.

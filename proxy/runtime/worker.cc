@@ -95,6 +95,7 @@ bool Worker::init(std::string* error) {
   session_settings_.peer_opens_per_second = t.limits.opens_per_second;
   session_settings_.handshake_log = &handshake_log_;
   auth_keyring_.keys = t.auth.mode == AuthMode::kPsk ? t.auth.keys : nullptr;
+  auth_keyring_.encrypt = t.auth.encrypt;
   session_settings_.auth = &auth_keyring_;
 
   tcp_connector_ = std::make_unique<transport::TcpConnector>(loop_, *pool_, t.buffer_size);
@@ -414,8 +415,8 @@ bool Worker::resume_elsewhere(const tunnel::SessionPayload& request, const tunne
   ResumeHandOff hand_off{nullptr, request, hello, transport->remote_address()};
   unsigned to = *holder;
   SessionDirectory* directory = &directory_;
-  bool moving = transport->hand_off([hand_off, to, directory](UniqueFd fd) mutable {
-    hand_off.fd = std::make_shared<UniqueFd>(std::move(fd));
+  bool moving = transport->hand_off([hand_off, to, directory](tunnel::MovedConnection moved) mutable {
+    hand_off.moved = std::make_shared<tunnel::MovedConnection>(std::move(moved));
     // The task runs on the holder's thread, while its loop runs (so while
     // the Worker exists); if it stopped, the socket closes with the task.
     Worker* target = directory->worker(to);
@@ -429,9 +430,15 @@ bool Worker::resume_elsewhere(const tunnel::SessionPayload& request, const tunne
 }
 
 void Worker::adopt_resume(const ResumeHandOff& hand_off) {
-  auto transport = make_io<transport::TcpTransport>(loop_, *pool_, std::move(*hand_off.fd), config_->tunnel.buffer_size,
+  tunnel::MovedConnection& moved = *hand_off.moved;
+  auto transport = make_io<transport::TcpTransport>(loop_, *pool_, std::move(moved.fd), config_->tunnel.buffer_size,
                                                     hand_off.remote);
   transport->admit();  // the peer authenticated on the worker that handed it over
+  if (moved.sealer && !transport->adopt_ciphers(std::move(moved.sealer), std::move(moved.opener))) {
+    log::warn("session_resume_refused").kv("remote", hand_off.remote).kv("reason", "out of memory");
+    transport->close(tunnel::CloseMode::kAbort);
+    return;
+  }
   tunnel::Session* session = frozen_ ? nullptr : find_session(hand_off.request.token);
   if (!session || !session->can_resume_from(hand_off.hello, hand_off.request.received)) {
     // It ended meanwhile: the dialer sees the connection close, asks again,

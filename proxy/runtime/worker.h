@@ -125,7 +125,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   void begin_drain();
   // Another worker's connection asks to resume a session this worker holds.
   struct ResumeHandOff {
-    std::shared_ptr<UniqueFd> fd;
+    std::shared_ptr<tunnel::MovedConnection> moved;  // the socket (and ciphers, when encrypted)
     tunnel::SessionPayload request;
     tunnel::HelloPayload hello;
     std::string remote;

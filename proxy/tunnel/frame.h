@@ -54,6 +54,10 @@ inline constexpr uint32_t kCapResume = 1;  // sessions survive their transport (
 inline constexpr uint32_t kCapRdmaPlacement = 2;
 // The sender authenticates with a pre-shared key: AUTH frames follow HELLO.
 inline constexpr uint32_t kCapAuth = 4;
+// The sender encrypts after the handshake (tunnel.auth.encrypt); both sides
+// must, or the handshake fails. Covered by the AUTH proofs, so it cannot be
+// stripped on the way.
+inline constexpr uint32_t kCapEncrypt = 8;
 
 // GOAWAY codes.
 enum class GoawayCode : uint32_t {

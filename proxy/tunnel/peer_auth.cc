@@ -49,12 +49,13 @@ AuthValue auth_proof(std::span<const uint8_t> key, AuthRole role, const AuthTran
   return mac;
 }
 
-bool verify_auth_proof(const SecretKeys& keys, AuthRole role, const AuthTranscript& transcript,
-                       const AuthValue& proof) {
-  bool matched = false;
+std::optional<size_t> verify_auth_proof(const SecretKeys& keys, AuthRole role, const AuthTranscript& transcript,
+                                        const AuthValue& proof) {
+  std::optional<size_t> matched;
   for (size_t i = 0; i < keys.size(); ++i) {
     AuthValue expected = auth_proof(keys.key(i), role, transcript);
-    matched |= CRYPTO_memcmp(expected.data(), proof.data(), proof.size()) == 0;
+    bool same = CRYPTO_memcmp(expected.data(), proof.data(), proof.size()) == 0;
+    if (same && !matched) matched = i;
     OPENSSL_cleanse(expected.data(), expected.size());
   }
   return matched;

@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "common/secret_keys.h"
@@ -27,6 +28,7 @@ using AuthValue = std::array<uint8_t, kAuthValueSize>;
 // reload swaps them on the worker's own thread. Null keys: mode none.
 struct AuthKeyring {
   std::shared_ptr<const SecretKeys> keys;
+  bool encrypt = false;  // tunnel.auth.encrypt (fixed at start)
   bool enabled() const { return keys && !keys->empty(); }
 };
 
@@ -44,10 +46,10 @@ struct AuthTranscript {
 bool draw_nonce(AuthValue* out);
 // The proof `role` sends, under `key`.
 AuthValue auth_proof(std::span<const uint8_t> key, AuthRole role, const AuthTranscript& transcript);
-// Whether `proof` is role's proof under any of `keys` (rotation: the peer
+// Which of `keys` `proof` is role's proof under, if any (rotation: the peer
 // may still prove with the old key, or already with the new one). Every
 // key is tried, so the time taken says nothing about which matched.
-bool verify_auth_proof(const SecretKeys& keys, AuthRole role, const AuthTranscript& transcript,
-                       const AuthValue& proof);
+std::optional<size_t> verify_auth_proof(const SecretKeys& keys, AuthRole role, const AuthTranscript& transcript,
+                                        const AuthValue& proof);
 
 }  // namespace rdmagw::tunnel

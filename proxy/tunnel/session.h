@@ -277,6 +277,10 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   bool on_auth(std::span<const uint8_t> payload);
   // Ends this transport without a word to the peer; logs once per address.
   bool auth_failed(std::string_view reason);
+  // tunnel.auth.encrypt: the transport seals what it sends from now on and
+  // opens what arrives after the frame being handled, with keys derived
+  // from `key` (the one the dialer proves with) and both nonces.
+  bool start_encryption(std::span<const uint8_t> key);
   AuthTranscript auth_transcript(bool with_acceptor_hello) const;
   void open_now();
   void count_session_open();

@@ -86,6 +86,10 @@ bool Session::hold_hello(std::span<const uint8_t> payload, HelloPayload hello) {
     return auth_failed(role_ == Role::kAcceptor
                            ? "the peer does not authenticate (its tunnel.auth.mode is none, or it is no rdmagw)"
                            : "the peer does not authenticate (its tunnel.auth.mode is none)");
+  bool peer_encrypts = (hello.capabilities & kCapEncrypt) != 0;
+  if (peer_encrypts != settings_.auth->encrypt)
+    return auth_failed(peer_encrypts ? "the peer encrypts (tunnel.auth.encrypt: true) and this side does not"
+                                     : "this side encrypts (tunnel.auth.encrypt: true) and the peer does not");
   if (role_ == Role::kAcceptor) {
     auth_ = std::make_unique<AuthExchange>();
     auth_->dialer_hello.assign(payload.begin(), payload.end());
@@ -114,8 +118,11 @@ bool Session::on_auth(std::span<const uint8_t> payload) {
       auth_->expect = AuthStep::kProof;
       return send_auth(AuthStep::kChallenge, auth_->acceptor_nonce);
     }
-    if (!verify_auth_proof(keys, AuthRole::kDialer, auth_transcript(false), got.value))
-      return auth_failed(no_key_matches(keys));
+    std::optional<size_t> key = verify_auth_proof(keys, AuthRole::kDialer, auth_transcript(false), got.value);
+    if (!key) return auth_failed(no_key_matches(keys));
+    // Encrypted, our HELLO and proof are the first records: the dialer
+    // turned encryption on when it sent the proof we just verified.
+    if (settings_.auth->encrypt && !start_encryption(keys.key(*key))) return false;
     HelloPayload hello = std::move(auth_->peer_hello);
     return accept_hello(std::move(hello));  // sends our HELLO and proof
   }
@@ -124,13 +131,28 @@ bool Session::on_auth(std::span<const uint8_t> payload) {
     AuthValue proof = auth_proof(keys.key(0), AuthRole::kDialer, auth_transcript(false));
     auth_->expect = AuthStep::kProof;
     link_ = Link::kHello;  // the acceptor's HELLO comes once our proof holds
-    return send_auth(AuthStep::kProof, proof);
+    if (!send_auth(AuthStep::kProof, proof)) return false;
+    // Everything after our proof is encrypted, both ways, with keys from
+    // the key we proved with (the one the acceptor verifies it with).
+    return !settings_.auth->encrypt || start_encryption(keys.key(0));
   }
   if (!verify_auth_proof(keys, AuthRole::kAcceptor, auth_transcript(true), got.value))
     return auth_failed(no_key_matches(keys));
   HelloPayload hello = std::move(auth_->peer_hello);
   auth_.reset();
   return accept_hello(std::move(hello));
+}
+
+bool Session::start_encryption(std::span<const uint8_t> key) {
+  FrameKeys keys;
+  if (!derive_frame_keys(key, auth_->dialer_nonce, auth_->acceptor_nonce, &keys))
+    return auth_failed("cannot derive the encryption keys (OpenSSL HKDF)");
+  bool dialer = role_ == Role::kDialer;
+  std::string error;
+  if (!transport_->encrypt(dialer ? keys.dialer_to_acceptor : keys.acceptor_to_dialer,
+                           dialer ? keys.acceptor_to_dialer : keys.dialer_to_acceptor, &error))
+    return auth_failed("cannot encrypt: " + error);
+  return true;
 }
 
 bool Session::auth_failed(std::string_view reason) {

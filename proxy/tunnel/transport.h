@@ -16,6 +16,7 @@
 #include "common/unique_fd.h"
 #include "proxy/io/io_object.h"
 #include "proxy/tunnel/frame.h"
+#include "proxy/tunnel/frame_cipher.h"
 #include "proxy/tunnel/handshake_budget.h"
 #include "proxy/tunnel/outbound.h"
 #include "proxy/tunnel/tunnel_info.h"
@@ -46,6 +47,13 @@ class TransportSink {
   virtual void on_transport_closed(std::string_view reason) = 0;
 };
 
+// A connection handed to another worker (Transport::hand_off): its socket,
+// and on an encrypted transport its ciphers, whose record counts go on.
+struct MovedConnection {
+  UniqueFd fd;
+  std::shared_ptr<FrameCipher> sealer, opener;
+};
+
 // An IoObject: its owner (the session) retires it after close().
 class Transport : public IoObject {
  public:
@@ -71,7 +79,15 @@ class Transport : public IoObject {
   // whose peer waits for an answer, so that no byte is in flight. False
   // when this kind of transport cannot move (RDMA: its QP belongs to this
   // worker's device context).
-  virtual bool hand_off(std::function<void(UniqueFd)>) { return false; }
+  virtual bool hand_off(std::function<void(MovedConnection)>) { return false; }
+  // tunnel.auth.encrypt (docs/protocol.md, "Encryption"), called while a
+  // frame is being delivered: bytes queued to send from now on are sealed
+  // with `send`, and bytes received after that frame are opened with
+  // `receive`. False (with *error) when this transport cannot encrypt.
+  virtual bool encrypt(const CipherKey&, const CipherKey&, std::string* error) {
+    *error = "this transport does not encrypt";
+    return false;
+  }
   // Fills in what this carrier knows beyond the session (RDMA: QP, credits).
   virtual void describe(SessionInfo*) const {}
 

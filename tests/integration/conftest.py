@@ -172,14 +172,16 @@ def key_file(name: str = "fleet", content: str | None = None, mode: int = 0o400,
 
 
 def auth_yaml(auth) -> list[str]:
-    """tunnel.auth lines: "psk" (the run's fleet key), a list of key file
-    paths, "none", or None (no auth section: only a loopback tunnel may)."""
+    """tunnel.auth lines: "psk" (the run's fleet key), "psk+encrypt" (the same,
+    encrypting), a list of key file paths, "none", or None (no auth section:
+    only a loopback tunnel may)."""
     if auth is None:
         return []
     if auth == "none":
         return ["  auth: {mode: none}"]
-    files = [key_file()] if auth == "psk" else list(auth)
-    return ["  auth:", "    mode: psk", f"    key_files: [{', '.join(files)}]"]
+    files = [key_file()] if auth in ("psk", "psk+encrypt") else list(auth)
+    lines = ["  auth:", "    mode: psk", f"    key_files: [{', '.join(files)}]"]
+    return lines + ["    encrypt: true"] if auth == "psk+encrypt" else lines
 
 
 def render_config(node: str, tunnel_port: int, admin_port: int, peers=(), listeners=(),

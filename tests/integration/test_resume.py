@@ -313,11 +313,15 @@ def test_streams_survive_repeated_tunnel_kills_byte_exact(pair, backend):
 
 @tcp_only
 @pytest.mark.deadline(RUN_S + 60)
-def test_streams_survive_repeated_tunnel_closes_byte_exact(pair, backend):
+@pytest.mark.parametrize("auth", ["psk", "psk+encrypt"])
+def test_streams_survive_repeated_tunnel_closes_byte_exact(pair, backend, auth):
     """A middlebox closes the tunnel (a FIN both ways, bytes in flight lost)
-    again and again: host-a dials host-b through a relay that does it."""
+    again and again: host-a dials host-b through a relay that does it.
+    Encrypted too: every new transport gets new keys, and one that lands on
+    another worker of host-b moves there with its ciphers."""
     target = backend(Target())
-    p = pair([{"name": "io", "target": target.endpoint}], [target.endpoint], start=False)
+    p = pair([{"name": "io", "target": target.endpoint}], [target.endpoint], start=False,
+             a_transport="tcp", b_transport="tcp", a_auth=auth, b_auth=auth)
     relay = backend(TunnelRelay(p.b.tunnel_port))
     point_peer_at(p.a, p.b.tunnel_port, relay.port)
     p.b.start()

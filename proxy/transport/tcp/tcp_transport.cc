@@ -1,5 +1,6 @@
 #include "proxy/transport/tcp/tcp_transport.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -58,14 +59,95 @@ void TcpTransport::request_send() {
 }
 
 void TcpTransport::flush() {
-  if ((closed_ && !flushing_on_close_) || sending_ || outbound_.empty()) return;
+  if ((closed_ && !flushing_on_close_) || sending_) return;
+  if (sealer_ && plain_prefix_ == 0) {
+    if (tx_sent_ == tx_len_) {
+      tx_len_ = tx_sent_ = 0;
+      if (!seal_records()) return;
+    }
+    if (tx_sent_ == tx_len_) return;
+    io_uring_sqe* s = loop().sqe(&send_op_);
+    io_uring_prep_send(s, fd_.get(), tx_.get() + tx_sent_, tx_len_ - tx_sent_, MSG_NOSIGNAL);
+    sending_ = true;
+    sending_plain_ = false;
+    return;
+  }
+  if (outbound_.empty()) return;
   int n = outbound_.iovecs_at(0, iov_, kMaxIov);
+  if (sealer_) {
+    // Only the bytes queued before sealing began go out as they are.
+    size_t left = plain_prefix_;
+    int i = 0;
+    for (; i < n && left > 0; ++i) {
+      iov_[i].iov_len = std::min(iov_[i].iov_len, left);
+      left -= iov_[i].iov_len;
+    }
+    n = i;
+  }
   msg_ = {};
   msg_.msg_iov = iov_;
   msg_.msg_iovlen = static_cast<size_t>(n);
   io_uring_sqe* s = loop().sqe(&send_op_);
   io_uring_prep_sendmsg(s, fd_.get(), &msg_, MSG_NOSIGNAL);
   sending_ = true;
+  sending_plain_ = true;
+}
+
+bool TcpTransport::seal_records() {
+  while (!outbound_.empty() && tx_capacity_ - tx_len_ >= kRecordSize + kRecordOverhead) {
+    int n = outbound_.iovecs_at(0, iov_, kMaxIov);
+    size_t take = 0;
+    int used = 0;
+    for (; used < n && take < kRecordSize; ++used) {
+      iov_[used].iov_len = std::min(iov_[used].iov_len, kRecordSize - take);
+      take += iov_[used].iov_len;
+    }
+    uint8_t* record = tx_.get() + tx_len_;
+    tunnel::put_u32(record, static_cast<uint32_t>(take + tunnel::kCipherTagSize));
+    if (!sealer_->seal(std::span<const iovec>(iov_, static_cast<size_t>(used)), std::span<const uint8_t>(record, 4),
+                       record + 4)) {
+      fail("encryption failed (OpenSSL)");
+      return false;
+    }
+    tx_len_ += take + kRecordOverhead;
+    outbound_.consume(take);  // in the record now
+  }
+  return true;
+}
+
+void TcpTransport::account_sent(size_t n) {
+  if (sending_plain_) {
+    outbound_.consume(n);
+    plain_prefix_ -= std::min(plain_prefix_, n);
+  } else {
+    tx_sent_ += n;
+  }
+}
+
+bool TcpTransport::encrypt(const tunnel::CipherKey& send, const tunnel::CipherKey& receive, std::string* error) {
+  auto sealer = tunnel::FrameCipher::create(send, tunnel::FrameCipher::Use::kSeal, error);
+  auto opener = sealer ? tunnel::FrameCipher::create(receive, tunnel::FrameCipher::Use::kOpen, error) : nullptr;
+  if (!opener) return false;
+  if (!adopt_ciphers(std::move(sealer), std::move(opener))) {
+    *error = "out of memory for the encryption buffers";
+    return false;
+  }
+  opening_started_ = true;           // the rest of this receive is records
+  plain_prefix_ = outbound_.size();  // what is queued already goes out as it is
+  return true;
+}
+
+bool TcpTransport::adopt_ciphers(std::shared_ptr<tunnel::FrameCipher> sealer,
+                                 std::shared_ptr<tunnel::FrameCipher> opener) {
+  // Asked for without throwing, like the receive buffer: a failure ends
+  // this connection only.
+  tx_capacity_ = 4 * (kRecordSize + kRecordOverhead);
+  tx_.reset(new (std::nothrow) uint8_t[tx_capacity_]);
+  plain_.reset(new (std::nothrow) uint8_t[rx_full_capacity_]);
+  if (!tx_ || !plain_) return false;
+  sealer_ = std::move(sealer);
+  opener_ = std::move(opener);
+  return true;
 }
 
 void TcpTransport::fail(std::string reason) {
@@ -77,7 +159,7 @@ void TcpTransport::fail(std::string reason) {
   close(tunnel::CloseMode::kAbort);
 }
 
-bool TcpTransport::hand_off(std::function<void(UniqueFd)> done) {
+bool TcpTransport::hand_off(std::function<void(tunnel::MovedConnection)> done) {
   if (closed_) return false;
   // Called mid-parse (the frame that asks to move); on_recv finishes it.
   hand_off_ = std::move(done);
@@ -97,7 +179,7 @@ void TcpTransport::finish_hand_off() {
     ::shutdown(fd_.get(), SHUT_RDWR);
     return;
   }
-  done(std::move(fd_));
+  done(tunnel::MovedConnection{std::move(fd_), sealer_, opener_});
 }
 
 void TcpTransport::on_recv(int res, uint32_t) {
@@ -120,26 +202,10 @@ void TcpTransport::on_recv(int res, uint32_t) {
     return;
   }
   rx_len_ += static_cast<size_t>(res);
-  size_t offset = 0;
-  while (!closed_) {
-    tunnel::FrameHeader header;
-    std::span<const uint8_t> payload;
-    size_t consumed = 0;
-    std::string reason;
-    auto status = reader_.next(rx_.get() + offset, rx_len_ - offset, &header, &payload, &consumed, &reason);
-    if (status == tunnel::FrameReader::Status::kNeedMore) break;
-    if (status == tunnel::FrameReader::Status::kError) {
-      // Before admission the session's close line says it, rate-limited:
-      // a peer that proved nothing must not be able to fill the log.
-      if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: " + reason);
-      fail("protocol error: " + reason);
-      break;
-    }
-    offset += consumed;
-    if (!sink_ || !sink_->on_frame(header, payload)) break;
-  }
+  size_t offset = opener_ ? 0 : deliver_frames(rx_.get(), rx_len_);
+  if (opener_ && !closed_) offset = open_records(offset);
   if (hand_off_) {
-    hand_off_unread_ = rx_len_ - offset;
+    hand_off_unread_ = rx_len_ - offset + plain_len_;
     finish_hand_off();
     return;
   }
@@ -168,6 +234,59 @@ void TcpTransport::on_recv(int res, uint32_t) {
   post_recv();
 }
 
+size_t TcpTransport::deliver_frames(uint8_t* buf, size_t len) {
+  size_t offset = 0;
+  bool was_opening = opening_started_;
+  while (!closed_) {
+    tunnel::FrameHeader header;
+    std::span<const uint8_t> payload;
+    size_t consumed = 0;
+    std::string reason;
+    auto status = reader_.next(buf + offset, len - offset, &header, &payload, &consumed, &reason);
+    if (status == tunnel::FrameReader::Status::kNeedMore) break;
+    if (status == tunnel::FrameReader::Status::kError) {
+      // Before admission the session's close line says it, rate-limited:
+      // a peer that proved nothing must not be able to fill the log.
+      if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: " + reason);
+      fail("protocol error: " + reason);
+      break;
+    }
+    offset += consumed;
+    if (!sink_ || !sink_->on_frame(header, payload)) break;
+    if (opening_started_ != was_opening) break;  // what follows is records
+  }
+  return offset;
+}
+
+size_t TcpTransport::open_records(size_t offset) {
+  opening_started_ = false;
+  while (!closed_ && !hand_off_ && rx_len_ - offset >= 4) {
+    uint32_t sealed = tunnel::get_u32(rx_.get() + offset);
+    if (sealed < tunnel::kCipherTagSize || sealed > kRecordSize + tunnel::kCipherTagSize) {
+      fail("protocol error: a record of " + std::to_string(sealed) + " bytes");
+      break;
+    }
+    if (rx_len_ - offset < 4 + size_t{sealed}) break;  // the rest comes later
+    size_t plain = sealed - tunnel::kCipherTagSize;
+    if (rx_full_capacity_ - plain_len_ < plain) break;  // frames first (cannot happen: a frame fits)
+    if (!opener_->open(std::span<const uint8_t>(rx_.get() + offset + 4, sealed),
+                       std::span<const uint8_t>(rx_.get() + offset, 4), plain_.get() + plain_len_)) {
+      const char* why = "a record does not authenticate (altered, replayed, reordered or not from our peer)";
+      if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", why);
+      fail(std::string("protocol error: ") + why);
+      break;
+    }
+    offset += 4 + sealed;
+    plain_len_ += plain;
+    size_t used = deliver_frames(plain_.get(), plain_len_);
+    if (used > 0) {
+      std::memmove(plain_.get(), plain_.get() + used, plain_len_ - used);
+      plain_len_ -= used;
+    }
+  }
+  return offset;
+}
+
 void TcpTransport::on_flush_timeout(int res, uint32_t) {
   if (res != -ECANCELED && lingering_) {
     // The peer did not take our last frames, or did not close, in time.
@@ -191,9 +310,9 @@ void TcpTransport::on_send(int res, uint32_t) {
     return;
   }
   if (closed_ && flushing_on_close_) {
-    if (res > 0) outbound_.consume(static_cast<size_t>(res));
+    if (res > 0) account_sent(static_cast<size_t>(res));
     bool retry = res > 0 || res == -EINTR || res == -EAGAIN;
-    if (retry && !outbound_.empty()) {
+    if (retry && unsent()) {
       flush();
     } else {
       // Everything queued is in the kernel: SHUT_WR lets it deliver that,
@@ -214,7 +333,7 @@ void TcpTransport::on_send(int res, uint32_t) {
     fail(std::string("send: ") + strerror(-res));
     return;
   }
-  outbound_.consume(static_cast<size_t>(res));
+  account_sent(static_cast<size_t>(res));
   flush();
 }
 
@@ -229,7 +348,7 @@ void TcpTransport::close(tunnel::CloseMode mode) {
   if (flush_first && ops_in_flight() > 0) {
     // The receive stays posted: on_recv drops what arrives until the FIN.
     lingering_ = true;
-    flushing_on_close_ = !outbound_.empty() || sending_;
+    flushing_on_close_ = unsent() || sending_;
     if (flushing_on_close_) {
       if (!sending_) flush();
     } else {

@@ -4,6 +4,14 @@
 // in a per-connection buffer that is parsed in place. That buffer is
 // kHandshakeReceiveSize until the peer is admitted (Transport::admit()),
 // then large enough for several of the largest frames.
+//
+// Encrypted (tunnel.auth.encrypt, after the handshake), the bytes each way
+// are records: | length u32 (ciphertext and tag) | ciphertext | tag 16 |,
+// at most kRecordSize bytes of the frame stream each, the length
+// authenticated with them. Sealing reads the queued frames where they are
+// and writes the records to a send buffer (the encryption is the only
+// pass over the bytes); opening decrypts straight into the buffer the
+// frames are parsed from.
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -21,6 +29,9 @@ namespace rdmagw::transport {
 // has proved nothing.
 inline constexpr size_t kHandshakeReceiveSize = 4096;
 static_assert(kHandshakeReceiveSize >= 4 * tunnel::kMaxHandshakeFrameSize);
+// Frame-stream bytes per record, and the bytes a record adds.
+inline constexpr size_t kRecordSize = 16 * 1024;
+inline constexpr size_t kRecordOverhead = 4 + tunnel::kCipherTagSize;
 
 class TcpTransport final : public tunnel::Transport, public Flushable {
  public:
@@ -34,7 +45,11 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   void request_send() override;
   void close(tunnel::CloseMode mode) override;
   std::string remote_address() const override { return remote_; }
-  bool hand_off(std::function<void(UniqueFd)> done) override;
+  bool hand_off(std::function<void(tunnel::MovedConnection)> done) override;
+  bool encrypt(const tunnel::CipherKey& send, const tunnel::CipherKey& receive, std::string* error) override;
+  // A connection another worker encrypted: its ciphers go on here.
+  // False when there is no memory for the record buffers.
+  bool adopt_ciphers(std::shared_ptr<tunnel::FrameCipher> sealer, std::shared_ptr<tunnel::FrameCipher> opener);
 
   void flush() override;
 
@@ -46,6 +61,18 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   bool grow_receive_buffer();
   void post_recv();
   void on_recv(int res, uint32_t flags);
+  // Parses and delivers the frames in buf[0, len); returns the bytes used.
+  // Stops early when the transport closes, hands off, or starts opening
+  // records (the bytes after that frame are not frames).
+  size_t deliver_frames(uint8_t* buf, size_t len);
+  // Opens the whole records in rx_ from `offset` into plain_ and delivers
+  // their frames; returns the offset in rx_ of what is left.
+  size_t open_records(size_t offset);
+  // Seals queued bytes into records in tx_, as many as fit.
+  bool seal_records();
+  // Counts `n` bytes as sent, from the plain prefix, or from tx_.
+  void account_sent(size_t n);
+  bool unsent() const { return !outbound_.empty() || tx_sent_ < tx_len_; }
   void on_send(int res, uint32_t flags);
   void on_flush_timeout(int res, uint32_t flags);
   // Ends a clean close: stop sending and reading (the owner retired us: freed once idle).
@@ -80,8 +107,18 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   // bytes unread would answer them with a reset, which can cost the peer
   // data it has received but not yet read.
   bool lingering_ = false;
-  std::function<void(UniqueFd)> hand_off_;  // set while the socket is handed to another worker
+  std::function<void(tunnel::MovedConnection)> hand_off_;  // set while the socket is handed to another worker
   size_t hand_off_unread_ = 0;               // bytes received after the frame that asked for it
+
+  // Encryption (null until the handshake turns it on).
+  std::shared_ptr<tunnel::FrameCipher> sealer_, opener_;
+  bool opening_started_ = false;   // set mid-delivery: the rest of rx_ is records
+  size_t plain_prefix_ = 0;        // queued before sealing began: sent as it is
+  bool sending_plain_ = false;     // the send in flight is from that prefix
+  std::unique_ptr<uint8_t[]> tx_;  // sealed records
+  size_t tx_capacity_ = 0, tx_len_ = 0, tx_sent_ = 0;
+  std::unique_ptr<uint8_t[]> plain_;  // opened bytes, parsed as frames
+  size_t plain_len_ = 0;
 };
 
 }  // namespace rdmagw::transport
