@@ -701,12 +701,6 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   if (const Value* r = find(f, "rdma")) parse_rdma(*r, &t->rdma, t->buffer_size);
   if (const Value* a = find(f, "auth")) parse_auth(*a, &t->auth);
   if (const Value* l = find(f, "limits")) parse_limits(*l, &t->limits);
-  if (t->auth.encrypt && transport_ok && t->transport != TransportMode::kTcp) {
-    const Value* auth = find(f, "auth");
-    error(auth->mark, auth->path + ".encrypt",
-          "encryption runs on the TCP transport only so far: set tunnel.transport: tcp (transport is " +
-              std::string(transport_mode_name(t->transport)) + ")");
-  }
 
   // Cross-field rules. Reported at the dependent key when it was given,
   // otherwise at the key whose value broke the rule against a default.

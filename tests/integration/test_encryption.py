@@ -10,6 +10,8 @@ the wire between them.
   arrives byte-exact instead of silently corrupted.
 - Both ends must agree: one that encrypts and one that does not never open
   a session.
+- On the transport under test (RDMA in the lab), many concurrent streams
+  arrive byte-exact over encrypted sessions.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ import pytest
 
 from admin_client import admin_request, parse_metrics
 from backends import EchoServer, prng_bytes
-from clients import echo_roundtrip, wait_for
-from conftest import tcp_only
+import concurrent.futures
 
-pytestmark = tcp_only  # encryption runs on the TCP transport so far
+from admin_client import admin_json
+from clients import echo_roundtrip, wait_for
+from conftest import TEST_TRANSPORT, scaled, tcp_only
+
 
 MiB = 1 << 20
 MARKER = b"PLAINTEXT-MARKER-7f3a9c"
@@ -126,6 +130,7 @@ def payload(seed: int, size: int) -> bytes:
     return bytes(body)
 
 
+@tcp_only  # the relay reads the TCP transport's wire
 @pytest.mark.parametrize("auth", ["psk", "psk+encrypt"])
 def test_what_crosses_the_wire(pair, backend, auth):
     p, relay = through_relay(pair, backend, auth)
@@ -143,6 +148,7 @@ def test_what_crosses_the_wire(pair, backend, auth):
         assert b"host-b" not in seen, "the acceptor's HELLO crossed the wire in clear"
 
 
+@tcp_only
 def test_an_altered_byte_is_caught_and_the_stream_survives_byte_exact(pair, backend):
     p, relay = through_relay(pair, backend, "psk+encrypt", tamper_at=1 * MiB)
     data = payload(2, 4 * MiB)
@@ -160,7 +166,7 @@ def test_an_altered_byte_is_caught_and_the_stream_survives_byte_exact(pair, back
 def test_both_ends_must_agree(pair, backend):
     echo = backend(EchoServer())
     p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], start=False,
-             a_transport="tcp", b_transport="tcp", a_auth="psk+encrypt", b_auth="psk")
+             a_auth="psk+encrypt", b_auth="psk")
     p.b.start()
     p.a.start(wait=False)
     line = p.b.wait_log(lambda l: "event=auth_failed" in l, timeout=10)
@@ -168,3 +174,23 @@ def test_both_ends_must_agree(pair, backend):
     wait_for(lambda: parse_metrics(admin_request(p.b.admin_port, "/metrics").text)
              .get("rdmagw_auth_failures_total", 0) >= 1, timeout=5, what="the failure counted")
     assert "event=session_open" not in p.b.log_text()
+
+
+def test_many_streams_byte_exact_over_encrypted_sessions(pair, backend):
+    echo = backend(EchoServer())
+    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], a_auth="psk+encrypt",
+             b_auth="psk+encrypt")
+    streams, size = scaled(64, 8), scaled(4 * MiB, 256 * 1024)
+
+    def one(i):
+        data = payload(100 + i, size)
+        got = echo_roundtrip(p.address("echo"), data, timeout=120)
+        return hashlib.sha256(got).digest() == hashlib.sha256(data).digest()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(one, range(streams)))
+    assert all(results), f"{results.count(False)} of {streams} streams arrived altered"
+    sessions = [s for peer in admin_json(p.a.admin_port, "/peers")["peers"] for s in peer["sessions"]]
+    assert sessions and all(s["transport"] == TEST_TRANSPORT for s in sessions), sessions
+    print(f"{streams} streams x {size} bytes, encrypted, over {TEST_TRANSPORT}: byte-exact")
+

@@ -15,7 +15,8 @@ echo "== lab: integration tests on transport: rdma (recv_depth 32)"
   tests/integration/test_failures.py tests/integration/test_resources.py \
   tests/integration/test_flow_control.py tests/integration/test_shutdown.py \
   tests/integration/test_admin.py tests/integration/test_reload.py \
-  tests/integration/test_crash_resets.py tests/integration/test_takeover.py
+  tests/integration/test_crash_resets.py tests/integration/test_takeover.py \
+  tests/integration/test_encryption.py
 
 echo "== lab: live failover (transport auto): the rxe device removed and added again under streams"
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration/test_rdma_failover.py
@@ -23,4 +24,5 @@ echo "== lab: live failover (transport auto): the rxe device removed and added a
 echo "== lab: credit exhaustion (recv_depth 8, send_depth 8: every few messages wait for credits; a drain closes with frames still waiting)"
 RDMAGW_TEST_RDMA="{slab_size: 64MiB, recv_depth: 8, send_depth: 8}" \
 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-  tests/integration/test_tunnel.py tests/integration/test_resources.py tests/integration/test_shutdown.py
+  tests/integration/test_tunnel.py tests/integration/test_resources.py tests/integration/test_shutdown.py \
+  tests/integration/test_encryption.py

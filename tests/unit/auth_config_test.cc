@@ -116,8 +116,6 @@ TEST_CASE("tunnel.auth: wrong shapes are refused with the key and the reason", "
       {"    mode: none\n    key_files: [/k]\n", "tunnel.auth.key_files", "mode none takes no key"},
       {"    mode: psk\n    key_files: [/k]\n    encrypt: maybe\n", "tunnel.auth.encrypt", "true, false"},
       {"    mode: none\n    encrypt: true\n", "tunnel.auth.encrypt", "needs mode psk"},
-      {"    mode: psk\n    key_files: [/k]\n    encrypt: true\n", "tunnel.auth.encrypt",
-       "TCP transport only so far: set tunnel.transport: tcp (transport is auto)"},
       {"    mode: psk\n    key_files: [/k]\n    cipher: aes\n", "tunnel.auth.cipher", "unknown key"},
   };
   for (const Case& c : cases) {
@@ -258,14 +256,14 @@ TEST_CASE("reload: keys may change, the auth mode may not", "[config][auth]") {
   CHECK(restart[0] == "tunnel.auth.mode: psk -> none");
 }
 
-TEST_CASE("tunnel.auth.encrypt: on with psk over TCP, off by default, fixed at start", "[config][auth]") {
-  auto on = parse_config_text("node: a\ntunnel:\n  transport: tcp\n  auth:\n    mode: psk\n    key_files: [/k]\n"
+TEST_CASE("tunnel.auth.encrypt: on with psk, off by default, fixed at start", "[config][auth]") {
+  auto on = parse_config_text("node: a\ntunnel:\n  auth:\n    mode: psk\n    key_files: [/k]\n"
                               "    encrypt: true\n",
                               "auth.yaml");
   INFO(all_errors(on));
   REQUIRE(on.config);
   CHECK(on.config->tunnel.auth.encrypt);
-  auto off = parse_config_text("node: a\ntunnel:\n  transport: tcp\n  auth:\n    mode: psk\n    key_files: [/k]\n",
+  auto off = parse_config_text("node: a\ntunnel:\n  auth:\n    mode: psk\n    key_files: [/k]\n",
                                "auth.yaml");
   REQUIRE(off.config);
   CHECK_FALSE(off.config->tunnel.auth.encrypt);

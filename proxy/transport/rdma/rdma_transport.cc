@@ -57,6 +57,8 @@ RdmaTransport::~RdmaTransport() {
   if (id_ && id_->qp) rdma_destroy_qp(id_);
   for (uint8_t* b : recv_buffers_)
     if (b) pool_.release(b);
+  for (uint8_t* b : slot_sealed_)
+    if (b) pool_.release(b);
   if (header_slots_) pool_.release(header_slots_);
   if (cq_) ibv_destroy_cq(cq_);
   if (comp_channel_) ibv_destroy_comp_channel(comp_channel_);
@@ -446,6 +448,10 @@ void RdmaTransport::handle_completion(const ibv_wc& wc) {
   if (wc.wr_id & kSendTag) {
     uint32_t slot = static_cast<uint32_t>(wc.wr_id & ~kSendTag);
     uint32_t bytes = slot_payload_[slot];
+    if (slot < slot_sealed_.size() && slot_sealed_[slot]) {
+      pool_.release(slot_sealed_[slot]);
+      slot_sealed_[slot] = nullptr;
+    }
     // RC completes sends in order, so these are the oldest bytes posted.
     outbound_.consume(bytes);
     posted_bytes_ -= bytes;
@@ -460,10 +466,22 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
     fail("completion for an unknown receive");
     return;
   }
-  const uint8_t* buf = recv_buffers_[index];
+  uint8_t* buf = recv_buffers_[index];
   if (length < kRdmaHeaderSize) {
     fail("protocol error: message shorter than its header");
     return;
+  }
+  if (opener_) {
+    // Sealed: opened in place, the header checked with it.
+    if (length < kRdmaHeaderSize + tunnel::kCipherTagSize ||
+        !opener_->open(std::span<const uint8_t>(buf + kRdmaHeaderSize, length - kRdmaHeaderSize),
+                       std::span<const uint8_t>(buf, kRdmaHeaderSize), buf + kRdmaHeaderSize)) {
+      const char* why = "a message does not authenticate (altered, replayed, reordered or not from our peer)";
+      if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", why);
+      fail(std::string("protocol error: ") + why);
+      return;
+    }
+    length -= static_cast<uint32_t>(tunnel::kCipherTagSize);
   }
   uint32_t returned = tunnel::get_u32(buf);
   if (tunnel::get_u32(buf + 4) != 0 || !credits_.on_receive(returned)) {
@@ -520,7 +538,9 @@ void RdmaTransport::flush() {
     bool has_data = outbound_.size() > posted_bytes_;
     if (has_data && credits_.can_send_data()) {
       if (!post_message(true)) return;
-    } else if (credits_.should_send_update()) {
+    } else if (credits_.should_send_update() && admitted()) {
+      // (Not before admission: the peer's switch to sealed messages is
+      // tied to frames, and a peer that proved nothing needs no credit.)
       // The reserved credits exist for exactly this: returning credits.
       if (!post_message(false)) return;
     } else {
@@ -529,16 +549,30 @@ void RdmaTransport::flush() {
   }
 }
 
+bool RdmaTransport::encrypt(const tunnel::CipherKey& send, const tunnel::CipherKey& receive, std::string* error) {
+  sealer_ = tunnel::FrameCipher::create(send, tunnel::FrameCipher::Use::kSeal, error);
+  opener_ = sealer_ ? tunnel::FrameCipher::create(receive, tunnel::FrameCipher::Use::kOpen, error) : nullptr;
+  if (!opener_) {
+    sealer_.reset();
+    return false;
+  }
+  slot_sealed_.assign(send_slots_, nullptr);
+  plain_unposted_ = outbound_.size() - posted_bytes_;  // what is queued already goes out as it is
+  return true;
+}
+
 bool RdmaTransport::post_message(bool with_data) {
   uint32_t slot = static_cast<uint32_t>(send_seq_ % send_slots_);
   uint8_t* header = header_slots_ + slot * kSlotSize;
   tunnel::put_u32(header, credits_.pending_returns());
   tunnel::put_u32(header + 4, 0);
+  if (sealer_ && (plain_unposted_ == 0 || !with_data)) return post_sealed(with_data, slot, header);
   uint32_t lkey = device_->mr->lkey;
   ibv_sge sges[kErdmaMaxSendSge];
   sges[0] = {reinterpret_cast<uintptr_t>(header), kRdmaHeaderSize, lkey};
   int nsge = 1;
   size_t room = peer_buffer_size_ - kRdmaHeaderSize;
+  if (sealer_) room = std::min(room, plain_unposted_);  // plain bytes only: they end on a frame
   uint32_t payload = 0;
   if (with_data) {
     iovec iov[kErdmaMaxSendSge];
@@ -566,6 +600,63 @@ bool RdmaTransport::post_message(bool with_data) {
     return false;
   }
   credits_.on_send();  // the header carried every pending return
+  slot_payload_[slot] = payload;
+  posted_bytes_ += payload;
+  if (sealer_) plain_unposted_ -= std::min<size_t>(plain_unposted_, payload);
+  ++send_seq_;
+  ++sends_in_flight_;
+  return true;
+}
+
+bool RdmaTransport::post_sealed(bool with_data, uint32_t slot, uint8_t* header) {
+  uint8_t* message = pool_.acquire();
+  if (!message) {
+    // Sends in flight give theirs back on completion; with none, nothing would.
+    if (sends_in_flight_ == 0) fail("out of slab buffers for an encrypted message (tunnel.rdma.slab_size)");
+    return false;
+  }
+  size_t size = std::min<size_t>(peer_buffer_size_, pool_.buffer_size());
+  size_t room = size - kRdmaHeaderSize - tunnel::kCipherTagSize;
+  std::memcpy(message, header, kRdmaHeaderSize);
+  // The CPU gathers the frames, so the SGE limit does not bound the pieces.
+  constexpr int kMaxPieces = 16;
+  iovec iov[kMaxPieces];
+  PackedPiece pieces[kMaxPieces];
+  uint32_t payload = 0;
+  int count = 0;
+  if (with_data) {
+    int n = outbound_.iovecs_at(posted_bytes_, iov, kMaxPieces);
+    count = pack_frames(iov, n, room, kMaxPieces, pieces, &payload);
+    if (payload == 0) {
+      pool_.release(message);
+      fail("internal error: a queued frame does not fit the peer's receive buffer");
+      return false;
+    }
+    for (int i = 0; i < count; ++i) iov[i] = {const_cast<uint8_t*>(pieces[i].data), pieces[i].length};
+  }
+  if (!sealer_->seal(std::span<const iovec>(iov, static_cast<size_t>(count)),
+                     std::span<const uint8_t>(message, kRdmaHeaderSize), message + kRdmaHeaderSize)) {
+    pool_.release(message);
+    fail("encryption failed (OpenSSL)");
+    return false;
+  }
+  uint32_t length = static_cast<uint32_t>(kRdmaHeaderSize + payload + tunnel::kCipherTagSize);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(message), length, device_->mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = kSendTag | slot;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  if (length <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
+  ibv_send_wr* bad = nullptr;
+  if (ibv_post_send(id_->qp, &wr, &bad) != 0) {
+    pool_.release(message);
+    fail(std::string("ibv_post_send: ") + strerror(errno));
+    return false;
+  }
+  credits_.on_send();
+  slot_sealed_[slot] = message;
   slot_payload_[slot] = payload;
   posted_bytes_ += payload;
   ++send_seq_;

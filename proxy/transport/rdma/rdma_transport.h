@@ -10,6 +10,11 @@
 // receives are used; two credits are kept for such updates so that neither
 // side can end up unable to return credits. Completions arrive through the CQ's
 // completion channel, whose fd the worker's io_uring polls.
+//
+// Encrypted (tunnel.auth.encrypt), each message after the handshake is
+// sealed whole: the header authenticated, the frames encrypted into a slab
+// buffer of its own, then the tag (docs/rdma.md); the receiver opens it in
+// place in its receive buffer.
 #include <infiniband/verbs.h>
 #include <linux/time_types.h>
 #include <rdma/rdma_cma.h>
@@ -84,6 +89,13 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   bool post_receives(uint32_t count, std::string* error);
   bool post_recv(uint32_t index);
   void on_admitted() override { post_all_receives_ = true; }
+ public:
+  bool encrypt(const tunnel::CipherKey& send, const tunnel::CipherKey& receive, std::string* error) override;
+
+ private:
+  // An encrypted message: | header (authenticated) | sealed frames | tag |,
+  // built in a slab buffer of its own (kept until its send completes).
+  bool post_sealed(bool with_data, uint32_t slot, uint8_t* header);
   void arm_cm_poll();
   void arm_cq_poll();
   void on_cm_ready(int res, uint32_t flags);
@@ -141,6 +153,10 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   tunnel::Outbound outbound_;
   bool rejected_ = false;
   size_t posted_bytes_ = 0;               // outbound bytes handed to the QP, not yet completed
+  // Encryption (tunnel.auth.encrypt), once the handshake turned it on.
+  std::unique_ptr<tunnel::FrameCipher> sealer_, opener_;
+  size_t plain_unposted_ = 0;           // queued before sealing began: goes out as it is
+  std::vector<uint8_t*> slot_sealed_;   // per send slot: its sealed message's buffer
   uint64_t completions_ = 0;
 };
 
