@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tcp_pair_bench import RDMAGW, free_port, wait_log, wait_port  # noqa: E402
+from tcp_pair_bench import RDMAGW, emit, free_port, stop_all, wait_log, wait_port  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -165,19 +165,9 @@ def main():
                                      ("req_s", "requests per second", "{:.0f}")):
             lines.append(f"| {label} | {fmt.format(p[key_name])} | {fmt.format(e[key_name])} | "
                          f"{e[key_name] / p[key_name]:.2f} |")
-        table = "\n".join(lines)
-        print(table)
-        if args.out:
-            with open(args.out, "w") as f:
-                f.write(table + "\n")
+        emit("\n".join(lines), args.out)
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(procs)
 
 
 if __name__ == "__main__":

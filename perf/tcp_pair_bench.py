@@ -57,6 +57,25 @@ def wait_log(path, needle, timeout=10.0):
     raise RuntimeError(f"{path}: no '{needle}' after {timeout}s")
 
 
+def emit(table, out):
+    """Prints the table, and writes it to `out` when given."""
+    print(table)
+    if out:
+        with open(out, "w") as f:
+            f.write(table + "\n")
+
+
+def stop_all(procs):
+    """SIGTERM, in reverse order of start; SIGKILL what has not gone in 15 s."""
+    for p in reversed(procs):
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def redis_bench(port, requests, pipeline):
     cmd = ["redis-benchmark", "-p", str(port), "-c", "100", "-d", "512", "-t", "set,get",
            "-n", str(requests), "-q"]
@@ -173,19 +192,9 @@ targets: ["tcp:127.0.0.1:{redis_port}", "tcp:127.0.0.1:{iperf_port}"]
             dm, tm = statistics.median(d), statistics.median(t)
             fmt = "{:.2f}" if "Gbit" in name else "{:.0f}"
             lines.append(f"| {name} | {fmt.format(dm)} | {fmt.format(tm)} | {tm / dm:.2f} |")
-        table = "\n".join(lines)
-        print(table)
-        if args.out:
-            with open(args.out, "w") as f:
-                f.write(table + "\n")
+        emit("\n".join(lines), args.out)
     finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
 
 
 if __name__ == "__main__":
