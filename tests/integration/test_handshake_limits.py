@@ -171,7 +171,9 @@ def test_handshake_slots_are_capped_per_process_and_per_address(pair, backend):
 
     peers = []
     try:
+        # (A probe made before the slots are back is refused and counted.)
         wait_for(lambda: _accepts(p.b.tunnel_port), timeout=5, what="slots given back after the close")
+        refused = metrics(p.b)["rdmagw_tunnel_handshakes_refused_total"]
         for _ in range(12):
             peers.append(admitted_peer())
         last = admitted_peer()
@@ -180,7 +182,7 @@ def test_handshake_slots_are_capped_per_process_and_per_address(pair, backend):
     finally:
         for peer in peers:
             peer.close()
-    assert metrics(p.b)["rdmagw_tunnel_handshakes_refused_total"] == 2
+    assert metrics(p.b)["rdmagw_tunnel_handshakes_refused_total"] == refused, "an admitted peer was refused"
 
 
 def _accepts(port: int) -> bool:
@@ -213,6 +215,7 @@ def test_a_handshake_that_never_ends_gives_its_slot_back(pair, backend):
     refused = idle_connection(p.b.tunnel_port, "127.0.0.2")
     try:
         assert state_after(refused, 3) == "reset"
+        assert metrics(p.b)["rdmagw_tunnel_handshakes_refused_total"] == 1
         for s in first:
             started = time.monotonic()
             how = state_after(s, 5)
@@ -221,8 +224,9 @@ def test_a_handshake_that_never_ends_gives_its_slot_back(pair, backend):
     finally:
         for s in first + [refused]:
             s.close()
+    # The slots are back: a new peer gets in (a probe made before they are
+    # is refused, so this polls rather than counts).
     wait_for(lambda: _accepts(p.b.tunnel_port), timeout=5, what="a handshake after the timeouts")
-    assert metrics(p.b)["rdmagw_tunnel_handshakes_refused_total"] == 1
 
 
 def test_connections_that_never_authenticate_do_not_flood_the_log(pair, backend):
