@@ -258,9 +258,16 @@ void AdminServer::on_deadline(int, short, void* connection) {
   c->server->close(*c);
 }
 
-void AdminServer::on_event(bufferevent*, short, void* connection) {
-  // EOF, an error, or an answer the client did not take within kWriteSeconds.
+void AdminServer::on_event(bufferevent*, short what, void* connection) {
   auto* c = static_cast<Connection*>(connection);
+  // A client that half-closed after its request still gets the answer.
+  if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) &&
+      evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) {
+    c->closing = true;
+    bufferevent_disable(c->bev, EV_READ);
+    return;
+  }
+  // EOF, an error, or an answer the client did not take within kWriteSeconds.
   c->server->close(*c);
 }
 
@@ -271,6 +278,7 @@ void AdminServer::on_written(bufferevent*, void* connection) {
     return;
   }
   // Requests held back while answers queued up can go on now.
+  bufferevent_enable(c->bev, EV_READ);
   c->server->serve(*c);
 }
 
@@ -283,7 +291,12 @@ void AdminServer::serve(Connection& c) {
   evbuffer* in = bufferevent_get_input(c.bev);
   evbuffer* out = bufferevent_get_output(c.bev);
   while (!c.closing && evbuffer_get_length(in) > 0) {
-    if (evbuffer_get_length(out) > kMaxQueuedAnswerBytes) return;  // on_written comes back
+    if (evbuffer_get_length(out) > kMaxQueuedAnswerBytes) {
+      // Held back until the client takes its answers (on_written): it may
+      // not pile up requests meanwhile either.
+      bufferevent_disable(c.bev, EV_READ);
+      return;
+    }
     if (!c.in_request) {
       c.in_request = true;
       arm_deadline(c, kRequestSeconds);

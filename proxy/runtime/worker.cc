@@ -434,7 +434,10 @@ void Worker::adopt_resume(const ResumeHandOff& hand_off) {
   auto transport = make_io<transport::TcpTransport>(loop_, *pool_, std::move(moved.fd), config_->tunnel.buffer_size,
                                                     hand_off.remote);
   transport->admit();  // the peer authenticated on the worker that handed it over
-  if (moved.sealer && !transport->adopt_ciphers(std::move(moved.sealer), std::move(moved.opener))) {
+  // Memory first: failing once the session has taken the transport would
+  // leave it without one mid-resume.
+  if (!transport->take_full_buffers() ||
+      (moved.sealer && !transport->adopt_ciphers(std::move(moved.sealer), std::move(moved.opener)))) {
     log::warn("session_resume_refused").kv("remote", hand_off.remote).kv("reason", "out of memory");
     transport->close(tunnel::CloseMode::kAbort);
     return;

@@ -138,3 +138,31 @@ def test_oversized_and_malformed_requests_get_their_status(sidecar):
     assert answer.startswith(b"HTTP/1.1 200 ") and b"HTTP/1.1 404 " in answer, answer[:300]
     assert not sc.log_text().count("event=worker_failed")
     assert admin_request(port, "/live").status == 200
+
+
+def test_a_client_that_does_not_read_its_answers_cannot_pile_up_requests(sidecar):
+    """Pipelined requests whose answers the client does not take: once about
+    1 MiB of answers waits, rdmagw stops reading that connection, so what the
+    client can push is what the kernel's socket buffers hold, not gigabytes."""
+    sc = start(sidecar)
+    s = socket.create_connection(("127.0.0.1", sc.admin_port), timeout=5)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.setblocking(False)
+    request = b"GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 256
+    pushed = 0
+    deadline = time.monotonic() + 4
+    rss0 = sc.rss_kib()
+    try:
+        for _ in range(10 ** 6):
+            if time.monotonic() > deadline:
+                break
+            try:
+                pushed += s.send(request)
+            except BlockingIOError:
+                time.sleep(0.01)
+        grown = sc.rss_kib() - rss0
+        print(f"pushed {pushed >> 20} MiB of requests in 4 s; rdmagw RSS +{grown} KiB")
+        assert pushed < 64 << 20, f"rdmagw kept reading: {pushed >> 20} MiB of requests taken"
+        assert admin_request(sc.admin_port, "/live").status == 200
+    finally:
+        s.close()

@@ -48,6 +48,9 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   bool hand_off(std::function<void(tunnel::MovedConnection)> done) override;
   bool encrypt(const tunnel::CipherKey& send, const tunnel::CipherKey& receive, std::string* error) override;
   // A connection another worker encrypted: its ciphers go on here.
+  // An admitted connection that arrived from another worker takes its full
+  // receive buffer before start(); false (and closed) without memory.
+  bool take_full_buffers() { return grow_receive_buffer(); }
   // False when there is no memory for the record buffers.
   bool adopt_ciphers(std::shared_ptr<tunnel::FrameCipher> sealer, std::shared_ptr<tunnel::FrameCipher> opener);
 
