@@ -114,6 +114,9 @@ class alignas(64) WorkerMetrics {
   Counter resent_bytes;             // session frame bytes sent again after a resume
   Counter auth_failures;            // tunnel handshakes that failed authentication (either side)
   Counter handshakes_refused;       // tunnel connections refused at accept: tunnel.limits.handshakes reached
+  Counter sessions_idle_closed;     // on-demand sessions closed after tunnel.session_idle_ms without streams
+  Counter sessions_evicted;         // idle sessions closed to make room under tunnel.max_sessions
+  Counter sessions_refused;         // new sessions not dialled: max_sessions reached, none idle
 
   void failed(StreamFailure f) { streams_failed[static_cast<size_t>(f)].add(); }
   ListenerMetrics& listener(std::string_view name);

@@ -122,6 +122,17 @@ bool RouteMatch::matches(const sockaddr* sa) const {
   return (addr[full] & mask) == address[full];
 }
 
+bool RouteMatch::overlaps(const RouteMatch& other) const {
+  if (family != other.family) return false;
+  // Two prefixes overlap when they agree on the shorter one's bits.
+  int bits = std::min(prefix, other.prefix);
+  int full = bits / 8, rest = bits % 8;
+  if (std::memcmp(address, other.address, static_cast<size_t>(full)) != 0) return false;
+  if (rest == 0) return true;
+  uint8_t mask = static_cast<uint8_t>(0xFF << (8 - rest));
+  return (address[full] & mask) == (other.address[full] & mask);
+}
+
 std::string RouteMatch::to_string() const {
   char buf[INET6_ADDRSTRLEN] = {};
   inet_ntop(family, address, buf, sizeof(buf));

@@ -20,6 +20,9 @@ struct RouteMatch {
   uint16_t port_hi = 65535;
 
   bool matches(const sockaddr* sa) const;
+  // The two address ranges share an address (ports aside).
+  bool overlaps(const RouteMatch& other) const;
+  bool any_port() const { return port_lo == 0 && port_hi == 65535; }
   std::string to_string() const;
 };
 

@@ -24,6 +24,20 @@ struct PeerConfig {
   uint16_t tcp_port = 0;
   uint16_t rdma_port = 0;
   Endpoint tcp_endpoint;  // address + tcp_port, resolved
+  // connect: always -- a session is dialled at start and kept; on_demand (the
+  // default) -- dialled by the first stream, closed after
+  // tunnel.session_idle_ms without streams.
+  bool always_connected = false;
+  // Found by a route's `peer: destination` (not written in peers:).
+  bool discovered = false;
+};
+
+// tunnel.peer_cidrs[]: where `peer: destination` may find a peer's sidecar,
+// and at which tunnel ports.
+struct PeerCidr {
+  RouteMatch cidr;  // any port
+  uint16_t tcp_port = 0;
+  uint16_t rdma_port = 0;
 };
 
 // A route of a transparent listener: what to do with connections whose
@@ -32,7 +46,10 @@ struct RouteConfig {
   enum class Action { kTunnel, kPassthrough, kReject };
   RouteMatch match;
   Action action = Action::kTunnel;
-  std::string peer;      // kTunnel: the peer to carry it to
+  std::string peer;      // kTunnel: the peer to carry it to (empty with by_destination)
+  // peer: destination -- the sidecar on the host of the original destination
+  // (inside tunnel.peer_cidrs).
+  bool by_destination = false;
   bool has_target = false;
   Endpoint target;       // kTunnel: rewritten target; default: the original destination
 };
@@ -97,6 +114,10 @@ struct TunnelConfig {
   uint32_t reconnect_max_ms = 2000;             // tunnel.reconnect_max_ms: backoff ceiling
   uint32_t resume_timeout_ms = 10000;           // tunnel.resume_timeout_ms: 0 = sessions do not resume
   uint32_t rdma_probe_interval_ms = 2000;       // tunnel.rdma_probe_interval_ms: auto, a session on TCP tries RDMA; 0 = never
+  // Fleet (docs/configuration.md, "Fleet"); all three change on reload.
+  std::vector<PeerCidr> peer_cidrs;             // tunnel.peer_cidrs: where `peer: destination` may dial
+  uint32_t session_idle_ms = 300000;            // tunnel.session_idle_ms: on-demand sessions close this long without streams; 0 = never
+  uint32_t max_sessions = 1024;                 // tunnel.max_sessions: sessions one worker dials, at most
   RdmaConfig rdma;                              // tunnel.rdma
   AuthConfig auth;                              // tunnel.auth
   TunnelLimits limits;                          // tunnel.limits
@@ -122,6 +143,12 @@ struct Config {
   const PeerConfig* find_peer(const std::string& name) const {
     for (const auto& p : peers)
       if (p.name == name) return &p;
+    return nullptr;
+  }
+  // The peer_cidrs entry that holds `destination`'s address, if any.
+  const PeerCidr* find_peer_cidr(const sockaddr* destination) const {
+    for (const auto& c : tunnel.peer_cidrs)
+      if (c.cidr.matches(destination)) return &c;
     return nullptr;
   }
   bool target_allowed(const Endpoint& target) const {

@@ -31,6 +31,7 @@ bool same_routes(const std::vector<RouteConfig>& a, const std::vector<RouteConfi
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].match.to_string() != b[i].match.to_string() || a[i].action != b[i].action || a[i].peer != b[i].peer ||
+        a[i].by_destination != b[i].by_destination ||
         a[i].has_target != b[i].has_target || (a[i].has_target && !(a[i].target == b[i].target)))
       return false;
   }
@@ -43,7 +44,17 @@ bool same_listener(const ListenerConfig& a, const ListenerConfig& b) {
 }
 
 bool same_peer(const PeerConfig& a, const PeerConfig& b) {
-  return a.address == b.address && a.tcp_port == b.tcp_port && a.rdma_port == b.rdma_port;
+  return a.address == b.address && a.tcp_port == b.tcp_port && a.rdma_port == b.rdma_port &&
+         a.always_connected == b.always_connected;
+}
+
+std::string cidr_text(const std::vector<PeerCidr>& cidrs) {
+  std::string out;
+  for (const auto& c : cidrs) {
+    if (!out.empty()) out += ",";
+    out += c.cidr.to_string() + "(" + std::to_string(c.tcp_port) + "/" + std::to_string(c.rdma_port) + ")";
+  }
+  return out.empty() ? "none" : out;
 }
 
 // "<kind> <name> added|removed|changed" for entries matched by name.
@@ -125,6 +136,9 @@ std::vector<std::string> describe_changes(const Config& running, const Config& n
   Differ d{&out};
   d.check("log_level", running.log_level, next.log_level);
   d.check("shutdown_timeout_ms", running.shutdown_timeout_ms, next.shutdown_timeout_ms);
+  d.check("tunnel.peer_cidrs", cidr_text(running.tunnel.peer_cidrs), cidr_text(next.tunnel.peer_cidrs));
+  d.check("tunnel.session_idle_ms", running.tunnel.session_idle_ms, next.tunnel.session_idle_ms);
+  d.check("tunnel.max_sessions", running.tunnel.max_sessions, next.tunnel.max_sessions);
   // Key files are read again on every reload, so a key rotated in place
   // (the same file, new content) counts as a change too.
   const AuthConfig& ra = running.tunnel.auth;

@@ -79,14 +79,18 @@ const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port"
                               "transport",         "buffer_size",        "stream_window",
                               "session_budget",    "keepalive_interval_ms",
                               "keepalive_timeout_ms", "connect_timeout_ms", "reconnect_max_ms",
-                              "resume_timeout_ms", "rdma_probe_interval_ms", "rdma", "auth", "limits"};
+                              "resume_timeout_ms", "rdma_probe_interval_ms", "rdma", "auth", "limits",
+                              "peer_cidrs", "session_idle_ms", "max_sessions"};
+const Keys kPeerCidrKeys = {"cidr", "tcp_port", "rdma_port"};
+// The route's `peer:` value that means "the host of the original destination".
+constexpr std::string_view kPeerByDestination = "destination";
 const Keys kLimitKeys = {"handshakes", "handshakes_per_address", "streams_per_session", "opens_per_second"};
 const Keys kAuthKeys = {"mode", "key_files", "encrypt"};
 // More is a mistake: rotation needs two (the current key and the next).
 inline constexpr size_t kMaxKeyFiles = 8;
 const Keys kRdmaKeys = {"device", "slab_size", "recv_depth", "send_depth", "busy_poll_us",
                         "inline_threshold"};
-const Keys kPeerKeys = {"name", "address", "tcp_port", "rdma_port"};
+const Keys kPeerKeys = {"name", "address", "tcp_port", "rdma_port", "connect"};
 const Keys kListenerKeys = {"name", "listen", "peer", "target", "routes"};
 const Keys kRouteKeys = {"match", "peer", "target", "action"};
 
@@ -232,11 +236,13 @@ class Parser {
   void parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size);
   void parse_auth(const Value& v, AuthConfig* a);
   void parse_limits(const Value& v, TunnelLimits* l);
+  void parse_peer_cidrs(const Value& v, TunnelConfig* t);
   // `v` names a secret file (a tunnel key, the admin token): an absolute
   // path and, when key files are read, a private file (config/key_files.h)
   // whose content goes to *keys. The path when it is valid.
   std::optional<std::string> read_secret_file(const Value& v, SecretKeys* keys);
-  bool parse_routes(const Value& v, const std::vector<std::string>& peer_names, std::vector<RouteConfig>* routes);
+  bool parse_routes(const Value& v, const std::vector<std::string>& peer_names, const std::vector<PeerCidr>& cidrs,
+                    std::vector<RouteConfig>* routes);
   // A `peer:` value that must name a defined peer.
   bool read_peer_ref(const Value& x, const std::vector<std::string>& peer_names, std::string* out);
   // Reads one optional numeric field (a byte size when `size`) into *out;
@@ -592,6 +598,52 @@ void Parser::parse_limits(const Value& v, TunnelLimits* l) {
   }
 }
 
+void Parser::parse_peer_cidrs(const Value& v, TunnelConfig* t) {
+  auto items = read_list(v);
+  if (!items) return;
+  for (const auto& item : *items) {
+    PeerCidr entry;
+    entry.tcp_port = t->tcp_port;
+    entry.rdma_port = t->rdma_port;
+    // "10.0.0.0/16", or {cidr: 10.0.0.0/16, tcp_port: P, rdma_port: P}.
+    const Value* cidr = &item;
+    std::optional<Fields> fields;
+    if (item.node.IsMap()) {
+      fields = read_map(item, kPeerCidrKeys, false);
+      if (!fields) continue;
+      if (!require(*fields, item, "cidr")) continue;
+      cidr = find(*fields, "cidr");
+      bool ok = true;
+      if (const Value* x = find(*fields, "tcp_port")) {
+        auto p = get_port(*x);
+        ok = p.has_value();
+        if (p) entry.tcp_port = *p;
+      }
+      if (const Value* x = find(*fields, "rdma_port")) {
+        auto p = get_port(*x);
+        ok = p.has_value() && ok;
+        if (p) entry.rdma_port = *p;
+      }
+      if (!ok) continue;
+    }
+    auto text = get_string(*cidr);
+    if (!text) continue;
+    std::string err;
+    auto m = parse_route_match(*text, &err);
+    if (!m) {
+      error(cidr->mark, cidr->path, quote(*text) + ": " + err);
+      continue;
+    }
+    if (!m->any_port()) {
+      error(cidr->mark, cidr->path,
+            quote(*text) + ": a peer CIDR is addresses only; the ports are tcp_port and rdma_port");
+      continue;
+    }
+    entry.cidr = *m;
+    t->peer_cidrs.push_back(entry);
+  }
+}
+
 void Parser::parse_auth(const Value& v, AuthConfig* a) {
   a->configured = true;  // even when invalid: its own errors say what is wrong
   std::optional<Fields> maybe = read_map(v, kAuthKeys, false);
@@ -701,6 +753,10 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   if (const Value* r = find(f, "rdma")) parse_rdma(*r, &t->rdma, t->buffer_size);
   if (const Value* a = find(f, "auth")) parse_auth(*a, &t->auth);
   if (const Value* l = find(f, "limits")) parse_limits(*l, &t->limits);
+  number("session_idle_ms", &t->session_idle_ms, 0, 86400000, false);
+  number("max_sessions", &t->max_sessions, 1, 1000000, false);
+  // After the ports: an entry without its own takes the tunnel's.
+  if (const Value* c = find(f, "peer_cidrs")) parse_peer_cidrs(*c, t);
 
   // Cross-field rules. Reported at the dependent key when it was given,
   // otherwise at the key whose value broke the rule against a default.
@@ -778,7 +834,12 @@ std::vector<std::string> Parser::parse_peers(const Value& v, Config* cfg) {
       ok = ok && name.has_value();
       if (name) {
         auto [pos, inserted] = seen.try_emplace(*name, item.path);
-        if (!inserted) {
+        if (*name == kPeerByDestination) {
+          error(x->mark, x->path,
+                quote(*name) + " is reserved: a route's `peer: destination` means the host of the original "
+                               "destination");
+          ok = false;
+        } else if (!inserted) {
           error(x->mark, x->path, "duplicate peer name " + quote(*name) + " (also " + pos->second + ")");
           ok = false;
         } else {
@@ -801,6 +862,11 @@ std::vector<std::string> Parser::parse_peers(const Value& v, Config* cfg) {
       auto p = get_port(*x);
       ok = ok && p.has_value();
       if (p) peer.rdma_port = *p;
+    }
+    if (const Value* x = find(f, "connect")) {
+      auto c = get_choice(*x, {"on_demand", "always"});
+      ok = ok && c.has_value();
+      peer.always_connected = c == "always";
     }
     if (!ok) continue;
     std::string err;
@@ -893,7 +959,8 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v,
       if (ep) listener.target = *ep;
     }
     if (listener.transparent) {
-      if (const Value* x = find(f, "routes")) ok = parse_routes(*x, peer_names, &listener.routes) && ok;
+      if (const Value* x = find(f, "routes"))
+        ok = parse_routes(*x, peer_names, cfg->tunnel.peer_cidrs, &listener.routes) && ok;
     }
     if (ok) cfg->listeners.push_back(std::move(listener));
   }
@@ -912,7 +979,7 @@ bool Parser::read_peer_ref(const Value& x, const std::vector<std::string>& peer_
 }
 
 bool Parser::parse_routes(const Value& v, const std::vector<std::string>& peer_names,
-                          std::vector<RouteConfig>* routes) {
+                          const std::vector<PeerCidr>& cidrs, std::vector<RouteConfig>* routes) {
   auto items = read_list(v);
   if (!items) return false;
   if (items->empty()) {
@@ -954,7 +1021,23 @@ bool Parser::parse_routes(const Value& v, const std::vector<std::string>& peer_n
         }
       }
     }
-    if (const Value* x = find(f, "peer")) ok = read_peer_ref(*x, peer_names, &route.peer) && ok;
+    const Value* peer = find(f, "peer");
+    route.by_destination = peer && peer->node.IsScalar() && peer->node.Scalar() == kPeerByDestination;
+    if (route.by_destination) {
+      // Never a dial to an arbitrary address: the route's addresses must lie
+      // in peer_cidrs (and each destination is checked again when it comes).
+      bool inside = false;
+      for (const auto& c : cidrs) inside = inside || c.cidr.overlaps(route.match);
+      if (!inside) {
+        error(peer->mark, peer->path,
+              cidrs.empty() ? std::string("peer: destination needs tunnel.peer_cidrs (where peers may be found)")
+                            : "peer: destination, but match " + quote(route.match.to_string()) +
+                                  " lies outside every tunnel.peer_cidrs entry");
+        ok = false;
+      }
+    } else if (peer) {
+      ok = read_peer_ref(*peer, peer_names, &route.peer) && ok;
+    }
     if (const Value* x = find(f, "target")) {
       auto ep = get_endpoint(*x);
       ok = ok && ep.has_value();

@@ -72,7 +72,7 @@ void write_session(JsonWriter& w, const SessionInfo& s) {
   w.field("worker", s.worker).field("role", s.role).field("transport", s.transport).field("state", s.state);
   w.field("remote_address", s.remote_address).field("peer_node", s.peer_node);
   w.field("rtt_us", s.rtt_us).field("age_ms", s.age_ms);
-  w.field("streams", s.streams).field("streams_opened", s.streams_opened);
+  w.field("streams", s.streams).field("streams_opened", s.streams_opened).field("idle_ms", s.idle_ms);
   w.field("bytes_sent", s.bytes_sent).field("bytes_received", s.bytes_received);
   w.field("credit_stalls", s.credit_stalls);
   w.field("resumable", s.resumable).field("resumes", s.resumes).field("resent_bytes", s.resent_bytes);
@@ -125,7 +125,7 @@ void write_listener_config(JsonWriter& w, const ListenerConfig& l) {
     for (const RouteConfig& r : l.routes) {
       w.begin_object();
       w.field("match", r.match.to_string()).field("action", route_action_name(r.action));
-      if (r.action == RouteConfig::Action::kTunnel) w.field("peer", r.peer);
+      if (r.action == RouteConfig::Action::kTunnel) w.field("peer", r.by_destination ? "destination" : r.peer);
       // Without a target the stream goes to its original destination,
       // which is per connection: there is no value to fill in.
       if (r.has_target) w.field("target", r.target.to_string());
@@ -170,10 +170,12 @@ std::string render_peers_json(const std::vector<PeerInfo>& peers) {
   w.begin_object().key("peers").begin_array();
   for (const PeerInfo& p : peers) {
     w.begin_object();
-    w.field("name", p.name).field("configured", p.configured);
+    w.field("name", p.name).field("configured", p.configured).field("discovered", p.discovered);
+    if (!p.connect.empty()) w.field("connect", p.connect);
     w.field("address", p.address).field("tcp_port", p.tcp_port).field("rdma_port", p.rdma_port);
     w.field("transport", p.transport).field("transport_reason", p.transport_reason);
     w.field("state", p.state).field("last_error", p.last_error).field("waiting_streams", p.waiting_streams);
+    w.field("last_close", p.last_close);
     w.key("sessions").begin_array();
     for (const SessionInfo& s : p.sessions) write_session(w, s);
     w.end_array();

@@ -79,6 +79,9 @@ MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::
     totals.stream_resume_failures += w->stream_resume_failures.value();
     totals.auth_failures += w->auth_failures.value();
     totals.handshakes_refused += w->handshakes_refused.value();
+    totals.sessions_idle_closed += w->sessions_idle_closed.value();
+    totals.sessions_evicted += w->sessions_evicted.value();
+    totals.sessions_refused += w->sessions_refused.value();
     totals.resent_bytes += w->resent_bytes.value();
     add_histogram(w->stream_open, &totals.stream_open);
     add_histogram(w->target_connect, &totals.target_connect);

@@ -55,6 +55,7 @@ struct MetricTotals {
   uint64_t session_resumes = 0, stream_resume_failures = 0, resent_bytes = 0;
   uint64_t auth_failures = 0;
   uint64_t handshakes_refused = 0;
+  uint64_t sessions_idle_closed = 0, sessions_evicted = 0, sessions_refused = 0;
   HistogramTotals stream_open, target_connect, session_rtt;
 
   // Streams open now: client side (listeners' active) plus target side.

@@ -170,6 +170,14 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Met
   p.family("rdmagw_tunnel_handshakes_refused_total", "counter",
            "Tunnel connections refused at accept: too many in their handshake at once (tunnel.limits).");
   p.sample("rdmagw_tunnel_handshakes_refused_total", {}, totals.handshakes_refused);
+  p.family("rdmagw_tunnel_sessions_idle_closed_total", "counter",
+           "On-demand sessions closed after tunnel.session_idle_ms without streams.");
+  p.sample("rdmagw_tunnel_sessions_idle_closed_total", {}, totals.sessions_idle_closed);
+  p.family("rdmagw_tunnel_session_limit_total", "counter",
+           "tunnel.max_sessions reached: an idle session closed to make room, or a new session refused (its "
+           "streams reset).");
+  p.sample("rdmagw_tunnel_session_limit_total", {{"action", "closed_idle"}}, totals.sessions_evicted);
+  p.sample("rdmagw_tunnel_session_limit_total", {{"action", "refused"}}, totals.sessions_refused);
   p.family("rdmagw_config_reloads_total", "counter", "Configuration reloads applied.");
   p.sample("rdmagw_config_reloads_total", {}, process.config_reloads.value());
   p.family("rdmagw_config_reload_failures_total", "counter", "Configuration reloads refused; the running one was kept.");

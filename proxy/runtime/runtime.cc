@@ -36,8 +36,10 @@ std::string join(const std::vector<std::string>& items) {
 int state_rank(const std::string& state) {
   if (state == "up") return 0;
   if (state == "connecting") return 1;
-  if (state == "down") return 2;
-  return 3;  // removed
+  if (state == "resuming") return 2;
+  if (state == "idle") return 3;
+  if (state == "down") return 4;
+  return 5;  // removed
 }
 
 }  // namespace
@@ -389,8 +391,10 @@ bool Runtime::peers(std::vector<admin::PeerInfo>* out, std::string* error) {
         std::swap(it->sessions, peer.sessions);
         std::swap(*it, peer);
       }
-      if (peer.configured && state_rank(peer.state) < state_rank(it->state)) it->state = peer.state;
+      bool dialled = peer.configured || peer.discovered;
+      if (dialled && state_rank(peer.state) < state_rank(it->state)) it->state = peer.state;
       if (it->last_error.empty()) it->last_error = peer.last_error;
+      if (it->last_close.empty()) it->last_close = peer.last_close;
       it->waiting_streams += peer.waiting_streams;
       for (auto& s : peer.sessions) it->sessions.push_back(std::move(s));
     }

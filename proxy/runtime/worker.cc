@@ -1,5 +1,6 @@
 #include "proxy/runtime/worker.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -29,6 +30,14 @@ namespace {
 // used, so this bounds memory without costing any up front.
 constexpr size_t kSlabBuffers = 65536;
 constexpr auto kTick = std::chrono::milliseconds(50);
+
+// The address alone ("10.0.0.5", "fd00::5"): a discovered peer's name.
+std::string address_text(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  const void* addr = sa->sa_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr)
+                                               : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(sa)->sin_addr);
+  return inet_ntop(sa->sa_family, addr, buf, sizeof(buf)) ? std::string(buf) : std::string();
+}
 }  // namespace
 
 Worker::Worker(unsigned index, std::shared_ptr<const Config> config, ListenerSet listeners, TunnelSockets& tunnel,
@@ -55,6 +64,7 @@ Worker::~Worker() {
   tunnel_listeners_.clear();
   links_.clear();
   retired_links_.clear();
+  discovered_.clear();
   for (auto& s : inbound_) s->disown();
   inbound_.clear();
   loop_.shut_down();
@@ -170,7 +180,97 @@ void Worker::accept_rdma(PlacedRdmaRequest& request) {
 
 std::unique_ptr<tunnel::PeerLink> Worker::make_link(const PeerConfig& peer) {
   return std::make_unique<tunnel::PeerLink>(loop_, *pool_, peer, session_settings_, config_->tunnel,
-                                            tunnel::Connectors{tcp_connector_.get(), rdma_connector_.get()});
+                                            tunnel::Connectors{tcp_connector_.get(), rdma_connector_.get()},
+                                            static_cast<tunnel::SessionBudget*>(this));
+}
+
+tunnel::PeerLink* Worker::discover(const sockaddr* destination, std::string* why) {
+  const PeerCidr* cidr = config_->find_peer_cidr(destination);
+  if (!cidr) {
+    *why = "destination is outside tunnel.peer_cidrs";
+    return nullptr;
+  }
+  std::string ip = address_text(destination);
+  auto it = discovered_.find(ip);
+  if (it != discovered_.end()) return it->second.get();
+  if (!accepting_) {
+    *why = "draining: no new peers";
+    return nullptr;
+  }
+  PeerConfig peer;
+  peer.name = ip;
+  peer.address = ip;
+  peer.tcp_port = cidr->tcp_port;
+  peer.rdma_port = cidr->rdma_port;
+  peer.discovered = true;
+  auto ep = make_tcp_endpoint(ip, cidr->tcp_port, why);
+  if (!ep) return nullptr;
+  peer.tcp_endpoint = *ep;
+  log::info("peer_discovered").kv("peer", ip).kv("tcp_port", peer.tcp_port).kv("rdma_port", peer.rdma_port)
+      .kv("cidr", cidr->cidr.to_string());
+  auto link = make_link(peer);
+  link->start();  // on demand: dials when the stream is submitted
+  return discovered_.emplace(ip, std::move(link)).first->second.get();
+}
+
+tunnel::PeerLink* Worker::find_or_discover(const std::string& name) {
+  if (tunnel::PeerLink* link = find_link(name)) return link;
+  std::string error;
+  auto ep = make_tcp_endpoint(name, 1, &error);
+  if (!ep) return nullptr;
+  return discover(reinterpret_cast<const sockaddr*>(&ep->addr), &error);
+}
+
+bool Worker::make_room_for_session(const tunnel::PeerLink& link) {
+  size_t sessions = 0;
+  for_each_link([&](tunnel::PeerLink& l) { sessions += l.session_count(); });
+  uint32_t max = config_->tunnel.max_sessions;
+  if (sessions < max) return true;
+  // The session idle the longest goes (on-demand links only: one that is
+  // always connected would be dialled again at once).
+  tunnel::PeerLink* oldest = nullptr;
+  Clock::time_point oldest_since{};
+  for_each_link([&](tunnel::PeerLink& l) {
+    auto since = &l == &link ? std::nullopt : l.idle_since();
+    if (since && (!oldest || *since < oldest_since)) {
+      oldest = &l;
+      oldest_since = *since;
+    }
+  });
+  std::string limit = "tunnel.max_sessions (" + std::to_string(max) + ") reached";
+  if (oldest && oldest->close_if_idle("closed to make room for a session to " + link.name() + ": " + limit)) {
+    metrics_.sessions_evicted.add();
+    log::info("session_evicted").kv("peer", oldest->name()).kv("for_peer", link.name()).kv("reason", limit);
+    return true;
+  }
+  metrics_.sessions_refused.add();
+  uint64_t suppressed = 0;
+  if (session_limit_log_.allow(loop_.now(), &suppressed)) {
+    log::Line line = log::warn("session_refused");
+    line.kv("peer", link.name()).kv("reason", limit + " and every session carries streams");
+    if (suppressed) line.kv("suppressed", suppressed);
+  }
+  return false;
+}
+
+void Worker::retire_undiscoverable() {
+  for (auto it = discovered_.begin(); it != discovered_.end();) {
+    std::string error;
+    auto ep = make_tcp_endpoint(it->first, 1, &error);
+    const PeerCidr* cidr = ep ? config_->find_peer_cidr(reinterpret_cast<const sockaddr*>(&ep->addr)) : nullptr;
+    tunnel::PeerLink& link = *it->second;
+    if (cidr && cidr->tcp_port == link.config().tcp_port && cidr->rdma_port == link.config().rdma_port) {
+      link.set_session_idle_ms(config_->tunnel.session_idle_ms);
+      ++it;
+      continue;
+    }
+    // Outside peer_cidrs now, or at other ports: its streams finish on it.
+    for (tunnel::PendingStream* stream : link.take_waiting())
+      stream->abort(tunnel::ResetCode::kPeerGone, "peer " + link.name() + " left tunnel.peer_cidrs in a reload");
+    link.retire();
+    retired_links_.push_back(std::move(it->second));
+    it = discovered_.erase(it);
+  }
 }
 
 void Worker::run() {
@@ -197,7 +297,8 @@ std::unique_ptr<Worker::LocalListener> Worker::make_listener(std::shared_ptr<con
 tunnel::PeerLink* Worker::find_link(const std::string& peer) const {
   for (const auto& link : links_)
     if (link->name() == peer) return link.get();
-  return nullptr;
+  auto it = discovered_.find(peer);
+  return it == discovered_.end() ? nullptr : it->second.get();
 }
 
 void Worker::retire_listener(LocalListener& l) {
@@ -263,13 +364,16 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
         return;
       case RouteConfig::Action::kTunnel: {
         std::string target = route.has_target ? route.target.to_string() : "tcp:" + destination;
-        tunnel::PeerLink* link = find_link(route.peer);
+        std::string why = "route names an unknown peer";
+        tunnel::PeerLink* link = route.by_destination ? discover(reinterpret_cast<sockaddr*>(&dst), &why)
+                                                      : find_link(route.peer);
         if (!link) {
-          reject("route names an unknown peer", destination);
+          reject(why, destination);
           return;
         }
-        log::debug("stream_routed").kv("listener", l.name).kv("destination", destination).kv("peer", route.peer);
-        link->submit(local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, route.peer, target));
+        log::debug("stream_routed").kv("listener", l.name).kv("destination", destination).kv("peer", link->name());
+        link->submit(
+            local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, link->name(), target));
         return;
       }
     }
@@ -289,7 +393,8 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
     std::unique_ptr<tunnel::PeerLink> link;
     for (auto& old : links_) {
       if (old && old->name() == peer.name && old->config().address == peer.address &&
-          old->config().tcp_port == peer.tcp_port && old->config().rdma_port == peer.rdma_port)
+          old->config().tcp_port == peer.tcp_port && old->config().rdma_port == peer.rdma_port &&
+          old->config().always_connected == peer.always_connected)
         link = std::move(old);
     }
     if (!link) {
@@ -314,6 +419,8 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
     retired_links_.push_back(std::move(old));
   }
   links_ = std::move(links);
+  for (auto& link : links_) link->set_session_idle_ms(config_->tunnel.session_idle_ms);
+  retire_undiscoverable();
   if (!accepting_) return;  // drained: the listeners are closed for good
   // Listeners: the same sockets keep their acceptor (and the connections in
   // its backlog); only their settings change.
@@ -340,14 +447,10 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
 }
 
 void Worker::describe_peers(std::vector<tunnel::PeerInfo>* out) const {
-  for (const auto& link : links_) {
+  for_each_link([&](const tunnel::PeerLink& link) {
     out->emplace_back();
-    link->describe(index_, &out->back());
-  }
-  for (const auto& link : retired_links_) {
-    out->emplace_back();
-    link->describe(index_, &out->back());
-  }
+    link.describe(index_, &out->back());
+  });
   for (const auto& s : inbound_) {
     tunnel::PeerInfo peer;
     tunnel::SessionInfo info;
@@ -491,7 +594,7 @@ void Worker::stop_accepting() {
   ::shutdown(tunnel_.tcp_fds[index_], SHUT_RDWR);
   ::close(tunnel_.tcp_fds[index_]);
   tunnel_.tcp_fds[index_] = -1;
-  for (auto& link : links_) link->begin_shutdown();
+  for_each_link([](tunnel::PeerLink& link) { link.begin_shutdown(); });
   for (auto& s : inbound_) s->send_goaway();
 }
 
@@ -503,8 +606,7 @@ void Worker::begin_drain() {
 }
 
 void Worker::close_everything(std::string_view reason, tunnel::CloseMode mode) {
-  for (auto& link : links_) link->close_all(reason, mode);
-  for (auto& link : retired_links_) link->close_all(reason, mode);
+  for_each_link([&](tunnel::PeerLink& link) { link.close_all(reason, mode); });
   for (auto& s : inbound_) s->close(tunnel::SessionEnd::kLocalClose, reason, mode);
 }
 
@@ -512,9 +614,16 @@ void Worker::tick() {
   Clock::time_point now = loop_.now();
   for (auto& l : listeners_) l->acceptor->tick();
   for (auto& t : tunnel_listeners_) t->tick();
-  for (auto& link : links_) link->tick(now);
-  for (auto& link : retired_links_) link->tick(now);
+  for_each_link([&](tunnel::PeerLink& link) { link.tick(now); });
   std::erase_if(retired_links_, [](const auto& link) { return link->finished(); });
+  // A discovered peer nobody used for session_idle_ms is forgotten (its
+  // counters stay); with more of them than max_sessions, at once.
+  auto forget_after = std::chrono::milliseconds(config_->tunnel.session_idle_ms);
+  bool crowded = discovered_.size() > config_->tunnel.max_sessions;
+  std::erase_if(discovered_, [&](const auto& entry) {
+    const tunnel::PeerLink& link = *entry.second;
+    return link.dormant() && (crowded || now - link.last_used() >= forget_after);
+  });
   for (auto& s : inbound_) s->tick(now);
 
   int level = stop_level_.load(std::memory_order_relaxed);

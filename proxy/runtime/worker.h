@@ -50,7 +50,7 @@ struct TunnelSockets {
 
 enum class StopLevel : int { kRunning = 0, kDrain = 1, kNow = 2 };
 
-class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserver {
+class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserver, private tunnel::SessionBudget {
  public:
   // `mailbox` and `metrics` outlive the worker (the runtime owns them, so
   // that the admin thread can use them at any time).
@@ -118,6 +118,23 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // The listener was removed or we drain: stop listening and accepting.
   void retire_listener(LocalListener& listener);
   std::unique_ptr<tunnel::PeerLink> make_link(const PeerConfig& peer);
+  // Every link: configured, retired by a reload, discovered.
+  template <class F>
+  void for_each_link(F&& f) const {
+    for (const auto& link : links_) f(*link);
+    for (const auto& link : retired_links_) f(*link);
+    for (const auto& [ip, link] : discovered_) f(*link);
+  }
+  // `peer: destination`: the link to the sidecar on the destination's host,
+  // made on first use; null (and *why) if the address is outside peer_cidrs.
+  tunnel::PeerLink* discover(const sockaddr* destination, std::string* why);
+  // A discovered link by its name (the host's address), made if that
+  // address lies in peer_cidrs (a takeover's sessions and streams).
+  tunnel::PeerLink* find_or_discover(const std::string& name);
+  // SessionBudget: tunnel.max_sessions.
+  bool make_room_for_session(const tunnel::PeerLink& link) override;
+  // A reload: discovered links outside the new peer_cidrs finish like removed peers.
+  void retire_undiscoverable();
   tunnel::HandshakeGate handshake_gate() { return tunnel::HandshakeGate(tunnel_.handshakes.get(), &metrics_); }
   tunnel::PeerLink* find_link(const std::string& peer) const;
   void on_local_accept(LocalListener& listener, UniqueFd fd);
@@ -180,6 +197,11 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   std::vector<std::unique_ptr<LocalListener>> listeners_;
   std::vector<std::unique_ptr<tunnel::PeerLink>> links_;          // one per configured peer
   std::vector<std::unique_ptr<tunnel::PeerLink>> retired_links_;  // removed by a reload, finishing
+  // Found by `peer: destination`, by the host's address; forgotten once
+  // dormant for session_idle_ms (or at once, when more than max_sessions).
+  std::unordered_map<std::string, std::unique_ptr<tunnel::PeerLink>> discovered_;
+  // Refused sessions (max_sessions): at most a line a second per worker.
+  log::LogLimiter session_limit_log_{1, 5};
   std::vector<IoPtr<tunnel::Session>> inbound_;                   // sessions peers dialed to us
   // Resumable inbound sessions by token: where a resume request finds its session.
   std::unordered_map<tunnel::SessionToken, tunnel::Session*, tunnel::SessionTokenHash> by_token_;

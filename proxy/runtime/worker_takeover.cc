@@ -22,8 +22,7 @@ void Worker::freeze_for_takeover() {
   // is given up at once so that the new process can listen on it.
   for (auto& t : tunnel_listeners_) t->stop();
   tunnel_listeners_.clear();
-  for (auto& link : links_) link->freeze();
-  for (auto& link : retired_links_) link->freeze();
+  for_each_link([](tunnel::PeerLink& link) { link.freeze(); });
   for (auto& s : inbound_) {
     if (!s->freeze())
       s->close(tunnel::SessionEnd::kLocalClose, "takeover: a session without resumption cannot move",
@@ -49,10 +48,9 @@ bool Worker::export_for_takeover(WorkerImage* out) {
     out->sessions.emplace_back();
     s.export_image(&out->sessions.back());
   };
-  for (auto& link : links_)
-    for (tunnel::Session* s : link->frozen_sessions()) add(*s);
-  for (auto& link : retired_links_)
-    for (tunnel::Session* s : link->frozen_sessions()) add(*s);
+  for_each_link([&](tunnel::PeerLink& link) {
+    for (tunnel::Session* s : link.frozen_sessions()) add(*s);
+  });
   for (auto& s : inbound_) add(*s);
   for (const local::LocalConnection* c = host_->first; c; c = c->next_in_host())
     if (!c->ending()) c->export_image(&out->connections, index);
@@ -70,8 +68,7 @@ void Worker::thaw_after_takeover() {
   std::string error;
   if (!make_tunnel_listeners(&error)) log::error("takeover_thaw_failed").kv("reason", error);
   for (auto& t : tunnel_listeners_) t->start(this);
-  for (auto& link : links_) link->thaw();
-  for (auto& link : retired_links_) link->thaw();
+  for_each_link([](tunnel::PeerLink& link) { link.thaw(); });
   for (auto& s : inbound_) s->thaw();
   for (local::LocalConnection* c = host_->first; c; c = c->next_in_host()) c->thaw();
 }
@@ -94,7 +91,7 @@ void Worker::import_image(const WorkerImage& image) {
   for (const tunnel::SessionImage& s : image.sessions) {
     tunnel::Session* session = nullptr;
     if (s.dialer) {
-      if (tunnel::PeerLink* link = find_link(s.peer_label)) session = link->adopt(s);
+      if (tunnel::PeerLink* link = find_or_discover(s.peer_label)) session = link->adopt(s);
     } else {
       auto in = make_io<tunnel::Session>(loop_, *pool_, session_settings_, s, this);
       if (in->restored_frames()) {
@@ -127,7 +124,7 @@ void Worker::import_image(const WorkerImage& image) {
     metrics::ListenerMetrics* counters = s.listener.empty() ? nullptr : &metrics_.listener(s.listener);
     local::LocalStream* stream = local::LocalStream::restore(*host_, std::move(fd), s, session, counters);
     if (stream && !stream->opened()) {
-      if (tunnel::PeerLink* link = find_link(stream->peer())) link->submit(stream);
+      if (tunnel::PeerLink* link = find_or_discover(stream->peer())) link->submit(stream);
       else stream->abort(tunnel::ResetCode::kPeerGone, "takeover: its peer is no longer configured");
     }
   }

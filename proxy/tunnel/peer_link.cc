@@ -8,8 +8,15 @@
 namespace rdmagw::tunnel {
 
 PeerLink::PeerLink(EventLoop& loop, BufferPool& pool, const PeerConfig& peer, const SessionSettings& settings,
-                   const TunnelConfig& tunnel, Connectors connectors)
-    : loop_(loop), pool_(pool), peer_(peer), settings_(settings), tunnel_(tunnel), connectors_(connectors) {
+                   const TunnelConfig& tunnel, Connectors connectors, SessionBudget* budget)
+    : loop_(loop),
+      pool_(pool),
+      peer_(peer),
+      settings_(settings),
+      tunnel_(tunnel),
+      connectors_(connectors),
+      budget_(budget),
+      last_used_(loop.now()) {
   settings_.peer_label = peer_.name;
   if (settings_.metrics) counters_ = &settings_.metrics->peer(peer_.name);
 }
@@ -40,7 +47,23 @@ TransportKind PeerLink::preferred_kind() const {
 
 void PeerLink::dial() {
   if (frozen_ || dial_ || shutting_down_ || !needs_dial()) return;
+  if (!active_) {
+    dial_new_session(preferred_kind());
+    return;
+  }
   dial(preferred_kind());
+}
+
+void PeerLink::dial_new_session(TransportKind kind) {
+  if (!budget_ || budget_->make_room_for_session(*this)) {
+    dial(kind);
+    return;
+  }
+  // Every session this worker may hold carries streams: these streams
+  // cannot have one. The worker logged and counted it.
+  last_error_ = "tunnel.max_sessions reached: every session of this worker carries streams";
+  while (!waiting_.empty()) pop_waiting()->abort(ResetCode::kResource, last_error_);
+  schedule_retry();
 }
 
 void PeerLink::dial(TransportKind kind) {
@@ -217,9 +240,38 @@ void PeerLink::attach_waiting() {
   while (!waiting_.empty() && up()) pop_waiting()->attach(*active_);
 }
 
+std::optional<Clock::time_point> PeerLink::idle_since() const {
+  if (peer_.always_connected || !active_ || !active_->open() || active_->stream_count() != 0 || !waiting_.empty())
+    return std::nullopt;
+  return idle_since_ ? *idle_since_ : loop_.now();
+}
+
+bool PeerLink::close_if_idle(std::string_view why) {
+  if (!idle_since()) return false;
+  // Out of active_ first: a stream that comes before the close is announced
+  // dials a new session instead of attaching to this one.
+  draining_.push_back(std::move(active_));
+  idle_since_.reset();
+  draining_.back()->close(SessionEnd::kLocalClose, why, CloseMode::kFlush);
+  return true;
+}
+
 void PeerLink::tick(Clock::time_point now) {
   if (frozen_) return;
   if (active_) active_->tick(now);
+  // On demand: a session without streams for session_idle_ms is closed.
+  bool idle = !peer_.always_connected && active_ && active_->open() && active_->stream_count() == 0 &&
+              waiting_.empty();
+  if (!idle) {
+    idle_since_.reset();
+    if (!waiting_.empty() || (active_ && active_->stream_count() != 0)) last_used_ = now;
+  } else if (!idle_since_) {
+    idle_since_ = now;
+  } else if (tunnel_.session_idle_ms > 0 && now - *idle_since_ >= std::chrono::milliseconds(tunnel_.session_idle_ms)) {
+    if (close_if_idle("idle for " + std::to_string(tunnel_.session_idle_ms) + " ms (tunnel.session_idle_ms)") &&
+        settings_.metrics)
+      settings_.metrics->sessions_idle_closed.add();
+  }
   for (auto& d : draining_) {
     d->tick(now);
     // A drained session with no streams left is done.
@@ -257,10 +309,14 @@ void PeerLink::on_session_open(Session& session) {
   attach_waiting();
 }
 
-void PeerLink::on_session_closed(Session& session, SessionEnd, std::string_view reason) {
+void PeerLink::on_session_closed(Session& session, SessionEnd end, std::string_view reason) {
+  last_close_ = std::string(session_end_name(end)) + ": " + std::string(reason);
+  last_used_ = loop_.now();
   if (&session == active_.get()) {
     active_.reset();  // retired: deleted once its transport is done
-    if (!shutting_down_) connect_failed(session.transport_kind(), std::string(reason));
+    // On demand with nothing waiting: no session is wanted, so none is
+    // dialled, and its end is no failure to retry.
+    if (!shutting_down_ && needs_dial()) connect_failed(session.transport_kind(), std::string(reason));
     return;
   }
   std::erase_if(draining_, [&](const IoPtr<Session>& d) { return d.get() == &session; });
@@ -385,7 +441,7 @@ bool PeerLink::finished() const { return !active_ && draining_.empty() && waitin
 
 void PeerLink::describe(unsigned worker, PeerInfo* out) const {
   out->name = peer_.name;
-  out->configured = !retired_;
+  out->configured = !retired_ && !peer_.discovered;
   out->address = peer_.address;
   out->tcp_port = peer_.tcp_port;
   out->rdma_port = peer_.rdma_port;
@@ -401,15 +457,24 @@ void PeerLink::describe(unsigned worker, PeerInfo* out) const {
                : up()                                                     ? "up"
                : waiting_to_retry                                         ? "down"
                                                                           : "connecting";
+  if (!active_ && !dial_ && !retired_ && failures_ == 0 && !peer_.always_connected) out->state = "idle";
   out->last_error = last_error_;
   out->waiting_streams = waiting_.size();
+  out->discovered = peer_.discovered;
+  out->connect = peer_.always_connected ? "always" : "on_demand";
+  out->last_close = last_close_;
   auto add = [&](const Session& s) {
     SessionInfo info;
     info.worker = worker;
     s.describe(&info);
     out->sessions.push_back(std::move(info));
   };
-  if (active_) add(*active_);
+  if (active_) {
+    add(*active_);
+    if (auto since = idle_since())
+      out->sessions.back().idle_ms =
+          std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(loop_.now() - *since).count());
+  }
   for (const auto& d : draining_) add(*d);
 }
 

@@ -11,6 +11,7 @@
 // succeeds again), how to dial is theirs.
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,18 @@ class PendingStream {
   PeerLink* waiting_in_ = nullptr;
 };
 
+// Whether a link may open one more session (tunnel.max_sessions): the
+// worker counts its links' sessions and may close an idle one of another
+// link to make room. Asked before a new session is dialled, never for a
+// resume or a move to RDMA (those replace a transport, not add a session).
+class SessionBudget {
+ public:
+  virtual bool make_room_for_session(const PeerLink& link) = 0;
+
+ protected:
+  ~SessionBudget() = default;
+};
+
 // The connectors a link may dial with; rdma is null when this process has no
 // usable RDMA device.
 struct Connectors {
@@ -56,15 +69,30 @@ struct Connectors {
 class PeerLink final : public SessionOwner, private DialObserver {
  public:
   PeerLink(EventLoop& loop, BufferPool& pool, const PeerConfig& peer, const SessionSettings& settings,
-           const TunnelConfig& tunnel, Connectors connectors);
+           const TunnelConfig& tunnel, Connectors connectors, SessionBudget* budget = nullptr);
   ~PeerLink() override;
   PeerLink(const PeerLink&) = delete;
   PeerLink& operator=(const PeerLink&) = delete;
 
   const std::string& name() const { return peer_.name; }
   bool up() const { return active_ && active_->can_open_streams(); }
+  // connect: always dials now; on_demand waits for a stream.
   void start();
   void tick(Clock::time_point now);
+  // A reload's new tunnel.session_idle_ms.
+  void set_session_idle_ms(uint32_t ms) { tunnel_.session_idle_ms = ms; }
+  // Sessions this link holds (active and draining): what max_sessions counts.
+  size_t session_count() const { return (active_ ? 1 : 0) + draining_.size(); }
+  // Its active session carries no stream and no stream waits: since when
+  // (nullopt while busy, or without a session). Closing it loses nothing.
+  std::optional<Clock::time_point> idle_since() const;
+  // Closes the active session if idle_since() (the worker makes room for
+  // another peer's session); `why` is what /peers and the log say.
+  bool close_if_idle(std::string_view why);
+  // On-demand and without sessions, dial or waiting stream: the worker may
+  // forget a discovered link in this state.
+  bool dormant() const { return !peer_.always_connected && finished(); }
+  Clock::time_point last_used() const { return last_used_; }
   void submit(PendingStream* stream);
   // Shutdown: stop dialing, fail waiting streams. (GOAWAY is the acceptor's
   // word; the dialer simply opens nothing new and lets its streams finish.)
@@ -120,8 +148,14 @@ class PeerLink final : public SessionOwner, private DialObserver {
   void probe_failed(std::string_view reason);
   TransportKind preferred_kind() const;
   void dial_failed(TransportKind kind, std::string reason, bool refused);
-  // No session, or one suspended that waits for a transport.
-  bool needs_dial() const { return !active_ || active_->wants_transport(); }
+  // No session (and one is wanted: connect: always, or streams wait), or
+  // one suspended that waits for a transport.
+  bool needs_dial() const {
+    return active_ ? active_->wants_transport() : peer_.always_connected || !waiting_.empty();
+  }
+  // Dials a new session if the budget has room; otherwise fails the
+  // waiting streams.
+  void dial_new_session(TransportKind kind);
   void open_session(IoPtr<Transport> transport);
   void connect_failed(TransportKind kind, std::string reason);
   void schedule_retry();
@@ -135,6 +169,7 @@ class PeerLink final : public SessionOwner, private DialObserver {
   SessionSettings settings_;
   TunnelConfig tunnel_;
   Connectors connectors_;
+  SessionBudget* budget_;
 
   IoPtr<Session> active_;
   std::vector<IoPtr<Session>> draining_;
@@ -158,6 +193,9 @@ class PeerLink final : public SessionOwner, private DialObserver {
   std::string last_transport_;    // logged when the choice changes
   std::string transport_reason_;  // why the last session used its transport
   std::string last_error_;        // last dial failure, cleared when a session opens
+  std::string last_close_;        // why the last session ended ("" if none has)
+  Clock::time_point last_used_;   // a stream was carried or waited last (discovered links are forgotten after)
+  std::optional<Clock::time_point> idle_since_;
   bool retired_ = false;
   bool frozen_ = false;  // a takeover: no dial, no attach
   metrics::PeerMetrics* counters_ = nullptr;

@@ -19,6 +19,7 @@ struct SessionInfo {
   int64_t rtt_us = -1;         // last keepalive round trip; -1 before the first
   uint64_t age_ms = 0;
   uint64_t streams = 0;        // open now
+  int64_t idle_ms = -1;        // on demand: how long it has carried no stream (-1: busy, or kept connected)
   uint64_t streams_opened = 0;
   uint64_t bytes_sent = 0, bytes_received = 0;  // stream payload
   uint64_t credit_stalls = 0;
@@ -44,7 +45,12 @@ struct PeerInfo {
   uint16_t tcp_port = 0, rdma_port = 0;
   std::string transport;       // in use (or to be tried next): "tcp" | "rdma" | "" (inbound only)
   std::string transport_reason;  // why that transport
-  std::string state;           // "up" | "connecting" | "down" | "removed" (draining after a reload)
+  // "up" | "connecting" | "down" | "removed" (draining after a reload) |
+  // "idle" (on demand: no session, none needed)
+  std::string state;
+  bool discovered = false;     // found by a route's `peer: destination`
+  std::string connect;         // dialled links: "always" | "on_demand"
+  std::string last_close;      // why its last session ended ("END: reason"), "" if none has
   std::string last_error;      // last dial failure, "" if none
   uint64_t waiting_streams = 0;  // streams queued for a session
   std::vector<SessionInfo> sessions;

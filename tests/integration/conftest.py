@@ -188,11 +188,15 @@ def render_config(node: str, tunnel_port: int, admin_port: int, peers=(), listen
                   targets=(), workers: int = 2, shutdown_timeout_ms: int = 3000,
                   tunnel_extra: dict | None = None, extra_lines=(), rdma_port: int | None = None,
                   transport: str | None = None, address: str = TUNNEL_ADDR,
-                  peer_address: str = TUNNEL_ADDR, auth="psk") -> str:
+                  peer_address: str = TUNNEL_ADDR, auth="psk", peer_connect: str = "always") -> str:
     """Renders one sidecar's YAML.  peers: [(name, tcp_port[, rdma_port])] at
     `peer_address`; listeners: dicts with name, listen, peer, target (endpoint
     strings); targets: endpoint strings; `address`: its own tunnel address;
-    `auth`: see auth_yaml (every test pair authenticates unless it says not)."""
+    `auth`: see auth_yaml (every test pair authenticates unless it says not).
+    `peer_connect`: the peers' `connect:`. Tests written around a session
+    that exists before the first stream (faults injected into it, its
+    transport asserted at start) keep `always`; rdmagw's default,
+    `on_demand`, is what test_fleet.py and test_on_demand.py exercise."""
     transport = transport or TEST_TRANSPORT
     out = [
         f"node: {node}",
@@ -211,7 +215,8 @@ def render_config(node: str, tunnel_port: int, admin_port: int, peers=(), listen
     if peers:
         out.append("peers:")
         for name, port, *rest in peers:
-            out += [f"  - name: {name}", f"    address: {peer_address}", f"    tcp_port: {port}"]
+            out += [f"  - name: {name}", f"    address: {peer_address}", f"    tcp_port: {port}",
+                    f"    connect: {peer_connect}"]
             if rest:
                 out.append(f"    rdma_port: {rest[0]}")
     else:
@@ -538,13 +543,14 @@ def pair(sidecar, sock_dir):
     tunnel on that address (netns_hosts.two_hosts makes them); listeners and
     targets must then be Unix sockets, which both namespaces reach.
     a_auth/b_auth: tunnel.auth of each (conftest.auth_yaml; default: the run's
-    fleet key on both)."""
+    fleet key on both). peer_connect: host-a's `connect:` for host-b (see
+    render_config)."""
 
     def build(listeners, targets, *, a_tunnel: dict | None = None,
               b_tunnel: dict | None = None, shutdown_timeout_ms: int = 3000,
               workers: int = 2, start: bool = True, a_transport: str | None = None,
               b_transport: str | None = None, hosts: tuple | None = None,
-              a_auth="psk", b_auth="psk") -> Pair:
+              a_auth="psk", b_auth="psk", peer_connect: str = "always") -> Pair:
         ns_a, ip_a, ns_b, ip_b = hosts or (None, TUNNEL_ADDR, None, TUNNEL_ADDR)
         a_port, b_port = free_port(), free_port()
         a_rdma, b_rdma = free_port(), free_port()
@@ -567,7 +573,7 @@ def pair(sidecar, sock_dir):
                     peers=[("host-b", b_port, b_rdma)], listeners=list(resolved.values()),
                     workers=workers, shutdown_timeout_ms=shutdown_timeout_ms,
                     tunnel_extra=a_tunnel, rdma_port=a_rdma, transport=a_transport,
-                    netns=ns_a, address=ip_a, peer_address=ip_b, auth=a_auth)
+                    netns=ns_a, address=ip_a, peer_address=ip_b, auth=a_auth, peer_connect=peer_connect)
         if start:
             b.start()
             a.start()

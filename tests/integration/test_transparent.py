@@ -105,7 +105,7 @@ log_level: debug
 admin: "127.0.0.1:9901"
 tunnel: {{address: "{A_IP}", tcp_port: 7471, transport: tcp, auth: {{mode: psk, key_files: [{nobody_key}]}}}}
 peers:
-  - {{name: host-b, address: "{B_IP}", tcp_port: 7471}}
+  - {{name: host-b, address: "{B_IP}", tcp_port: 7471, connect: always}}
 listeners:
   - name: outbound
     listen: "transparent:{ep(fam['loop'], 15001)}"

@@ -254,7 +254,7 @@ TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[a
     CHECK(f.help_lines.count(name) == 1);
     ++documented;
   }
-  CHECK(documented == 24);
+  CHECK(documented == 26);
   CHECK(f.type.size() == static_cast<size_t>(documented));  // and nothing undocumented
   for (const auto& [name, n] : f.help_lines) {
     INFO(name);
@@ -444,6 +444,7 @@ TEST_CASE("peers: sessions, rdma only on RDMA sessions", "[admin][peers]") {
   p.transport = "rdma";
   p.transport_reason = "RDMA device available";
   p.state = "up";
+  p.connect = "always";
   SessionInfo s;
   s.role = "dialer";
   s.transport = "tcp";
@@ -464,24 +465,37 @@ TEST_CASE("peers: sessions, rdma only on RDMA sessions", "[admin][peers]") {
   PeerInfo inbound;
   inbound.name = "host-z";
   inbound.state = "up";
+  PeerInfo found;
+  found.name = "10.0.0.9";
+  found.discovered = true;
+  found.connect = "on_demand";
+  found.address = "10.0.0.9";
+  found.tcp_port = 7471;
+  found.rdma_port = 7472;
+  found.transport = "tcp";
+  found.state = "idle";
+  found.last_close = "local-close: idle for 300000 ms (tunnel.session_idle_ms)";
 
-  const std::string json = render_peers_json({p, inbound});
+  const std::string json = render_peers_json({p, inbound, found});
   INFO(json);
   require_valid_json(json);
   CHECK(json ==
-        R"({"peers":[{"name":"b","configured":true,"address":"10.0.0.2","tcp_port":7471,"rdma_port":7472,)"
+        R"({"peers":[{"name":"b","configured":true,"discovered":false,"connect":"always","address":"10.0.0.2","tcp_port":7471,"rdma_port":7472,)"
         R"("transport":"rdma","transport_reason":"RDMA device available","state":"up","last_error":"",)"
-        R"("waiting_streams":0,"sessions":[)"
+        R"("waiting_streams":0,"last_close":"","sessions":[)"
         R"({"worker":0,"role":"dialer","transport":"tcp","state":"open","remote_address":"10.0.0.2:7471",)"
-        R"("peer_node":"host-b","rtt_us":-1,"age_ms":0,"streams":0,"streams_opened":0,"bytes_sent":0,)"
+        R"("peer_node":"host-b","rtt_us":-1,"age_ms":0,"streams":0,"streams_opened":0,"idle_ms":-1,"bytes_sent":0,)"
         R"("bytes_received":0,"credit_stalls":0,"resumable":false,"resumes":0,"resent_bytes":0},)"
         R"({"worker":1,"role":"dialer","transport":"rdma","state":"open","remote_address":"10.0.0.2:7471",)"
-        R"("peer_node":"host-b","rtt_us":-1,"age_ms":0,"streams":0,"streams_opened":0,"bytes_sent":0,)"
+        R"("peer_node":"host-b","rtt_us":-1,"age_ms":0,"streams":0,"streams_opened":0,"idle_ms":-1,"bytes_sent":0,)"
         R"("bytes_received":0,"credit_stalls":0,"resumable":false,"resumes":0,"resent_bytes":0,)"
                    R"("rdma":{"qp_state":"RTS","send_credits":120,)"
         R"("peer_recv_depth":128,"pending_returns":3,"sends_in_flight":1,"completions":512}}]},)"
-        R"({"name":"host-z","configured":false,"address":"","tcp_port":0,"rdma_port":0,"transport":"",)"
-        R"("transport_reason":"","state":"up","last_error":"","waiting_streams":0,"sessions":[]}]})");
+        R"({"name":"host-z","configured":false,"discovered":false,"address":"","tcp_port":0,"rdma_port":0,"transport":"",)"
+        R"("transport_reason":"","state":"up","last_error":"","waiting_streams":0,"last_close":"","sessions":[]},)"
+        R"({"name":"10.0.0.9","configured":false,"discovered":true,"connect":"on_demand","address":"10.0.0.9",)"
+        R"("tcp_port":7471,"rdma_port":7472,"transport":"tcp","transport_reason":"","state":"idle","last_error":"",)"
+        R"x("waiting_streams":0,"last_close":"local-close: idle for 300000 ms (tunnel.session_idle_ms)","sessions":[]}]})x");
 }
 
 TEST_CASE("streams: total, offset and limit", "[admin][streams]") {

@@ -1,3 +1,4 @@
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -895,6 +896,97 @@ TEST_CASE("transparent listeners: every route mistake is reported in place") {
                  {13, 17, "listeners[0].routes[1].target", "makes no sense with action 'reject'"},
                  {14, 9, "listeners[0].routes[2].match", "required key 'match' is missing"},
                  {19, 13, "listeners[1].routes", "need a transparent listener"}});
+}
+
+TEST_CASE("fleet: peer_cidrs, peer: destination, connect, session_idle_ms and max_sessions", "[config][fleet]") {
+  auto c = parse_ok(lines({
+      "node: a",
+      "tunnel:",
+      "  tcp_port: 7000",
+      "  rdma_port: 7001",
+      "  session_idle_ms: 60000",
+      "  max_sessions: 64",
+      "  peer_cidrs:",
+      "    - 10.1.0.0/16",
+      "    - {cidr: 10.2.0.0/24, tcp_port: 17471}",
+      "    - {cidr: 'fd00::/64', tcp_port: 1, rdma_port: 2}",
+      "  auth: {mode: none}",
+      "peers:",
+      "  - {name: b, address: 10.9.0.2, tcp_port: 7471, connect: always}",
+      "  - {name: c, address: 10.9.0.3, tcp_port: 7471}",
+      "listeners:",
+      "  - name: out",
+      "    listen: transparent:127.0.0.1:15001",
+      "    routes:",
+      "      - {match: '10.1.0.0/16:6379', peer: destination}",
+      "      - {match: '10.2.0.0/16', peer: destination}",
+      "      - {match: '10.9.0.0/16', peer: b}",
+  }));
+  const auto& t = c->tunnel;
+  CHECK(t.session_idle_ms == 60000);
+  CHECK(t.max_sessions == 64);
+  REQUIRE(t.peer_cidrs.size() == 3);
+  CHECK(t.peer_cidrs[0].cidr.to_string() == "10.1.0.0/16");
+  CHECK(t.peer_cidrs[0].tcp_port == 7000);  // the tunnel's own ports by default
+  CHECK(t.peer_cidrs[0].rdma_port == 7001);
+  CHECK(t.peer_cidrs[1].tcp_port == 17471);
+  CHECK(t.peer_cidrs[1].rdma_port == 7001);
+  CHECK(t.peer_cidrs[2].rdma_port == 2);
+  CHECK(c->peers[0].always_connected);
+  CHECK_FALSE(c->peers[1].always_connected);  // on_demand is the default
+  const auto& routes = c->listeners.at(0).routes;
+  CHECK(routes[0].by_destination);
+  CHECK(routes[0].peer.empty());
+  CHECK(routes[1].by_destination);  // overlaps 10.2.0.0/24: each destination is checked when it comes
+  CHECK_FALSE(routes[2].by_destination);
+  CHECK(routes[2].peer == "b");
+  sockaddr_in in{};
+  in.sin_family = AF_INET;
+  in.sin_port = htons(6379);
+  inet_pton(AF_INET, "10.2.0.77", &in.sin_addr);
+  REQUIRE(c->find_peer_cidr(reinterpret_cast<sockaddr*>(&in)) == &t.peer_cidrs[1]);
+  inet_pton(AF_INET, "10.2.1.77", &in.sin_addr);
+  CHECK(c->find_peer_cidr(reinterpret_cast<sockaddr*>(&in)) == nullptr);
+
+  auto defaults = parse_ok("node: a\n");
+  CHECK(defaults->tunnel.session_idle_ms == 300000);
+  CHECK(defaults->tunnel.max_sessions == 1024);
+  CHECK(defaults->tunnel.peer_cidrs.empty());
+}
+
+TEST_CASE("fleet: mistakes are reported at their key, and a route never dials outside peer_cidrs", "[config][fleet][errors]") {
+  expect_errors(lines({
+                    "node: a",
+                    "tunnel:",
+                    "  max_sessions: 0",
+                    "  peer_cidrs: ['10.1.0.0/16:80', {tcp_port: 1}, 10.300.0.0/16]",
+                    "peers:",
+                    "  - {name: destination, address: 10.9.0.2, tcp_port: 7471}",
+                    "  - {name: b, address: 10.9.0.3, tcp_port: 7471, connect: sometimes}",
+                }),
+                {{3, 17, "tunnel.max_sessions", "1"},
+                 {4, 16, "tunnel.peer_cidrs[0]", "addresses only"},
+                 {4, 34, "tunnel.peer_cidrs[1].cidr", "required key 'cidr' is missing"},
+                 {4, 49, "tunnel.peer_cidrs[2]", "not a numeric IPv4 address"},
+                 {6, 12, "peers[0].name", "is reserved"},
+                 {7, 59, "peers[1].connect", "on_demand"}});
+  expect_errors(lines({
+                    "node: a",
+                    "listeners:",
+                    "  - name: out",
+                    "    listen: transparent:127.0.0.1:15001",
+                    "    routes: [{match: 10.1.0.0/16, peer: destination}]",
+                }),
+                {{5, 41, "listeners[0].routes[0].peer", "needs tunnel.peer_cidrs"}});
+  expect_errors(lines({
+                    "node: a",
+                    "tunnel: {peer_cidrs: [10.1.0.0/16]}",
+                    "listeners:",
+                    "  - name: out",
+                    "    listen: transparent:127.0.0.1:15001",
+                    "    routes: [{match: 0.0.0.0/0, peer: destination}, {match: 10.2.0.0/16, peer: destination}]",
+                }),
+                {{6, 80, "listeners[0].routes[1].peer", "outside every tunnel.peer_cidrs entry"}});
 }
 
 TEST_CASE("text on which yaml-cpp's LoadAll never returns is refused at once (found by tests/fuzz)", "[config][errors]") {

@@ -198,8 +198,12 @@ struct Fixture {
   std::unique_ptr<PeerLink> link;
   Clock::time_point t0;
 
-  explicit Fixture(TransportMode mode, bool with_rdma = true) {
+  // `always`: connect: always (the tests below were written for a link that
+  // dials at start); the on-demand tests at the end pass false.
+  explicit Fixture(TransportMode mode, bool with_rdma = true, bool always = true,
+                   SessionBudget* budget = nullptr) {
     peer.name = "b";
+    peer.always_connected = always;
     peer.address = "127.0.0.1";
     peer.tcp_port = 17471;
     peer.rdma_port = 17472;
@@ -215,7 +219,7 @@ struct Fixture {
     Connectors c;
     c.tcp = &tcp;
     c.rdma = with_rdma ? &rdma : nullptr;
-    link = std::make_unique<PeerLink>(loop, pool, peer, settings, tunnel, c);
+    link = std::make_unique<PeerLink>(loop, pool, peer, settings, tunnel, c, budget);
   }
 
   PeerInfo info() const {
@@ -957,4 +961,153 @@ TEST_CASE("peer link: transport rdma retries a rejected connect for a suspended 
   FakeTransport* again = f.dialed(f.rdma);
   f.loop.end_batch();
   CHECK(again->written().at(0).header.type == FrameType::kHello);
+}
+
+// --- on demand (connect: on_demand, the default) --------------------------------------
+
+namespace {
+
+// tunnel.max_sessions as the worker answers it: room or not.
+struct FakeBudget final : SessionBudget {
+  bool room = true;
+  int asked = 0;
+  bool make_room_for_session(const PeerLink&) override {
+    ++asked;
+    return room;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("peer link: on demand, start() dials nothing; the first stream dials, and waits for the session") {
+  Fixture f(TransportMode::kTcp, true, /*always=*/false);
+  f.link->start();
+  f.link->tick(f.t0 + 10s);
+  CHECK(f.tcp.calls.empty());
+  CHECK(f.info().state == "idle");
+  CHECK(f.info().connect == "on_demand");
+  WaitingStream s(true);
+  f.link->submit(&s);
+  REQUIRE(f.tcp.calls.size() == 1);
+  f.peer_hello(f.dialed(f.tcp));
+  CHECK(s.opened);
+  CHECK(f.info().state == "up");
+}
+
+TEST_CASE("peer link: on demand, a session without streams closes after session_idle_ms, and none is dialled") {
+  Fixture f(TransportMode::kTcp, true, /*always=*/false);
+  f.tunnel.session_idle_ms = 1000;
+  f.link->set_session_idle_ms(1000);
+  WaitingStream s;  // attaches without opening: the session carries nothing
+  f.link->submit(&s);
+  bool gone = false;
+  FakeTransport* t = f.dialed(f.tcp, &gone);
+  f.peer_hello(t);
+  REQUIRE(s.attaches == 1);
+  f.link->tick(f.t0 + 100ms);  // idle from here
+  f.link->tick(f.t0 + 1000ms);
+  CHECK_FALSE(t->closed());
+  REQUIRE(f.info().sessions.size() == 1);
+  CHECK(f.info().sessions[0].idle_ms >= 0);
+  f.link->tick(f.t0 + 1100ms);  // 1000 ms idle
+  CHECK(t->closed());
+  CHECK(t->close_mode() == CloseMode::kFlush);
+  f.loop.end_batch();
+  CHECK(gone);
+  PeerInfo info = f.info();
+  CHECK(info.sessions.empty());
+  CHECK(info.state == "idle");
+  CHECK(info.last_close.find("idle for 1000 ms") != std::string::npos);
+  CHECK(f.link->consecutive_failures() == 0);
+  f.link->tick(f.t0 + 60s);
+  CHECK(f.tcp.calls.size() == 1);  // nothing wants a session: none is dialled
+  CHECK(f.link->dormant());
+  // The next stream dials a new one.
+  WaitingStream next;
+  f.link->submit(&next);
+  CHECK(f.tcp.calls.size() == 2);
+}
+
+TEST_CASE("peer link: a session carrying a stream is never idle; connect: always is never closed for idleness") {
+  SECTION("on demand, busy") {
+    Fixture f(TransportMode::kTcp, true, /*always=*/false);
+    f.link->set_session_idle_ms(1000);
+    WaitingStream s(true);
+    f.link->submit(&s);
+    FakeTransport* t = f.dialed(f.tcp);
+    f.peer_hello(t);
+    REQUIRE(s.opened);
+    CHECK_FALSE(f.link->idle_since());
+    for (int i = 1; i <= 50; ++i) f.link->tick(f.t0 + i * 100ms);
+    CHECK_FALSE(t->closed());
+    CHECK_FALSE(f.link->close_if_idle("test"));
+    s.attached_to->detach(s);
+    f.link->tick(f.t0 + 6s);
+    CHECK(f.link->idle_since());
+  }
+  SECTION("always") {
+    Fixture f(TransportMode::kTcp);
+    f.link->set_session_idle_ms(1000);
+    f.link->start();
+    FakeTransport* t = f.bring_up(f.tcp);
+    for (int i = 1; i <= 50; ++i) f.link->tick(f.t0 + i * 100ms);
+    CHECK_FALSE(t->closed());
+    CHECK_FALSE(f.link->idle_since());  // never offered to make room either
+    CHECK(f.info().connect == "always");
+  }
+}
+
+TEST_CASE("peer link: close_if_idle (room for another peer) closes the idle session; the next stream dials anew") {
+  Fixture f(TransportMode::kTcp, true, /*always=*/false);
+  WaitingStream s;
+  f.link->submit(&s);
+  FakeTransport* t = f.dialed(f.tcp);
+  f.peer_hello(t);
+  REQUIRE(f.link->idle_since());
+  CHECK(f.link->session_count() == 1);
+  REQUIRE(f.link->close_if_idle("closed to make room"));
+  CHECK_FALSE(f.link->up());
+  // A stream that comes before the close is announced does not attach to it.
+  WaitingStream next;
+  f.link->submit(&next);
+  CHECK(f.tcp.calls.size() == 2);
+  CHECK(next.attaches == 0);
+  f.loop.end_batch();
+  CHECK(f.link->session_count() == 0);
+  CHECK(f.info().last_close.find("closed to make room") != std::string::npos);
+}
+
+TEST_CASE("peer link: no room under max_sessions fails the waiting streams with kResource and dials nothing") {
+  FakeBudget budget;
+  budget.room = false;
+  Fixture f(TransportMode::kTcp, true, /*always=*/false, &budget);
+  WaitingStream s;
+  f.link->submit(&s);
+  CHECK(budget.asked == 1);
+  CHECK(f.tcp.calls.empty());
+  CHECK(s.aborts == 1);
+  CHECK(s.abort_code == ResetCode::kResource);
+  CHECK(s.abort_reason.find("max_sessions") != std::string::npos);
+  CHECK(f.info().last_error.find("max_sessions") != std::string::npos);
+  // Room again: the next stream gets its session.
+  budget.room = true;
+  WaitingStream next(true);
+  f.link->submit(&next);
+  REQUIRE(f.tcp.calls.size() == 1);
+  f.peer_hello(f.dialed(f.tcp));
+  CHECK(next.opened);
+}
+
+TEST_CASE("peer link: on demand, a session that ends with nothing waiting is not redialled") {
+  Fixture f(TransportMode::kTcp, true, /*always=*/false);
+  WaitingStream s;
+  f.link->submit(&s);
+  FakeTransport* t = f.dialed(f.tcp);
+  f.peer_hello(t);
+  t->fail("connection reset by peer");  // not resumable: the session ends
+  f.loop.end_batch();
+  CHECK_FALSE(f.link->up());
+  f.link->tick(f.t0 + 10s);
+  CHECK(f.tcp.calls.size() == 1);
+  CHECK(f.info().last_close.find("transport-failed") != std::string::npos);
 }
