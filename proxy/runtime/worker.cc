@@ -616,10 +616,13 @@ void Worker::tick() {
   for (auto& t : tunnel_listeners_) t->tick();
   for_each_link([&](tunnel::PeerLink& link) { link.tick(now); });
   std::erase_if(retired_links_, [](const auto& link) { return link->finished(); });
-  // A discovered peer nobody used for session_idle_ms is forgotten (its
-  // counters stay); with more of them than max_sessions, at once.
-  auto forget_after = std::chrono::milliseconds(config_->tunnel.session_idle_ms);
-  bool crowded = discovered_.size() > config_->tunnel.max_sessions;
+  // A discovered peer without a session is forgotten 5 minutes after its
+  // last use (its counters stay), so that /peers says for that long why its
+  // session closed; sooner when many are remembered (a link without a
+  // session is small, but a scan of a large peer_cidrs must not pile them up).
+  constexpr auto kRememberDormant = std::chrono::minutes(5);
+  auto forget_after = std::max<Clock::duration>(kRememberDormant, std::chrono::milliseconds(config_->tunnel.session_idle_ms));
+  bool crowded = discovered_.size() > std::max<size_t>(256, 4 * size_t{config_->tunnel.max_sessions});
   std::erase_if(discovered_, [&](const auto& entry) {
     const tunnel::PeerLink& link = *entry.second;
     return link.dormant() && (crowded || now - link.last_used() >= forget_after);

@@ -198,7 +198,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   std::vector<std::unique_ptr<tunnel::PeerLink>> links_;          // one per configured peer
   std::vector<std::unique_ptr<tunnel::PeerLink>> retired_links_;  // removed by a reload, finishing
   // Found by `peer: destination`, by the host's address; forgotten once
-  // dormant for session_idle_ms (or at once, when more than max_sessions).
+  // without a session for 5 minutes (sooner when there are very many, see tick()).
   std::unordered_map<std::string, std::unique_ptr<tunnel::PeerLink>> discovered_;
   // Refused sessions (max_sessions): at most a line a second per worker.
   log::LogLimiter session_limit_log_{1, 5};

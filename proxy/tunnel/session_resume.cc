@@ -192,7 +192,8 @@ void Session::move_to(IoPtr<Transport> transport, std::string_view reason) {
 
 void Session::lose_transport(SessionEnd why, std::string_view reason) {
   if (!resumable_ || peer_closing_ || state_ == State::kHandshake || state_ == State::kClosed) {
-    close(why, reason, CloseMode::kAbort);
+    // A peer that said GOAWAY(closing) meant it (drained, idle, shutting down).
+    close(why, peer_closing_ ? "the peer closed the session" : reason, CloseMode::kAbort);
     return;
   }
   suspend(reason);

@@ -307,6 +307,25 @@ TEST_CASE("views: peers, with RDMA columns and a peer without a session", "[rdma
   CHECK(rdmagw::ctl::render_peers(parse_ok(R"({"peers": []})")) == "no peers (none configured, none connected)\n");
 }
 
+TEST_CASE("views: peers found by destination, idle and on demand", "[rdmagwctl][views]") {
+  std::string out = rdmagw::ctl::render_peers(parse_ok(R"x({"peers": [
+    {"name": "10.0.5.9", "configured": false, "discovered": true, "connect": "on_demand", "address": "10.0.5.9",
+     "tcp_port": 7471, "rdma_port": 7472, "transport": "tcp", "transport_reason": "configured", "state": "up",
+     "last_error": "", "waiting_streams": 0, "last_close": "", "sessions": [
+       {"worker": 1, "role": "dialer", "transport": "tcp", "state": "open", "remote_address": "10.0.5.9:7471",
+        "peer_node": "h9", "rtt_us": 80, "age_ms": 9000, "streams": 0, "streams_opened": 3, "idle_ms": 4200,
+        "bytes_sent": 0, "bytes_received": 0, "credit_stalls": 0, "resumes": 0, "resent_bytes": 0}]},
+    {"name": "10.0.5.10", "configured": false, "discovered": true, "connect": "on_demand", "address": "10.0.5.10",
+     "tcp_port": 7471, "rdma_port": 7472, "transport": "tcp", "transport_reason": "configured", "state": "idle",
+     "last_error": "", "waiting_streams": 0, "last_close": "local-close: idle for 1000 ms (tunnel.session_idle_ms)",
+     "sessions": []}]})x"));
+  INFO(out);
+  CHECK(contains(out, "node h9; found by destination; idle 4 s\n"));
+  CHECK(contains(out, "10.0.5.10  idle "));
+  CHECK(contains(out, "no session (on demand: none needed); last closed: local-close: idle for 1000 ms "
+                      "(tunnel.session_idle_ms); transport tcp: configured; found by destination\n"));
+}
+
 TEST_CASE("views: streams page and its range line", "[rdmagwctl][views]") {
   JsonValue page = parse_ok(R"({"total": 7, "offset": 5, "limit": 2, "streams": [
     {"worker": 0, "side": "client", "listener": "redis", "peer": "b", "target": "tcp:127.0.0.1:6379",

@@ -21,7 +21,8 @@ std::string peer_note(const JsonValue& peer) {
   auto add = [&](const std::string& s) { note += (note.empty() ? "" : "; ") + s; };
   std::string state = peer.string_or("state");
   if (state == "removed") add("removed by a reload, open streams finish");
-  if (!peer.bool_or("configured", true)) add("not configured here (dialed us)");
+  if (peer.bool_or("discovered", false)) add("found by destination");
+  else if (!peer.bool_or("configured", true)) add("not configured here (dialed us)");
   if (uint64_t waiting = counter(peer, "waiting_streams"))
     add(std::to_string(waiting) + (waiting == 1 ? " stream" : " streams") + " waiting for a session");
   return note;
@@ -29,8 +30,10 @@ std::string peer_note(const JsonValue& peer) {
 
 // The row of a peer without a session: why not, as far as rdmagw knows.
 std::string no_session_note(const JsonValue& peer) {
-  std::string note = "no session";
+  std::string note = peer.string_or("state") == "idle" ? "no session (on demand: none needed)" : "no session";
   std::string error = peer.string_or("last_error"), reason = peer.string_or("transport_reason");
+  std::string closed = peer.string_or("last_close");
+  if (!closed.empty()) note += "; last closed: " + closed;
   if (!error.empty()) note += "; last error: " + error;
   if (!reason.empty()) note += "; transport " + text_or_dash(peer, "transport") + ": " + reason;
   std::string extra = peer_note(peer);
@@ -98,6 +101,8 @@ std::string render_peers(const JsonValue& answer) {
       std::string row_note = note;
       if (!node.empty() && node != peer.string_or("name"))
         row_note = "node " + node + (row_note.empty() ? "" : "; " + row_note);
+      if (int64_t idle = s.int_or("idle_ms", -1); idle >= 0)
+        row_note += (row_note.empty() ? "" : "; ") + std::string("idle ") + std::to_string(idle / 1000) + " s";
       row.push_back(row_note);
       note.clear();  // peer-wide notes once, on the first row
       table.add_row(std::move(row));
