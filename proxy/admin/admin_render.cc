@@ -55,6 +55,18 @@ void write_stats_peers(JsonWriter& w, const MetricTotals& totals) {
   w.end_array();
 }
 
+void write_stats_per_worker(JsonWriter& w, const MetricTotals& totals) {
+  w.key("per_worker").begin_array();
+  for (const WorkerTotals& t : totals.workers) {
+    w.begin_object();
+    w.field("worker", t.worker).field("sessions_tcp", t.sessions_tcp).field("sessions_rdma", t.sessions_rdma);
+    w.field("streams_active", t.streams_active);
+    w.field("bytes_sent", t.bytes_sent).field("bytes_received", t.bytes_received);
+    w.end_object();
+  }
+  w.end_array();
+}
+
 void write_stats_streams(JsonWriter& w, const MetricTotals& totals) {
   w.key("streams").begin_object();
   w.field("opened_outbound", totals.streams_opened_outbound);
@@ -152,6 +164,7 @@ std::string render_stats_json(const Status& status, const Config* config, const 
   write_stats_config(w, status, process);
   write_stats_listeners(w, totals);
   write_stats_peers(w, totals);
+  write_stats_per_worker(w, totals);
   write_stats_streams(w, totals);
   w.key("rdma").begin_object();
   w.field("send_completions", totals.rdma_send_completions).field("recv_completions", totals.rdma_recv_completions);

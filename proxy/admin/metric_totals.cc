@@ -67,8 +67,12 @@ MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::
     }
   }
 
-  for (const metrics::WorkerMetrics* w : workers) {
+  for (size_t index = 0; index < workers.size(); ++index) {
+    const metrics::WorkerMetrics* w = workers[index];
     if (!w) continue;
+    WorkerTotals& mine = totals.workers.emplace_back();
+    mine.worker = static_cast<unsigned>(index);
+    mine.streams_active = w->target_streams_active.value();
     totals.streams_opened_outbound += w->streams_opened_outbound.value();
     totals.streams_opened_inbound += w->streams_opened_inbound.value();
     totals.target_streams_active += w->target_streams_active.value();
@@ -94,6 +98,7 @@ MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::
       t.active += m.active.value();
       t.bytes_received += m.bytes_received.value();
       t.bytes_sent += m.bytes_sent.value();
+      mine.streams_active += m.active.value();
     });
     w->for_each_peer([&](const std::string& name, const metrics::PeerMetrics& m) {
       PeerTotals& t = peers[name];
@@ -105,6 +110,10 @@ MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::
       t.reconnects += m.reconnects.value();
       t.sessions_tcp += m.sessions_tcp.value();
       t.sessions_rdma += m.sessions_rdma.value();
+      mine.sessions_tcp += m.sessions_tcp.value();
+      mine.sessions_rdma += m.sessions_rdma.value();
+      mine.bytes_sent += m.bytes_sent.value();
+      mine.bytes_received += m.bytes_received.value();
     });
   }
 

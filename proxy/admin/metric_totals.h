@@ -41,12 +41,22 @@ struct PeerTotals {
   int64_t sessions_tcp = 0, sessions_rdma = 0;
 };
 
+// One worker's share: how evenly the kernel (TCP) and worker 0's placement
+// (RDMA) spread sessions and streams.
+struct WorkerTotals {
+  unsigned worker = 0;
+  int64_t sessions_tcp = 0, sessions_rdma = 0;  // both roles
+  uint64_t bytes_sent = 0, bytes_received = 0;  // stream payload to / from peers
+  int64_t streams_active = 0;                   // client side plus target side
+};
+
 struct MetricTotals {
   // Configured listeners (peers) first, in configuration order, even before
   // their first connection (session); then those only the counters know
   // (removed by a reload, peers that dialed us), in name order.
   std::vector<ListenerTotals> listeners;
   std::vector<PeerTotals> peers;
+  std::vector<WorkerTotals> workers;  // by index
   uint64_t streams_opened_outbound = 0;
   uint64_t streams_opened_inbound = 0;
   int64_t target_streams_active = 0;

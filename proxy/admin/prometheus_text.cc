@@ -152,6 +152,24 @@ void write_peer_families(PrometheusWriter& p, const MetricTotals& totals) {
     p.sample("rdmagw_credit_stalls_total", {{"peer", peer.name}}, peer.credit_stalls);
 }
 
+void write_worker_families(PrometheusWriter& p, const MetricTotals& totals) {
+  p.family("rdmagw_worker_sessions", "gauge", "Tunnel sessions open now on a worker (both roles), by transport.");
+  for (const auto& w : totals.workers) {
+    std::string index = std::to_string(w.worker);
+    p.sample("rdmagw_worker_sessions", {{"worker", index}, {"transport", "tcp"}}, w.sessions_tcp);
+    p.sample("rdmagw_worker_sessions", {{"worker", index}, {"transport", "rdma"}}, w.sessions_rdma);
+  }
+  p.family("rdmagw_worker_streams_active", "gauge", "Streams open now on a worker (client and target side).");
+  for (const auto& w : totals.workers)
+    p.sample("rdmagw_worker_streams_active", {{"worker", std::to_string(w.worker)}}, w.streams_active);
+  p.family("rdmagw_worker_sent_bytes_total", "counter", "Stream payload bytes a worker sent to peers.");
+  for (const auto& w : totals.workers)
+    p.sample("rdmagw_worker_sent_bytes_total", {{"worker", std::to_string(w.worker)}}, w.bytes_sent);
+  p.family("rdmagw_worker_received_bytes_total", "counter", "Stream payload bytes a worker received from peers.");
+  for (const auto& w : totals.workers)
+    p.sample("rdmagw_worker_received_bytes_total", {{"worker", std::to_string(w.worker)}}, w.bytes_received);
+}
+
 void write_process_families(PrometheusWriter& p, const Status& status, const MetricTotals& totals,
                             const metrics::ProcessMetrics& process) {
   p.family("rdmagw_rdma_completions_total", "counter", "RDMA work completions, by kind.");
@@ -197,6 +215,7 @@ std::string render_metrics_text(const Status& status, const Config* config, cons
   write_listener_families(p, totals);
   write_stream_families(p, totals);
   write_peer_families(p, totals);
+  write_worker_families(p, totals);
   write_process_families(p, status, totals, process);
   p.histogram("rdmagw_stream_open_seconds",
               "Time from accepting an application's connection to sending its OPEN, waiting for a session included.",

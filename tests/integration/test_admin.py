@@ -201,6 +201,38 @@ def test_refused_target_counts_one_failure_on_each_side(pair, backend):
     assert parse_metrics(admin_request(p.b.admin_port, "/metrics").text)[key] == 1
 
 
+def test_stats_per_worker_shows_where_sessions_and_bytes_are(pair, backend):
+    """Each of host-a's 4 workers dials its own session; /stats and /metrics
+    of host-b say which of its workers accepted each, as /peers does. On
+    RDMA, worker 0 places new sessions with the workers in turn, so all four
+    carry one (RDMA CM has no SO_REUSEPORT); on TCP the kernel spreads them."""
+    echo = backend(EchoServer())
+    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], workers=4)
+    b = p.b.admin_port
+    kind = "sessions_rdma" if TEST_TRANSPORT == "rdma" else "sessions_tcp"
+    wait_for(lambda: sum(w[kind] for w in admin_json(b, "/stats")["per_worker"]) == 4, timeout=30,
+             what="host-b's 4 accepted sessions in per_worker")
+    payload = prng_bytes(7, 1 << 20)
+    assert echo_roundtrip(p.address("echo"), payload, timeout=30) == payload
+    stats = admin_json(b, "/stats")
+    per_worker = {w["worker"]: w[kind] for w in stats["per_worker"]}
+    accepted = {i: 0 for i in range(4)}
+    for peer in admin_json(b, "/peers")["peers"]:
+        for s in peer["sessions"]:
+            accepted[s["worker"]] += 1
+    assert per_worker == accepted, (per_worker, accepted)
+    print(f"host-b's accepted sessions by worker: {per_worker}")
+    if TEST_TRANSPORT == "rdma":
+        assert per_worker == {0: 1, 1: 1, 2: 1, 3: 1}
+    m = parse_metrics(admin_request(b, "/metrics").text)
+    for i in range(4):
+        assert m[f'rdmagw_worker_sessions{{worker="{i}",transport="{kind[9:]}"}}'] == per_worker[i]
+    # Bytes: the workers' shares add up to the peer's total, both ways.
+    peer_total = sum(x["bytes_received"] for x in stats["peers"])
+    assert sum(w["bytes_received"] for w in stats["per_worker"]) == peer_total >= len(payload)
+    assert sum(m[f'rdmagw_worker_received_bytes_total{{worker="{i}"}}'] for i in range(4)) == peer_total
+
+
 @pytest.mark.skipif(TEST_TRANSPORT == "tcp", reason="RDMA queue pair state: runs in the RDMA lab")
 def test_peers_show_rdma_queue_pair_and_credits(pair, backend):
     echo = backend(EchoServer())

@@ -254,7 +254,7 @@ TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[a
     CHECK(f.help_lines.count(name) == 1);
     ++documented;
   }
-  CHECK(documented == 26);
+  CHECK(documented == 30);
   CHECK(f.type.size() == static_cast<size_t>(documented));  // and nothing undocumented
   for (const auto& [name, n] : f.help_lines) {
     INFO(name);
@@ -291,6 +291,11 @@ TEST_CASE("metrics: counters summed over workers, configured names present", "[a
   CHECK(sample_value(text, R"(rdmagw_sessions{peer="b",transport="tcp"})") == "1");
   CHECK(sample_value(text, R"(rdmagw_sessions{peer="b",transport="rdma"})") == "1");
   CHECK(sample_value(text, R"(rdmagw_reconnects_total{peer="host-c"})") == "5");
+  CHECK(sample_value(text, R"(rdmagw_worker_sessions{worker="0",transport="tcp"})") == "1");
+  CHECK(sample_value(text, R"(rdmagw_worker_sessions{worker="1",transport="rdma"})") == "1");
+  CHECK(sample_value(text, R"(rdmagw_worker_sessions{worker="1",transport="tcp"})") == "0");
+  CHECK(sample_value(text, R"(rdmagw_worker_streams_active{worker="0"})") == "3");
+  CHECK(sample_value(text, R"(rdmagw_worker_sent_bytes_total{worker="1"})") == "24");
   CHECK(sample_value(text, R"(rdmagw_rdma_completions_total{kind="send"})") == "11");
   CHECK(sample_value(text, R"(rdmagw_rdma_completions_total{kind="recv"})") == "12");
   CHECK(sample_value(text, "rdmagw_config_reloads_total") == "3");
@@ -414,6 +419,12 @@ TEST_CASE("stats: process, listeners, peers, streams, latency", "[admin][stats]"
                                    R"("bytes_sent":1024,"bytes_received":0,"credit_stalls":0,"reconnects":0},)"
                                    R"({"name":"host-c","sessions_tcp":0,"sessions_rdma":0,"streams_opened":0,)"
                                    R"("bytes_sent":0,"bytes_received":0,"credit_stalls":0,"reconnects":5}])"));
+  // Each worker's share: worker 0 has 2 client streams and 1 target stream.
+  CHECK_THAT(json, Catch::Contains(R"("per_worker":[)"
+                                   R"({"worker":0,"sessions_tcp":1,"sessions_rdma":0,"streams_active":3,)"
+                                   R"("bytes_sent":1000,"bytes_received":0},)"
+                                   R"({"worker":1,"sessions_tcp":0,"sessions_rdma":1,"streams_active":2,)"
+                                   R"("bytes_sent":24,"bytes_received":0}],)"));
   // active: 3 client side (listeners) + 2 target side.
   CHECK_THAT(json, Catch::Contains(R"("streams":{"opened_outbound":10,"opened_inbound":2,"active":5,)"
                                    R"("failed":{"no-session":0,"not-allowed":2,"target-refused":0,)"
