@@ -114,6 +114,7 @@ struct TunnelConfig {
   uint32_t reconnect_max_ms = 2000;             // tunnel.reconnect_max_ms: backoff ceiling
   uint32_t resume_timeout_ms = 10000;           // tunnel.resume_timeout_ms: 0 = sessions do not resume
   uint32_t rdma_probe_interval_ms = 2000;       // tunnel.rdma_probe_interval_ms: auto, a session on TCP tries RDMA; 0 = never
+  uint32_t rdma_share = 100;                    // tunnel.rdma_share: auto, the percentage of peers whose sessions use RDMA
   // Fleet (docs/configuration.md, "Fleet"); all three change on reload.
   std::vector<PeerCidr> peer_cidrs;             // tunnel.peer_cidrs: where `peer: destination` may dial
   uint32_t session_idle_ms = 300000;            // tunnel.session_idle_ms: on-demand sessions close this long without streams; 0 = never
@@ -133,6 +134,7 @@ struct Config {
   std::string admin_token_file;
   std::shared_ptr<const SecretKeys> admin_token;
   unsigned workers = 0;  // 0 in YAML is invalid; the parser fills in nproc when absent
+  std::vector<unsigned> worker_cpus;  // worker_cpus: worker i runs on worker_cpus[i % size]; empty = anywhere
   TunnelConfig tunnel;
   std::vector<PeerConfig> peers;
   std::vector<ListenerConfig> listeners;

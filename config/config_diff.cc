@@ -93,6 +93,7 @@ std::vector<std::string> restart_only_changes(const Config& running, const Confi
   d.check("node", running.node, next.node);
   d.check("admin", running.admin, next.admin);
   d.check("workers", running.workers, next.workers);
+  if (running.worker_cpus != next.worker_cpus) out.push_back("worker_cpus changed");
   const TunnelConfig& a = running.tunnel;
   const TunnelConfig& b = next.tunnel;
   d.check("tunnel.address", a.address, b.address);
@@ -139,6 +140,7 @@ std::vector<std::string> describe_changes(const Config& running, const Config& n
   d.check("tunnel.peer_cidrs", cidr_text(running.tunnel.peer_cidrs), cidr_text(next.tunnel.peer_cidrs));
   d.check("tunnel.session_idle_ms", running.tunnel.session_idle_ms, next.tunnel.session_idle_ms);
   d.check("tunnel.max_sessions", running.tunnel.max_sessions, next.tunnel.max_sessions);
+  d.check("tunnel.rdma_share", running.tunnel.rdma_share, next.tunnel.rdma_share);
   // Key files are read again on every reload, so a key rotated in place
   // (the same file, new content) counts as a change too.
   const AuthConfig& ra = running.tunnel.auth;

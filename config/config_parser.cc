@@ -9,6 +9,7 @@
 //  - A null value's Mark() points at the token after it (often the next line),
 //    so errors about an empty value are reported at its key instead.
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
@@ -29,6 +30,8 @@
 #include <vector>
 
 #include "common/protocol_limits.h"
+#include <sched.h>
+
 #include "config/config.h"
 #include "config/key_files.h"
 
@@ -72,7 +75,7 @@ static_assert(sizeof("tcp:[]:65535") - 1 + INET6_ADDRSTRLEN - 1 <= kMaxTargetLen
 
 using Keys = std::vector<std::string_view>;
 
-const Keys kTopKeys = {"node",    "admin",     "admin_token_file", "workers", "tunnel",
+const Keys kTopKeys = {"node",    "admin",     "admin_token_file", "workers", "worker_cpus", "tunnel",
                            "peers",   "listeners", "targets", "shutdown_timeout_ms",
                            "log_level"};
 const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port",
@@ -80,7 +83,7 @@ const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port"
                               "session_budget",    "keepalive_interval_ms",
                               "keepalive_timeout_ms", "connect_timeout_ms", "reconnect_max_ms",
                               "resume_timeout_ms", "rdma_probe_interval_ms", "rdma", "auth", "limits",
-                              "peer_cidrs", "session_idle_ms", "max_sessions"};
+                              "peer_cidrs", "session_idle_ms", "max_sessions", "rdma_share"};
 const Keys kPeerCidrKeys = {"cidr", "tcp_port", "rdma_port"};
 // The route's `peer:` value that means "the host of the original destination".
 constexpr std::string_view kPeerByDestination = "destination";
@@ -510,6 +513,16 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
     if (auto n = get_uint(*v, 1, kMaxWorkers)) cfg->workers = static_cast<unsigned>(*n);
   }
 
+  if (const Value* v = find(fields, "worker_cpus")) {
+    if (auto items = read_list(*v)) {
+      if (items->empty()) error(v->mark, v->path, "an empty list pins nothing; leave worker_cpus out instead");
+      for (const auto& item : *items) {
+        // CPU_SETSIZE: what a cpu_set_t can name.
+        if (auto cpu = get_uint(item, 0, CPU_SETSIZE - 1)) cfg->worker_cpus.push_back(static_cast<unsigned>(*cpu));
+      }
+    }
+  }
+
   std::optional<ListenUse> tunnel_listen = parse_tunnel(find(fields, "tunnel"), &cfg->tunnel);
 
   std::vector<std::string> peer_names;
@@ -755,6 +768,7 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   if (const Value* l = find(f, "limits")) parse_limits(*l, &t->limits);
   number("session_idle_ms", &t->session_idle_ms, 0, 86400000, false);
   number("max_sessions", &t->max_sessions, 1, 1000000, false);
+  number("rdma_share", &t->rdma_share, 0, 100, false);
   // After the ports: an entry without its own takes the tunnel's.
   if (const Value* c = find(f, "peer_cidrs")) parse_peer_cidrs(*c, t);
 

@@ -116,6 +116,15 @@ void write_tunnel_config(JsonWriter& w, const TunnelConfig& t) {
   w.field("session_budget", t.session_budget);
   w.field("keepalive_interval_ms", t.keepalive_interval_ms).field("keepalive_timeout_ms", t.keepalive_timeout_ms);
   w.field("connect_timeout_ms", t.connect_timeout_ms).field("reconnect_max_ms", t.reconnect_max_ms);
+  w.field("session_idle_ms", t.session_idle_ms).field("max_sessions", t.max_sessions);
+  w.field("rdma_share", t.rdma_share);
+  w.key("peer_cidrs").begin_array();
+  for (const PeerCidr& c : t.peer_cidrs) {
+    w.begin_object();
+    w.field("cidr", c.cidr.to_string()).field("tcp_port", c.tcp_port).field("rdma_port", c.rdma_port);
+    w.end_object();
+  }
+  w.end_array();
   w.key("rdma").begin_object();
   // No device configured means "any"; the key is left out rather than
   // written as "", which the YAML schema would not accept.
@@ -223,11 +232,17 @@ std::string render_config_json(const Config& config, uint64_t generation) {
   JsonWriter w;
   w.begin_object();
   w.field("node", config.node).field("admin", config.admin).field("workers", config.workers);
+  if (!config.worker_cpus.empty()) {
+    w.key("worker_cpus").begin_array();
+    for (unsigned cpu : config.worker_cpus) w.value(cpu);
+    w.end_array();
+  }
   write_tunnel_config(w, config.tunnel);
   w.key("peers").begin_array();
   for (const PeerConfig& p : config.peers) {
     w.begin_object();
     w.field("name", p.name).field("address", p.address).field("tcp_port", p.tcp_port).field("rdma_port", p.rdma_port);
+    w.field("connect", p.always_connected ? "always" : "on_demand");
     w.end_object();
   }
   w.end_array();

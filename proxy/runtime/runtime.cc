@@ -1,5 +1,7 @@
 #include "proxy/runtime/runtime.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -33,6 +35,31 @@ std::string join(const std::vector<std::string>& items) {
 }
 
 // Merging order for a peer's state across workers: the best one wins.
+// worker_cpus: pins the calling thread (a worker, before it allocates, so
+// that its memory comes from its CPU's node). "" or what went wrong, naming
+// the key.
+std::string pin_worker(const Config& config, unsigned index) {
+  if (config.worker_cpus.empty()) return "";
+  size_t at = index % config.worker_cpus.size();
+  unsigned cpu = config.worker_cpus[at];
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  if (rc == 0) {
+    log::info("worker_pinned").kv("worker", index).kv("cpu", cpu);
+    return "";
+  }
+  std::string allowed;
+  cpu_set_t mine;
+  if (sched_getaffinity(0, sizeof(mine), &mine) == 0) {
+    for (unsigned c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &mine)) allowed += (allowed.empty() ? "" : ",") + std::to_string(c);
+  }
+  return "worker_cpus[" + std::to_string(at) + "]: cannot run worker " + std::to_string(index) + " on CPU " +
+         std::to_string(cpu) + ": " + strerror(rc) + " (this process may use CPUs " + allowed + ")";
+}
+
 int state_rank(const std::string& state) {
   if (state == "up") return 0;
   if (state == "connecting") return 1;
@@ -115,12 +142,13 @@ void Runtime::worker_thread(unsigned index) {
     config = config_;
     listeners = listeners_;
   }
+  std::string pin_error = pin_worker(*config, index);
   {
     Worker worker(index, std::move(config), std::move(listeners), tunnel_, stop_level_, *metrics_[index],
                   *mailboxes_[index], *directory_);
     if (index < worker_imports_.size()) worker.import_on_init(std::move(worker_imports_[index]), inherited_fds_);
-    std::string error;
-    bool ok = worker.init(&error);
+    std::string error = pin_error;
+    bool ok = error.empty() && worker.init(&error);
     {
       std::lock_guard lock(workers_mu_);
       ++initialized_;

@@ -260,7 +260,6 @@ void Worker::retire_undiscoverable() {
     const PeerCidr* cidr = ep ? config_->find_peer_cidr(reinterpret_cast<const sockaddr*>(&ep->addr)) : nullptr;
     tunnel::PeerLink& link = *it->second;
     if (cidr && cidr->tcp_port == link.config().tcp_port && cidr->rdma_port == link.config().rdma_port) {
-      link.set_session_idle_ms(config_->tunnel.session_idle_ms);
       ++it;
       continue;
     }
@@ -419,8 +418,11 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
     retired_links_.push_back(std::move(old));
   }
   links_ = std::move(links);
-  for (auto& link : links_) link->set_session_idle_ms(config_->tunnel.session_idle_ms);
   retire_undiscoverable();
+  for_each_link([&](tunnel::PeerLink& link) {
+    link.set_session_idle_ms(config_->tunnel.session_idle_ms);
+    link.set_rdma_share(config_->tunnel.rdma_share);
+  });
   if (!accepting_) return;  // drained: the listeners are closed for good
   // Listeners: the same sockets keep their acceptor (and the connections in
   // its backlog); only their settings change.

@@ -38,8 +38,26 @@ PeerLink::~PeerLink() {
 
 void PeerLink::start() { dial(); }
 
+std::string PeerLink::rdma_share_reason() const {
+  return "tunnel.rdma_share is " + std::to_string(tunnel_.rdma_share) + "%, and this peer is not in that share";
+}
+
+bool PeerLink::in_rdma_share() const {
+  if (tunnel_.rdma_share >= 100) return true;
+  // FNV-1a: the same answer on every worker, restart and build.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::string_view s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  };
+  mix(settings_.node);
+  mix(std::string_view("\0", 1));
+  mix(peer_.address);
+  return h % 100 < tunnel_.rdma_share;
+}
+
 TransportKind PeerLink::preferred_kind() const {
   if (!connectors_.rdma || tunnel_.transport == TransportMode::kTcp) return TransportKind::kTcp;
+  if (tunnel_.transport == TransportMode::kAuto && !in_rdma_share()) return TransportKind::kTcp;
   // auto: RDMA until it has failed three times in a row, then TCP.
   if (tunnel_.transport == TransportMode::kRdma || rdma_failures_ < 3) return TransportKind::kRdma;
   return TransportKind::kTcp;
@@ -88,7 +106,8 @@ void PeerLink::dial(TransportKind kind) {
 }
 
 bool PeerLink::should_probe_rdma(Clock::time_point now) const {
-  return tunnel_.transport == TransportMode::kAuto && connectors_.rdma && tunnel_.rdma_probe_interval_ms > 0 &&
+  return tunnel_.transport == TransportMode::kAuto && connectors_.rdma && in_rdma_share() &&
+         tunnel_.rdma_probe_interval_ms > 0 &&
          !dial_ && !frozen_ && !shutting_down_ && now >= next_probe_ && active_ && active_->open() &&
          active_->transport_kind() == TransportKind::kTcp && active_->resumable() && active_->peer_places_rdma();
 }
@@ -181,6 +200,7 @@ void PeerLink::open_session(IoPtr<Transport> transport) {
   transport_reason_ = kind == TransportKind::kRdma             ? "RDMA CM connect succeeded"
                       : tunnel_.transport == TransportMode::kTcp ? "configured"
                       : !connectors_.rdma                         ? "no usable RDMA device here"
+                      : !in_rdma_share()                          ? rdma_share_reason()
                       : transport_reason_.empty()                 ? "RDMA failed; falling back"
                                                                   : transport_reason_;
   std::string name(transport_kind_name(kind));
@@ -449,6 +469,7 @@ void PeerLink::describe(unsigned worker, PeerInfo* out) const {
   out->transport_reason = !transport_reason_.empty()                ? transport_reason_
                           : tunnel_.transport == TransportMode::kTcp ? "configured"
                           : !connectors_.rdma                        ? "no usable RDMA device here"
+                          : !in_rdma_share()                         ? rdma_share_reason()
                                                                      : "RDMA device available";
   // "down": the last attempt failed and the next waits for its backoff.
   bool waiting_to_retry = failures_ > 0 && !dial_ && !active_;

@@ -79,8 +79,14 @@ class PeerLink final : public SessionOwner, private DialObserver {
   // connect: always dials now; on_demand waits for a stream.
   void start();
   void tick(Clock::time_point now);
-  // A reload's new tunnel.session_idle_ms.
+  // A reload's new tunnel.session_idle_ms and tunnel.rdma_share (new
+  // sessions, and moves to RDMA, follow it).
   void set_session_idle_ms(uint32_t ms) { tunnel_.session_idle_ms = ms; }
+  void set_rdma_share(uint32_t percent) { tunnel_.rdma_share = percent; }
+  // tunnel.rdma_share: in auto, whether this peer is among the share whose
+  // sessions use RDMA. Stable for a pair of hosts (a hash of this node's
+  // name and the peer's address), so raising the share only adds peers.
+  bool in_rdma_share() const;
   // Sessions this link holds (active and draining): what max_sessions counts.
   size_t session_count() const { return (active_ ? 1 : 0) + draining_.size(); }
   // Its active session carries no stream and no stream waits: since when
@@ -147,6 +153,7 @@ class PeerLink final : public SessionOwner, private DialObserver {
   bool should_probe_rdma(Clock::time_point now) const;
   void probe_failed(std::string_view reason);
   TransportKind preferred_kind() const;
+  std::string rdma_share_reason() const;
   void dial_failed(TransportKind kind, std::string reason, bool refused);
   // No session (and one is wanted: connect: always, or streams wait), or
   // one suspended that waits for a transport.

@@ -143,3 +143,36 @@ def test_no_address_space_for_the_slab_is_a_clear_error_not_an_abort(rdmagw_bin,
     assert code == 1, (code, out, err)
     assert "event=worker_failed" in err and "for the buffer slab" in err and "ulimit -v" in err, err
     assert "terminate called" not in err
+
+
+def test_worker_cpus_pins_each_worker_and_a_cpu_it_may_not_use_fails_start(rdmagw_bin, sidecar):
+    """worker_cpus: worker i runs on worker_cpus[i % n], pinned before it
+    allocates; a CPU outside the process's affinity stops the start, naming
+    the key and the CPUs it may use."""
+    import os
+    cpus = sorted(os.sched_getaffinity(0))
+    text = render_config("host-a", tunnel_port=free_port(), admin_port=free_port(), workers=2,
+                         extra_lines=[f"worker_cpus: [{cpus[-1]}]"])
+    sc = sidecar("host-a", text)
+    sc.start()
+    log = sc.log_text()
+    for w in (0, 1):
+        assert f"event=worker_pinned worker={w} cpu={cpus[-1]}" in log, log
+    # Both worker threads run on that CPU only (the main and admin threads
+    # are not pinned).
+    pinned = []
+    for tid in os.listdir(f"/proc/{sc.pid}/task"):
+        with open(f"/proc/{sc.pid}/task/{tid}/status") as f:
+            allowed = next(l.split()[1] for l in f if l.startswith("Cpus_allowed_list:"))
+        pinned += [tid] if allowed == str(cpus[-1]) else []
+    assert len(pinned) >= 2, pinned
+    sc.stop()
+
+    bad = max(cpus) + 1
+    text = text.replace(f"worker_cpus: [{cpus[-1]}]", f"worker_cpus: [{cpus[0]}, {bad}]")
+    cfg = sc.config_path
+    cfg.write_text(text)
+    code, out, err = run(rdmagw_bin, "--config", str(cfg))
+    assert code == 1, (code, out, err)
+    assert "event=worker_failed" in err and f"worker_cpus[1]: cannot run worker 1 on CPU {bad}" in err, err
+    assert "this process may use CPUs " + ",".join(map(str, cpus)) in err, err

@@ -437,7 +437,7 @@ TEST_CASE("ConfigError::to_string format", "[config][errors]") {
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].to_string() ==
         "conf/a.yaml:2:1: worker: unknown key 'worker'; allowed keys here: node, admin, admin_token_file, workers, "
-        "tunnel, peers, listeners, targets, shutdown_timeout_ms, log_level");
+        "worker_cpus, tunnel, peers, listeners, targets, shutdown_timeout_ms, log_level");
 }
 
 TEST_CASE("unknown top-level key", "[config][errors]") {
@@ -987,6 +987,18 @@ TEST_CASE("fleet: mistakes are reported at their key, and a route never dials ou
                     "    routes: [{match: 0.0.0.0/0, peer: destination}, {match: 10.2.0.0/16, peer: destination}]",
                 }),
                 {{6, 80, "listeners[0].routes[1].peer", "outside every tunnel.peer_cidrs entry"}});
+}
+
+TEST_CASE("worker_cpus and tunnel.rdma_share", "[config]") {
+  auto c = parse_ok(lines({"node: a", "workers: 3", "worker_cpus: [0, 1]", "tunnel: {rdma_share: 25}"}));
+  CHECK(c->worker_cpus == std::vector<unsigned>{0, 1});
+  CHECK(c->tunnel.rdma_share == 25);
+  CHECK(parse_ok("node: a\n")->tunnel.rdma_share == 100);
+  CHECK(parse_ok("node: a\n")->worker_cpus.empty());
+  expect_errors(lines({"node: a", "worker_cpus: []", "tunnel: {rdma_share: 101}"}),
+                {{2, 14, "worker_cpus", "empty list"}, {3, 22, "tunnel.rdma_share", "between 0 and 100"}});
+  expect_errors(lines({"node: a", "worker_cpus: [0, 1024, x]"}),
+                {{2, 18, "worker_cpus[1]", "1023"}, {2, 24, "worker_cpus[2]", "integer"}});
 }
 
 TEST_CASE("text on which yaml-cpp's LoadAll never returns is refused at once (found by tests/fuzz)", "[config][errors]") {

@@ -1111,3 +1111,58 @@ TEST_CASE("peer link: on demand, a session that ends with nothing waiting is not
   CHECK(f.tcp.calls.size() == 1);
   CHECK(f.info().last_close.find("transport-failed") != std::string::npos);
 }
+
+// --- tunnel.rdma_share --------------------------------------------------------------
+
+TEST_CASE("peer link: rdma_share 0 puts an auto session on TCP, says why, and never tries RDMA for it") {
+  Fixture f(TransportMode::kAuto);
+  f.tunnel.rdma_share = 0;
+  f.tunnel.rdma_probe_interval_ms = 100;
+  f.settings.resume_timeout_ms = 10000;
+  f.link = std::make_unique<PeerLink>(f.loop, f.pool, f.peer, f.settings, f.tunnel, Connectors{&f.tcp, &f.rdma});
+  CHECK_FALSE(f.link->in_rdma_share());
+  f.link->start();
+  CHECK(f.rdma.calls.empty());
+  REQUIRE(f.tcp.calls.size() == 1);
+  FakeTransport* t = f.dialed(f.tcp);
+  REQUIRE(t->inject_all(resumable_hello()));
+  f.loop.end_batch();
+  REQUIRE(f.link->up());
+  CHECK(f.info().transport == "tcp");
+  CHECK(f.info().transport_reason.find("tunnel.rdma_share is 0%") != std::string::npos);
+  for (int i = 1; i <= 20; ++i) f.link->tick(f.t0 + i * 200ms);
+  CHECK(f.rdma.calls.empty());  // no probe: this peer is not in the share
+  // A reload raises the share to 100: the session moves to RDMA at the next probe.
+  f.link->set_rdma_share(100);
+  CHECK(f.link->in_rdma_share());
+  f.link->tick(f.t0 + 10s);
+  CHECK(f.rdma.calls.size() == 1);
+}
+
+TEST_CASE("peer link: rdma_share picks the same peers on every link, and more of them as it grows") {
+  PeerConfig peer;
+  SessionSettings settings;
+  settings.node = "a";
+  TunnelConfig tunnel;
+  BufferPool pool{kBufferHeadroom + 16384, 16};
+  EventLoop loop;
+  FakeConnector tcp{TransportKind::kTcp};
+  int chosen_at_30 = 0, chosen_at_60 = 0, kept = 0;
+  for (int i = 0; i < 200; ++i) {
+    peer.address = "10.0." + std::to_string(i / 100) + "." + std::to_string(i % 100);
+    peer.name = peer.address;
+    tunnel.rdma_share = 30;
+    PeerLink one(loop, pool, peer, settings, tunnel, Connectors{&tcp, nullptr});
+    PeerLink again(loop, pool, peer, settings, tunnel, Connectors{&tcp, nullptr});
+    CHECK(one.in_rdma_share() == again.in_rdma_share());
+    bool at_30 = one.in_rdma_share();
+    one.set_rdma_share(60);
+    chosen_at_30 += at_30;
+    chosen_at_60 += one.in_rdma_share();
+    kept += at_30 && one.in_rdma_share();
+  }
+  CHECK(kept == chosen_at_30);  // raising the share only adds peers
+  CHECK(chosen_at_30 > 30);     // about 60 of 200
+  CHECK(chosen_at_30 < 90);
+  CHECK(chosen_at_60 > chosen_at_30);
+}
