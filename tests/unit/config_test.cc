@@ -401,6 +401,18 @@ TEST_CASE("rdma_port may equal tcp_port when transport is tcp", "[config]") {
   CHECK(c->tunnel.rdma_port == 7000);
 }
 
+TEST_CASE("the fleet example is valid: every route by destination lies in peer_cidrs", "[config][fleet]") {
+  // parse_config_text: the key file it names exists on a fleet host only.
+  std::ifstream in(source_root() + "config/examples/fleet-host.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(!text.empty());
+  auto c = parse_ok(text);
+  REQUIRE(c->tunnel.peer_cidrs.size() == 1);
+  CHECK(c->tunnel.peer_cidrs[0].tcp_port == 7471);
+  CHECK(c->listeners.at(0).routes.at(0).by_destination);
+  CHECK(c->target_allowed(ep("tcp:10.0.3.7:6379")));
+}
+
 TEST_CASE("example sidecar pair is valid and consistent", "[config]") {
   std::string root = source_root();
   ConfigResult a = load_config_file(root + "config/examples/two-sidecars-a.yaml");
