@@ -22,7 +22,9 @@ import socket
 import sys
 import time
 
-RESET = (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED)
+# ENOTCONN: shutdown() on a socket the peer reset after the connect completed
+# (a refused stream's reset can come that fast).
+RESET = (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, errno.ENOTCONN)
 
 
 class Conn:
