@@ -992,6 +992,7 @@ TEST_CASE("peer link: on demand, start() dials nothing; the first stream dials, 
   f.peer_hello(f.dialed(f.tcp));
   CHECK(s.opened);
   CHECK(f.info().state == "up");
+  s.attached_to->detach(s);  // the stream goes before the session
 }
 
 TEST_CASE("peer link: on demand, a session without streams closes after session_idle_ms, and none is dialled") {
@@ -1096,6 +1097,7 @@ TEST_CASE("peer link: no room under max_sessions fails the waiting streams with 
   REQUIRE(f.tcp.calls.size() == 1);
   f.peer_hello(f.dialed(f.tcp));
   CHECK(next.opened);
+  next.attached_to->detach(next);  // the stream goes before the session
 }
 
 TEST_CASE("peer link: on demand, a session that ends with nothing waiting is not redialled") {
