@@ -8,7 +8,9 @@ thread, non-blocking, so a reset is read as a reset and never as an EOF.
       JSON list: {"dest", "end": "ok" | "reset" | "short" | "timeout" | "refused"}.
   fleet_client.py hold IP:PORT ...
       One connection to each, one byte echoed through each; prints "held" and
-      keeps them open until stdin closes (at most 120 s).
+      keeps them open until stdin closes (at most 120 s). Each line "echo" on
+      stdin echoes one more byte through every one of them and prints
+      "echoed N" (N: how many came back intact).
 """
 
 from __future__ import annotations
@@ -106,12 +108,18 @@ def hold(dests: list[str]) -> None:
             sys.exit(1)
         socks.append(s)
     print("held", flush=True)
-    sel = selectors.DefaultSelector()
-    sel.register(sys.stdin, selectors.EVENT_READ)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if sel.select(timeout=1) and not sys.stdin.buffer.read1(1):
+    for line in sys.stdin:
+        if time.monotonic() > deadline or line.strip() != "echo":
             break
+        intact = 0
+        for s in socks:
+            try:
+                s.sendall(b"y")
+                intact += s.recv(1) == b"y"
+            except OSError:
+                pass
+        print(f"echoed {intact}", flush=True)
     for s in socks:
         s.close()
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from clients import require_root_and, wait_for
-from conftest import REPO, ManagedProcess, key_file
+from conftest import REPO, RDMAGW_BIN, ManagedProcess, Sidecar, key_file
 from fleet_hosts import fleet_hosts
 from netns_hosts import run
 
@@ -232,3 +232,34 @@ def test_a_fleet_finds_its_peers_by_destination_on_demand_within_its_limits(flee
     wait_for(lambda: f.peers(HOSTS - 1) == [], timeout=10, what="host 15's end of the idle session closed")
     for i in range(HOSTS):
         assert "event=worker_failed" not in f.sidecars[i].log_text()
+
+
+def test_streams_through_discovered_peers_survive_a_takeover(fleet, procs, tmp_path):
+    """`rdmagw --takeover` on host 0 while it holds streams to three peers it
+    found by destination: the new process rebuilds those links from
+    peer_cidrs, the streams go on, and it lists the same peers."""
+    f = fleet
+    peers = (1, 2, 3)  # a fourth session (to host 5) still fits max_sessions
+    holder = f.client(0, "hold", *[f"{f.ip(d)}:{PORT}" for d in peers], stdin=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert f.sessions_to(0) == {f.ip(d) for d in peers}
+        old = f.sidecars[0]
+        new = Sidecar("h0-new", old.config_path, tmp_path / "h0-new.log", RDMAGW_BIN, netns=f.hosts[0][0])
+        new.argv = new.argv + ["--takeover"]
+        procs.append(new)
+        new.start(wait=True, timeout=30)
+        assert old.wait(timeout=30) == 0, old.tail()
+        assert "event=takeover_done" in old.log_text() or "event=takeover_adopted" in new.log_text()
+        assert "takeover_session_dropped" not in new.log_text(), new.tail()
+        # The held streams carry on, through the new process.
+        holder.stdin.write("echo\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == f"echoed {len(peers)}"
+        dialled = f.dialled(0)
+        assert {name for name, p in dialled.items() if p["sessions"]} == {f.ip(d) for d in peers}, dialled
+        # And a new stream to another peer is found by destination as before.
+        assert ends(f.run_client(0, [5], 2, 65536)) == {"ok": 2}
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
