@@ -16,7 +16,8 @@ cores; only same-run ratios compare):
             sessions it dialled.
 
 Usage: perf/scale_bench.py [--idle 1000,10000,20000] [--churn 100000]
-                           [--clients 4] [--workers 1] [--quick] [--out FILE]
+                           [--clients 4] [--workers 1] [--buffer-size 16KiB]
+                           [--no-churn] [--quick] [--out FILE]
 --quick: 1000 idle, 5000 short connections (a minute; a smoke run).
 Each process holds one descriptor per idle connection: idle levels above the
 hard RLIMIT_NOFILE (less 500) are lowered to it. The HAProxy column needs
@@ -274,6 +275,8 @@ def main():
     ap.add_argument("--churn", type=int, default=100000, help="short connections in a row")
     ap.add_argument("--clients", type=int, default=4, help="processes making the short connections")
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--buffer-size", default="16KiB", help="tunnel.buffer_size of both sidecars")
+    ap.add_argument("--no-churn", action="store_true", help="idle connections only")
     ap.add_argument("--quick", action="store_true", help="1000 idle, 5000 short connections")
     ap.add_argument("--out", help="also write the tables (markdown) to this file")
     args = ap.parse_args()
@@ -300,7 +303,7 @@ def main():
 admin: "127.0.0.1:{a_admin}"
 workers: {args.workers}
 log_level: warn
-tunnel: {{address: 127.0.0.1, tcp_port: {a_tunnel}, transport: tcp}}
+tunnel: {{address: 127.0.0.1, tcp_port: {a_tunnel}, transport: tcp, buffer_size: {args.buffer_size}}}
 peers:
   - {{name: host-b, address: 127.0.0.1, tcp_port: {b_tunnel}}}
 listeners:
@@ -313,7 +316,8 @@ workers: {args.workers}
 log_level: warn
 # One session per worker pair carries every stream: above the default 16384
 # streams per session (tunnel.limits) with --workers 1.
-tunnel: {{address: 127.0.0.1, tcp_port: {b_tunnel}, transport: tcp, limits: {{streams_per_session: 65536}}}}
+tunnel: {{address: 127.0.0.1, tcp_port: {b_tunnel}, transport: tcp, buffer_size: {args.buffer_size},
+         limits: {{streams_per_session: 65536}}}}
 targets: ["tcp:127.0.0.1:{echo_port}"]
 """)
     procs = []
@@ -337,7 +341,8 @@ targets: ["tcp:127.0.0.1:{echo_port}"]
         # Memory a level touched stays resident and serves the next one, so
         # each level's cost is measured from the fresh process.
         fresh = rss_kib(a), rss_kib(b)
-        lines = [f"rdmagw pair (TCP transport, workers={args.workers}), {os.cpu_count()} cores; "
+        lines = [f"rdmagw pair (TCP transport, workers={args.workers}, buffer_size={args.buffer_size}), "
+                 f"{os.cpu_count()} cores; "
                  f"RSS in KiB (VmRSS); fresh: after one connection, before the first level; "
                  f"per connection: (RSS with them - fresh) / N", "",
                  "| idle connections | A RSS fresh | A RSS with | A per conn | B RSS fresh | B RSS with | "
@@ -359,6 +364,9 @@ targets: ["tcp:127.0.0.1:{echo_port}"]
                          f"{per[1]:.0f} B | {n / direct_s:.0f} | {n / through_s:.0f} | "
                          f"{direct_s / through_s:.2f} |")
 
+        if args.no_churn:
+            emit("\n".join(lines), args.out)
+            return
         print(f"churn: {args.churn} short connections, {args.clients} clients", file=sys.stderr, flush=True)
         rss0, fd0 = (rss_kib(a), rss_kib(b)), (fds(a), fds(b))
         sessions0 = open(f"{work}/a.log").read().count("event=session_open")
