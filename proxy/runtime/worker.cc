@@ -38,6 +38,13 @@ std::string address_text(const sockaddr* sa) {
                                                : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(sa)->sin_addr);
   return inet_ntop(sa->sa_family, addr, buf, sizeof(buf)) ? std::string(buf) : std::string();
 }
+
+// A discovered peer's name back to an address that peer_cidrs can match
+// (they ignore the port).
+std::optional<Endpoint> endpoint_of_address(const std::string& address) {
+  std::string error;
+  return make_tcp_endpoint(address, 1, &error);
+}
 }  // namespace
 
 Worker::Worker(unsigned index, std::shared_ptr<const Config> config, ListenerSet listeners, TunnelSockets& tunnel,
@@ -215,10 +222,9 @@ tunnel::PeerLink* Worker::discover(const sockaddr* destination, std::string* why
 
 tunnel::PeerLink* Worker::find_or_discover(const std::string& name) {
   if (tunnel::PeerLink* link = find_link(name)) return link;
+  auto ep = endpoint_of_address(name);
   std::string error;
-  auto ep = make_tcp_endpoint(name, 1, &error);
-  if (!ep) return nullptr;
-  return discover(reinterpret_cast<const sockaddr*>(&ep->addr), &error);
+  return ep ? discover(reinterpret_cast<const sockaddr*>(&ep->addr), &error) : nullptr;
 }
 
 bool Worker::make_room_for_session(const tunnel::PeerLink& link) {
@@ -255,8 +261,7 @@ bool Worker::make_room_for_session(const tunnel::PeerLink& link) {
 
 void Worker::retire_undiscoverable() {
   for (auto it = discovered_.begin(); it != discovered_.end();) {
-    std::string error;
-    auto ep = make_tcp_endpoint(it->first, 1, &error);
+    auto ep = endpoint_of_address(it->first);
     const PeerCidr* cidr = ep ? config_->find_peer_cidr(reinterpret_cast<const sockaddr*>(&ep->addr)) : nullptr;
     tunnel::PeerLink& link = *it->second;
     if (cidr && cidr->tcp_port == link.config().tcp_port && cidr->rdma_port == link.config().rdma_port) {

@@ -106,10 +106,11 @@ void PeerLink::dial(TransportKind kind) {
 }
 
 bool PeerLink::should_probe_rdma(Clock::time_point now) const {
-  return tunnel_.transport == TransportMode::kAuto && connectors_.rdma && in_rdma_share() &&
-         tunnel_.rdma_probe_interval_ms > 0 &&
+  // in_rdma_share() last: it hashes, and this runs every tick.
+  return tunnel_.transport == TransportMode::kAuto && connectors_.rdma && tunnel_.rdma_probe_interval_ms > 0 &&
          !dial_ && !frozen_ && !shutting_down_ && now >= next_probe_ && active_ && active_->open() &&
-         active_->transport_kind() == TransportKind::kTcp && active_->resumable() && active_->peer_places_rdma();
+         active_->transport_kind() == TransportKind::kTcp && active_->resumable() && active_->peer_places_rdma() &&
+         in_rdma_share();
 }
 
 void PeerLink::probe_failed(std::string_view reason) {
@@ -260,9 +261,12 @@ void PeerLink::attach_waiting() {
   while (!waiting_.empty() && up()) pop_waiting()->attach(*active_);
 }
 
+bool PeerLink::carries_nothing() const {
+  return !peer_.always_connected && active_ && active_->open() && active_->stream_count() == 0 && waiting_.empty();
+}
+
 std::optional<Clock::time_point> PeerLink::idle_since() const {
-  if (peer_.always_connected || !active_ || !active_->open() || active_->stream_count() != 0 || !waiting_.empty())
-    return std::nullopt;
+  if (!carries_nothing()) return std::nullopt;
   return idle_since_ ? *idle_since_ : loop_.now();
 }
 
@@ -280,9 +284,7 @@ void PeerLink::tick(Clock::time_point now) {
   if (frozen_) return;
   if (active_) active_->tick(now);
   // On demand: a session without streams for session_idle_ms is closed.
-  bool idle = !peer_.always_connected && active_ && active_->open() && active_->stream_count() == 0 &&
-              waiting_.empty();
-  if (!idle) {
+  if (!carries_nothing()) {
     idle_since_.reset();
     if (!waiting_.empty() || (active_ && active_->stream_count() != 0)) last_used_ = now;
   } else if (!idle_since_) {

@@ -92,6 +92,8 @@ class PeerLink final : public SessionOwner, private DialObserver {
   // Its active session carries no stream and no stream waits: since when
   // (nullopt while busy, or without a session). Closing it loses nothing.
   std::optional<Clock::time_point> idle_since() const;
+  // On demand, its active session open with no stream on it or waiting.
+  bool carries_nothing() const;
   // Closes the active session if idle_since() (the worker makes room for
   // another peer's session); `why` is what /peers and the log say.
   bool close_if_idle(std::string_view why);
