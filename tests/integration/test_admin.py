@@ -187,17 +187,18 @@ def test_refused_target_counts_one_failure_on_each_side(pair, backend):
     echo = backend(EchoServer())
     # host-b's allowlist does not hold the target.
     p = pair([{"name": "echo", "target": echo.endpoint}], ["tcp:127.0.0.1:1"])
-    sock = connect(p.address("echo"))
-    try:
-        # The refusal may come back before the first byte goes out: the
-        # stream's OPEN leaves at accept, with the session already up.
-        with pytest.raises((ConnectionResetError, ConnectionAbortedError, BrokenPipeError)):
+    # The refusal may come back before the first byte goes out, even before
+    # connect() returns: the stream's OPEN leaves at accept, with the session
+    # already up. A reset at any of these steps is the answer; EOF is not.
+    with pytest.raises((ConnectionResetError, ConnectionAbortedError, BrokenPipeError)):
+        sock = connect(p.address("echo"))
+        try:
             sock.sendall(b"x")
             for _ in range(100):
                 if not sock.recv(1):
                     raise AssertionError("clean EOF instead of a reset")
-    finally:
-        sock.close()
+        finally:
+            sock.close()
     key = 'rdmagw_streams_failed_total{reason="not-allowed"}'
     wait_for(lambda: parse_metrics(admin_request(p.a.admin_port, "/metrics").text)[key] == 1, what="A counts it")
     assert parse_metrics(admin_request(p.b.admin_port, "/metrics").text)[key] == 1
