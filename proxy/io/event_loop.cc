@@ -10,9 +10,9 @@
 namespace rdmagw {
 
 std::string LoopFeatures::describe() const {
-  if (defer_taskrun) return "single-issuer,defer-taskrun";
-  if (coop_taskrun) return "coop-taskrun";
-  return "basic";
+  std::string out = defer_taskrun ? "single-issuer,defer-taskrun" : coop_taskrun ? "coop-taskrun" : "basic";
+  if (buffer_ring) out += ",buffer-ring";
+  return out;
 }
 
 EventLoop::~EventLoop() { shut_down(); }
@@ -183,6 +183,15 @@ void EventLoop::cancel(IoOp* op) {
   io_uring_sqe* s = sqe(nullptr);  // not counted: its completion carries no op
   io_uring_prep_cancel(s, op, 0);
   io_uring_sqe_set_data(s, nullptr);
+}
+
+int EventLoop::register_buffer_ring(io_uring_buf_reg* reg) {
+  if (!initialized_) return -EBADF;
+  return io_uring_register_buf_ring(&ring_, reg, 0);
+}
+
+void EventLoop::unregister_buffer_ring(uint16_t group) {
+  if (initialized_) io_uring_unregister_buf_ring(&ring_, group);
 }
 
 Flushable::~Flushable() {

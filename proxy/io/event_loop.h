@@ -55,6 +55,7 @@ class Flushable {
 struct LoopFeatures {
   bool defer_taskrun = false;  // IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN (6.1+)
   bool coop_taskrun = false;   // IORING_SETUP_COOP_TASKRUN (5.19+)
+  bool buffer_ring = false;    // socket receives pick provided buffers (5.19+, ProvidedBuffers)
   std::string describe() const;
 };
 
@@ -74,6 +75,7 @@ class EventLoop {
   // the opcodes rdmagw needs exist. Returns false with *error set otherwise.
   bool init(unsigned entries, std::string* error);
   const LoopFeatures& features() const { return features_; }
+  void set_buffer_ring(bool on) { features_.buffer_ring = on; }
 
   // A submission entry; submits pending ones first if the queue is full.
   // The op counts as in flight in its IoObject until its last completion.
@@ -85,6 +87,11 @@ class EventLoop {
   // still arrives (usually with -ECANCELED). One cancel per call: an op that
   // was submitted twice (it never is here) would need two.
   void cancel(IoOp* op);
+
+  // A provided buffer ring (ProvidedBuffers): 0 or -errno. Unregistering is
+  // a no-op once the ring has ended.
+  int register_buffer_ring(io_uring_buf_reg* reg);
+  void unregister_buffer_ring(uint16_t group);
 
   void request_flush(Flushable* f);
   void unqueue_flush(Flushable* f);

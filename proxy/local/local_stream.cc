@@ -33,17 +33,15 @@ metrics::StreamFailure failure_of(ResetCode code) {
 }  // namespace
 
 LocalStream::LocalStream(StreamHost& host, UniqueFd fd)
-    : LocalConnection(host), fd_(std::move(fd)), to_socket_(&host.pool) {
+    : LocalConnection(host), fd_(std::move(fd)), to_socket_(&host.pool, /*keep_last_buffer=*/false) {
   set_abortive_close(fd_.get());
   recv_op_ = IoOp::bind<&LocalStream::on_recv>(this);
   send_op_ = IoOp::bind<&LocalStream::on_send>(this);
   error_poll_op_ = IoOp::bind<&LocalStream::on_error_poll>(this);
-  connect_.bind<&LocalStream::on_target_connected>(this);
   started_ = Clock::now();
 }
 
 LocalStream::~LocalStream() {
-  if (recv_buffer_) host_.pool.release(recv_buffer_);
   if (parked_buffer_) host_.pool.release(parked_buffer_);
   if (listener_counters_) listener_counters_->active.sub();
   if (target_side_) host_.metrics.target_streams_active.sub();
@@ -85,7 +83,7 @@ LocalStream* LocalStream::to_target(StreamHost& host, const tunnel::Session& ses
   s->peer_ = session.peer_node();
   s->target_ = target.to_string();
   s->connecting_ = true;
-  s->connect_.start(host.loop, fd, target.addr, target.addr_len, host.connect_timeout_ms);
+  s->connector().start(host.loop, fd, target.addr, target.addr_len, host.connect_timeout_ms);
   return s;
 }
 
@@ -154,6 +152,14 @@ void LocalStream::reset_now(std::string_view reason) {
 
 // --- connecting to the target (far side) --------------------------------------
 
+TimedConnect& LocalStream::connector() {
+  if (!connect_) {
+    connect_ = std::make_unique<TimedConnect>();
+    connect_->bind<&LocalStream::on_target_connected>(this);
+  }
+  return *connect_;
+}
+
 void LocalStream::on_target_connected(int error) {
   connecting_ = false;
   if (closing_) return;
@@ -190,6 +196,13 @@ void LocalStream::attach(tunnel::Session& session) {
     if (n == 0) eof = true;
     if (n < 0) n = 0;  // nothing yet (EAGAIN), or an error the first recv will report
   }
+  if (n == 0) {
+    // Nothing to carry: the OPEN goes into the session's shared frame
+    // buffer instead of holding a whole buffer of its own while it waits to
+    // leave (a burst of new connections would touch one per stream).
+    host_.pool.release(buffer);
+    buffer = nullptr;
+  }
   if (!session.peer_node().empty()) peer_ = session.peer_node();
   if (!session.open_stream(*this, target_, buffer, static_cast<uint32_t>(n))) {
     fail("stream_failed", metrics::StreamFailure::kResource, ResetCode::kResource, "the session could not open it");
@@ -222,39 +235,60 @@ void LocalStream::abort(ResetCode code, std::string_view reason) {
 void LocalStream::start_reading() {
   if (frozen_ || recv_posted_ || read_closed_ || closing_ || connecting_ || parked_buffer_ || !session()) return;
   // Only stream credit is held while the receive waits: an idle connection
-  // must not pin any of the session's shared budget.
+  // must not pin any of the session's shared budget, nor any buffer.
   uint32_t credit = session()->take_stream_credit(*this, host_.payload_size);
   if (credit == 0) {  // on_send_credit() resumes us
     watch_for_errors();
     return;
   }
-  uint8_t* buffer = host_.pool.acquire();
-  if (!buffer) {
-    session()->refund_stream_credit(*this, credit);
-    fail("stream_reset", metrics::StreamFailure::kResource, ResetCode::kResource, "out of buffers");
-    return;
-  }
-  recv_buffer_ = buffer;
   recv_credit_ = credit;
-  io_uring_sqe* s = host_.loop.sqe(&recv_op_);
-  io_uring_prep_recv(s, fd_.get(), buffer + kBufferHeadroom, credit, 0);
   recv_posted_ = true;
+  io_uring_sqe* s = host_.loop.sqe(&recv_op_);
+  ProvidedBuffers* ring = host_.receive_ring;
+  if (ring && ring->active() && !ring_was_dry_) {
+    // The kernel picks a buffer from the ring when bytes arrive.
+    read_by_poll_ = false;
+    io_uring_prep_recv(s, fd_.get(), nullptr, credit, 0);
+    ring->select_for(s);
+  } else {
+    // No ring (before 5.19), or it ran dry: wait for bytes, then read them
+    // into a pool buffer (on_recv). POLLERR and POLLHUP come too.
+    read_by_poll_ = true;
+    ring_was_dry_ = false;
+    io_uring_prep_poll_add(s, fd_.get(), POLLIN);
+  }
 }
 
-void LocalStream::on_recv(int res, uint32_t) {
+void LocalStream::on_recv(int res, uint32_t flags) {
   recv_posted_ = false;
-  uint8_t* buffer = std::exchange(recv_buffer_, nullptr);
+  uint8_t* buffer = nullptr;
+  if (read_by_poll_) {
+    if (res >= 0 && !closing_ && session()) {
+      // Readable (or hung up, or in error: recv reports which).
+      buffer = host_.pool.acquire();
+      if (!buffer) {
+        session()->refund_stream_credit(*this, recv_credit_);
+        fail("stream_reset", metrics::StreamFailure::kResource, ResetCode::kResource, "out of buffers");
+        return;
+      }
+      ssize_t n = ::recv(fd_.get(), buffer + kBufferHeadroom, recv_credit_, MSG_DONTWAIT);
+      res = n >= 0 ? static_cast<int>(n) : -errno;
+    }
+  } else if (host_.receive_ring) {
+    buffer = host_.receive_ring->take(flags);  // any completion may carry one
+  }
   if (closing_ || !session()) {
-    host_.pool.release(buffer);
+    if (buffer) host_.pool.release(buffer);
     return;
   }
   if (res > 0) {
+    assert(buffer);
     session()->refund_stream_credit(*this, recv_credit_ - static_cast<uint32_t>(res));
     forward(buffer, static_cast<uint32_t>(res));
     return;
   }
   session()->refund_stream_credit(*this, recv_credit_);
-  host_.pool.release(buffer);
+  if (buffer) host_.pool.release(buffer);
   if (frozen_ && res == -ECANCELED) return;  // a takeover stopped it
   if (res == 0) {
     read_closed_ = true;
@@ -262,6 +296,9 @@ void LocalStream::on_recv(int res, uint32_t) {
     maybe_done();
     watch_for_errors();  // nothing more is read: a reset would go unseen
   } else if (res == -EINTR || res == -EAGAIN) {
+    start_reading();
+  } else if (res == -ENOBUFS) {
+    ring_was_dry_ = true;  // this read waits for readiness instead
     start_reading();
   } else {
     fail_local(-res);
@@ -417,7 +454,7 @@ void LocalStream::terminate(Ending how) {
   if (recv_posted_) host_.loop.cancel(&recv_op_);
   if (sending_) host_.loop.cancel(&send_op_);
   if (error_poll_posted_) host_.loop.cancel(&error_poll_op_);
-  connect_.cancel(host_.loop);
+  if (connect_) connect_->cancel(host_.loop);
   retire();
 }
 

@@ -10,7 +10,8 @@
 // target. Per direction at most one operation is in flight, so bytes never
 // reorder:
 //   socket --recv--> DATA frames (zero copy: recv lands in a slab buffer
-//                    with headroom for the frame header)
+//                    with headroom for the frame header; the buffer is
+//                    picked when bytes arrive, so an idle stream holds none)
 //   DATA frames --send (straight from the tunnel's buffer), else queued in
 //                  to_socket_ --sendmsg--> socket
 // Reading stops while the stream has no send credit (backpressure).
@@ -20,6 +21,7 @@
 // reaches the application as a reset, never as a clean EOF.
 #include <sys/uio.h>
 
+#include <memory>
 #include <string>
 
 #include "common/address.h"
@@ -80,6 +82,7 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   void on_session_lost(std::string_view reason) override;
 
   void on_target_connected(int error);
+  TimedConnect& connector();
   // After restore(): picks up the I/O where the old process stopped it.
   void resume_io();
   void start_reading();
@@ -115,17 +118,20 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   std::string target_;
 
   ByteQueue to_socket_;
-  uint8_t* recv_buffer_ = nullptr;
-  uint32_t recv_credit_ = 0;
+  uint32_t recv_credit_ = 0;  // stream credit held by the posted receive
   // Bytes read while the session had too little credit: sent on on_send_credit().
   uint8_t* parked_buffer_ = nullptr;
   uint32_t parked_len_ = 0;
   iovec iov_[kMaxIov];
   msghdr msg_{};
-  TimedConnect connect_;
+  // Only a stream to a target connects (224 bytes, most of it the address
+  // the kernel reads): made when it first does, so client streams carry none.
+  std::unique_ptr<TimedConnect> connect_;
 
   IoOp recv_op_, send_op_, error_poll_op_;
   bool recv_posted_ = false;
+  bool read_by_poll_ = false;  // the posted receive is a poll: on_recv reads
+  bool ring_was_dry_ = false;  // the last receive found no provided buffer
   bool error_poll_posted_ = false;  // watching for a reset while not reading
   bool sending_ = false;
   bool connecting_ = false;

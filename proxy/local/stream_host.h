@@ -10,6 +10,7 @@
 #include "common/buffer_pool.h"
 #include "common/metrics.h"
 #include "proxy/io/event_loop.h"
+#include "proxy/io/provided_buffers.h"
 #include "proxy/local/connection_image.h"
 #include "proxy/local/stream_info.h"
 
@@ -24,6 +25,10 @@ struct StreamHost {
   unsigned worker;              // index, for the admin endpoint
   uint32_t payload_size;        // bytes read from a socket per DATA frame
   uint32_t connect_timeout_ms;  // for connections to targets
+  // Where socket receives take their buffers when data arrives; null (or
+  // inactive) on kernels without buffer rings: streams then wait for
+  // readiness and read into a pool buffer (local_stream.cc).
+  ProvidedBuffers* receive_ring = nullptr;
   uint64_t live = 0;            // connections not yet freed (a drain waits for 0)
   LocalConnection* first = nullptr;
 

@@ -29,6 +29,10 @@ namespace {
 // Virtual size of a worker's slab, in buffers. Pages are touched only when
 // used, so this bounds memory without costing any up front.
 constexpr size_t kSlabBuffers = 65536;
+// Buffers lent to the kernel for socket receives (ProvidedBuffers; at most an
+// eighth of the slab). Receives in flight at the same moment beyond these
+// fall back to poll-then-read; idle streams use none.
+constexpr unsigned kReceiveRingBuffers = 512;
 constexpr auto kTick = std::chrono::milliseconds(50);
 
 // The address alone ("10.0.0.5", "fd00::5"): a discovered peer's name.
@@ -97,6 +101,15 @@ bool Worker::init(std::string* error) {
   if (tunnel_.rdma) rdma_ = std::make_unique<transport::RdmaContext>(*pool_, t.rdma, &metrics_);
   host_ = std::make_unique<local::StreamHost>(
       local::StreamHost{loop_, *pool_, metrics_, index_, t.buffer_size, t.connect_timeout_ms});
+  // Idle streams then hold no buffer (docs/architecture.md, "Memory per
+  // connection"). Without buffer rings the streams poll, then read.
+  std::string no_ring;
+  if (receive_ring_.init(loop_, *pool_, kReceiveRingBuffers, tunnel::kBufferHeadroom, t.buffer_size, &no_ring)) {
+    host_->receive_ring = &receive_ring_;
+    loop_.set_buffer_ring(true);
+  } else if (index_ == 0) {
+    log::info("receive_buffers").kv("mode", "poll-then-read").kv("reason", no_ring);
+  }
 
   session_settings_.node = config_->node;
   session_settings_.max_data = t.buffer_size;
@@ -622,6 +635,7 @@ void Worker::tick() {
   for (auto& l : listeners_) l->acceptor->tick();
   for (auto& t : tunnel_listeners_) t->tick();
   for_each_link([&](tunnel::PeerLink& link) { link.tick(now); });
+  receive_ring_.refill();  // slots left empty while the pool was dry
   std::erase_if(retired_links_, [](const auto& link) { return link->finished(); });
   // A discovered peer without a session is forgotten 5 minutes after its
   // last use (its counters stay), so that /peers says for that long why its

@@ -182,6 +182,8 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // After pool_ (its MR covers the slab) and before loop_.
   std::unique_ptr<transport::RdmaContext> rdma_;
   EventLoop loop_;
+  // After loop_: destroyed first, returning its buffers to pool_.
+  ProvidedBuffers receive_ring_;
   std::unique_ptr<local::StreamHost> host_;
   tunnel::AuthKeyring auth_keyring_;  // session_settings_.auth points here
   // Refused OPENs are the peer's to multiply: at most 10 lines a second
