@@ -6,6 +6,22 @@
 
 namespace rdmagw {
 
+void ByteQueue::SegmentList::pop_front() {
+  if (++first_ == v_.size()) {
+    clear();
+  } else if (first_ >= 16 && first_ * 2 >= v_.size()) {
+    v_.erase(v_.begin(), v_.begin() + static_cast<std::ptrdiff_t>(first_));
+    first_ = 0;
+  }
+}
+
+void ByteQueue::SegmentList::clear() {
+  // A queue that once held a long run of segments gives that memory back.
+  if (v_.capacity() > 16) std::vector<Segment>().swap(v_);
+  else v_.clear();
+  first_ = 0;
+}
+
 ByteQueue::Segment& ByteQueue::open_tail() {
   Segment& tail = segments_.back();
   if (head_ == segments_.size()) {
@@ -112,7 +128,7 @@ void ByteQueue::release_to(uint64_t offset) {
     n -= len;
     // Keep the last buffer once everything in it went: later appends can
     // still use its free room.
-    if (segments_.size() == 1 && s.end < pool_->buffer_size() && n == 0) {
+    if (keep_last_ && segments_.size() == 1 && s.end < pool_->buffer_size() && n == 0) {
       s.begin = s.end = 0;
       head_ = 0;
       head_skip_ = 0;

@@ -11,12 +11,16 @@
 // send log of a resumable session (docs/protocol.md, "Resumption"). Offsets
 // there are absolute: the count of bytes ever queued before a given byte.
 // Without retention, consume() releases at once.
+//
+// An empty queue holds nothing: no heap (a std::deque would allocate about
+// 600 bytes even empty, per idle stream) and, unless it keeps its last
+// buffer for later small appends (keep_last_buffer, for a session's frame
+// queue), no pool buffer.
 #include <sys/uio.h>
 
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <vector>
 
 #include "common/buffer_pool.h"
@@ -25,7 +29,7 @@ namespace rdmagw {
 
 class ByteQueue {
  public:
-  explicit ByteQueue(BufferPool* pool) : pool_(pool) {}
+  explicit ByteQueue(BufferPool* pool, bool keep_last_buffer = true) : pool_(pool), keep_last_(keep_last_buffer) {}
   ~ByteQueue() { clear(); }
   ByteQueue(const ByteQueue&) = delete;
   ByteQueue& operator=(const ByteQueue&) = delete;
@@ -83,12 +87,33 @@ class ByteQueue {
     uint32_t begin;
     uint32_t end;
   };
+  // Segments in order: a vector whose front is at first_, so that popping
+  // the front is cheap and an empty list owns no memory worth counting.
+  class SegmentList {
+   public:
+    bool empty() const { return first_ == v_.size(); }
+    size_t size() const { return v_.size() - first_; }
+    Segment& operator[](size_t i) { return v_[first_ + i]; }
+    const Segment& operator[](size_t i) const { return v_[first_ + i]; }
+    Segment& front() { return v_[first_]; }
+    Segment& back() { return v_.back(); }
+    const Segment& back() const { return v_.back(); }
+    void push_back(const Segment& s) { v_.push_back(s); }
+    void pop_front();
+    void clear();
+    auto begin() const { return v_.begin() + static_cast<std::ptrdiff_t>(first_); }
+    auto end() const { return v_.end(); }
+
+   private:
+    std::vector<Segment> v_;
+    size_t first_ = 0;
+  };
   // The tail segment, ready to take more bytes: keeps the send cursor on
   // the first unsent byte if it pointed past the end.
   Segment& open_tail();
 
   BufferPool* pool_;
-  std::deque<Segment> segments_;  // kept bytes, then unsent bytes
+  SegmentList segments_;  // kept bytes, then unsent bytes
   size_t bytes_ = 0;              // unsent
   size_t retained_ = 0;           // sent, kept
   uint64_t base_ = 0;             // absolute offset of the first kept byte
@@ -97,6 +122,7 @@ class ByteQueue {
   size_t head_ = 0;
   uint32_t head_skip_ = 0;
   bool retain_ = false;
+  bool keep_last_;
 };
 
 }  // namespace rdmagw

@@ -18,7 +18,7 @@ void LocalStream::freeze() {
   if (sending_) host_.loop.cancel(&send_op_);
   if (error_poll_posted_) host_.loop.cancel(&error_poll_op_);
   // The kernel goes on connecting; the new process waits for the outcome.
-  if (connecting_) connect_.cancel(host_.loop);
+  if (connecting_ && connect_) connect_->cancel(host_.loop);
 }
 
 bool LocalStream::export_image(HandoverImages* out, const SessionIndex& sessions) const {
@@ -104,7 +104,7 @@ LocalStream* LocalStream::restore(StreamHost& host, UniqueFd fd, const LocalStre
 
 void LocalStream::resume_io() {
   if (connecting_) {
-    connect_.wait(host_.loop, fd_.get(), host_.connect_timeout_ms);
+    connector().wait(host_.loop, fd_.get(), host_.connect_timeout_ms);
     return;
   }
   if (!opened_) return;  // waits for a session: attach() starts it

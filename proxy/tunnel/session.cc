@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 #include <random>
 
 #include "common/log.h"
@@ -519,9 +520,21 @@ void Session::send_data(Stream& stream, uint8_t* buffer, uint32_t len) {
     pool_.release(buffer);
     return;
   }
-  uint8_t* frame = buffer + kBufferHeadroom - kHeaderSize;
-  encode_header(frame, FrameType::kData, stream.id_, len);
-  frames_->adopt(buffer, kBufferHeadroom - kHeaderSize, static_cast<uint32_t>(kBufferHeadroom + len));
+  // A small payload is copied into the queue's shared tail buffer and its
+  // own buffer goes back at once: a burst of small messages (one per new
+  // connection, say) would otherwise keep a whole buffer each while queued,
+  // and every such buffer stays resident afterwards. Large ones go as they
+  // are, without a copy.
+  uint8_t* shared = len <= kCopyDataUpTo ? frames_->append_contiguous(kHeaderSize + len) : nullptr;
+  if (shared) {
+    encode_header(shared, FrameType::kData, stream.id_, len);
+    memcpy(shared + kHeaderSize, buffer + kBufferHeadroom, len);
+    pool_.release(buffer);
+  } else {
+    uint8_t* frame = buffer + kBufferHeadroom - kHeaderSize;
+    encode_header(frame, FrameType::kData, stream.id_, len);
+    frames_->adopt(buffer, kBufferHeadroom - kHeaderSize, static_cast<uint32_t>(kBufferHeadroom + len));
+  }
   count_bytes_out(len);
   ++counters_.frames_out;
   kick();

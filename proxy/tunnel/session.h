@@ -46,6 +46,9 @@ class Session;
 // Control bytes (beyond DATA, which credit bounds) a session may queue
 // towards a peer before the peer is deemed not to be reading.
 inline constexpr size_t kControlBacklogLimit = 4 * 1024 * 1024;
+// DATA payloads up to this size are copied into the session's frame queue
+// (Session::send_data); larger ones are queued in the buffer they came in.
+inline constexpr uint32_t kCopyDataUpTo = 1024;
 // Stream ids are odd for the dialer, even for the acceptor, never reused.
 inline constexpr uint32_t kMaxStreamId = 0x7fffffff;
 
