@@ -91,6 +91,56 @@ TEST_CASE("byte queue: a failed append leaves the queue unchanged") {
   CHECK(pool.in_use() == 0);
 }
 
+TEST_CASE("byte queue: a stream's queue gives its last buffer back once empty; a session's keeps it") {
+  BufferPool pool(64, 4);
+  ByteQueue stream_queue(&pool, /*keep_last_buffer=*/false);
+  REQUIRE(stream_queue.append("hello", 5));
+  CHECK(pool.in_use() == 1);
+  stream_queue.consume(5);
+  CHECK(stream_queue.empty());
+  CHECK(pool.in_use() == 0);  // an idle stream holds no buffer
+  ByteQueue session_queue(&pool);
+  REQUIRE(session_queue.append("hello", 5));
+  session_queue.consume(5);
+  CHECK(pool.in_use() == 1);  // kept for the next small frames
+  REQUIRE(session_queue.append("again", 5));
+  CHECK(pool.in_use() == 1);
+}
+
+TEST_CASE("byte queue: many segments in and out keep their order (front pops and compaction)") {
+  BufferPool pool(64, 256);
+  ByteQueue q(&pool, false);
+  std::string in, out;
+  uint32_t next = 0;
+  // Append 3 segments' worth, consume 2, over and over: the front index
+  // runs ahead and the list compacts behind it.
+  for (int round = 0; round < 200; ++round) {
+    for (int i = 0; i < 3 * 64; ++i, ++next) {
+      char c = static_cast<char>('a' + next % 26);
+      in += c;
+      REQUIRE(q.append(&c, 1));
+    }
+    size_t take = std::min<size_t>(q.size(), 2 * 64 + static_cast<size_t>(round % 7));
+    while (take > 0) {
+      iovec iov[4];
+      int n = q.front_iovecs(iov, 4);
+      REQUIRE(n > 0);
+      size_t len = std::min(take, iov[0].iov_len);
+      out.append(static_cast<char*>(iov[0].iov_base), len);
+      q.consume(len);
+      take -= len;
+    }
+  }
+  while (!q.empty()) {
+    iovec iov[1];
+    REQUIRE(q.front_iovecs(iov, 1) == 1);
+    out.append(static_cast<char*>(iov[0].iov_base), iov[0].iov_len);
+    q.consume(iov[0].iov_len);
+  }
+  CHECK(out == in);
+  CHECK(pool.in_use() == 0);
+}
+
 TEST_CASE("buffer pool hands out each buffer once and reuses released ones") {
   BufferPool pool(100, 3);  // rounded to 128
   CHECK(pool.buffer_size() == 128);
