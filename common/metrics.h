@@ -117,6 +117,11 @@ class alignas(64) WorkerMetrics {
   Counter sessions_idle_closed;     // on-demand sessions closed after tunnel.session_idle_ms without streams
   Counter sessions_evicted;         // idle sessions closed to make room under tunnel.max_sessions
   Counter sessions_refused;         // new sessions not dialled: max_sessions reached, none idle
+  // tunnel.rdma.max_pinned reached (docs/configuration.md, "Fleet").
+  Counter rdma_budget_evicted;      // an idle RDMA session closed to make room
+  Counter rdma_budget_tcp;          // a new session went to TCP instead (auto)
+  Counter rdma_budget_refused;      // a new session not dialled (transport: rdma)
+  Counter rdma_budget_rejected;     // a peer's RDMA connect rejected (accepting side)
 
   void failed(StreamFailure f) { streams_failed[static_cast<size_t>(f)].add(); }
   ListenerMetrics& listener(std::string_view name);

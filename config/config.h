@@ -1,6 +1,7 @@
 #pragma once
 // The validated, immutable configuration snapshot. Parsing (config_parser.cc)
 // turns YAML into this; the proxy only ever sees a fully validated Config.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -73,6 +74,16 @@ struct RdmaConfig {
   uint32_t send_depth = 256;                 // send work requests in flight per session
   uint32_t busy_poll_us = 0;                 // spin on the CQ this long before sleeping
   uint32_t inline_threshold = 96;            // sends up to this size go inline (eRDMA: at most 96)
+  // Slab memory the posted receives of a worker's RDMA sessions may hold
+  // (each holds recv_depth buffers); past it new sessions go to TCP (auto)
+  // or are refused. 0: half of slab_size (which holds 4 sessions at least).
+  uint64_t max_pinned = 0;
+  // The budget in force, and how many sessions fit in it, with buffers of
+  // `stride` bytes (buffer_size + headroom).
+  uint64_t pinned_budget(uint64_t stride) const {
+    return max_pinned ? max_pinned : std::max<uint64_t>(slab_size / 2, stride * recv_depth);  // never below one
+  }
+  uint64_t session_limit(uint64_t stride) const { return pinned_budget(stride) / (stride * recv_depth); }
 };
 
 // tunnel.limits: what hostile or broken peers may cost (docs/security.md).

@@ -112,6 +112,7 @@ std::vector<std::string> restart_only_changes(const Config& running, const Confi
   d.check("tunnel.rdma.device", a.rdma.device, b.rdma.device);
   d.check("tunnel.rdma.slab_size", a.rdma.slab_size, b.rdma.slab_size);
   d.check("tunnel.rdma.recv_depth", a.rdma.recv_depth, b.rdma.recv_depth);
+  d.check("tunnel.rdma.max_pinned", a.rdma.max_pinned, b.rdma.max_pinned);
   d.check("tunnel.rdma.send_depth", a.rdma.send_depth, b.rdma.send_depth);
   d.check("tunnel.rdma.busy_poll_us", a.rdma.busy_poll_us, b.rdma.busy_poll_us);
   d.check("tunnel.rdma.inline_threshold", a.rdma.inline_threshold, b.rdma.inline_threshold);

@@ -91,7 +91,7 @@ const Keys kLimitKeys = {"handshakes", "handshakes_per_address", "streams_per_se
 const Keys kAuthKeys = {"mode", "key_files", "encrypt"};
 // More is a mistake: rotation needs two (the current key and the next).
 inline constexpr size_t kMaxKeyFiles = 8;
-const Keys kRdmaKeys = {"device", "slab_size", "recv_depth", "send_depth", "busy_poll_us",
+const Keys kRdmaKeys = {"device", "slab_size", "max_pinned", "recv_depth", "send_depth", "busy_poll_us",
                         "inline_threshold"};
 const Keys kPeerKeys = {"name", "address", "tcp_port", "rdma_port", "connect"};
 const Keys kListenerKeys = {"name", "listen", "peer", "target", "routes"};
@@ -592,6 +592,19 @@ void Parser::parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size) {
             "slab_size " + format_size(r->slab_size) + " is too small: it must hold at least 4 sessions of " +
                 std::to_string(r->recv_depth) + " receive buffers of " + format_size(stride) + " (" +
                 format_size(stride * r->recv_depth * 4) + ")");
+  }
+  if (const Value* at = find(f, "max_pinned")) {
+    if (number("max_pinned", &r->max_pinned, kMiB, 64 * kGiB, true) && slab_ok && recv_ok) {
+      if (r->max_pinned > r->slab_size)
+        error(at->mark, at->path,
+              "max_pinned " + format_size(r->max_pinned) + " is more than slab_size " + format_size(r->slab_size) +
+                  ": the sessions' receives are taken from the slab");
+      else if (r->max_pinned < stride * r->recv_depth)
+        error(at->mark, at->path,
+              "max_pinned " + format_size(r->max_pinned) + " is too small for one session's " +
+                  std::to_string(r->recv_depth) + " receive buffers of " + format_size(stride) + " (" +
+                  format_size(stride * r->recv_depth) + ")");
+    }
   }
 }
 

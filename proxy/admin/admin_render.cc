@@ -2,6 +2,8 @@
 #include <algorithm>
 
 #include "proxy/admin/admin_render.h"
+
+#include "common/protocol_limits.h"
 #include "proxy/admin/json_writer.h"
 #include "proxy/admin/metric_totals.h"
 
@@ -129,7 +131,7 @@ void write_tunnel_config(JsonWriter& w, const TunnelConfig& t) {
   // No device configured means "any"; the key is left out rather than
   // written as "", which the YAML schema would not accept.
   if (!t.rdma.device.empty()) w.field("device", t.rdma.device);
-  w.field("slab_size", t.rdma.slab_size).field("recv_depth", t.rdma.recv_depth);
+  w.field("slab_size", t.rdma.slab_size).field("max_pinned", t.rdma.pinned_budget(t.buffer_size + kBufferHeadroom)).field("recv_depth", t.rdma.recv_depth);
   w.field("send_depth", t.rdma.send_depth).field("busy_poll_us", t.rdma.busy_poll_us);
   w.field("inline_threshold", t.rdma.inline_threshold);
   w.end_object();

@@ -86,6 +86,10 @@ MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::
     totals.sessions_idle_closed += w->sessions_idle_closed.value();
     totals.sessions_evicted += w->sessions_evicted.value();
     totals.sessions_refused += w->sessions_refused.value();
+    totals.rdma_budget_evicted += w->rdma_budget_evicted.value();
+    totals.rdma_budget_tcp += w->rdma_budget_tcp.value();
+    totals.rdma_budget_refused += w->rdma_budget_refused.value();
+    totals.rdma_budget_rejected += w->rdma_budget_rejected.value();
     totals.resent_bytes += w->resent_bytes.value();
     add_histogram(w->stream_open, &totals.stream_open);
     add_histogram(w->target_connect, &totals.target_connect);

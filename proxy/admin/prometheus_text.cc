@@ -196,6 +196,13 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Met
            "streams reset).");
   p.sample("rdmagw_tunnel_session_limit_total", {{"action", "closed_idle"}}, totals.sessions_evicted);
   p.sample("rdmagw_tunnel_session_limit_total", {{"action", "refused"}}, totals.sessions_refused);
+  p.family("rdmagw_tunnel_rdma_pinned_limit_total", "counter",
+           "tunnel.rdma.max_pinned reached: an idle RDMA session closed to make room, a new session put on TCP "
+           "instead (auto), a new session refused (rdma), or a peer's RDMA connect rejected.");
+  p.sample("rdmagw_tunnel_rdma_pinned_limit_total", {{"action", "closed_idle"}}, totals.rdma_budget_evicted);
+  p.sample("rdmagw_tunnel_rdma_pinned_limit_total", {{"action", "tcp_instead"}}, totals.rdma_budget_tcp);
+  p.sample("rdmagw_tunnel_rdma_pinned_limit_total", {{"action", "refused"}}, totals.rdma_budget_refused);
+  p.sample("rdmagw_tunnel_rdma_pinned_limit_total", {{"action", "rejected"}}, totals.rdma_budget_rejected);
   p.family("rdmagw_config_reloads_total", "counter", "Configuration reloads applied.");
   p.sample("rdmagw_config_reloads_total", {}, process.config_reloads.value());
   p.family("rdmagw_config_reload_failures_total", "counter", "Configuration reloads refused; the running one was kept.");

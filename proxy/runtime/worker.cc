@@ -272,6 +272,43 @@ bool Worker::make_room_for_session(const tunnel::PeerLink& link) {
   return false;
 }
 
+bool Worker::has_rdma_room() const { return !rdma_ || !rdma_->at_transport_limit(); }
+
+tunnel::SessionBudget::RdmaRoom Worker::make_room_for_rdma(const tunnel::PeerLink& link) {
+  if (has_rdma_room()) return RdmaRoom::kYes;
+  // The RDMA session idle the longest goes (on-demand links only).
+  tunnel::PeerLink* oldest = nullptr;
+  Clock::time_point oldest_since{};
+  for_each_link([&](tunnel::PeerLink& l) {
+    if (&l == &link || l.active_transport() != tunnel::TransportKind::kRdma) return;
+    auto since = l.idle_since();
+    if (since && (!oldest || *since < oldest_since)) {
+      oldest = &l;
+      oldest_since = *since;
+    }
+  });
+  const TunnelConfig& t = config_->tunnel;
+  std::string limit = "tunnel.rdma.max_pinned (" + std::to_string(t.rdma.pinned_budget(pool_->buffer_size()) >> 20) +
+                      " MiB, " + std::to_string(rdma_->transport_limit()) + " RDMA sessions per worker) reached";
+  RdmaRoom room = RdmaRoom::kNo;
+  if (oldest && oldest->close_if_idle("closed to make room for an RDMA session to " + link.name() + ": " + limit)) {
+    metrics_.rdma_budget_evicted.add();
+    log::info("session_evicted").kv("peer", oldest->name()).kv("for_peer", link.name()).kv("reason", limit);
+    room = RdmaRoom::kSoon;
+  }
+  bool to_tcp = t.transport == TransportMode::kAuto;
+  if (to_tcp) metrics_.rdma_budget_tcp.add();
+  else if (room == RdmaRoom::kNo) metrics_.rdma_budget_refused.add();
+  uint64_t suppressed = 0;
+  if ((to_tcp || room == RdmaRoom::kNo) && session_limit_log_.allow(loop_.now(), &suppressed)) {
+    log::Line line = to_tcp ? log::info("transport_fallback") : log::warn("session_refused");
+    if (to_tcp) line.kv("peer", link.name()).kv("from", "rdma").kv("to", "tcp").kv("reason", limit);
+    else line.kv("peer", link.name()).kv("reason", limit + " and every RDMA session carries streams");
+    if (suppressed) line.kv("suppressed", suppressed);
+  }
+  return room;
+}
+
 void Worker::retire_undiscoverable() {
   for (auto it = discovered_.begin(); it != discovered_.end();) {
     auto ep = endpoint_of_address(it->first);

@@ -133,6 +133,9 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   tunnel::PeerLink* find_or_discover(const std::string& name);
   // SessionBudget: tunnel.max_sessions.
   bool make_room_for_session(const tunnel::PeerLink& link) override;
+  // tunnel.rdma.max_pinned: whether one more RDMA transport fits (SessionBudget).
+  RdmaRoom make_room_for_rdma(const tunnel::PeerLink& link) override;
+  bool has_rdma_room() const override;
   // A reload: discovered links outside the new peer_cidrs finish like removed peers.
   void retire_undiscoverable();
   tunnel::HandshakeGate handshake_gate() { return tunnel::HandshakeGate(tunnel_.handshakes.get(), &metrics_); }

@@ -85,6 +85,24 @@ void PeerLink::dial_new_session(TransportKind kind) {
 }
 
 void PeerLink::dial(TransportKind kind) {
+  bool resume = active_ && active_->wants_transport() && !probing_;
+  if (kind == TransportKind::kRdma && budget_ && !probing_ && !resume) {
+    SessionBudget::RdmaRoom room = budget_->make_room_for_rdma(*this);
+    if (room != SessionBudget::RdmaRoom::kYes) {
+      if (tunnel_.transport == TransportMode::kAuto) {
+        // TCP now; a resumable session moves to RDMA when there is room
+        // (rdma_probe_interval_ms).
+        transport_reason_ = "tunnel.rdma.max_pinned reached: TCP instead";
+        kind = TransportKind::kTcp;
+      } else {
+        last_error_ = "tunnel.rdma.max_pinned reached on this worker";
+        if (room == SessionBudget::RdmaRoom::kNo)
+          while (!waiting_.empty()) pop_waiting()->abort(ResetCode::kResource, last_error_);
+        schedule_retry();  // kSoon: an idle session is closing to make room
+        return;
+      }
+    }
+  }
   Connector* connector = kind == TransportKind::kRdma ? connectors_.rdma : connectors_.tcp;
   std::string error;
   std::optional<Endpoint> at;
@@ -106,11 +124,11 @@ void PeerLink::dial(TransportKind kind) {
 }
 
 bool PeerLink::should_probe_rdma(Clock::time_point now) const {
-  // in_rdma_share() last: it hashes, and this runs every tick.
+  // The budget and in_rdma_share() last: they cost more, and this runs every tick.
   return tunnel_.transport == TransportMode::kAuto && connectors_.rdma && tunnel_.rdma_probe_interval_ms > 0 &&
          !dial_ && !frozen_ && !shutting_down_ && now >= next_probe_ && active_ && active_->open() &&
          active_->transport_kind() == TransportKind::kTcp && active_->resumable() && active_->peer_places_rdma() &&
-         in_rdma_share();
+         (!budget_ || budget_->has_rdma_room()) && in_rdma_share();
 }
 
 void PeerLink::probe_failed(std::string_view reason) {
@@ -268,6 +286,11 @@ bool PeerLink::carries_nothing() const {
 std::optional<Clock::time_point> PeerLink::idle_since() const {
   if (!carries_nothing()) return std::nullopt;
   return idle_since_ ? *idle_since_ : loop_.now();
+}
+
+std::optional<TransportKind> PeerLink::active_transport() const {
+  if (!active_) return std::nullopt;
+  return active_->transport_kind();
 }
 
 bool PeerLink::close_if_idle(std::string_view why) {

@@ -55,6 +55,16 @@ class SessionBudget {
  public:
   virtual bool make_room_for_session(const PeerLink& link) = 0;
 
+  // Whether one more RDMA transport fits in tunnel.rdma.max_pinned. If not,
+  // the worker may close an idle RDMA session of another link: kSoon, room
+  // once that one has closed. Asked before an RDMA dial that adds a
+  // transport (not a resume, which replaces one); the worker logs and counts
+  // what the link does instead (TCP in auto, wait or refuse in rdma).
+  enum class RdmaRoom { kYes, kSoon, kNo };
+  virtual RdmaRoom make_room_for_rdma(const PeerLink&) { return RdmaRoom::kYes; }
+  // The same question without closing anything (a move to RDMA may wait).
+  virtual bool has_rdma_room() const { return true; }
+
  protected:
   ~SessionBudget() = default;
 };
@@ -97,6 +107,8 @@ class PeerLink final : public SessionOwner, private DialObserver {
   // Closes the active session if idle_since() (the worker makes room for
   // another peer's session); `why` is what /peers and the log say.
   bool close_if_idle(std::string_view why);
+  // The transport of its active session (nullopt without one).
+  std::optional<TransportKind> active_transport() const;
   // On-demand and without sessions, dial or waiting stream: the worker may
   // forget a discovered link in this state.
   bool dormant() const { return !peer_.always_connected && finished(); }

@@ -846,6 +846,25 @@ TEST_CASE("tunnel.rdma: unknown keys, out-of-range values and a slab too small a
                 {{4, 16, "tunnel.rdma.slab_size", "too small"}});
 }
 
+TEST_CASE("tunnel.rdma.max_pinned: half the slab by default; checked against the slab and one session") {
+  constexpr uint64_t kStride = 16384 + 512;
+  auto c = parse_ok(lines({kNode, "tunnel:", "  rdma:", "    slab_size: 256MiB"}));
+  const auto& rdma = c->tunnel.rdma;
+  CHECK(rdma.max_pinned == 0);  // not set: the default applies
+  CHECK(rdma.pinned_budget(kStride) == 128ull << 20);
+  CHECK(rdma.session_limit(kStride) == (128ull << 20) / (kStride * 128));  // 62 sessions of 128 receives
+  // The smallest slab holds 4 sessions' receives: half of it, 2.
+  auto small = parse_ok(lines({kNode, "tunnel:", "  rdma:", "    slab_size: 9MiB"}));
+  CHECK(small->tunnel.rdma.session_limit(kStride) == 2);
+  auto set = parse_ok(lines({kNode, "tunnel:", "  rdma:", "    max_pinned: 8MiB", "    recv_depth: 32"}));
+  CHECK(set->tunnel.rdma.max_pinned == 8ull << 20);
+  CHECK(set->tunnel.rdma.session_limit(kStride) == (8ull << 20) / (kStride * 32));  // 15
+  expect_errors(lines({kNode, "tunnel:", "  rdma:", "    slab_size: 64MiB", "    max_pinned: 65MiB"}),
+                {{5, 17, "tunnel.rdma.max_pinned", "more than slab_size"}});
+  expect_errors(lines({kNode, "tunnel:", "  rdma:", "    max_pinned: 1MiB"}),
+                {{4, 17, "tunnel.rdma.max_pinned", "too small for one session"}});
+}
+
 TEST_CASE("transparent listeners: routes are read in order with their actions") {
   ConfigResult r = parse_config_text(lines({
                                          "node: a",

@@ -975,6 +975,14 @@ struct FakeBudget final : SessionBudget {
     ++asked;
     return room;
   }
+  // tunnel.rdma.max_pinned
+  RdmaRoom rdma = RdmaRoom::kYes;
+  int rdma_asked = 0;
+  RdmaRoom make_room_for_rdma(const PeerLink&) override {
+    ++rdma_asked;
+    return rdma;
+  }
+  bool has_rdma_room() const override { return rdma == RdmaRoom::kYes; }
 };
 
 }  // namespace
@@ -1098,6 +1106,62 @@ TEST_CASE("peer link: no room under max_sessions fails the waiting streams with 
   f.peer_hello(f.dialed(f.tcp));
   CHECK(next.opened);
   next.attached_to->detach(next);  // the stream goes before the session
+}
+
+TEST_CASE("peer link: past rdma.max_pinned, auto dials TCP instead; with room it dials RDMA") {
+  FakeBudget budget;
+  budget.rdma = SessionBudget::RdmaRoom::kSoon;  // an idle RDMA session is closing for it
+  Fixture f(TransportMode::kAuto, true, /*always=*/false, &budget);
+  WaitingStream s(true);
+  f.link->submit(&s);
+  CHECK(budget.rdma_asked == 1);
+  CHECK(f.rdma.calls.empty());
+  REQUIRE(f.tcp.calls.size() == 1);
+  f.peer_hello(f.dialed(f.tcp));
+  CHECK(s.opened);
+  CHECK(s.aborts == 0);
+  CHECK(f.link->consecutive_failures() == 0);  // not an RDMA failure: no backoff, no fallback count
+  s.attached_to->detach(s);
+
+  FakeBudget roomy;
+  Fixture g(TransportMode::kAuto, true, /*always=*/false, &roomy);
+  WaitingStream t(true);
+  g.link->submit(&t);
+  CHECK(roomy.rdma_asked == 1);
+  CHECK(g.rdma.calls.size() == 1);
+  CHECK(g.tcp.calls.empty());
+  g.peer_hello(g.dialed(g.rdma));
+  CHECK(t.opened);
+  t.attached_to->detach(t);
+}
+
+TEST_CASE("peer link: past rdma.max_pinned, transport rdma waits while an idle session makes room, else refuses") {
+  FakeBudget budget;
+  budget.rdma = SessionBudget::RdmaRoom::kSoon;
+  Fixture f(TransportMode::kRdma, true, /*always=*/false, &budget);
+  WaitingStream s(true);
+  f.link->submit(&s);
+  CHECK(f.rdma.calls.empty());
+  CHECK(f.tcp.calls.empty());  // rdma never falls back
+  CHECK(s.aborts == 0);        // it waits for the room being made
+  // The evicted session has closed: the retry dials RDMA.
+  budget.rdma = SessionBudget::RdmaRoom::kYes;
+  f.link->tick(f.t0 + 500ms);
+  REQUIRE(f.rdma.calls.size() == 1);
+  f.peer_hello(f.dialed(f.rdma));
+  CHECK(s.opened);
+  s.attached_to->detach(s);
+
+  FakeBudget full;
+  full.rdma = SessionBudget::RdmaRoom::kNo;  // every RDMA session carries streams
+  Fixture g(TransportMode::kRdma, true, /*always=*/false, &full);
+  WaitingStream r;
+  g.link->submit(&r);
+  CHECK(g.rdma.calls.empty());
+  CHECK(r.aborts == 1);
+  CHECK(r.abort_code == ResetCode::kResource);
+  CHECK(r.abort_reason.find("max_pinned") != std::string::npos);
+  CHECK(g.info().last_error.find("max_pinned") != std::string::npos);
 }
 
 TEST_CASE("peer link: on demand, a session that ends with nothing waiting is not redialled") {

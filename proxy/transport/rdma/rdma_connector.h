@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/log_limiter.h"
 #include "proxy/io/event_loop.h"
 #include "proxy/transport/rdma/rdma_context.h"
 #include "proxy/transport/rdma/rdma_listener.h"
@@ -69,6 +70,7 @@ class RdmaTransportListener final : public tunnel::TransportListener, private Rd
   RdmaContext& ctx_;
   uint32_t max_data_;
   tunnel::HandshakeGate gate_;
+  log::LogLimiter reject_log_{1, 5};  // rejections past tunnel.rdma.max_pinned
   IoPtr<RdmaListener> listener_;
   std::optional<Endpoint> listen_at_;
   Clock::time_point next_listen_try_;

@@ -48,10 +48,20 @@ class RdmaContext {
   const RdmaConfig& config() const { return config_; }
   metrics::WorkerMetrics* metrics() const { return metrics_; }
 
+  // RDMA transports of this worker alive now (dialling, accepting, open or
+  // closing: each posts, or will post, recv_depth receives from the slab),
+  // and how many tunnel.rdma.max_pinned allows.
+  size_t transports() const { return transports_; }
+  size_t transport_limit() const { return config_.session_limit(pool_.buffer_size()); }
+  bool at_transport_limit() const { return transports_ >= transport_limit(); }
+  void transport_added() { ++transports_; }
+  void transport_removed() { --transports_; }
+
  private:
   BufferPool& pool_;
   RdmaConfig config_;
   metrics::WorkerMetrics* metrics_;
+  size_t transports_ = 0;
   // Stable addresses: transports hold pointers.
   std::vector<std::unique_ptr<RdmaDeviceState>> devices_;
 };

@@ -50,9 +50,11 @@ RdmaTransport::RdmaTransport(EventLoop& loop, RdmaContext& ctx, uint32_t max_dat
   cm_op_ = IoOp::bind<&RdmaTransport::on_cm_ready>(this);
   flush_timer_op_ = IoOp::bind<&RdmaTransport::on_flush_timeout>(this);
   cq_op_ = IoOp::bind<&RdmaTransport::on_cq_ready>(this);
+  ctx_.transport_added();
 }
 
 RdmaTransport::~RdmaTransport() {
+  ctx_.transport_removed();
   // The QP is gone (close() destroyed it), so nothing DMAs into the slab.
   if (id_ && id_->qp) rdma_destroy_qp(id_);
   for (uint8_t* b : recv_buffers_)
