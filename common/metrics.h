@@ -117,6 +117,7 @@ class alignas(64) WorkerMetrics {
   Counter sessions_idle_closed;     // on-demand sessions closed after tunnel.session_idle_ms without streams
   Counter sessions_evicted;         // idle sessions closed to make room under tunnel.max_sessions
   Counter sessions_refused;         // new sessions not dialled: max_sessions reached, none idle
+  Counter streams_handed_over;      // accepted here, carried by another worker's session (sessions_per_peer)
   // tunnel.rdma.max_pinned reached (docs/configuration.md, "Fleet").
   Counter rdma_budget_evicted;      // an idle RDMA session closed to make room
   Counter rdma_budget_tcp;          // a new session went to TCP instead (auto)

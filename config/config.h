@@ -126,10 +126,11 @@ struct TunnelConfig {
   uint32_t resume_timeout_ms = 10000;           // tunnel.resume_timeout_ms: 0 = sessions do not resume
   uint32_t rdma_probe_interval_ms = 2000;       // tunnel.rdma_probe_interval_ms: auto, a session on TCP tries RDMA; 0 = never
   uint32_t rdma_share = 100;                    // tunnel.rdma_share: auto, the percentage of peers whose sessions use RDMA
-  // Fleet (docs/configuration.md, "Fleet"); all three change on reload.
+  // Fleet (docs/configuration.md, "Fleet"); these change on reload.
   std::vector<PeerCidr> peer_cidrs;             // tunnel.peer_cidrs: where `peer: destination` may dial
   uint32_t session_idle_ms = 300000;            // tunnel.session_idle_ms: on-demand sessions close this long without streams; 0 = never
   uint32_t max_sessions = 1024;                 // tunnel.max_sessions: sessions one worker dials, at most
+  uint32_t sessions_per_peer = 0;               // tunnel.sessions_per_peer: workers holding a session to one peer; 0 = each
   RdmaConfig rdma;                              // tunnel.rdma
   AuthConfig auth;                              // tunnel.auth
   TunnelLimits limits;                          // tunnel.limits

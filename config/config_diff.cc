@@ -141,6 +141,7 @@ std::vector<std::string> describe_changes(const Config& running, const Config& n
   d.check("tunnel.peer_cidrs", cidr_text(running.tunnel.peer_cidrs), cidr_text(next.tunnel.peer_cidrs));
   d.check("tunnel.session_idle_ms", running.tunnel.session_idle_ms, next.tunnel.session_idle_ms);
   d.check("tunnel.max_sessions", running.tunnel.max_sessions, next.tunnel.max_sessions);
+  d.check("tunnel.sessions_per_peer", running.tunnel.sessions_per_peer, next.tunnel.sessions_per_peer);
   d.check("tunnel.rdma_share", running.tunnel.rdma_share, next.tunnel.rdma_share);
   // Key files are read again on every reload, so a key rotated in place
   // (the same file, new content) counts as a change too.

@@ -83,7 +83,7 @@ const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port"
                               "session_budget",    "keepalive_interval_ms",
                               "keepalive_timeout_ms", "connect_timeout_ms", "reconnect_max_ms",
                               "resume_timeout_ms", "rdma_probe_interval_ms", "rdma", "auth", "limits",
-                              "peer_cidrs", "session_idle_ms", "max_sessions", "rdma_share"};
+                              "peer_cidrs", "session_idle_ms", "max_sessions", "sessions_per_peer", "rdma_share"};
 const Keys kPeerCidrKeys = {"cidr", "tcp_port", "rdma_port"};
 // The route's `peer:` value that means "the host of the original destination".
 constexpr std::string_view kPeerByDestination = "destination";
@@ -781,6 +781,7 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   if (const Value* l = find(f, "limits")) parse_limits(*l, &t->limits);
   number("session_idle_ms", &t->session_idle_ms, 0, 86400000, false);
   number("max_sessions", &t->max_sessions, 1, 1000000, false);
+  number("sessions_per_peer", &t->sessions_per_peer, 0, 256, false);
   number("rdma_share", &t->rdma_share, 0, 100, false);
   // After the ports: an entry without its own takes the tunnel's.
   if (const Value* c = find(f, "peer_cidrs")) parse_peer_cidrs(*c, t);

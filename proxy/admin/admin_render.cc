@@ -119,6 +119,7 @@ void write_tunnel_config(JsonWriter& w, const TunnelConfig& t) {
   w.field("keepalive_interval_ms", t.keepalive_interval_ms).field("keepalive_timeout_ms", t.keepalive_timeout_ms);
   w.field("connect_timeout_ms", t.connect_timeout_ms).field("reconnect_max_ms", t.reconnect_max_ms);
   w.field("session_idle_ms", t.session_idle_ms).field("max_sessions", t.max_sessions);
+  w.field("sessions_per_peer", t.sessions_per_peer);
   w.field("rdma_share", t.rdma_share);
   w.key("peer_cidrs").begin_array();
   for (const PeerCidr& c : t.peer_cidrs) {

@@ -196,6 +196,10 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Met
            "streams reset).");
   p.sample("rdmagw_tunnel_session_limit_total", {{"action", "closed_idle"}}, totals.sessions_evicted);
   p.sample("rdmagw_tunnel_session_limit_total", {{"action", "refused"}}, totals.sessions_refused);
+  p.family("rdmagw_tunnel_streams_handed_over_total", "counter",
+           "tunnel.sessions_per_peer: streams accepted by one worker and carried by another worker's session to "
+           "the same peer.");
+  p.sample("rdmagw_tunnel_streams_handed_over_total", {}, totals.streams_handed_over);
   p.family("rdmagw_tunnel_rdma_pinned_limit_total", "counter",
            "tunnel.rdma.max_pinned reached: an idle RDMA session closed to make room, a new session put on TCP "
            "instead (auto), a new session refused (rdma), or a peer's RDMA connect rejected.");

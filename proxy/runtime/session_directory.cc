@@ -30,6 +30,33 @@ Worker* SessionDirectory::worker(unsigned index) const {
   return index < workers_.size() ? workers_[index] : nullptr;
 }
 
+bool SessionDirectory::claim_peer(const std::string& peer, unsigned worker, unsigned cap) {
+  std::lock_guard lock(mu_);
+  std::vector<unsigned>& holders = peer_claims_[peer];
+  for (unsigned w : holders)
+    if (w == worker) return true;
+  if (holders.size() >= cap) return false;
+  holders.push_back(worker);
+  return true;
+}
+
+void SessionDirectory::release_peer(const std::string& peer, unsigned worker) {
+  std::lock_guard lock(mu_);
+  auto it = peer_claims_.find(peer);
+  if (it == peer_claims_.end()) return;
+  std::erase(it->second, worker);
+  if (it->second.empty()) peer_claims_.erase(it);
+}
+
+std::optional<unsigned> SessionDirectory::peer_holder(const std::string& peer, unsigned not_worker) const {
+  std::lock_guard lock(mu_);
+  auto it = peer_claims_.find(peer);
+  if (it == peer_claims_.end()) return std::nullopt;
+  for (unsigned w : it->second)
+    if (w != not_worker) return w;
+  return std::nullopt;
+}
+
 bool SessionDirectory::post(unsigned worker, WorkerMailbox::Task task) {
   if (worker >= mailboxes_.size()) return false;
   return mailboxes_[worker]->post(std::move(task));

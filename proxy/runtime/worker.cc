@@ -67,6 +67,7 @@ Worker::Worker(unsigned index, std::shared_ptr<const Config> config, ListenerSet
 
 Worker::~Worker() {
   directory_.set_worker(index_, nullptr);
+  for (const std::string& peer : peer_claims_) directory_.release_peer(peer, index_);
   // Owners let go first, while the ring still runs (closing may submit
   // cancels); then the loop ends the ring and deletes what is left.
   close_everything("worker stopped", tunnel::CloseMode::kAbort);
@@ -272,6 +273,66 @@ bool Worker::make_room_for_session(const tunnel::PeerLink& link) {
   return false;
 }
 
+bool Worker::may_hold_session(const tunnel::PeerLink& link) {
+  uint32_t cap = config_->tunnel.sessions_per_peer;
+  if (cap == 0 || peer_claims_.contains(link.name())) return true;
+  if (!directory_.claim_peer(link.name(), index_, cap)) return false;
+  peer_claims_.insert(link.name());
+  return true;
+}
+
+bool Worker::hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener,
+                              const std::string& target) {
+  // Only a link that has nothing here would dial: one with a session, a
+  // dial or waiting streams takes the stream itself.
+  if (config_->tunnel.sessions_per_peer == 0 || !link.finished() || may_hold_session(link)) return false;
+  std::optional<unsigned> to = directory_.peer_holder(link.name(), index_);
+  Worker* target_worker = to ? directory_.worker(*to) : nullptr;
+  if (!target_worker) return false;  // let go of meanwhile: carried here
+  // If the task never runs (that worker stops), the socket closes with a reset.
+  set_abortive_close(fd.get());
+  auto handed = std::make_shared<HandedStream>(HandedStream{std::move(fd), listener, link.name(), target});
+  if (!directory_.post(*to, [target_worker, handed] { target_worker->carry_handed_stream(*handed); })) {
+    fd = std::move(handed->fd);  // still ours: carried here
+    return false;
+  }
+  metrics_.streams_handed_over.add();
+  log::debug("stream_handed_over").kv("peer", link.name()).kv("to_worker", *to);
+  return true;
+}
+
+void Worker::carry_handed_stream(HandedStream& handed) {
+  if (!handed.fd.valid()) return;
+  tunnel::PeerLink* link = accepting_ ? find_or_discover(handed.peer) : nullptr;
+  metrics::ListenerMetrics* counters = &metrics_.listener(handed.listener);
+  if (!link) {
+    counters->accepted.add();
+    metrics_.failed(metrics::StreamFailure::kNoSession);
+    log::warn("stream_failed").kv("listener", handed.listener).kv("peer", handed.peer)
+        .kv("reason", accepting_ ? "the peer is no longer configured" : "draining");
+    handed.fd.reset();  // abortive close armed: the application sees a reset
+    return;
+  }
+  // Claimed whatever the cap says now: the worker that sent it relies on it.
+  if (config_->tunnel.sessions_per_peer != 0 && directory_.claim_peer(link->name(), index_, UINT32_MAX))
+    peer_claims_.insert(link->name());
+  link->submit(local::LocalStream::from_client(*host_, std::move(handed.fd), handed.listener, counters, handed.peer,
+                                               handed.target));
+}
+
+void Worker::release_peer_claims() {
+  bool capped = config_->tunnel.sessions_per_peer != 0;
+  for (auto it = peer_claims_.begin(); it != peer_claims_.end();) {
+    tunnel::PeerLink* link = find_link(*it);
+    if (capped && link && !link->finished()) {
+      ++it;
+      continue;
+    }
+    directory_.release_peer(*it, index_);
+    it = peer_claims_.erase(it);
+  }
+}
+
 bool Worker::has_rdma_room() const { return !rdma_ || !rdma_->at_transport_limit(); }
 
 tunnel::SessionBudget::RdmaRoom Worker::make_room_for_rdma(const tunnel::PeerLink& link) {
@@ -371,9 +432,9 @@ void Worker::on_local_accept(LocalListener& l, UniqueFd fd) {
     on_transparent_accept(l, std::move(fd));
     return;
   }
-  auto* stream = local::LocalStream::from_client(*host_, std::move(fd), config.name, l.counters, config.peer,
-                                                 config.target.to_string());
-  l.link->submit(stream);
+  std::string target = config.target.to_string();
+  if (hand_over_stream(*l.link, fd, config.name, target)) return;
+  l.link->submit(local::LocalStream::from_client(*host_, std::move(fd), config.name, l.counters, config.peer, target));
 }
 
 void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
@@ -426,6 +487,7 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
           return;
         }
         log::debug("stream_routed").kv("listener", l.name).kv("destination", destination).kv("peer", link->name());
+        if (hand_over_stream(*link, fd, l.name, target)) return;
         link->submit(
             local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, link->name(), target));
         return;
@@ -673,6 +735,7 @@ void Worker::tick() {
   for (auto& t : tunnel_listeners_) t->tick();
   for_each_link([&](tunnel::PeerLink& link) { link.tick(now); });
   receive_ring_.refill();  // slots left empty while the pool was dry
+  if (!peer_claims_.empty()) release_peer_claims();
   std::erase_if(retired_links_, [](const auto& link) { return link->finished(); });
   // A discovered peer without a session is forgotten 5 minutes after its
   // last use (its counters stay), so that /peers says for that long why its

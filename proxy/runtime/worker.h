@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/buffer_pool.h"
@@ -136,6 +137,8 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // tunnel.rdma.max_pinned: whether one more RDMA transport fits (SessionBudget).
   RdmaRoom make_room_for_rdma(const tunnel::PeerLink& link) override;
   bool has_rdma_room() const override;
+  // tunnel.sessions_per_peer (SessionBudget).
+  bool may_hold_session(const tunnel::PeerLink& link) override;
   // A reload: discovered links outside the new peer_cidrs finish like removed peers.
   void retire_undiscoverable();
   tunnel::HandshakeGate handshake_gate() { return tunnel::HandshakeGate(tunnel_.handshakes.get(), &metrics_); }
@@ -164,6 +167,17 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
     std::vector<uint8_t> data;
   };
   void accept_rdma(PlacedRdmaRequest& request);
+  // tunnel.sessions_per_peer: a stream accepted here whose peer's session is
+  // another worker's goes there (true: handed over, or reset if it could
+  // not be). The other worker carries it as if it had accepted it.
+  struct HandedStream {
+    UniqueFd fd;
+    std::string listener, peer, target;
+  };
+  bool hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener, const std::string& target);
+  void carry_handed_stream(HandedStream& stream);
+  // Lets go of the claims to peers whose links here carry nothing now.
+  void release_peer_claims();
   void import_image(const WorkerImage& image);
   UniqueFd take_inherited(uint32_t index);
   // The tunnel's listeners of this worker (at init, and after a failed takeover).
@@ -212,7 +226,8 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   std::unordered_map<tunnel::SessionToken, tunnel::Session*, tunnel::SessionTokenHash> by_token_;
   std::vector<WorkerImage> imports_;
   std::shared_ptr<std::vector<UniqueFd>> inherited_fds_;
-  unsigned next_rdma_worker_ = 0;  // worker 0: where the next new RDMA session goes
+  unsigned next_rdma_worker_ = 0;
+  std::unordered_set<std::string> peer_claims_;  // peers this worker claimed (SessionDirectory::claim_peer)  // worker 0: where the next new RDMA session goes
   bool frozen_ = false;  // a takeover is under way
   bool accepting_ = true;
   bool draining_ = false;

@@ -73,6 +73,14 @@ void PeerLink::dial() {
 }
 
 void PeerLink::dial_new_session(TransportKind kind) {
+  if (budget_ && !budget_->may_hold_session(*this)) {
+    // Streams accepted here go to the worker holding the peer's session
+    // (Worker::hand_over_stream); any that got here anyway cannot wait.
+    last_error_ = "tunnel.sessions_per_peer: other workers hold the sessions to this peer";
+    while (!waiting_.empty()) pop_waiting()->abort(ResetCode::kResource, last_error_);
+    schedule_retry();
+    return;
+  }
   if (!budget_ || budget_->make_room_for_session(*this)) {
     dial(kind);
     return;

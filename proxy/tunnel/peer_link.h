@@ -54,6 +54,10 @@ class PendingStream {
 class SessionBudget {
  public:
   virtual bool make_room_for_session(const PeerLink& link) = 0;
+  // tunnel.sessions_per_peer: whether this worker may hold a session to the
+  // link's peer (other workers may hold the ones allowed). Asked first; a
+  // link told no dials nothing and tries again later, quietly.
+  virtual bool may_hold_session(const PeerLink&) { return true; }
 
   // Whether one more RDMA transport fits in tunnel.rdma.max_pinned. If not,
   // the worker may close an idle RDMA session of another link: kSoon, room

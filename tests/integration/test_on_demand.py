@@ -11,7 +11,7 @@ import time
 
 from admin_client import admin_json, parse_metrics, admin_request
 from backends import EchoServer
-from clients import echo_roundtrip, wait_for
+from clients import connect, echo_roundtrip, wait_for
 from conftest import TEST_TRANSPORT
 
 
@@ -65,3 +65,49 @@ def test_a_peer_that_is_always_connected_keeps_its_idle_session(pair, backend):
     peer = peer_b(p.a)
     assert peer["state"] == "up" and len(peer["sessions"]) == 1 and peer["connect"] == "always", peer
     assert p.a.log_text().count("event=session_open") == 1
+
+
+def test_sessions_per_peer_one_worker_carries_every_stream_to_the_peer(pair, backend):
+    """tunnel.sessions_per_peer: 1 with 2 workers: one session to host-b, however
+    the kernel spreads the application's connections over the workers; the
+    streams the other worker accepts are handed over and carried byte-exact."""
+    echo = backend(EchoServer())
+    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], peer_connect="on_demand",
+             a_tunnel={"sessions_per_peer": 1}, workers=2)
+    conns = []
+    for i in range(32):
+        s = connect(p.address("echo"), timeout=15)
+        conns.append((s, os.urandom(3000 + i)))
+    for s, data in conns:
+        s.sendall(data)
+    for s, data in conns:
+        got = b""
+        while len(got) < len(data):
+            chunk = s.recv(65536)
+            assert chunk, "EOF before the echo"
+            got += chunk
+        assert got == data
+    sessions = peer_b(p.a)["sessions"]
+    assert len(sessions) == 1 and sessions[0]["streams"] == 32, sessions
+    m = parse_metrics(admin_request(p.a.admin_port, "/metrics").text)
+    # 32 connections spread by SO_REUSEPORT's hash: the other worker got some.
+    assert m["rdmagw_tunnel_streams_handed_over_total"] >= 1
+    assert sum(w["streams_active"] for w in admin_json(p.a.admin_port, "/stats")["per_worker"]) == 32
+    for s, _ in conns:
+        s.close()
+
+
+def test_sessions_per_peer_caps_always_connected_peers_too(pair, backend):
+    echo = backend(EchoServer())
+    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], peer_connect="always",
+             a_tunnel={"sessions_per_peer": 1}, workers=2, start=False)
+    p.b.start()
+    p.a.start()
+    wait_for(lambda: peer_b(p.a)["state"] == "up", timeout=30 if TEST_TRANSPORT != "tcp" else 10,
+             what="host-b up")
+    time.sleep(1.0)  # the other worker's link asks again meanwhile, and is told no
+    assert len(peer_b(p.a)["sessions"]) == 1, peer_b(p.a)
+    for i in range(8):
+        payload = os.urandom(10000)
+        assert echo_roundtrip(p.address("echo"), payload, timeout=15) == payload
+    assert len(peer_b(p.a)["sessions"]) == 1

@@ -254,7 +254,7 @@ TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[a
     CHECK(f.help_lines.count(name) == 1);
     ++documented;
   }
-  CHECK(documented == 31);
+  CHECK(documented == 32);
   CHECK(f.type.size() == static_cast<size_t>(documented));  // and nothing undocumented
   for (const auto& [name, n] : f.help_lines) {
     INFO(name);
@@ -540,7 +540,7 @@ TEST_CASE("config: the YAML schema as JSON, defaults filled in", "[admin][config
         R"("tunnel":{"address":"127.0.0.1","tcp_port":7471,"rdma_port":7472,"transport":"auto",)"
         R"("buffer_size":16384,"stream_window":262144,"session_budget":33554432,)"
         R"("keepalive_interval_ms":5000,"keepalive_timeout_ms":15000,"connect_timeout_ms":3000,)"
-        R"("reconnect_max_ms":2000,"session_idle_ms":300000,"max_sessions":1024,"rdma_share":100,"peer_cidrs":[],)"
+        R"("reconnect_max_ms":2000,"session_idle_ms":300000,"max_sessions":1024,"sessions_per_peer":0,"rdma_share":100,"peer_cidrs":[],)"
         R"("rdma":{"slab_size":134217728,"max_pinned":67108864,"recv_depth":128,"send_depth":256,)"
         R"("busy_poll_us":0,"inline_threshold":96}},)"
         R"("peers":[{"name":"b","address":"10.0.0.2","tcp_port":7471,"rdma_port":7472,"connect":"on_demand"}],)"

@@ -937,6 +937,7 @@ TEST_CASE("fleet: peer_cidrs, peer: destination, connect, session_idle_ms and ma
       "  rdma_port: 7001",
       "  session_idle_ms: 60000",
       "  max_sessions: 64",
+      "  sessions_per_peer: 1",
       "  peer_cidrs:",
       "    - 10.1.0.0/16",
       "    - {cidr: 10.2.0.0/24, tcp_port: 17471}",
@@ -956,6 +957,7 @@ TEST_CASE("fleet: peer_cidrs, peer: destination, connect, session_idle_ms and ma
   const auto& t = c->tunnel;
   CHECK(t.session_idle_ms == 60000);
   CHECK(t.max_sessions == 64);
+  CHECK(t.sessions_per_peer == 1);
   REQUIRE(t.peer_cidrs.size() == 3);
   CHECK(t.peer_cidrs[0].cidr.to_string() == "10.1.0.0/16");
   CHECK(t.peer_cidrs[0].tcp_port == 7000);  // the tunnel's own ports by default
@@ -982,6 +984,7 @@ TEST_CASE("fleet: peer_cidrs, peer: destination, connect, session_idle_ms and ma
   auto defaults = parse_ok("node: a\n");
   CHECK(defaults->tunnel.session_idle_ms == 300000);
   CHECK(defaults->tunnel.max_sessions == 1024);
+  CHECK(defaults->tunnel.sessions_per_peer == 0);  // every worker may hold one
   CHECK(defaults->tunnel.peer_cidrs.empty());
 }
 
@@ -991,6 +994,7 @@ TEST_CASE("fleet: mistakes are reported at their key, and a route never dials ou
                     "tunnel:",
                     "  max_sessions: 0",
                     "  peer_cidrs: ['10.1.0.0/16:80', {tcp_port: 1}, 10.300.0.0/16]",
+                    "  sessions_per_peer: 257",
                     "peers:",
                     "  - {name: destination, address: 10.9.0.2, tcp_port: 7471}",
                     "  - {name: b, address: 10.9.0.3, tcp_port: 7471, connect: sometimes}",
@@ -999,8 +1003,9 @@ TEST_CASE("fleet: mistakes are reported at their key, and a route never dials ou
                  {4, 16, "tunnel.peer_cidrs[0]", "addresses only"},
                  {4, 34, "tunnel.peer_cidrs[1].cidr", "required key 'cidr' is missing"},
                  {4, 49, "tunnel.peer_cidrs[2]", "not a numeric IPv4 address"},
-                 {6, 12, "peers[0].name", "is reserved"},
-                 {7, 59, "peers[1].connect", "on_demand"}});
+                 {5, 22, "tunnel.sessions_per_peer", "256"},
+                 {7, 12, "peers[0].name", "is reserved"},
+                 {8, 59, "peers[1].connect", "on_demand"}});
   expect_errors(lines({
                     "node: a",
                     "listeners:",

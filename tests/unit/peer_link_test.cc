@@ -983,6 +983,9 @@ struct FakeBudget final : SessionBudget {
     return rdma;
   }
   bool has_rdma_room() const override { return rdma == RdmaRoom::kYes; }
+  // tunnel.sessions_per_peer
+  bool may_hold = true;
+  bool may_hold_session(const PeerLink&) override { return may_hold; }
 };
 
 }  // namespace
@@ -1106,6 +1109,22 @@ TEST_CASE("peer link: no room under max_sessions fails the waiting streams with 
   f.peer_hello(f.dialed(f.tcp));
   CHECK(next.opened);
   next.attached_to->detach(next);  // the stream goes before the session
+}
+
+TEST_CASE("peer link: a worker without a claim to the peer (sessions_per_peer) dials nothing, and asks again later") {
+  FakeBudget budget;
+  budget.may_hold = false;  // other workers hold this peer's sessions
+  Fixture f(TransportMode::kTcp, true, /*always=*/true, &budget);
+  f.link->start();
+  CHECK(f.tcp.calls.empty());
+  CHECK(budget.asked == 0);  // max_sessions is not even asked
+  CHECK(f.info().last_error.find("sessions_per_peer") != std::string::npos);
+  f.link->tick(f.t0 + 10s);
+  CHECK(f.tcp.calls.empty());
+  // The other worker let go: this one dials.
+  budget.may_hold = true;
+  f.link->tick(f.t0 + 20s);
+  CHECK(f.tcp.calls.size() == 1);
 }
 
 TEST_CASE("peer link: past rdma.max_pinned, auto dials TCP instead; with room it dials RDMA") {
