@@ -1,6 +1,9 @@
 #include "common/buffer_pool.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include <cassert>
 #include <cerrno>
@@ -9,8 +12,18 @@
 
 namespace rdmagw {
 
-BufferPool::BufferPool(size_t buffer_size, size_t buffer_count)
-    : buffer_size_((buffer_size + 63) & ~size_t{63}), buffer_count_(buffer_count) {
+namespace {
+size_t page_size() {
+  long p = sysconf(_SC_PAGESIZE);
+  return p > 0 ? static_cast<size_t>(p) : 4096;
+}
+}  // namespace
+
+BufferPool::BufferPool(size_t buffer_size, size_t buffer_count, bool trimmable)
+    : buffer_size_(trimmable ? (buffer_size + page_size() - 1) / page_size() * page_size()
+                             : (buffer_size + 63) & ~size_t{63}),
+      buffer_count_(buffer_count),
+      trimmable_(trimmable) {
   void* p = mmap(nullptr, slab_bytes(), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
@@ -28,6 +41,8 @@ uint8_t* BufferPool::acquire() {
   if (!free_.empty()) {
     uint8_t* b = free_.back();
     free_.pop_back();
+    low_water_ = std::min(low_water_, free_.size());
+    trimmed_ = std::min(trimmed_, free_.size());
     return b;
   }
   if (next_fresh_ < buffer_count_) return base_ + buffer_size_ * next_fresh_++;
@@ -38,6 +53,17 @@ void BufferPool::release(uint8_t* buffer) {
   assert(buffer >= base_ && buffer < base_ + slab_bytes());
   assert((buffer - base_) % buffer_size_ == 0);
   free_.push_back(buffer);
+}
+
+size_t BufferPool::trim(size_t keep) {
+  size_t given = 0;
+  if (trimmable_) {
+    size_t end = low_water_ > keep ? low_water_ - keep : 0;
+    for (size_t i = trimmed_; i < end; ++i, ++given) madvise(free_[i], buffer_size_, MADV_DONTNEED);
+    trimmed_ = std::max(trimmed_, end);
+  }
+  low_water_ = free_.size();
+  return given;
 }
 
 }  // namespace rdmagw

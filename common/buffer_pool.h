@@ -3,6 +3,11 @@
 // reserved up front (so the RDMA transport can register it once as a single
 // memory region); pages become resident only when a buffer is first used, so
 // RSS follows the peak number of buffers in use, not the slab size.
+// A pool that is not registered for RDMA can also give the pages of buffers
+// that stayed unused back to the kernel (trim()), so that RSS comes down
+// after a burst; its buffers then start on page boundaries, so that each
+// buffer's pages are its own. A registered slab never does: the device
+// holds its pages.
 // Single-threaded: each worker owns its pool.
 #include <cstddef>
 #include <cstdint>
@@ -12,8 +17,9 @@ namespace rdmagw {
 
 class BufferPool {
  public:
-  // buffer_size is rounded up to 64 bytes so buffers start on cache lines.
-  BufferPool(size_t buffer_size, size_t buffer_count);
+  // buffer_size is rounded up to 64 bytes so buffers start on cache lines,
+  // or to the page size if `trimmable`.
+  BufferPool(size_t buffer_size, size_t buffer_count, bool trimmable = false);
   ~BufferPool();
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
@@ -29,12 +35,21 @@ class BufferPool {
   uint8_t* base() const { return base_; }
   size_t slab_bytes() const { return buffer_size_ * buffer_count_; }
 
+  // Gives back (MADV_DONTNEED) the pages of free buffers that stayed free
+  // since the previous call, but for the `keep` used most recently. Called
+  // now and then (a worker: every second); a no-op unless trimmable. Returns
+  // how many buffers it gave back.
+  size_t trim(size_t keep);
+
  private:
   size_t buffer_size_;
   size_t buffer_count_;
   uint8_t* base_ = nullptr;
   size_t next_fresh_ = 0;        // buffers below this index have been handed out at least once
   std::vector<uint8_t*> free_;   // LIFO: a recently used buffer is likely still in cache
+  bool trimmable_;
+  size_t low_water_ = 0;         // fewest free buffers since the last trim(): free_[0, low_water_) stayed free
+  size_t trimmed_ = 0;           // free_[0, trimmed_) were given back already
 };
 
 }  // namespace rdmagw

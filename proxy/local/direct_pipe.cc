@@ -2,6 +2,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
+
+#include "common/protocol_limits.h"
 
 #include "common/address.h"
 #include "common/log.h"
@@ -48,47 +51,47 @@ void DirectPipe::on_connected(int error) {
     return;
   }
   log::debug("passthrough_open").kv("listener", listener_).kv("destination", destination_);
-  if (join()) {
-    post_recv(up_);
-    post_recv(down_);
-  }
+  join();
+  post_recv(up_);
+  post_recv(down_);
 }
 
-bool DirectPipe::join() {
+void DirectPipe::join() {
   connected_ = true;
   up_.from = client_.get();
   up_.to = server_.get();
   down_.from = server_.get();
   down_.to = client_.get();
-  for (Direction* d : {&up_, &down_}) {
-    d->buffer = host_.pool.acquire();
-    if (!d->buffer) {
-      fail("buffers", ENOBUFS);
-      return false;
-    }
-  }
-  return true;
 }
 
 void DirectPipe::post_recv(Direction& d) {
   if (frozen_) return;
-  io_uring_sqe* s = host_.loop.sqe(&d.recv_op);
-  io_uring_prep_recv(s, d.from, d.buffer, host_.pool.buffer_size(), 0);
+  d.receive.post(host_, &d.recv_op, d.from, host_.payload_size);
   d.busy = true;
 }
 
 void DirectPipe::post_send(Direction& d) {
   if (frozen_) return;
   io_uring_sqe* s = host_.loop.sqe(&d.send_op);
-  io_uring_prep_send(s, d.to, d.buffer + d.sent, d.filled - d.sent, MSG_NOSIGNAL);
+  io_uring_prep_send(s, d.to, d.buffer + kBufferHeadroom + d.sent, d.filled - d.sent, MSG_NOSIGNAL);
   d.busy = true;
 }
 
-void DirectPipe::Direction::on_recv(int res, uint32_t) {
+void DirectPipe::Direction::on_recv(int res, uint32_t flags) {
   busy = false;
   DirectPipe& p = *pipe;
-  if (p.closing_ || (p.frozen_ && res == -ECANCELED)) return;
+  uint8_t* got = nullptr;
+  res = receive.finish(p.host_, from, res, flags, !p.closing_, &got);
+  if (res <= 0 && got) {
+    p.host_.pool.release(got);
+    got = nullptr;
+  }
+  if (p.closing_ || (p.frozen_ && res == -ECANCELED)) {
+    if (got) p.host_.pool.release(got);
+    return;
+  }
   if (res > 0) {
+    buffer = got;
     filled = static_cast<uint32_t>(res);
     sent = 0;
     if (p.counters_) (this == &p.up_ ? p.counters_->bytes_received : p.counters_->bytes_sent).add(filled);
@@ -97,10 +100,10 @@ void DirectPipe::Direction::on_recv(int res, uint32_t) {
     ended = true;
     ::shutdown(to, SHUT_WR);
     if (p.up_.ended && p.down_.ended) p.end(true);  // both ways done: a clean close
-  } else if (res == -EINTR || res == -EAGAIN) {
+  } else if (res == -EINTR || res == -EAGAIN || res == -ENOBUFS) {
     p.post_recv(*this);
   } else {
-    p.fail("recv", -res);
+    p.fail(res == -ENOMEM ? "buffers" : "recv", res == -ENOMEM ? ENOBUFS : -res);
   }
 }
 
@@ -113,8 +116,13 @@ void DirectPipe::Direction::on_send(int res, uint32_t) {
     return;
   }
   if (res > 0) sent += static_cast<uint32_t>(res);
-  if (sent < filled) p.post_send(*this);
-  else p.post_recv(*this);
+  if (sent < filled) {
+    p.post_send(*this);
+    return;
+  }
+  p.host_.pool.release(std::exchange(buffer, nullptr));  // all sent: idle again, holding nothing
+  filled = sent = 0;
+  p.post_recv(*this);
 }
 
 void DirectPipe::fail(std::string_view what, int error) {

@@ -11,6 +11,7 @@
 
 #include "common/unique_fd.h"
 #include "proxy/io/timed_connect.h"
+#include "proxy/local/socket_receive.h"
 #include "proxy/local/stream_host.h"
 
 namespace rdmagw::local {
@@ -40,9 +41,12 @@ class DirectPipe final : public LocalConnection {
     DirectPipe* pipe;
     int from = -1;
     int to = -1;
+    // Held only from a receive that brought bytes until they are all sent on
+    // (the bytes start at kBufferHeadroom): an idle pipe holds none.
     uint8_t* buffer = nullptr;
     uint32_t filled = 0;   // bytes received and not yet sent on
     uint32_t sent = 0;
+    SocketReceive receive;
     bool busy = false;     // a recv or send is in flight
     bool ended = false;    // EOF passed on
     IoOp recv_op, send_op;
@@ -53,8 +57,8 @@ class DirectPipe final : public LocalConnection {
   DirectPipe(StreamHost& host, UniqueFd client, std::string listener, metrics::ListenerMetrics* counters);
   ~DirectPipe() override;
   void on_connected(int error);
-  // Joins the two sockets: both directions' buffers, then their I/O.
-  bool join();
+  // Joins the two sockets, for their I/O.
+  void join();
   // After a takeover (or a failed one): picks up each direction where it stopped.
   void resume_io();
   void post_recv(Direction& d);

@@ -3,6 +3,9 @@
 // direction had received and not yet passed on.
 #include <cstring>
 #include <tuple>
+#include <utility>
+
+#include "common/protocol_limits.h"
 
 #include "proxy/local/direct_pipe.h"
 
@@ -26,10 +29,8 @@ bool DirectPipe::export_image(HandoverImages* out, const SessionIndex&) const {
   image.connecting = !connected_;
   image.listener = listener_;
   image.destination = destination_;
-  if (connected_) {
-    image.up.assign(up_.buffer + up_.sent, up_.buffer + up_.filled);
-    image.down.assign(down_.buffer + down_.sent, down_.buffer + down_.filled);
-  }
+  for (auto [d, bytes] : {std::pair{&up_, &image.up}, std::pair{&down_, &image.down}})
+    if (connected_ && d->buffer) bytes->assign(d->buffer + kBufferHeadroom + d->sent, d->buffer + kBufferHeadroom + d->filled);
   image.up_ended = up_.ended;
   image.down_ended = down_.ended;
   image.client_fd = static_cast<uint32_t>(out->fds.size());
@@ -55,18 +56,24 @@ void DirectPipe::restore(StreamHost& host, UniqueFd client, UniqueFd server, con
     p->connect_.wait(host.loop, p->server_.get(), host.connect_timeout_ms);
     return;
   }
-  if (!p->join()) return;
-  size_t room = host.pool.buffer_size();
+  p->join();
+  size_t room = host.pool.buffer_size() - kBufferHeadroom;
   if (image.up.size() > room || image.down.size() > room) {
     p->fail("takeover", EMSGSIZE);
     return;
   }
   for (auto [d, bytes, ended] : {std::tuple{&p->up_, &image.up, image.up_ended},
                                  std::tuple{&p->down_, &image.down, image.down_ended}}) {
-    std::memcpy(d->buffer, bytes->data(), bytes->size());
+    d->ended = ended;
+    if (bytes->empty()) continue;
+    d->buffer = host.pool.acquire();
+    if (!d->buffer) {
+      p->fail("takeover", ENOBUFS);
+      return;
+    }
+    std::memcpy(d->buffer + kBufferHeadroom, bytes->data(), bytes->size());
     d->filled = static_cast<uint32_t>(bytes->size());
     d->sent = 0;
-    d->ended = ended;
   }
   p->resume_io();
 }

@@ -241,53 +241,26 @@ void LocalStream::start_reading() {
     watch_for_errors();
     return;
   }
-  recv_credit_ = credit;
+  receive_.post(host_, &recv_op_, fd_.get(), credit);
   recv_posted_ = true;
-  io_uring_sqe* s = host_.loop.sqe(&recv_op_);
-  ProvidedBuffers* ring = host_.receive_ring;
-  if (ring && ring->active() && !ring_was_dry_) {
-    // The kernel picks a buffer from the ring when bytes arrive.
-    read_by_poll_ = false;
-    io_uring_prep_recv(s, fd_.get(), nullptr, credit, 0);
-    ring->select_for(s);
-  } else {
-    // No ring (before 5.19), or it ran dry: wait for bytes, then read them
-    // into a pool buffer (on_recv). POLLERR and POLLHUP come too.
-    read_by_poll_ = true;
-    ring_was_dry_ = false;
-    io_uring_prep_poll_add(s, fd_.get(), POLLIN);
-  }
 }
 
 void LocalStream::on_recv(int res, uint32_t flags) {
   recv_posted_ = false;
+  bool live = !closing_ && session();
   uint8_t* buffer = nullptr;
-  if (read_by_poll_) {
-    if (res >= 0 && !closing_ && session()) {
-      // Readable (or hung up, or in error: recv reports which).
-      buffer = host_.pool.acquire();
-      if (!buffer) {
-        session()->refund_stream_credit(*this, recv_credit_);
-        fail("stream_reset", metrics::StreamFailure::kResource, ResetCode::kResource, "out of buffers");
-        return;
-      }
-      ssize_t n = ::recv(fd_.get(), buffer + kBufferHeadroom, recv_credit_, MSG_DONTWAIT);
-      res = n >= 0 ? static_cast<int>(n) : -errno;
-    }
-  } else if (host_.receive_ring) {
-    buffer = host_.receive_ring->take(flags);  // any completion may carry one
-  }
-  if (closing_ || !session()) {
+  res = receive_.finish(host_, fd_.get(), res, flags, live, &buffer);
+  if (!live) {
     if (buffer) host_.pool.release(buffer);
     return;
   }
+  uint32_t credit = receive_.length();  // held while the receive was posted
   if (res > 0) {
-    assert(buffer);
-    session()->refund_stream_credit(*this, recv_credit_ - static_cast<uint32_t>(res));
+    session()->refund_stream_credit(*this, credit - static_cast<uint32_t>(res));
     forward(buffer, static_cast<uint32_t>(res));
     return;
   }
-  session()->refund_stream_credit(*this, recv_credit_);
+  session()->refund_stream_credit(*this, credit);
   if (buffer) host_.pool.release(buffer);
   if (frozen_ && res == -ECANCELED) return;  // a takeover stopped it
   if (res == 0) {
@@ -295,11 +268,10 @@ void LocalStream::on_recv(int res, uint32_t flags) {
     session()->send_fin(*this);
     maybe_done();
     watch_for_errors();  // nothing more is read: a reset would go unseen
-  } else if (res == -EINTR || res == -EAGAIN) {
+  } else if (res == -EINTR || res == -EAGAIN || res == -ENOBUFS) {
     start_reading();
-  } else if (res == -ENOBUFS) {
-    ring_was_dry_ = true;  // this read waits for readiness instead
-    start_reading();
+  } else if (res == -ENOMEM) {
+    fail("stream_reset", metrics::StreamFailure::kResource, ResetCode::kResource, "out of buffers");
   } else {
     fail_local(-res);
   }

@@ -29,6 +29,7 @@
 #include "common/metrics.h"
 #include "common/unique_fd.h"
 #include "proxy/io/timed_connect.h"
+#include "proxy/local/socket_receive.h"
 #include "proxy/local/stream_host.h"
 #include "proxy/local/stream_info.h"
 #include "proxy/tunnel/peer_link.h"
@@ -118,7 +119,7 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   std::string target_;
 
   ByteQueue to_socket_;
-  uint32_t recv_credit_ = 0;  // stream credit held by the posted receive
+  SocketReceive receive_;  // its length: the stream credit the posted receive holds
   // Bytes read while the session had too little credit: sent on on_send_credit().
   uint8_t* parked_buffer_ = nullptr;
   uint32_t parked_len_ = 0;
@@ -130,8 +131,6 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
 
   IoOp recv_op_, send_op_, error_poll_op_;
   bool recv_posted_ = false;
-  bool read_by_poll_ = false;  // the posted receive is a poll: on_recv reads
-  bool ring_was_dry_ = false;  // the last receive found no provided buffer
   bool error_poll_posted_ = false;  // watching for a reset while not reading
   bool sending_ = false;
   bool connecting_ = false;

@@ -33,6 +33,8 @@ constexpr size_t kSlabBuffers = 65536;
 // eighth of the slab). Receives in flight at the same moment beyond these
 // fall back to poll-then-read; idle streams use none.
 constexpr unsigned kReceiveRingBuffers = 512;
+constexpr unsigned kTrimEveryTicks = 20;  // ticks are 50 ms
+constexpr size_t kWarmBuffers = 64;       // free buffers never trimmed: the ones used last
 constexpr auto kTick = std::chrono::milliseconds(50);
 
 // The address alone ("10.0.0.5", "fd00::5"): a discovered peer's name.
@@ -91,7 +93,8 @@ bool Worker::init(std::string* error) {
   // choice (tunnel.rdma.slab_size). Without, it is reserved lazily and large.
   size_t buffers = tunnel_.rdma ? std::max<size_t>(t.rdma.slab_size / ((stride + 63) & ~size_t{63}), 64) : kSlabBuffers;
   try {
-    pool_ = std::make_unique<BufferPool>(stride, buffers);
+    // Registered (RDMA) slabs keep their pages; others give unused ones back.
+    pool_ = std::make_unique<BufferPool>(stride, buffers, /*trimmable=*/!tunnel_.rdma);
   } catch (const std::system_error& e) {
     // Address space, not memory: the slab is reserved, not touched. A
     // `ulimit -v` or vm.overcommit_memory=2 refuses it.
@@ -241,22 +244,29 @@ tunnel::PeerLink* Worker::find_or_discover(const std::string& name) {
   return ep ? discover(reinterpret_cast<const sockaddr*>(&ep->addr), &error) : nullptr;
 }
 
-bool Worker::make_room_for_session(const tunnel::PeerLink& link) {
-  size_t sessions = 0;
-  for_each_link([&](tunnel::PeerLink& l) { sessions += l.session_count(); });
-  uint32_t max = config_->tunnel.max_sessions;
-  if (sessions < max) return true;
-  // The session idle the longest goes (on-demand links only: one that is
-  // always connected would be dialled again at once).
+tunnel::PeerLink* Worker::longest_idle_link(const tunnel::PeerLink& except, bool rdma_only) {
+  // On-demand links only (idle_since() says): one that is always connected
+  // would be dialled again at once.
   tunnel::PeerLink* oldest = nullptr;
   Clock::time_point oldest_since{};
   for_each_link([&](tunnel::PeerLink& l) {
-    auto since = &l == &link ? std::nullopt : l.idle_since();
+    if (&l == &except || (rdma_only && l.active_transport() != tunnel::TransportKind::kRdma)) return;
+    auto since = l.idle_since();
     if (since && (!oldest || *since < oldest_since)) {
       oldest = &l;
       oldest_since = *since;
     }
   });
+  return oldest;
+}
+
+bool Worker::make_room_for_session(const tunnel::PeerLink& link) {
+  size_t sessions = 0;
+  for_each_link([&](tunnel::PeerLink& l) { sessions += l.session_count(); });
+  uint32_t max = config_->tunnel.max_sessions;
+  if (sessions < max) return true;
+  // The session idle the longest goes.
+  tunnel::PeerLink* oldest = longest_idle_link(link, false);
   std::string limit = "tunnel.max_sessions (" + std::to_string(max) + ") reached";
   if (oldest && oldest->close_if_idle("closed to make room for a session to " + link.name() + ": " + limit)) {
     metrics_.sessions_evicted.add();
@@ -337,17 +347,8 @@ bool Worker::has_rdma_room() const { return !rdma_ || !rdma_->at_transport_limit
 
 tunnel::SessionBudget::RdmaRoom Worker::make_room_for_rdma(const tunnel::PeerLink& link) {
   if (has_rdma_room()) return RdmaRoom::kYes;
-  // The RDMA session idle the longest goes (on-demand links only).
-  tunnel::PeerLink* oldest = nullptr;
-  Clock::time_point oldest_since{};
-  for_each_link([&](tunnel::PeerLink& l) {
-    if (&l == &link || l.active_transport() != tunnel::TransportKind::kRdma) return;
-    auto since = l.idle_since();
-    if (since && (!oldest || *since < oldest_since)) {
-      oldest = &l;
-      oldest_since = *since;
-    }
-  });
+  // The RDMA session idle the longest goes.
+  tunnel::PeerLink* oldest = longest_idle_link(link, true);
   const TunnelConfig& t = config_->tunnel;
   std::string limit = "tunnel.rdma.max_pinned (" + std::to_string(t.rdma.pinned_budget(pool_->buffer_size()) >> 20) +
                       " MiB, " + std::to_string(rdma_->transport_limit()) + " RDMA sessions per worker) reached";
@@ -735,6 +736,9 @@ void Worker::tick() {
   for (auto& t : tunnel_listeners_) t->tick();
   for_each_link([&](tunnel::PeerLink& link) { link.tick(now); });
   receive_ring_.refill();  // slots left empty while the pool was dry
+  // About once a second: pages of buffers unused for that long go back to
+  // the kernel (TCP only), so RSS comes down after a burst.
+  if (++ticks_ % kTrimEveryTicks == 0) pool_->trim(kWarmBuffers);
   if (!peer_claims_.empty()) release_peer_claims();
   std::erase_if(retired_links_, [](const auto& link) { return link->finished(); });
   // A discovered peer without a session is forgotten 5 minutes after its

@@ -134,6 +134,9 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   tunnel::PeerLink* find_or_discover(const std::string& name);
   // SessionBudget: tunnel.max_sessions.
   bool make_room_for_session(const tunnel::PeerLink& link) override;
+  // Another link's session that carries nothing, idle the longest (of RDMA
+  // sessions only, if asked); null if none.
+  tunnel::PeerLink* longest_idle_link(const tunnel::PeerLink& except, bool rdma_only);
   // tunnel.rdma.max_pinned: whether one more RDMA transport fits (SessionBudget).
   RdmaRoom make_room_for_rdma(const tunnel::PeerLink& link) override;
   bool has_rdma_room() const override;
@@ -227,6 +230,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   std::vector<WorkerImage> imports_;
   std::shared_ptr<std::vector<UniqueFd>> inherited_fds_;
   unsigned next_rdma_worker_ = 0;
+  uint64_t ticks_ = 0;
   std::unordered_set<std::string> peer_claims_;  // peers this worker claimed (SessionDirectory::claim_peer)  // worker 0: where the next new RDMA session goes
   bool frozen_ = false;  // a takeover is under way
   bool accepting_ = true;

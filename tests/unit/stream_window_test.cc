@@ -1,3 +1,6 @@
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstring>
 
@@ -139,6 +142,49 @@ TEST_CASE("byte queue: many segments in and out keep their order (front pops and
   }
   CHECK(out == in);
   CHECK(pool.in_use() == 0);
+}
+
+TEST_CASE("buffer pool: a trimmable pool gives back the pages of buffers unused since the last trim") {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  BufferPool pool(page + 512, 32, /*trimmable=*/true);
+  REQUIRE(pool.buffer_size() == 2 * page);  // page-aligned: each buffer owns its pages
+  auto resident = [&] {
+    std::vector<unsigned char> vec(pool.slab_bytes() / page);
+    REQUIRE(mincore(pool.base(), pool.slab_bytes(), vec.data()) == 0);
+    size_t n = 0;
+    for (unsigned char v : vec) n += v & 1;
+    return n;
+  };
+  std::vector<uint8_t*> bufs;
+  for (int i = 0; i < 32; ++i) {
+    bufs.push_back(pool.acquire());
+    std::memset(bufs.back(), 0xab, pool.buffer_size());
+  }
+  CHECK(resident() == 64);
+  for (uint8_t* b : bufs) pool.release(b);
+  CHECK(pool.trim(4) == 0);  // they were in use since the last trim: none is given back yet
+  CHECK(resident() == 64);
+  uint8_t* hot = pool.acquire();  // used again meanwhile: one of the 4 kept
+  pool.release(hot);
+  CHECK(pool.trim(4) == 27);  // 31 stayed free the whole time, the 4 used last are kept
+  CHECK(resident() == 10);
+  CHECK(pool.trim(4) == 1);   // the 28th was one of the 4 kept last time, and stayed free since
+  CHECK(resident() == 8);
+  CHECK(pool.trim(4) == 0);   // nothing twice
+  // A given-back buffer comes back zeroed, and works.
+  std::vector<uint8_t*> again;
+  for (int i = 0; i < 32; ++i) again.push_back(pool.acquire());
+  CHECK(again.back() == bufs[0]);  // the bottom of the free list: given back
+  CHECK(again.back()[0] == 0);
+  again.back()[0] = 1;
+  for (uint8_t* b : again) pool.release(b);
+
+  BufferPool registered(page + 512, 8);  // an RDMA slab: never trimmed
+  uint8_t* b = registered.acquire();
+  b[0] = 1;
+  registered.release(b);
+  registered.trim(0);
+  CHECK(registered.trim(0) == 0);
 }
 
 TEST_CASE("buffer pool hands out each buffer once and reuses released ones") {
