@@ -32,7 +32,7 @@ constexpr size_t kSlabBuffers = 65536;
 // Buffers lent to the kernel for socket receives (ProvidedBuffers; at most an
 // eighth of the slab). Receives in flight at the same moment beyond these
 // fall back to poll-then-read; idle streams use none.
-constexpr unsigned kReceiveRingBuffers = 512;
+constexpr unsigned kReceiveRingBuffers = 256;
 constexpr unsigned kTrimEveryTicks = 20;  // ticks are 50 ms
 constexpr size_t kWarmBuffers = 64;       // free buffers never trimmed: the ones used last
 constexpr auto kTick = std::chrono::milliseconds(50);
