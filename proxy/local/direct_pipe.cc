@@ -73,7 +73,7 @@ void DirectPipe::post_recv(Direction& d) {
 void DirectPipe::post_send(Direction& d) {
   if (frozen_) return;
   io_uring_sqe* s = host_.loop.sqe(&d.send_op);
-  io_uring_prep_send(s, d.to, d.buffer + kBufferHeadroom + d.sent, d.filled - d.sent, MSG_NOSIGNAL);
+  io_uring_prep_send(s, d.to, d.buffer + d.start + d.sent, d.filled - d.sent, MSG_NOSIGNAL);
   d.busy = true;
 }
 
@@ -92,6 +92,7 @@ void DirectPipe::Direction::on_recv(int res, uint32_t flags) {
   }
   if (res > 0) {
     buffer = got;
+    start = kBufferHeadroom;
     filled = static_cast<uint32_t>(res);
     sent = 0;
     if (p.counters_) (this == &p.up_ ? p.counters_->bytes_received : p.counters_->bytes_sent).add(filled);

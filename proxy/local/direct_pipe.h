@@ -44,6 +44,7 @@ class DirectPipe final : public LocalConnection {
     // Held only from a receive that brought bytes until they are all sent on
     // (the bytes start at kBufferHeadroom): an idle pipe holds none.
     uint8_t* buffer = nullptr;
+    uint32_t start = 0;    // where in it the bytes begin (kBufferHeadroom, or 0 after a takeover)
     uint32_t filled = 0;   // bytes received and not yet sent on
     uint32_t sent = 0;
     SocketReceive receive;

@@ -30,7 +30,7 @@ bool DirectPipe::export_image(HandoverImages* out, const SessionIndex&) const {
   image.listener = listener_;
   image.destination = destination_;
   for (auto [d, bytes] : {std::pair{&up_, &image.up}, std::pair{&down_, &image.down}})
-    if (connected_ && d->buffer) bytes->assign(d->buffer + kBufferHeadroom + d->sent, d->buffer + kBufferHeadroom + d->filled);
+    if (connected_ && d->buffer) bytes->assign(d->buffer + d->start + d->sent, d->buffer + d->start + d->filled);
   image.up_ended = up_.ended;
   image.down_ended = down_.ended;
   image.client_fd = static_cast<uint32_t>(out->fds.size());
@@ -57,7 +57,8 @@ void DirectPipe::restore(StreamHost& host, UniqueFd client, UniqueFd server, con
     return;
   }
   p->join();
-  size_t room = host.pool.buffer_size() - kBufferHeadroom;
+  // Up to a whole buffer: an older rdmagw received into all of it.
+  size_t room = host.pool.buffer_size();
   if (image.up.size() > room || image.down.size() > room) {
     p->fail("takeover", EMSGSIZE);
     return;
@@ -71,7 +72,8 @@ void DirectPipe::restore(StreamHost& host, UniqueFd client, UniqueFd server, con
       p->fail("takeover", ENOBUFS);
       return;
     }
-    std::memcpy(d->buffer + kBufferHeadroom, bytes->data(), bytes->size());
+    d->start = bytes->size() <= room - kBufferHeadroom ? kBufferHeadroom : 0;
+    std::memcpy(d->buffer + d->start, bytes->data(), bytes->size());
     d->filled = static_cast<uint32_t>(bytes->size());
     d->sent = 0;
   }

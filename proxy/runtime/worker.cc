@@ -68,8 +68,9 @@ Worker::Worker(unsigned index, std::shared_ptr<const Config> config, ListenerSet
 }
 
 Worker::~Worker() {
-  directory_.set_worker(index_, nullptr);
+  // Claims first: another worker must not hand a stream to one going away.
   for (const std::string& peer : peer_claims_) directory_.release_peer(peer, index_);
+  directory_.set_worker(index_, nullptr);
   // Owners let go first, while the ring still runs (closing may submit
   // cancels); then the loop ends the ring and deletes what is left.
   close_everything("worker stopped", tunnel::CloseMode::kAbort);
@@ -175,6 +176,12 @@ bool Worker::place_rdma_request(const tunnel::SessionToken* session, transport::
   unsigned workers = config_->workers;
   std::optional<unsigned> holder = session ? directory_.holder(*session) : std::nullopt;
   unsigned to = holder ? *holder : next_rdma_worker_++ % workers;
+  // A new session skips the workers whose RDMA sessions fill
+  // tunnel.rdma.max_pinned (if all do, the one in turn rejects it).
+  for (unsigned tried = 0; !holder && tried < workers; ++tried, to = next_rdma_worker_++ % workers) {
+    Worker* w = directory_.worker(to);
+    if (!w || !w->rdma_full()) break;
+  }
   if (to == index_) return false;
   Worker* target = directory_.worker(to);
   if (!target) return false;
@@ -330,11 +337,20 @@ void Worker::carry_handed_stream(HandedStream& handed) {
                                                handed.target));
 }
 
-void Worker::release_peer_claims() {
+void Worker::sync_peer_claims() {
   bool capped = config_->tunnel.sessions_per_peer != 0;
+  // Which peers this worker's links (retired ones too) carry something to.
+  std::unordered_set<std::string> busy;
+  if (capped)
+    for_each_link([&](const tunnel::PeerLink& l) {
+      if (!l.finished()) busy.insert(l.name());
+    });
+  // A link carrying something holds a claim, even one that never asked:
+  // sessions adopted in a takeover, or open before a reload set the cap.
+  for (const std::string& peer : busy)
+    if (!peer_claims_.contains(peer) && directory_.claim_peer(peer, index_, UINT32_MAX)) peer_claims_.insert(peer);
   for (auto it = peer_claims_.begin(); it != peer_claims_.end();) {
-    tunnel::PeerLink* link = find_link(*it);
-    if (capped && link && !link->finished()) {
+    if (busy.contains(*it)) {
       ++it;
       continue;
     }
@@ -353,10 +369,19 @@ tunnel::SessionBudget::RdmaRoom Worker::make_room_for_rdma(const tunnel::PeerLin
   std::string limit = "tunnel.rdma.max_pinned (" + std::to_string(t.rdma.pinned_budget(pool_->buffer_size()) >> 20) +
                       " MiB, " + std::to_string(rdma_->transport_limit()) + " RDMA sessions per worker) reached";
   RdmaRoom room = RdmaRoom::kNo;
-  if (oldest && oldest->close_if_idle("closed to make room for an RDMA session to " + link.name() + ": " + limit)) {
+  // A session closed to make room counts until its QP is gone (a flush and
+  // a disconnect later): meanwhile, close no other one for the same room.
+  bool closing_one = rdma_->transports() >= rdma_count_at_eviction_ &&
+                     loop_.now() - rdma_eviction_at_ < std::chrono::seconds(2);
+  if (closing_one) {
+    room = RdmaRoom::kSoon;
+  } else if (oldest &&
+             oldest->close_if_idle("closed to make room for an RDMA session to " + link.name() + ": " + limit)) {
     metrics_.rdma_budget_evicted.add();
     log::info("session_evicted").kv("peer", oldest->name()).kv("for_peer", link.name()).kv("reason", limit);
     room = RdmaRoom::kSoon;
+    rdma_count_at_eviction_ = rdma_->transports();
+    rdma_eviction_at_ = loop_.now();
   }
   bool to_tcp = t.transport == TransportMode::kAuto;
   if (to_tcp) metrics_.rdma_budget_tcp.add();
@@ -739,7 +764,7 @@ void Worker::tick() {
   // About once a second: pages of buffers unused for that long go back to
   // the kernel (TCP only), so RSS comes down after a burst.
   if (++ticks_ % kTrimEveryTicks == 0) pool_->trim(kWarmBuffers);
-  if (!peer_claims_.empty()) release_peer_claims();
+  if ((!peer_claims_.empty() || config_->tunnel.sessions_per_peer != 0) && ticks_ % 10 == 0) sync_peer_claims();
   std::erase_if(retired_links_, [](const auto& link) { return link->finished(); });
   // A discovered peer without a session is forgotten 5 minutes after its
   // last use (its counters stay), so that /peers says for that long why its

@@ -10,6 +10,7 @@
 #include <rdma/rdma_cma.h>
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -63,6 +64,8 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   bool init(std::string* error);
   void run();
   const LoopFeatures& features() const { return loop_.features(); }
+  // Its RDMA sessions fill tunnel.rdma.max_pinned. Any thread may ask.
+  bool rdma_full() const { return rdma_ && rdma_->at_transport_limit(); }
   unsigned index() const { return index_; }
   // --- called on the worker's thread, through the mailbox -------------------
   // A reload: adopt `config` and `listeners`. Listeners and peers that stay
@@ -179,8 +182,9 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   };
   bool hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener, const std::string& target);
   void carry_handed_stream(HandedStream& stream);
-  // Lets go of the claims to peers whose links here carry nothing now.
-  void release_peer_claims();
+  // Keeps the claims in step with the links (at the tick): a link that
+  // carries something holds one, one that carries nothing lets it go.
+  void sync_peer_claims();
   void import_image(const WorkerImage& image);
   UniqueFd take_inherited(uint32_t index);
   // The tunnel's listeners of this worker (at init, and after a failed takeover).
@@ -231,6 +235,10 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   std::shared_ptr<std::vector<UniqueFd>> inherited_fds_;
   unsigned next_rdma_worker_ = 0;
   uint64_t ticks_ = 0;
+  // The last RDMA session closed for tunnel.rdma.max_pinned: when, and how
+  // many RDMA transports there were then (make_room_for_rdma).
+  size_t rdma_count_at_eviction_ = SIZE_MAX;
+  Clock::time_point rdma_eviction_at_{};
   std::unordered_set<std::string> peer_claims_;  // peers this worker claimed (SessionDirectory::claim_peer)  // worker 0: where the next new RDMA session goes
   bool frozen_ = false;  // a takeover is under way
   bool accepting_ = true;

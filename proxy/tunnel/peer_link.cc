@@ -94,7 +94,14 @@ void PeerLink::dial_new_session(TransportKind kind) {
 
 void PeerLink::dial(TransportKind kind) {
   bool resume = active_ && active_->wants_transport() && !probing_;
-  if (kind == TransportKind::kRdma && budget_ && !probing_ && !resume) {
+  if (kind == TransportKind::kRdma && budget_ && resume) {
+    // A session that was on RDMA gets its place back (its lost transport
+    // freed it); one on TCP (put there for want of room) goes to RDMA only
+    // if there is room, and closes nothing for it.
+    if (active_->transport_kind() != TransportKind::kRdma && !budget_->has_rdma_room() &&
+        tunnel_.transport == TransportMode::kAuto)
+      kind = TransportKind::kTcp;
+  } else if (kind == TransportKind::kRdma && budget_ && !probing_) {
     SessionBudget::RdmaRoom room = budget_->make_room_for_rdma(*this);
     if (room != SessionBudget::RdmaRoom::kYes) {
       if (tunnel_.transport == TransportMode::kAuto) {

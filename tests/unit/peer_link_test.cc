@@ -1154,6 +1154,35 @@ TEST_CASE("peer link: past rdma.max_pinned, auto dials TCP instead; with room it
   t.attached_to->detach(t);
 }
 
+TEST_CASE("peer link: past rdma.max_pinned, a session put on TCP resumes on TCP and moves to RDMA only with room") {
+  FakeBudget budget;
+  budget.rdma = SessionBudget::RdmaRoom::kNo;
+  Fixture f(TransportMode::kAuto, true, /*always=*/true, &budget);
+  f.settings.resume_timeout_ms = 10000;
+  f.tunnel.rdma_probe_interval_ms = 2000;
+  f.link = std::make_unique<PeerLink>(f.loop, f.pool, f.peer, f.settings, f.tunnel, Connectors{&f.tcp, &f.rdma},
+                                      &budget);
+  f.link->start();
+  CHECK(f.rdma.calls.empty());
+  FakeTransport* wire = f.dialed(f.tcp);
+  REQUIRE(wire->inject_all(resumable_hello()));
+  f.loop.end_batch();
+  REQUIRE(f.link->up());
+  f.link->tick(f.t0 + 2s);
+  CHECK(f.rdma.calls.empty());  // no room: no move to RDMA either
+  wire->fail("connection reset by peer");
+  f.loop.end_batch();
+  CHECK(f.rdma.calls.empty());  // the resume stays on TCP
+  CHECK(f.tcp.calls.size() == 2);
+  FakeTransport* again = f.dialed(f.tcp);
+  REQUIRE(again->inject_all(resumable_hello()));
+  f.loop.end_batch();
+  // Room again: the next probe moves it.
+  budget.rdma = SessionBudget::RdmaRoom::kYes;
+  f.link->tick(f.t0 + 10s);
+  CHECK(f.rdma.calls.size() == 1);
+}
+
 TEST_CASE("peer link: past rdma.max_pinned, transport rdma waits while an idle session makes room, else refuses") {
   FakeBudget budget;
   budget.rdma = SessionBudget::RdmaRoom::kSoon;

@@ -122,22 +122,20 @@ void RdmaTransportListener::on_connect_request(rdma_cm_id* id, const uint8_t* da
 void RdmaTransportListener::accept_request(IncomingConnect connect, const uint8_t* data, size_t len) {
   if (!observer_) return;  // stopped: `connect` rejects it
   if (ctx_.at_transport_limit()) {
-    // tunnel.rdma.max_pinned: a new session is rejected (the dialer's auto
-    // mode goes to TCP); a resume replaces a transport and is let in.
-    ConnectParams params;
-    const char* why = "";
-    if (!decode_connect_params(data, len, &params, &why) || !params.session) {
-      if (metrics::WorkerMetrics* m = ctx_.metrics()) m->rdma_budget_rejected.add();
-      uint64_t suppressed = 0;
-      if (reject_log_.allow(loop_.now(), &suppressed)) {
-        log::Line line = log::warn("rdma_connect_rejected");
-        line.kv("remote", sockaddr_to_string(rdma_get_peer_addr(connect.id()), sizeof(sockaddr_storage)))
-            .kv("reason", "tunnel.rdma.max_pinned reached (" + std::to_string(ctx_.transports()) +
-                              " RDMA sessions on this worker)");
-        if (suppressed) line.kv("suppressed", suppressed);
-      }
-      return;  // `connect` rejects it
+    // tunnel.rdma.max_pinned: rejected, whatever it is for (the dialer's
+    // auto mode goes to TCP). A session's move to RDMA carries its token as
+    // a resume does, so the token cannot tell them apart; a resume usually
+    // finds room anyway, its lost transport having freed its place.
+    if (metrics::WorkerMetrics* m = ctx_.metrics()) m->rdma_budget_rejected.add();
+    uint64_t suppressed = 0;
+    if (reject_log_.allow(loop_.now(), &suppressed)) {
+      log::Line line = log::warn("rdma_connect_rejected");
+      line.kv("remote", sockaddr_to_string(rdma_get_peer_addr(connect.id()), sizeof(sockaddr_storage)))
+          .kv("reason", "tunnel.rdma.max_pinned reached (" + std::to_string(ctx_.transports()) +
+                            " RDMA sessions on this worker)");
+      if (suppressed) line.kv("suppressed", suppressed);
     }
+    return;  // `connect` rejects it
   }
   std::string error;
   IoPtr<RdmaTransport> transport;

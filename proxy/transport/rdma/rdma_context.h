@@ -5,6 +5,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,17 +53,22 @@ class RdmaContext {
   // RDMA transports of this worker alive now (dialling, accepting, open or
   // closing: each posts, or will post, recv_depth receives from the slab),
   // and how many tunnel.rdma.max_pinned allows.
-  size_t transports() const { return transports_; }
-  size_t transport_limit() const { return config_.session_limit(pool_.buffer_size()); }
-  bool at_transport_limit() const { return transports_ >= transport_limit(); }
-  void transport_added() { ++transports_; }
-  void transport_removed() { --transports_; }
+  // Atomic: worker 0 reads the others' when it places connect requests.
+  size_t transports() const { return transports_.load(std::memory_order_relaxed); }
+  size_t transport_limit() const {
+    // At least one: the parser checked max_pinned against a stride not yet
+    // rounded up to the pool's 64 bytes.
+    return std::max<size_t>(1, config_.session_limit(pool_.buffer_size()));
+  }
+  bool at_transport_limit() const { return transports() >= transport_limit(); }
+  void transport_added() { transports_.fetch_add(1, std::memory_order_relaxed); }
+  void transport_removed() { transports_.fetch_sub(1, std::memory_order_relaxed); }
 
  private:
   BufferPool& pool_;
   RdmaConfig config_;
   metrics::WorkerMetrics* metrics_;
-  size_t transports_ = 0;
+  std::atomic<size_t> transports_{0};
   // Stable addresses: transports hold pointers.
   std::vector<std::unique_ptr<RdmaDeviceState>> devices_;
 };
