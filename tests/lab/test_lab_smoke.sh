@@ -46,6 +46,22 @@ check() {
     fi
 }
 
+# check_twice: like check, but a first failure is shown and the check run
+# once more; only a second failure counts. For perftest's tools, whose own
+# RDMA CM handshake on rxe is now and then rejected (seen once in CI:
+# RDMA_CM_EVENT_REJECTED, error 8, then the client crashed) with nothing of
+# rdmagw involved.
+check_twice() {
+    local before=$failed
+    check "$@"
+    if ((failed > before)); then
+        failed=$before
+        unset 'failures[-1]'
+        echo "     $1: failed once; trying again"
+        check "$@"
+    fi
+}
+
 # The first call installs packages and builds the initramfs; report that apart.
 if ! "$lab" setup; then
     echo "FAIL setup: tools/rdma-lab setup failed"
@@ -86,7 +102,7 @@ WAIT_LISTEN='wait_listen() {
 }
 '
 
-check ib_send_lat 0 '^[[:space:]]*2[[:space:]]+200[[:space:]]+[0-9.]+' -- \
+check_twice ib_send_lat 0 '^[[:space:]]*2[[:space:]]+200[[:space:]]+[0-9.]+' -- \
     "$lab" run --timeout 300 -- sh -c "$WAIT_LISTEN"'
         timeout 120 ib_send_lat -R -d $RDMAGW_LAB_DEVICE -n 200 & server=$!
         wait_listen ib_send_lat || exit 1
@@ -94,7 +110,7 @@ check ib_send_lat 0 '^[[:space:]]*2[[:space:]]+200[[:space:]]+[0-9.]+' -- \
         wait $server || rc=1
         exit $rc'
 
-check ib_write_bw 0 '^[[:space:]]*65536[[:space:]]+[0-9]+[[:space:]]+[0-9.]+' -- \
+check_twice ib_write_bw 0 '^[[:space:]]*65536[[:space:]]+[0-9]+[[:space:]]+[0-9.]+' -- \
     "$lab" run --timeout 300 -- sh -c "$WAIT_LISTEN"'
         timeout 120 ib_write_bw -R -d $RDMAGW_LAB_DEVICE -s 65536 -n 500 >/tmp/server.log 2>&1 & server=$!
         wait_listen ib_write_bw || exit 1
