@@ -1,0 +1,542 @@
+#!/usr/bin/env python3
+"""rdmagw against HAProxy and against no proxy at all, in one run, same topology.
+
+Four paths to the same backends on this machine:
+  direct          client -> backend
+  haproxy         client -> haproxy A -> haproxy B -> backend   (mode tcp)
+  haproxy-splice  the same, with option splice-request/splice-response
+  rdmagw          client -> rdmagw A -> tunnel (TCP transport) -> rdmagw B -> backend
+and, through each, in turns (the order of the paths rotates every round):
+  redis-set, redis-get      redis-benchmark -c 50 -d 512, unpipelined
+  redis-set-p16, redis-get-p16   the same with -P 16
+  iperf3                    one bulk stream
+  pingpong                  sockperf ping-pong, 64 B, round-trip p50/p99
+  hol                       the same ping-pong while an iperf3 stream runs
+                            through the same path (for rdmagw: the same session)
+  http-keepalive            wrk -c 32 against nginx (a 1 KiB page)
+  http-close                the same with Connection: close
+
+For every run it reads the CPU time of both proxy processes of the path
+(utime + stime from /proc/PID/stat) and prints medians: throughput and its
+ratio to direct, CPU per request or per GiB, latencies, then the targets of
+issue 14 as ratios against HAProxy at its best setting for each figure, and
+the rdmagw pair's RSS and descriptors before and after the whole run.
+
+  perf/compare.py                        # 3 rounds, about 10 minutes
+  perf/compare.py --out perf/results/$(date +%F)-compare.md
+  perf/compare.py --guard                # CI: under a minute; exit 1 when rdmagw
+                                         # costs more CPU per request than HAProxy
+
+Everything shares the 2 cores: the client, the backends and both proxies of
+a path. Only ratios measured in the same run mean anything here.
+"""
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+from benchlib import free_port, wait_port  # noqa: E402
+
+PATHS = ("direct", "haproxy", "haproxy-splice", "rdmagw")
+TESTS = ("redis-set", "redis-get", "redis-set-p16", "redis-get-p16", "iperf3", "pingpong", "hol",
+         "http-keepalive", "http-close")
+BACKENDS = ("redis", "iperf", "sockperf", "http")
+GIB = 1 << 30
+
+
+# --- the backends and the proxies ----------------------------------------------
+
+
+class Topology:
+    """Starts the backends and every proxy pair; ports[path][backend] is
+    where a client connects, pids[path] the proxy processes to measure."""
+
+    def __init__(self, work: str, args):
+        self.work = work
+        self.args = args
+        self.procs = []
+        self.ports = {}
+        self.pids = {}
+
+    def spawn(self, cmd, **kw):
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=kw.pop("stderr", subprocess.DEVNULL), **kw)
+        self.procs.append(p)
+        return p
+
+    def start(self, paths):
+        backend = {name: free_port() for name in BACKENDS}
+        self.spawn(["redis-server", "--port", str(backend["redis"]), "--bind", "127.0.0.1", "--save", "",
+                    "--appendonly", "no"])
+        self.spawn(["iperf3", "-s", "-p", str(backend["iperf"])])
+        self.spawn(["sockperf", "server", "--tcp", "-i", "127.0.0.1", "-p", str(backend["sockperf"])])
+        self.start_nginx(backend["http"])
+        for port in backend.values():
+            wait_port(port)
+        self.ports["direct"] = backend
+        self.pids["direct"] = []
+        for path in paths:
+            if path == "haproxy":
+                self.start_haproxy(path, backend, splice=False)
+            elif path == "haproxy-splice":
+                self.start_haproxy(path, backend, splice=True)
+            elif path == "rdmagw":
+                self.start_rdmagw(backend)
+
+    def start_nginx(self, port):
+        os.makedirs(f"{self.work}/www", exist_ok=True)
+        with open(f"{self.work}/www/index.html", "w") as f:
+            f.write("x" * 1023 + "\n")
+        with open(f"{self.work}/nginx.conf", "w") as f:
+            f.write(f"""daemon off;
+master_process off;
+worker_processes 1;
+pid {self.work}/nginx.pid;
+error_log {self.work}/nginx.err warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    keepalive_requests 10000000;
+    client_body_temp_path {self.work}/nginx-tmp;
+    proxy_temp_path {self.work}/nginx-tmp;
+    fastcgi_temp_path {self.work}/nginx-tmp;
+    uwsgi_temp_path {self.work}/nginx-tmp;
+    scgi_temp_path {self.work}/nginx-tmp;
+    server {{
+        listen 127.0.0.1:{port};
+        root {self.work}/www;
+    }}
+}}
+""")
+        self.spawn(["nginx", "-p", self.work, "-c", f"{self.work}/nginx.conf"])
+
+    def start_haproxy(self, path, backend, splice):
+        front = {name: free_port() for name in BACKENDS}
+        middle = {name: free_port() for name in BACKENDS}
+        options = "    option splice-request\n    option splice-response\n" if splice else ""
+        pids = []
+        for name, listen, to in (("b", middle, backend), ("a", front, middle)):
+            sections = "".join(f"""listen {b}
+    bind 127.0.0.1:{listen[b]}
+    server s 127.0.0.1:{to[b]}
+""" for b in BACKENDS)
+            cfg = f"{self.work}/{path}-{name}.cfg"
+            with open(cfg, "w") as f:
+                f.write(f"""global
+    nbthread {self.args.haproxy_threads}
+    maxconn 4000
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+{options}{sections}""")
+            pids.append(self.spawn(["haproxy", "-f", cfg]).pid)
+        for port in front.values():
+            wait_port(port)
+        self.ports[path] = front
+        self.pids[path] = pids
+
+    def start_rdmagw(self, backend):
+        listen = {name: free_port() for name in BACKENDS}
+        a_tunnel, b_tunnel = free_port(), free_port()
+        tunnel = f"{{address: 127.0.0.1, tcp_port: %d, transport: tcp, buffer_size: {self.args.buffer_size}}}"
+        listeners = "".join(f"""  - {{name: {b}, listen: "tcp:127.0.0.1:{listen[b]}", peer: host-b, target: "tcp:127.0.0.1:{backend[b]}"}}
+""" for b in BACKENDS)
+        targets = ", ".join(f'"tcp:127.0.0.1:{backend[b]}"' for b in BACKENDS)
+        configs = {
+            "b": f"""node: host-b
+admin: "127.0.0.1:{free_port()}"
+workers: {self.args.workers}
+tunnel: {tunnel % b_tunnel}
+targets: [{targets}]
+""",
+            "a": f"""node: host-a
+admin: "127.0.0.1:{free_port()}"
+workers: {self.args.workers}
+tunnel: {tunnel % a_tunnel}
+peers:
+  - {{name: host-b, address: 127.0.0.1, tcp_port: {b_tunnel}}}
+listeners:
+{listeners}""",
+        }
+        pids = []
+        for name in ("b", "a"):
+            path = f"{self.work}/rdmagw-{name}"
+            with open(f"{path}.yaml", "w") as f:
+                f.write(configs[name])
+            log = open(f"{path}.log", "w")
+            pids.append(self.spawn([benchlib.RDMAGW, "--config", f"{path}.yaml", "--log-level", "info"],
+                                   stderr=log).pid)
+        for name in ("b", "a"):
+            benchlib.wait_log(f"{self.work}/rdmagw-{name}.log", "event=ready")
+        for port in listen.values():
+            wait_port(port)
+        self.ports["rdmagw"] = listen
+        self.pids["rdmagw"] = pids
+
+    def stop(self):
+        benchlib.stop_all(self.procs)
+
+
+# --- one run of one test through one path ---------------------------------------
+
+
+def run(cmd, timeout):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited with {p.returncode}:\n{(p.stdout + p.stderr)[-1500:]}")
+    return p.stdout + p.stderr
+
+
+def redis(port, test, requests, pipeline):
+    cmd = ["redis-benchmark", "-p", str(port), "-c", "50", "-d", "512", "-t", test, "-n", str(requests), "-q"]
+    if pipeline > 1:
+        cmd += ["-P", str(pipeline)]
+    rps = benchlib.parse_redis_benchmark(run(cmd, 300))[test.upper()]
+    return {"rate": rps, "units": requests}
+
+
+def iperf(port, seconds, extra=()):
+    out = run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", str(seconds), "-J", *extra], seconds + 60)
+    r = benchlib.parse_iperf3_json(out)
+    return {"rate": r["gbps"], "units": r["bytes"] / GIB}
+
+
+def pingpong(port, seconds):
+    out = run(["sockperf", "ping-pong", "--tcp", "-i", "127.0.0.1", "-p", str(port), "-m", "64", "-t",
+               str(seconds), "--full-rtt"], seconds + 30)
+    return benchlib.parse_sockperf(out)
+
+
+def hol(ports, seconds):
+    """The ping-pong while one bulk stream runs through the same path."""
+    bulk = subprocess.Popen(["iperf3", "-c", "127.0.0.1", "-p", str(ports["iperf"]), "-t", str(seconds + 2), "-J"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(1)
+        r = pingpong(ports["sockperf"], seconds)
+    finally:
+        out, _ = bulk.communicate(timeout=seconds + 60)
+    r["bulk_gbps"] = benchlib.parse_iperf3_json(out)["gbps"]
+    return r
+
+
+def wrk(port, seconds, close):
+    cmd = ["wrk", "-t", "1", "-c", "32", "-d", f"{seconds}s", f"http://127.0.0.1:{port}/index.html"]
+    if close:
+        cmd[1:1] = ["-H", "Connection: close"]
+    r = benchlib.parse_wrk(run(cmd, seconds + 60))
+    if r["errors"]:
+        raise RuntimeError(f"wrk through port {port}: {r['errors']} errors")
+    return {"rate": r["rps"], "units": r["requests"]}
+
+
+def one(test, ports, args):
+    s = args.seconds
+    if test.startswith("redis-"):
+        pipelined = test.endswith("-p16")
+        name = test.split("-")[1]
+        return redis(ports["redis"], name, args.requests * (4 if pipelined else 1), 16 if pipelined else 1)
+    if test == "iperf3":
+        return iperf(ports["iperf"], s)
+    if test == "pingpong":
+        return pingpong(ports["sockperf"], s)
+    if test == "hol":
+        return hol(ports, s)
+    if test == "http-keepalive":
+        return wrk(ports["http"], s, close=False)
+    if test == "http-close":
+        return wrk(ports["http"], s, close=True)
+    raise ValueError(test)
+
+
+def measured(test, path, topo, args):
+    """Runs `test` through `path`; adds the proxies' CPU seconds to the result."""
+    pids = topo.pids[path]
+    before = [benchlib.cpu_seconds(p) for p in pids]
+    r = one(test, topo.ports[path], args)
+    r["cpu"] = sum(benchlib.cpu_seconds(p) - b for p, b in zip(pids, before))
+    # The iperf3 server takes one test at a time, and a closed test's
+    # sockets linger a moment: let each run start on a quiet machine.
+    time.sleep(0.3)
+    return r
+
+
+# --- the report -------------------------------------------------------------------
+
+
+def median(results, key):
+    values = [r[key] for r in results if key in r]
+    return statistics.median(values) if values else None
+
+
+def cpu_per_unit(results):
+    """Median of each run's CPU per request (µs) or per GiB (s)."""
+    per = [r["cpu"] / r["units"] for r in results if r.get("units")]
+    return statistics.median(per) if per else None
+
+
+def rate_unit(test):
+    return "Gbit/s" if test == "iperf3" else "req/s"
+
+
+def fmt(v, digits=0):
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def report(results, paths, tests, args, pair_state):
+    """results[test][path] = [run, ...]; returns (markdown, targets missed in guard mode)."""
+    lines = []
+    proxies = [p for p in paths if p != "direct"]
+    rows = []
+    for test in tests:
+        if test in ("pingpong", "hol"):
+            continue
+        d = median(results[test]["direct"], "rate")
+        row = [f"{test} ({rate_unit(test)})", fmt(d, 2 if test == "iperf3" else 0)]
+        for p in proxies:
+            v = median(results[test][p], "rate")
+            row.append(f"{fmt(v, 2 if test == 'iperf3' else 0)} ({v / d:.2f})" if v and d else "–")
+        rows.append(row)
+    lines += ["### Throughput (ratio to direct)", "",
+              benchlib.markdown_table(["test", "direct"] + proxies, rows), ""]
+
+    rows = []
+    for test in tests:
+        if test in ("pingpong", "hol"):
+            continue
+        unit = "s/GiB" if test == "iperf3" else "µs/req"
+        scale = 1 if test == "iperf3" else 1e6
+        row = [f"{test} ({unit})"]
+        for p in proxies:
+            v = cpu_per_unit(results[test][p])
+            row.append(fmt(v * scale if v is not None else None, 2 if test == "iperf3" else 1))
+        rows.append(row)
+    lines += ["### CPU of both proxy processes, per request or per GiB", "",
+              benchlib.markdown_table(["test"] + proxies, rows), ""]
+
+    if "pingpong" in tests:
+        rows = []
+        d50 = median(results["pingpong"]["direct"], "p50")
+        for p in paths:
+            p50, p99 = median(results["pingpong"][p], "p50"), median(results["pingpong"][p], "p99")
+            added = None if p == "direct" else p50 - d50
+            row = [p, fmt(p50, 1), fmt(p99, 1), fmt(added, 1)]
+            if "hol" in tests:
+                h99 = median(results["hol"][p], "p99")
+                row += [fmt(h99, 1), f"{h99 / p99:.2f}" if h99 and p99 else "–"]
+            rows.append(row)
+        header = ["path", "p50 µs", "p99 µs", "added p50 µs"]
+        if "hol" in tests:
+            header += ["p99 with a bulk stream µs", "p99 ratio"]
+        lines += ["### 64 B ping-pong round trip (sockperf --full-rtt)", "",
+                  benchlib.markdown_table(header, rows), ""]
+
+    targets, missed = targets_table(results, paths, tests, pair_state)
+    if targets:
+        lines += ["### Targets (issue 14): rdmagw against HAProxy at its best setting for each figure", "",
+                  benchlib.markdown_table(["figure", "rdmagw", "HAProxy best", "ratio", "target", "met"], targets),
+                  ""]
+    if pair_state:
+        lines += ["### The rdmagw pair before and after the run (2 s after the last test)", "",
+                  benchlib.markdown_table(["process", "RSS before KiB", "RSS after KiB", "fds before", "fds after"],
+                                          pair_state), ""]
+    return "\n".join(lines), missed
+
+
+def best(results, test, paths, key, lower=True):
+    """(value, path) of the HAProxy path with the best median `key`."""
+    cands = []
+    for p in paths:
+        if p.startswith("haproxy"):
+            v = cpu_per_unit(results[test][p]) if key == "cpu" else median(results[test][p], key)
+            if v is not None:
+                cands.append((v, p))
+    if not cands:
+        return None, None
+    return (min if lower else max)(cands)
+
+
+def targets_table(results, paths, tests, pair_state):
+    """Rows of (figure, rdmagw, HAProxy best, ratio, target, met) and the
+    names of the CPU-per-request figures where rdmagw costs more than HAProxy."""
+    rows, worse = [], []
+    if "rdmagw" not in paths or not any(p.startswith("haproxy") for p in paths):
+        return rows, worse
+
+    def add(figure, mine, theirs, target, lower_is_better=True, digits=1, source=""):
+        if mine is None or theirs is None or theirs == 0:
+            return
+        ratio = mine / theirs
+        ok = ratio <= target if lower_is_better else ratio >= target
+        sign = "≤" if lower_is_better else "≥"
+        rows.append([figure, fmt(mine, digits), f"{fmt(theirs, digits)} {source}".strip(), f"{ratio:.2f}",
+                     f"{sign} {target}", "yes" if ok else "**no**"])
+
+    for test in ("redis-set", "redis-get", "redis-set-p16", "redis-get-p16", "http-keepalive", "http-close"):
+        if test not in tests:
+            continue
+        mine = cpu_per_unit(results[test]["rdmagw"])
+        theirs, src = best(results, test, paths, "cpu")
+        if mine is None or theirs is None:
+            continue
+        if mine > theirs:
+            worse.append(test)
+        add(f"CPU per request, {test} (µs)", mine * 1e6, theirs * 1e6, 0.33 if test == "redis-set" else 1.0,
+            source=f"({src})")
+    if "iperf3" in tests:
+        mine = cpu_per_unit(results["iperf3"]["rdmagw"])
+        theirs, src = best(results, "iperf3", paths, "cpu")
+        add("CPU per GiB of bulk (s)", mine, theirs, 0.8, digits=2, source=f"({src})")
+        mine = median(results["iperf3"]["rdmagw"], "rate")
+        theirs, src = best(results, "iperf3", paths, "rate", lower=False)
+        add("bulk throughput (Gbit/s)", mine, theirs, 1.0, lower_is_better=False, digits=2, source=f"({src})")
+    if "pingpong" in tests:
+        d50 = median(results["pingpong"]["direct"], "p50")
+        mine = median(results["pingpong"]["rdmagw"], "p50") - d50
+        theirs, src = best(results, "pingpong", paths, "p50")
+        add("added p50 latency, 64 B ping-pong (µs)", mine, theirs - d50 if theirs else None, 0.5,
+            source=f"({src})")
+    for test, target in (("http-keepalive", 0.7), ("http-close", 0.75)):
+        if test in tests:
+            d = median(results[test]["direct"], "rate")
+            mine = median(results[test]["rdmagw"], "rate")
+            if d and mine:
+                rows.append([f"{test}, ratio to direct", f"{mine / d:.2f}", "–", f"{mine / d:.2f}", f"≥ {target}",
+                             "yes" if mine / d >= target else "**no**"])
+    if "hol" in tests and "pingpong" in tests:
+        alone, shared = median(results["pingpong"]["rdmagw"], "p99"), median(results["hol"]["rdmagw"], "p99")
+        if alone and shared:
+            rows.append(["ping-pong p99 beside a bulk stream / alone", f"{shared / alone:.2f}", "–",
+                         f"{shared / alone:.2f}", "≤ 2", "yes" if shared / alone <= 2 else "**no**"])
+    return rows, worse
+
+
+def pair_snapshot(topo):
+    if "rdmagw" not in topo.pids:
+        return None
+    return [(benchlib.rss_kib(p), benchlib.fd_count(p)) for p in topo.pids["rdmagw"]]
+
+
+# --- main -------------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3, help="runs of each test through each path (default 3)")
+    ap.add_argument("--seconds", type=int, default=5, help="length of the timed tests (default 5)")
+    ap.add_argument("--requests", type=int, default=100000,
+                    help="redis-benchmark requests per run, 4x that pipelined (default 100000)")
+    ap.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated subset of {', '.join(PATHS)}")
+    ap.add_argument("--tests", default=",".join(TESTS), help=f"comma-separated subset of {', '.join(TESTS)}")
+    ap.add_argument("--workers", type=int, default=1, help="workers per rdmagw (default 1)")
+    ap.add_argument("--haproxy-threads", type=int, default=1, help="nbthread of each haproxy (default 1)")
+    ap.add_argument("--buffer-size", type=int, default=16384, help="tunnel.buffer_size of both rdmagw")
+    ap.add_argument("--guard", action="store_true",
+                    help="CI's short check: redis SET/GET and HTTP Connection: close through rdmagw and "
+                         "HAProxy, 3 rounds; exit 1 when rdmagw's CPU per request is above HAProxy's")
+    ap.add_argument("--out", help="also write the report (markdown) to this file")
+    args = ap.parse_args(argv)
+    if args.guard:
+        args.paths = "direct,haproxy,rdmagw"
+        args.tests = "redis-set,redis-get,http-close"
+        args.requests = min(args.requests, 30000)
+        args.seconds = min(args.seconds, 2)
+    for name, allowed in (("paths", PATHS), ("tests", TESTS)):
+        chosen = [x for x in getattr(args, name).split(",") if x]
+        bad = [x for x in chosen if x not in allowed]
+        if bad or not chosen:
+            ap.error(f"--{name} {getattr(args, name)!r}: unknown {', '.join(bad) or '(empty)'}; "
+                     f"choose from {', '.join(allowed)}")
+        setattr(args, name, chosen)
+    if "direct" not in args.paths:
+        args.paths.insert(0, "direct")  # every ratio is against it
+    if "hol" in args.tests and "pingpong" not in args.tests:
+        ap.error("--tests: hol is read against pingpong; add pingpong")
+    for name in ("rounds", "seconds", "requests", "workers", "haproxy_threads"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
+    return args
+
+
+def check_tools(args):
+    need = {"redis-server": True, "iperf3": True, "sockperf": True, "nginx": True, "wrk": True,
+            "redis-benchmark": True, "haproxy": any(p.startswith("haproxy") for p in args.paths)}
+    missing = [t for t, needed in need.items() if needed and not shutil.which(t)]
+    if missing:
+        sys.exit(f"compare.py: missing {', '.join(missing)}: run tools/dev/install-deps")
+    if "rdmagw" in args.paths and not os.access(benchlib.RDMAGW, os.X_OK):
+        sys.exit(f"compare.py: {benchlib.RDMAGW} not found: build first (tools/dev/build)")
+
+
+def header(args):
+    try:
+        commit = subprocess.run(["git", "-C", benchlib.ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        commit = "?"
+    return (f"# rdmagw vs HAProxy vs direct ({datetime.date.today()})\n\n"
+            f"`perf/compare.py --rounds {args.rounds} --seconds {args.seconds} --requests {args.requests}"
+            f" --workers {args.workers} --haproxy-threads {args.haproxy_threads}"
+            f" --buffer-size {args.buffer_size}`{' --guard' if args.guard else ''}; commit {commit}; "
+            f"{os.cpu_count()} cores, kernel {platform.release()}; medians of {args.rounds} rounds. "
+            f"rdmagw on its TCP transport (loopback), client, backends and proxies on the same cores.\n")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    check_tools(args)
+    work = tempfile.mkdtemp(prefix="rdmagw-compare.")
+    topo = Topology(work, args)
+    results = {t: {p: [] for p in args.paths} for t in args.tests}
+    try:
+        topo.start(args.paths)
+        # One warm-up request stream per path: the first connection through
+        # rdmagw dials its session, and nobody's first run should pay for it.
+        for p in args.paths:
+            redis(topo.ports[p]["redis"], "set", 2000, 1)
+        time.sleep(1)
+        before = pair_snapshot(topo)
+        total = args.rounds * len(args.tests) * len(args.paths)
+        done, started = 0, time.monotonic()
+        for rnd in range(args.rounds):
+            order = args.paths[rnd % len(args.paths):] + args.paths[:rnd % len(args.paths)]
+            for test in args.tests:
+                for path in order:
+                    r = measured(test, path, topo, args)
+                    results[test][path].append(r)
+                    done += 1
+                    shown = {k: round(v, 6 if k == "cpu" else 2) for k, v in r.items()}
+                    print(f"[{done}/{total}, {time.monotonic() - started:.0f}s] round {rnd + 1} {test} {path}: "
+                          f"{shown}", file=sys.stderr, flush=True)
+        time.sleep(2)
+        after = pair_snapshot(topo)
+        state = None
+        if before and after:
+            state = [[f"rdmagw {name}", b[0], a[0], b[1], a[1]] for name, b, a in zip(("B", "A"), before, after)]
+        body, worse = report(results, args.paths, args.tests, args, state)
+    finally:
+        topo.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    text = header(args) + "\n" + body
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    if args.guard and worse:
+        print(f"compare.py --guard: rdmagw costs more CPU per request than HAProxy in: {', '.join(worse)}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
