@@ -35,6 +35,7 @@ import datetime
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -216,9 +217,12 @@ def pingpong(port, seconds):
     return benchlib.parse_sockperf(out)
 
 
-def hol(ports, seconds):
-    """The ping-pong while one bulk stream runs through the same path."""
-    bulk = subprocess.Popen(["iperf3", "-c", "127.0.0.1", "-p", str(ports["iperf"]), "-t", str(seconds + 2), "-J"],
+def hol(ports, seconds, rate):
+    """The ping-pong while one bulk stream, paced at `rate` so that it
+    leaves CPU to spare, runs through the same path: what the ping-pong
+    then waits for is the bulk stream's frames, not the cores."""
+    bulk = subprocess.Popen(["iperf3", "-c", "127.0.0.1", "-p", str(ports["iperf"]), "-t", str(seconds + 2), "-J",
+                             "-b", rate],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         time.sleep(1)
@@ -250,7 +254,7 @@ def one(test, ports, args):
     if test == "pingpong":
         return pingpong(ports["sockperf"], s)
     if test == "hol":
-        return hol(ports, s)
+        return hol(ports, s, args.hol_rate)
     if test == "http-keepalive":
         return wrk(ports["http"], s, close=False)
     if test == "http-close":
@@ -261,8 +265,24 @@ def one(test, ports, args):
 def measured(test, path, topo, args):
     """Runs `test` through `path`; adds the proxies' CPU seconds to the result."""
     pids = topo.pids[path]
+    recorder = None
+    if args.perf_record and path == "rdmagw" and test in args.perf_record_tests:
+        # The first round's run of each chosen test, both sidecars, call graphs.
+        data = os.path.join(args.perf_record, f"{test}.data")
+        if not os.path.exists(data):
+            recorder = subprocess.Popen(["perf", "record", "-q", "-F", "1999", "-g", "-o", data, "-p",
+                                         ",".join(str(p) for p in pids)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
     before = [benchlib.cpu_seconds(p) for p in pids]
     r = one(test, topo.ports[path], args)
+    if recorder:
+        recorder.send_signal(signal.SIGINT)
+        recorder.wait(timeout=60)
+        with open(os.path.join(args.perf_record, f"{test}.txt"), "w") as f:
+            subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "dso,sym", "--stdio",
+                            "-g", "none", "--percent-limit", "0.5"], stdout=f, stderr=subprocess.DEVNULL,
+                           timeout=300)
     r["cpu"] = sum(benchlib.cpu_seconds(p) - b for p, b in zip(pids, before))
     # The iperf3 server takes one test at a time, and a closed test's
     # sockets linger a moment: let each run start on a quiet machine.
@@ -437,6 +457,9 @@ def parse_args(argv=None):
                     help="redis-benchmark requests per run, 4x that pipelined (default 100000)")
     ap.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated subset of {', '.join(PATHS)}")
     ap.add_argument("--tests", default=",".join(TESTS), help=f"comma-separated subset of {', '.join(TESTS)}")
+    ap.add_argument("--hol-rate", default="2G",
+                    help="iperf3 -b of the bulk stream beside the ping-pong in the hol test (default 2G: "
+                         "unpaced, it takes both cores and the test measures the scheduler)")
     ap.add_argument("--workers", type=int, default=1, help="workers per rdmagw (default 1)")
     ap.add_argument("--haproxy-threads", type=int, default=1, help="nbthread of each haproxy (default 1)")
     ap.add_argument("--buffer-size", type=int, default=16384, help="tunnel.buffer_size of both rdmagw")
@@ -444,6 +467,11 @@ def parse_args(argv=None):
                     help="CI's short check: redis SET/GET and HTTP Connection: close through rdmagw and "
                          "HAProxy, 3 rounds; exit 1 when rdmagw's CPU per request is above HAProxy's")
     ap.add_argument("--out", help="also write the report (markdown) to this file")
+    ap.add_argument("--perf-record", metavar="DIR",
+                    help="profile both rdmagw processes (perf record -g) during their first run of each test in "
+                         "--perf-record-tests; DIR/TEST.data and a flat report DIR/TEST.txt")
+    ap.add_argument("--perf-record-tests", default="redis-set,iperf3",
+                    help="the tests --perf-record profiles (default redis-set,iperf3)")
     args = ap.parse_args(argv)
     if args.guard:
         args.paths = "direct,haproxy,rdmagw"
@@ -457,6 +485,11 @@ def parse_args(argv=None):
             ap.error(f"--{name} {getattr(args, name)!r}: unknown {', '.join(bad) or '(empty)'}; "
                      f"choose from {', '.join(allowed)}")
         setattr(args, name, chosen)
+    args.perf_record_tests = args.perf_record_tests.split(",")
+    if args.perf_record:
+        if not shutil.which("perf"):
+            ap.error("--perf-record: perf is not installed (tools/dev/install-deps installs linux-perf)")
+        os.makedirs(args.perf_record, exist_ok=True)
     if "direct" not in args.paths:
         args.paths.insert(0, "direct")  # every ratio is against it
     if "hol" in args.tests and "pingpong" not in args.tests:
