@@ -3,7 +3,9 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cassert>
+#include <climits>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -291,25 +293,36 @@ void LocalStream::forward(uint8_t* buffer, uint32_t len) {
 
 // --- tunnel -> socket --------------------------------------------------------
 
-tunnel::Stream::Delivery LocalStream::on_peer_data(std::span<const uint8_t> bytes) {
+tunnel::Stream::Delivery LocalStream::on_peer_data(std::span<const iovec> pieces) {
   Delivery d;
   assert(!closing_ && "an ending stream is detached: no data reaches it");
-  // Fast path: nothing queued ahead of these bytes, so try to hand them to the
-  // socket straight from the tunnel's receive buffer. This skips the copy into
-  // to_socket_ and an io_uring round trip; whatever the socket does not take
-  // now is queued as usual. Errors are left to the queued send to report.
+  // Fast path: nothing queued ahead of these bytes, so hand them to the
+  // socket straight from the tunnel's receive buffer, all of this batch's
+  // pieces in one sendmsg. This skips the copy into to_socket_ and an
+  // io_uring round trip; whatever the socket does not take now is queued as
+  // usual. Errors are left to the queued send to report.
+  size_t skip = 0;  // bytes of `pieces` already in the socket
   if (!sending_ && !connecting_ && to_socket_.empty() && !write_shut_) {
-    ssize_t n = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    msghdr m{};
+    m.msg_iov = const_cast<iovec*>(pieces.data());  // sendmsg does not write it
+    m.msg_iovlen = std::min<size_t>(pieces.size(), IOV_MAX);
+    ssize_t n = ::sendmsg(fd_.get(), &m, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) {
       add_bytes_to_app(static_cast<uint64_t>(n));
-      bytes = bytes.subspan(static_cast<size_t>(n));
       d.delivered = static_cast<uint32_t>(n);
-      if (bytes.empty()) return d;
+      skip = static_cast<size_t>(n);
     }
   }
-  if (!to_socket_.append(bytes.data(), bytes.size())) {
-    d.accepted = false;
-    return d;
+  for (const iovec& piece : pieces) {
+    if (skip >= piece.iov_len) {
+      skip -= piece.iov_len;
+      continue;
+    }
+    if (!to_socket_.append(static_cast<const uint8_t*>(piece.iov_base) + skip, piece.iov_len - skip)) {
+      d.accepted = false;
+      return d;
+    }
+    skip = 0;
   }
   pump_send();
   return d;

@@ -76,7 +76,7 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   ~LocalStream() override;
 
   // tunnel::Stream
-  Delivery on_peer_data(std::span<const uint8_t> bytes) override;
+  Delivery on_peer_data(std::span<const iovec> pieces) override;
   void on_peer_fin() override;
   void on_peer_reset(tunnel::ResetCode code) override;
   void on_send_credit() override;

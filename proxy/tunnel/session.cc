@@ -14,15 +14,17 @@ int64_t to_ns(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-// Marks the session as parsing for the length of a frame; streams must not
-// call in meanwhile (Stream's re-entrance rule).
+// Marks the session as parsing a frame or delivering a batch's data;
+// streams must not call in meanwhile (Stream's re-entrance rule). Nests: a
+// frame that ends the session delivers from inside the parse.
 class ParsingScope {
  public:
-  explicit ParsingScope(bool& flag) : flag_(flag) { flag_ = true; }
-  ~ParsingScope() { flag_ = false; }
+  explicit ParsingScope(bool& flag) : flag_(flag), outer_(flag) { flag_ = true; }
+  ~ParsingScope() { flag_ = outer_; }
 
  private:
   bool& flag_;
+  bool outer_;
 };
 }  // namespace
 
@@ -192,6 +194,9 @@ void Session::tick(Clock::time_point now) {
 
 void Session::close(SessionEnd end, std::string_view reason, CloseMode mode) {
   if (state_ == State::kClosed) return;
+  // What arrived before the end is the streams' (a stream whose FINs both
+  // crossed finishes with it): delivered while its buffer is still ours.
+  deliver_gathered();
   // A resumable peer would otherwise take the end of the transport for a
   // fault and try to resume: say that this end is meant.
   if (resumable_ && mode == CloseMode::kFlush && state_ == State::kOpen && frames_attached_)
@@ -294,6 +299,7 @@ void Session::attach(Stream& stream, uint32_t id, uint64_t send_window) {
 
 void Session::detach(Stream& stream) {
   if (stream.session_ != this) return;
+  drop_gathered(stream);
   unqueue_events(stream);
   if (stream.waits_for_session_) std::erase(blocked_streams_, &stream);
   // Bytes the stream still held are dropped with it: return them to the
@@ -568,18 +574,66 @@ void Session::return_credit(Stream& stream, uint32_t n) {
   grant_session();
 }
 
-void Session::hand_over(Stream& stream, std::span<const uint8_t> bytes) {
-  Stream::Delivery d = stream.on_peer_data(bytes);
-  if (!d.accepted) {
-    log::warn("stream_reset").kv("peer", peer_label()).kv("stream", stream.id_).kv("reason", "out of buffers");
-    send_control(FrameType::kReset, stream.id_, static_cast<uint32_t>(ResetCode::kResource), 4);
-    stream.reset_code_ = ResetCode::kResource;
-    queue_event(stream, kEventReset);
-    return;
+void Session::gather(Stream& stream, std::span<const uint8_t> bytes) {
+  if (stream.gathered_pieces_ == 0) {
+    stream.gather_order_ = static_cast<uint32_t>(gathered_streams_.size());
+    gathered_streams_.push_back(&stream);
   }
-  // Bytes the stream wrote to its socket at once return like any delivered
-  // bytes (frames are appended to the transport; nothing re-enters).
-  if (d.delivered > 0) return_credit(stream, d.delivered);
+  ++stream.gathered_pieces_;
+  stream.gathered_bytes_ += static_cast<uint32_t>(bytes.size());  // within the stream window: no overflow
+  gathered_.push_back({&stream, iovec{const_cast<uint8_t*>(bytes.data()), bytes.size()}});
+}
+
+void Session::drop_gathered(Stream& stream) {
+  if (stream.gathered_pieces_ == 0) return;
+  for (auto& g : gathered_)
+    if (g.stream == &stream) g.stream = nullptr;
+  std::erase(gathered_streams_, &stream);
+  stream.gathered_pieces_ = stream.gathered_bytes_ = 0;
+}
+
+void Session::deliver_gathered() {
+  if (gathered_.empty()) return;
+  ParsingScope scope(parsing_);
+  // Taken out first: a delivery that ends the session (out of buffers for
+  // a frame) must not deliver again from inside.
+  delivering_.swap(gathered_);
+  delivering_streams_.swap(gathered_streams_);
+  gathered_.clear();
+  gathered_streams_.clear();
+  // Fewest bytes first; ties in order of arrival. std::sort works in place.
+  std::sort(delivering_streams_.begin(), delivering_streams_.end(), [](const Stream* a, const Stream* b) {
+    return a->gathered_bytes_ != b->gathered_bytes_ ? a->gathered_bytes_ < b->gathered_bytes_
+                                                    : a->gather_order_ < b->gather_order_;
+  });
+  // Each stream's pieces side by side, in their order (a counting sort).
+  uint32_t cursor = 0;
+  for (Stream* s : delivering_streams_) {
+    s->gather_order_ = cursor;
+    cursor += s->gathered_pieces_;
+  }
+  sorted_pieces_.resize(cursor);
+  for (const auto& g : delivering_)
+    if (g.stream) sorted_pieces_[g.stream->gather_order_++] = g.piece;
+  for (Stream* s : delivering_streams_) {
+    uint32_t count = s->gathered_pieces_;
+    std::span<const iovec> pieces(sorted_pieces_.data() + s->gather_order_ - count, count);
+    s->gathered_pieces_ = s->gathered_bytes_ = 0;
+    Stream::Delivery d = s->on_peer_data(pieces);
+    if (!d.accepted) {
+      log::warn("stream_reset").kv("peer", peer_label()).kv("stream", s->id_).kv("reason", "out of buffers");
+      send_control(FrameType::kReset, s->id_, static_cast<uint32_t>(ResetCode::kResource), 4);
+      s->reset_code_ = ResetCode::kResource;
+      queue_event(*s, kEventReset);
+      continue;
+    }
+    // Bytes the stream wrote to its socket at once return like any
+    // delivered bytes (frames are appended to the transport; nothing
+    // re-enters).
+    if (d.delivered > 0) return_credit(*s, d.delivered);
+  }
+  delivering_.clear();
+  delivering_streams_.clear();
 }
 
 // --- frames from the peer ------------------------------------------------------
@@ -797,7 +851,7 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
   count_stream_opened();
   attach(*stream, id, peer_hello_.stream_window);
   stream->receive_.on_receive(first);
-  if (first > 0) hand_over(*stream, open.first_bytes);
+  if (first > 0) gather(*stream, open.first_bytes);
   return true;
 }
 
@@ -836,7 +890,7 @@ bool Session::on_data(const FrameHeader& h, std::span<const uint8_t> payload) {
     return protocol_error("DATA overruns the window of stream " + std::to_string(h.stream_id));
   if (!session_receive_.on_receive(n)) return protocol_error("DATA exceeds the session window");
   count_bytes_in(n);
-  if (n > 0) hand_over(*stream, payload);
+  if (n > 0) gather(*stream, payload);
   return true;
 }
 

@@ -264,6 +264,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
 
   // TransportSink
   bool on_frame(const FrameHeader& header, std::span<const uint8_t> payload) override;
+  void on_frames_end() override { deliver_gathered(); }
   void on_transport_closed(std::string_view reason) override;
 
   bool handle_frame(const FrameHeader& header, std::span<const uint8_t> payload);
@@ -339,9 +340,18 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // carried here; *known tells whether the id was ever opened.
   Stream* find_stream(uint32_t id, bool* known) const;
   void attach(Stream& stream, uint32_t id, uint64_t send_window);
-  // Peer bytes for `stream`, mid-parse: what it delivers at once returns as
-  // credit; bytes it cannot keep reset it (RESET(resource)).
-  void hand_over(Stream& stream, std::span<const uint8_t> bytes);
+  // Peer bytes for `stream`, mid-parse: kept as a piece of the transport's
+  // buffer until the batch ends (deliver_gathered).
+  void gather(Stream& stream, std::span<const uint8_t> bytes);
+  // Hands each stream the pieces of this batch, the streams with the fewest
+  // bytes first: a 64-byte reply does not wait behind a bulk stream's
+  // quarter megabyte of the same batch. What a stream delivers at once
+  // returns as credit; bytes it cannot keep reset it (RESET(resource)).
+  // Called at the end of each batch, and before the session lets its
+  // transport go (the pieces live in its buffer).
+  void deliver_gathered();
+  // A stream leaving mid-batch: its pieces are dropped.
+  void drop_gathered(Stream& stream);
   // `n` bytes of `stream` left this host: stream and session credit return.
   void return_credit(Stream& stream, uint32_t n);
   void grant_session();
@@ -391,7 +401,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   std::string remote_address_;
   SessionOwner* owner_;
   State state_ = State::kHandshake;
-  bool parsing_ = false;  // inside on_frame(): streams must not call in (asserted)
+  bool parsing_ = false;  // inside on_frame() or deliver_gathered(): streams must not call in (asserted)
   std::string peer_node_;
   HelloPayload peer_hello_;
   // One transport's authentication, while it runs (session_auth.cc).
@@ -416,6 +426,16 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   ReceiveWindow session_receive_;
   std::vector<Stream*> blocked_streams_;  // short of session credit, in order
   std::vector<Stream*> events_;           // streams with Event bits to dispatch
+  // This batch's payload pieces, in arrival order, and their streams in
+  // order of first arrival; the delivery's copies of both, and the pieces
+  // sorted by stream (all reused: no allocation per batch once warm).
+  struct GatheredPiece {
+    Stream* stream;
+    iovec piece;
+  };
+  std::vector<GatheredPiece> gathered_, delivering_;
+  std::vector<Stream*> gathered_streams_, delivering_streams_;
+  std::vector<iovec> sorted_pieces_;
   bool open_to_announce_ = false;         // owner: on_session_open
   bool draining_to_announce_ = false;     // owner: on_session_draining
   bool draining_announced_ = false;

@@ -214,6 +214,7 @@ void Session::suspend(std::string_view reason) {
 }
 
 void Session::drop_transport() {
+  deliver_gathered();  // the pieces live in the transport's buffer
   if (transport_) {
     transport_->close(CloseMode::kAbort);
     old_transports_.push_back(std::move(transport_));

@@ -6,10 +6,13 @@
 // and the stream holds a handle to its session, which may come and go under
 // it (Session::detach).
 //
-// Re-entrance rule: while a session parses frames it calls only
-// on_peer_data(), and a stream must not call its session from there. Every
-// other hook runs after the batch of frames, when the session is not
-// mid-parse, and may call the session freely.
+// Re-entrance rule: a session calls on_peer_data() at the end of a
+// transport's batch of frames (and before it lets the transport go), and a
+// stream must not call its session from there. Every other hook runs after
+// the batch, when the session is neither parsing nor delivering, and may
+// call the session freely.
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -48,9 +51,11 @@ class Stream {
   Stream() = default;
   virtual ~Stream() = default;
 
-  // Payload from the peer. Called mid-parse: the bytes live only during the
-  // call, and the stream must not call its session.
-  virtual Delivery on_peer_data(std::span<const uint8_t> bytes) = 0;
+  // Payload from the peer: every DATA (and OPEN) payload of one transport
+  // batch for this stream, in order, as pieces of the transport's receive
+  // buffer (so that one sendmsg can take them all). The bytes live only
+  // during the call, and the stream must not call its session.
+  virtual Delivery on_peer_data(std::span<const iovec> pieces) = 0;
   // The peer sent FIN: no more data will come.
   virtual void on_peer_fin() = 0;
   // The peer reset the stream, or the session had to (out of buffers). The
@@ -73,6 +78,11 @@ class Stream {
   bool wants_credit_ = false;       // took no stream credit: waiting for a WINDOW
   bool waits_for_session_ = false;  // in the session's list of streams short of session credit
   uint8_t events_ = 0;              // Session::Event bits queued for dispatch
+  // Payload of the current transport batch, waiting for its delivery
+  // (Session::deliver_gathered).
+  uint32_t gathered_pieces_ = 0;
+  uint32_t gathered_bytes_ = 0;
+  uint32_t gather_order_ = 0;       // first arrival in the batch, then the delivery cursor
   ResetCode reset_code_ = ResetCode::kCancel;  // with Event::kReset
 };
 

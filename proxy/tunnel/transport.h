@@ -43,6 +43,13 @@ class TransportSink {
   // A whole, header-validated frame. Returns false when the session has
   // closed the transport (the transport then stops delivering).
   virtual bool on_frame(const FrameHeader& header, std::span<const uint8_t> payload) = 0;
+  // The end of a batch of frames: their payloads are still where on_frame()
+  // saw them, and stop being valid when this returns (the receive buffer is
+  // reused). The session delivers the batch's stream data here, so that a
+  // stream's frames of one batch leave in one write. Called on every sink
+  // that took frames of the batch, unless it closed the transport (then it
+  // delivered when it closed).
+  virtual void on_frames_end() {}
   // The carrier failed or the peer closed it. Called at most once.
   virtual void on_transport_closed(std::string_view reason) = 0;
 };

@@ -124,16 +124,20 @@ class FakeStream final : public tunnel::Stream {
   bool attached_in_last_hook = false;
 
  protected:
-  Delivery on_peer_data(std::span<const uint8_t> bytes) override {
+  Delivery on_peer_data(std::span<const iovec> pieces) override {
     ++data_calls;
-    received.append(bytes.begin(), bytes.end());
+    size_t total = 0;
+    for (const iovec& p : pieces) {
+      received.append(static_cast<const char*>(p.iov_base), p.iov_len);
+      total += p.iov_len;
+    }
     if (on_data_hook) on_data_hook(*this);
     Delivery d;
     if (refuse_data) {
       d.accepted = false;
       return d;
     }
-    d.delivered = std::min<uint32_t>(deliver_now, static_cast<uint32_t>(bytes.size()));
+    d.delivered = std::min<uint32_t>(deliver_now, static_cast<uint32_t>(total));
     return d;
   }
   void on_peer_fin() override {

@@ -117,9 +117,9 @@ class WaitingStream final : public Stream, public PendingStream {
   int resets = 0;
 
  protected:
-  Delivery on_peer_data(std::span<const uint8_t> bytes) override {
+  Delivery on_peer_data(std::span<const iovec> pieces) override {
     Delivery d;
-    d.delivered = static_cast<uint32_t>(bytes.size());
+    for (const iovec& p : pieces) d.delivered += static_cast<uint32_t>(p.iov_len);
     return d;
   }
   void on_peer_fin() override {}

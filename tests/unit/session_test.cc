@@ -465,15 +465,21 @@ TEST_CASE("OPEN: first bytes the stream delivers at once come back as WINDOW cre
 // DATA
 // ============================================================================
 
-TEST_CASE("DATA: payload reaches the stream's on_peer_data in order") {
+TEST_CASE("DATA: payload reaches the stream's on_peer_data in order, a batch's pieces in one call, fewest bytes first") {
   Harness h(Session::Role::kAcceptor);
   h.handshake();
+  std::vector<std::string> order;
   FakeStream a("a", &h.log), b("b", &h.log);
+  a.on_data_hook = [&](FakeStream&) { order.push_back("a"); };
+  b.on_data_hook = [&](FakeStream&) { order.push_back("b"); };
   h.accept(a, 1);
   h.accept(b, 3);
   h.inject(cat({data_bytes(1, "abc"), data_bytes(3, "xyz"), data_bytes(1, "def"), data_bytes(1, "")}));
   CHECK(a.received == "abcdef");
-  CHECK(a.data_calls == 2);  // an empty DATA is not handed over
+  CHECK(a.data_calls == 1);  // both pieces at once; an empty DATA is not handed over
+  // b's 3 bytes before a's 6, though a's came first: a small message does
+  // not wait behind a bigger one of the same batch.
+  CHECK(order == std::vector<std::string>{"b", "a"});
   CHECK(b.received == "xyz");
   CHECK(h.s().counters().bytes_in == 9);
   CHECK(h.written().empty());  // nothing delivered yet: no WINDOW
@@ -565,13 +571,27 @@ TEST_CASE("DATA: late DATA behind the peer's RESET in the same batch is dropped"
   CHECK(a.resets[0] == ResetCode::kCancel);
 }
 
+TEST_CASE("DATA: a frame that ends the session does not lose the batch's data before it") {
+  Harness h(Session::Role::kAcceptor);
+  h.handshake();
+  FakeStream a("a", &h.log);
+  h.accept(a, 1);
+  // The stream's data and FIN, then a frame for a stream never opened.
+  h.inject(cat({data_bytes(1, "abc"), fin_bytes(1), data_bytes(99, "x")}));
+  CHECK_FALSE(h.s().open());
+  CHECK(a.received == "abc");  // delivered when the session closed, from the transport's buffer
+  h.end_batch();
+  CHECK(a.fins == 1);
+}
+
 TEST_CASE("DATA: bytes the stream cannot keep reset it with RESET(resource); their budget returns") {
   Harness h(Session::Role::kAcceptor, settings_for(1 * kKiB, 1 * kKiB, 4 * kKiB));
   h.handshake();
   FakeStream a("a", &h.log);
   h.accept(a, 1);
   a.refuse_data = true;
-  h.inject(cat({data_bytes(1, 1 * kKiB), data_bytes(1, "late")}));
+  h.inject(data_bytes(1, 1 * kKiB));
+  h.inject(data_bytes(1, "late"));  // sent before the peer saw our RESET
   CHECK(h.s().open());
   CHECK(a.data_calls == 1);  // the second DATA was late: dropped
   auto w = h.written();
@@ -980,12 +1000,15 @@ TEST_CASE("credit: bytes delivered inside on_peer_data return as WINDOW at once"
   REQUIRE(w.size() == 1);
   CHECK(w[0].is(FrameType::kWindow, 1));
   CHECK(w[0].u32() == 1 * kKiB);
+  a.deliver_now = 3 * kKiB;
   h.inject(cat({data_bytes(1, 1 * kKiB), data_bytes(1, 1 * kKiB), data_bytes(1, 1 * kKiB)}));
   w = h.written();
-  REQUIRE(w.size() == 4);  // the fourth KiB fills the session's quarter (4 KiB)
-  CHECK(w[2].is(FrameType::kWindow, 1));
-  CHECK(w[3].is(FrameType::kWindow, 0));
-  CHECK(w[3].u32() == 4 * kKiB);
+  REQUIRE(w.size() == 2);  // the batch's 3 KiB in one call; the fourth KiB fills the session's quarter (4 KiB)
+  CHECK(w[0].is(FrameType::kWindow, 1));
+  CHECK(w[0].u32() == 3 * kKiB);
+  CHECK(w[1].is(FrameType::kWindow, 0));
+  CHECK(w[1].u32() == 4 * kKiB);
+  a.deliver_now = 1 * kKiB;
   SECTION("partly delivered: the rest waits for delivered()") {
     a.deliver_now = 300;
     h.inject(data_bytes(1, 1 * kKiB));
@@ -1148,7 +1171,7 @@ TEST_CASE("re-entrance: hooks other than on_peer_data run only at the end of the
   c.on_reset_hook = [&](FakeStream& s) { after_reset = h.s().take_stream_credit(s, 1); };
 
   h.inject(cat({data_bytes(1, "a"), fin_bytes(1), window_bytes(3, 512), reset_bytes(5, ResetCode::kCancel)}));
-  CHECK(a.received == "a");  // on_peer_data: mid-parse
+  CHECK(a.received == "a");  // on_peer_data: at the end of the transport's batch
   CHECK(h.log.empty());      // everything else: not yet
   CHECK(a.fins + b.credits + static_cast<int>(c.resets.size()) == 0);
   CHECK(h.written().empty());
