@@ -153,6 +153,14 @@ def parse_wrk(text: str) -> dict:
 # --- results -------------------------------------------------------------------
 
 
+def emit(table: str, out) -> None:
+    """Prints the table, and writes it to `out` when given."""
+    print(table)
+    if out:
+        with open(out, "w") as f:
+            f.write(table + "\n")
+
+
 def markdown_table(header: list, rows: list) -> str:
     """A markdown table; the first column left-aligned, the others right."""
     lines = ["| " + " | ".join(header) + " |",

@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tcp_pair_bench import RDMAGW, emit, free_port, stop_all, wait_log, wait_port  # noqa: E402
+from benchlib import RDMAGW, emit, free_port, stop_all, wait_log, wait_port  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

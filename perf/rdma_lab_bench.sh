@@ -16,6 +16,7 @@ secs=${1:-5}
 buffer=${RDMAGW_BENCH_BUFFER:-16384}   # tunnel.buffer_size of both sidecars
 busy=${RDMAGW_BENCH_BUSY_POLL_US:-0}    # tunnel.rdma.busy_poll_us
 transport=${RDMAGW_BENCH_TRANSPORT:-rdma}  # rdma, or tcp to compare the carrier
+depth=${RDMAGW_BENCH_RECV_DEPTH:-128}   # tunnel.rdma.recv_depth
 ulimit -l unlimited
 ulimit -n 65536
 bin=$PWD/build/bin/rdmagw
@@ -49,7 +50,7 @@ node: host-b
 admin: 127.0.0.1:17489
 workers: 1
 log_level: warn
-tunnel: {address: $addr, tcp_port: 17481, rdma_port: 17482, transport: $transport, buffer_size: $buffer, rdma: {slab_size: 128MiB, busy_poll_us: $busy}, auth: {mode: psk, key_files: ["$work/key"]}}
+tunnel: {address: $addr, tcp_port: 17481, rdma_port: 17482, transport: $transport, buffer_size: $buffer, rdma: {slab_size: 128MiB, busy_poll_us: $busy, recv_depth: $depth}, auth: {mode: psk, key_files: ["$work/key"]}}
 targets: ["tcp:127.0.0.1:16401", "tcp:127.0.0.1:16402"]
 Y
 cat >"$work/a.yaml" <<Y
@@ -57,7 +58,7 @@ node: host-a
 admin: 127.0.0.1:17479
 workers: 1
 log_level: warn
-tunnel: {address: $addr, tcp_port: 17471, rdma_port: 17472, transport: $transport, buffer_size: $buffer, rdma: {slab_size: 128MiB, busy_poll_us: $busy}, auth: {mode: psk, key_files: ["$work/key"]}}
+tunnel: {address: $addr, tcp_port: 17471, rdma_port: 17472, transport: $transport, buffer_size: $buffer, rdma: {slab_size: 128MiB, busy_poll_us: $busy, recv_depth: $depth}, auth: {mode: psk, key_files: ["$work/key"]}}
 peers:
   - {name: host-b, address: $addr, tcp_port: 17481, rdma_port: 17482}
 listeners:
@@ -90,9 +91,17 @@ i=0
 while ! grep -q "event=session_open" "$work/a.log" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
 sleep 1
 
-tunnel_bw=$(iperf3 -c 127.0.0.1 -p 16411 -t "$secs" -J | /usr/bin/python3 -c \
-  'import json,sys; print("%.1f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8e6))')
-echo "   iperf3 through the pair: $tunnel_bw MB/s"
+cpu_ticks() {  # utime + stime of both sidecars, in clock ticks
+  for p in "$a_pid" "$b_pid"; do sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}'; done | awk '{s += $1} END {print s}'
+}
+cpu_before=$(cpu_ticks)
+iperf3 -c 127.0.0.1 -p 16411 -t "$secs" -J >"$work/iperf.json"
+cpu_after=$(cpu_ticks)
+read -r tunnel_bw gib <<EOF2
+$(/usr/bin/python3 -c 'import json,sys; e = json.load(open(sys.argv[1]))["end"]["sum_received"]; print("%.1f %.4f" % (e["bits_per_second"] / 8e6, e["bytes"] / 2**30))' "$work/iperf.json")
+EOF2
+cpu_per_gib=$(echo "$cpu_before $cpu_after $gib $(getconf CLK_TCK)" | awk '{printf "%.2f", ($2 - $1) / $4 / $3}')
+echo "   iperf3 through the pair: $tunnel_bw MB/s; both sidecars' CPU: $cpu_per_gib s per GiB"
 
 pingpong_at() {  # $1: port -> median 64-byte round trip in us
 /usr/bin/python3 - "$1" <<'PY'
@@ -121,7 +130,7 @@ kill "$echo_pid" 2>/dev/null || true
 wait 2>/dev/null || true
 
 echo
-echo "transport $transport, buffer_size $buffer, busy_poll_us $busy"
+echo "transport $transport, buffer_size $buffer, recv_depth $depth, busy_poll_us $busy; both sidecars' CPU $cpu_per_gib s per GiB of bulk"
 echo "| measure (same VM run, rxe under TCG) | device | through rdmagw | ratio |"
 echo "|---|---:|---:|---:|"
 echo "| bulk MB/s: ib_write_bw -R 64 KiB vs iperf3 through the pair | $ib_bw | $tunnel_bw | $(echo "$tunnel_bw $ib_bw" | awk '{printf "%.2f", $1/$2}') |"

@@ -38,7 +38,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tcp_pair_bench import RDMAGW, emit, free_port, stop_all, wait_log, wait_port  # noqa: E402
+from benchlib import RDMAGW, emit, free_port, stop_all, wait_log, wait_port  # noqa: E402
 
 ECHO_SERVER = r"""
 import asyncio, sys
