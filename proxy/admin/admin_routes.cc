@@ -131,12 +131,18 @@ Response not_found(std::string_view path) {
   return text_response(404, std::move(body));
 }
 
+// HEAD is GET without the body (RFC 9110, 9.3.2), on every GET route.
+bool method_matches(std::string_view route_method, std::string_view method) {
+  return route_method == method || (route_method == "GET" && method == "HEAD");
+}
+
 Response method_not_allowed(std::string_view method, std::string_view path) {
   std::string allow;
   for (const Route& r : kRoutes) {
     if (r.path != path) continue;
     if (!allow.empty()) allow += ", ";
     allow += r.method;
+    if (r.method == "GET") allow += ", HEAD";
   }
   Response response =
       text_response(405, "method " + std::string(method) + " not allowed on " + std::string(path) + "; use " + allow + "\n");
@@ -151,7 +157,7 @@ Response handle_request(Backend& backend, std::string_view method, std::string_v
   for (const Route& r : kRoutes) {
     if (r.path != path) continue;
     path_known = true;
-    if (r.method != method) continue;
+    if (!method_matches(r.method, method)) continue;
     // The admin thread is a C callback of libevent: nothing may unwind
     // through it, and one failed answer must not end the process.
     try {

@@ -25,8 +25,9 @@ inline constexpr size_t kDefaultStreamsLimit = 100;
 inline constexpr size_t kMaxStreamsLimit = 10000;
 
 // `method` is the request method's name ("GET"), `path` the request path
-// without the query, `query` what follows '?' ("" if nothing). Never throws:
-// an exception from the backend becomes a 500 answer.
+// without the query, `query` what follows '?' ("" if nothing). HEAD is
+// answered as GET (the server leaves the body out). Never throws: an
+// exception from the backend becomes a 500 answer.
 Response handle_request(Backend& backend, std::string_view method, std::string_view path, std::string_view query);
 
 }  // namespace rdmagw::admin
