@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "proxy/admin/admin_render.h"
+#include "proxy/admin/stats_page.h"
 
 namespace rdmagw::admin {
 namespace {
@@ -51,6 +52,21 @@ bool count_param(std::string_view query, std::string_view name, size_t fallback,
   }
   *out = static_cast<size_t>(value);
   return true;
+}
+
+// The page draws only what its own origin answers: nothing loads from
+// elsewhere (it must work offline, and a name or target that slipped past
+// escaping could not send anything away), and no other site may frame it.
+constexpr std::string_view kStatsPageHeaders =
+    "Content-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'\r\n"
+    "X-Content-Type-Options: nosniff\r\n"
+    "Referrer-Policy: no-referrer\r\n";
+
+Response get_stats_page(Backend&, std::string_view) {
+  Response response{200, std::string(kHtmlContentType), std::string(stats_page_html()), {}};
+  response.headers = kStatsPageHeaders;
+  return response;
 }
 
 Response get_live(Backend&, std::string_view) { return text_response(200, "live\n"); }
@@ -120,9 +136,10 @@ struct Route {
 
 // docs/admin.md's table, in its order (the 404 answer lists it).
 constexpr Route kRoutes[] = {
-    {"GET", "/live", get_live},       {"GET", "/ready", get_ready},     {"GET", "/stats", get_stats},
-    {"GET", "/metrics", get_metrics}, {"GET", "/peers", get_peers},     {"GET", "/streams", get_streams},
-    {"GET", "/config", get_config},   {"POST", "/reload", post_reload}, {"POST", "/drain", post_drain},
+    {"GET", "/", get_stats_page},       {"GET", "/live", get_live},       {"GET", "/ready", get_ready},
+    {"GET", "/stats", get_stats},       {"GET", "/metrics", get_metrics}, {"GET", "/peers", get_peers},
+    {"GET", "/streams", get_streams},   {"GET", "/config", get_config},   {"POST", "/reload", post_reload},
+    {"POST", "/drain", post_drain},
 };
 
 Response not_found(std::string_view path) {

@@ -14,11 +14,15 @@ struct Response {
   std::string content_type;
   std::string body;
   std::string allow;  // the Allow header of a 405 answer; empty otherwise
+  // More header lines, each "Name: value\r\n"; static text (the stats
+  // page's security policy), so a view is enough.
+  std::string_view headers;
 };
 
 inline constexpr std::string_view kJsonContentType = "application/json";
 inline constexpr std::string_view kTextContentType = "text/plain; charset=utf-8";
 inline constexpr std::string_view kMetricsContentType = "text/plain; version=0.0.4";
+inline constexpr std::string_view kHtmlContentType = "text/html; charset=utf-8";
 
 // /streams paging (docs/admin.md).
 inline constexpr size_t kDefaultStreamsLimit = 100;

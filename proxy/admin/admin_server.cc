@@ -310,7 +310,7 @@ void AdminServer::serve(Connection& c) {
     if (parsed.status == HttpParse::Status::kNeedMore) return;
     if (parsed.status == HttpParse::Status::kError) {
       evbuffer_drain(in, evbuffer_get_length(in));
-      answer(c, parsed.error_status, kTextContentType, parsed.error + "\n", {}, false, false);
+      answer(c, parsed.error_status, kTextContentType, parsed.error + "\n", {}, {}, false, false);
       return;
     }
     evbuffer_drain(in, parsed.consumed);
@@ -322,15 +322,15 @@ void AdminServer::serve(Connection& c) {
     Response response = access.status != 0
                             ? Response{access.status, std::string(kTextContentType), access.reason, {}}
                             : handle_request(backend_, request.method, request.path, request.query);
-    answer(c, response.status, response.content_type, response.body, response.allow, request.method == "HEAD",
-           request.keep_alive);
+    answer(c, response.status, response.content_type, response.body, response.allow, response.headers,
+           request.method == "HEAD", request.keep_alive);
     c.in_request = false;
     if (!c.closing) arm_deadline(c, kIdleSeconds);
   }
 }
 
 void AdminServer::answer(Connection& c, int status, std::string_view content_type, std::string_view body,
-                         std::string_view allow, bool head, bool keep_alive) {
+                         std::string_view allow, std::string_view headers, bool head, bool keep_alive) {
   std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) + "\r\n";
   out += "Content-Type: " + std::string(content_type) + "\r\n";
   out += "Content-Length: " + std::to_string(body.size()) + "\r\n";
@@ -338,6 +338,7 @@ void AdminServer::answer(Connection& c, int status, std::string_view content_typ
   out += "Cache-Control: no-store\r\n";
   if (!allow.empty()) out += "Allow: " + std::string(allow) + "\r\n";
   if (status == 401) out += "WWW-Authenticate: Bearer\r\n";
+  out += headers;
   out += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
   if (!head) out += body;
   evbuffer_add(bufferevent_get_output(c.bev), out.data(), out.size());

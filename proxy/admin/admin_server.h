@@ -89,8 +89,9 @@ class AdminServer {
   bool make_room();
   // Answers every whole request buffered on `c` (in order), within bounds.
   void serve(Connection& c);
+  // `headers`: more header lines, each ending in CRLF (Response::headers).
   void answer(Connection& c, int status, std::string_view content_type, std::string_view body,
-              std::string_view allow, bool head, bool keep_alive);
+              std::string_view allow, std::string_view headers, bool head, bool keep_alive);
   void arm_deadline(Connection& c, int seconds);
   void close(Connection& c);
   void release_libevent();

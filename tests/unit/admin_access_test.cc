@@ -71,3 +71,19 @@ TEST_CASE("admin access with a token: Bearer TOKEN, exactly") {
   r.host = "anything";
   CHECK(check_access(r, &token, kAdmin).status == 0);
 }
+
+TEST_CASE("admin access: the stats page at / is guarded like the data it shows") {
+  // A browser that loads it from the admin address sends no Origin on the
+  // navigation nor on its same-origin GETs; a page of another site does.
+  AccessRequest page = get("/");
+  page.host = "127.0.0.1:9901";
+  CHECK(check_access(page, nullptr, kAdmin).status == 0);
+  page.origin = "http://evil.example";
+  CHECK(check_access(page, nullptr, kAdmin).status == 403);
+  page.origin.reset();
+  page.host = "rebound.evil.example:9901";
+  CHECK(check_access(page, nullptr, kAdmin).status == 403);
+  SecretKeys token;
+  token.add(kToken);
+  CHECK(check_access(get("/"), &token, kAdmin).status == 401);
+}

@@ -17,6 +17,7 @@
 #include "common/address.h"
 #include "common/unique_fd.h"
 #include "proxy/admin/admin_server.h"
+#include "proxy/admin/stats_page.h"
 
 using namespace rdmagw;
 using namespace rdmagw::admin;
@@ -191,11 +192,11 @@ TEST_CASE("admin server: /live and /ready", "[admin][server]") {
 
 TEST_CASE("admin server: unknown path is 404 with the list of endpoints", "[admin][server]") {
   RunningServer s;
-  for (const char* path : {"/nope", "/stats/", "/", "/live/x"}) {
+  for (const char* path : {"/nope", "/stats/", "//", "/index.html", "/live/x"}) {
     HttpAnswer a = http(s.port(), "GET", path);
     INFO(path);
     CHECK(a.status == 404);
-    for (const char* endpoint : {"GET /live", "GET /ready", "GET /stats", "GET /metrics", "GET /peers",
+    for (const char* endpoint : {"GET /\n", "GET /live", "GET /ready", "GET /stats", "GET /metrics", "GET /peers",
                                  "GET /streams", "GET /config", "POST /reload", "POST /drain"})
       CHECK_THAT(a.body, Catch::Contains(endpoint));
   }
@@ -209,6 +210,9 @@ TEST_CASE("admin server: wrong method is 405 with Allow", "[admin][server]") {
   HttpAnswer post_stats = http(s.port(), "POST", "/stats");
   CHECK(post_stats.status == 405);
   CHECK(post_stats.headers["allow"] == "GET, HEAD");
+  HttpAnswer post_page = http(s.port(), "POST", "/");
+  CHECK(post_page.status == 405);
+  CHECK(post_page.headers["allow"] == "GET, HEAD");
   HttpAnswer put_drain = http(s.port(), "PUT", "/drain");
   CHECK(put_drain.status == 405);
   CHECK(put_drain.headers["allow"] == "POST");
@@ -231,6 +235,30 @@ TEST_CASE("admin server: HEAD answers as GET does, without the body", "[admin][s
   HttpAnswer head_reload = http(s.port(), "HEAD", "/reload");
   CHECK(head_reload.status == 405);
   CHECK(head_reload.headers["allow"] == "POST");
+}
+
+TEST_CASE("admin server: GET / is the stats page, HTML that no cache keeps", "[admin][server][page]") {
+  RunningServer s;
+  HttpAnswer page = http(s.port(), "GET", "/");
+  CHECK(page.status == 200);
+  CHECK(page.headers["content-type"] == "text/html; charset=utf-8");
+  CHECK(page.headers["cache-control"] == "no-store");
+  CHECK(page.headers["x-content-type-options"] == "nosniff");
+  // Nothing from elsewhere, data only from the admin endpoint itself.
+  CHECK_THAT(page.headers["content-security-policy"], Catch::StartsWith("default-src 'none';"));
+  CHECK_THAT(page.headers["content-security-policy"], Catch::Contains("connect-src 'self';"));
+  CHECK(page.body == stats_page_html());
+  CHECK_THAT(page.body, Catch::StartsWith("<!DOCTYPE html>"));
+  // The query is the page's own (interval=, streams=): the same page.
+  CHECK(http(s.port(), "GET", "/?interval=0.5").body == stats_page_html());
+
+  HttpAnswer head = http(s.port(), "HEAD", "/");
+  CHECK(head.status == 200);
+  CHECK(head.headers["content-type"] == "text/html; charset=utf-8");
+  CHECK(head.headers["content-length"] == std::to_string(stats_page_html().size()));
+  CHECK(head.body.empty());
+  // The policy belongs to the page; JSON answers carry none.
+  CHECK(http(s.port(), "GET", "/stats").headers.count("content-security-policy") == 0);
 }
 
 TEST_CASE("admin server: POST /reload answers 400 with the errors, 200 with the changes", "[admin][server]") {
