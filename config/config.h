@@ -70,7 +70,7 @@ struct ListenerConfig {
 struct RdmaConfig {
   std::string device;                        // device name (e.g. erdma_0); empty: the one routing to the peer
   uint64_t slab_size = 128ull * 1024 * 1024; // registered (pinned) buffer memory per worker
-  uint32_t recv_depth = 128;                 // receives posted per session: the peer's send credits
+  uint32_t recv_depth = 64;                  // receives posted per session: the peer's send credits
   uint32_t send_depth = 256;                 // send work requests in flight per session
   uint32_t busy_poll_us = 0;                 // spin on the CQ this long before sleeping
   uint32_t inline_threshold = 96;            // sends up to this size go inline (eRDMA: at most 96)
@@ -116,7 +116,7 @@ struct TunnelConfig {
   TransportMode transport = TransportMode::kAuto;
   // Extensions beyond the schema (all optional):
   // Announced in HELLO; their ranges are the protocol's (common/protocol_limits.h).
-  uint32_t buffer_size = 16 * 1024;             // tunnel.buffer_size: max DATA payload per frame
+  uint32_t buffer_size = 32 * 1024;             // tunnel.buffer_size: max DATA payload per frame (docs/rdma.md, "Defaults")
   uint32_t stream_window = 256 * 1024;          // tunnel.stream_window: initial per-stream window
   uint64_t session_budget = 32ull * 1024 * 1024;  // tunnel.session_budget: bytes buffered per session
   uint32_t keepalive_interval_ms = 5000;        // tunnel.keepalive_interval_ms

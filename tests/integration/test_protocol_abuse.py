@@ -252,10 +252,10 @@ def test_data_beyond_the_stream_window_closes_session_as_overrun(gw):
     with TunnelPeer(gw.tunnel_port) as peer:
         h = peer.handshake()
         stream_window, max_data = h["stream_window"], h["max_data"]
-        assert stream_window == 262144 and max_data == 16384, h
+        assert stream_window == 262144 and max_data == 32768, h  # the defaults
         peer.send(tf.open_frame(1, gw.stall.endpoint))
         assert gw.stall.connected.wait(5), "host-b did not connect the allowed stall target"
-        batch = b"".join(tf.data(1, b"\xab" * max_data) for _ in range(16))  # 256 KiB of DATA
+        batch = b"".join(tf.data(1, b"\xab" * max_data) for _ in range(16))  # 512 KiB of DATA
         sent, t0 = 0, time.monotonic()
         # Bounded: 64 MiB or 20 s. Kernel buffers towards the stalled target can
         # earn us a few MiB of WINDOW at most; then the window must run out.

@@ -538,10 +538,10 @@ TEST_CASE("config: the YAML schema as JSON, defaults filled in", "[admin][config
   CHECK(json ==
         R"({"node":"host-a","admin":"127.0.0.1:9901","workers":2,)"
         R"("tunnel":{"address":"127.0.0.1","tcp_port":7471,"rdma_port":7472,"transport":"auto",)"
-        R"("buffer_size":16384,"stream_window":262144,"session_budget":33554432,)"
+        R"("buffer_size":32768,"stream_window":262144,"session_budget":33554432,)"
         R"("keepalive_interval_ms":5000,"keepalive_timeout_ms":15000,"connect_timeout_ms":3000,)"
         R"("reconnect_max_ms":2000,"session_idle_ms":300000,"max_sessions":1024,"sessions_per_peer":0,"rdma_share":100,"peer_cidrs":[],)"
-        R"("rdma":{"slab_size":134217728,"max_pinned":67108864,"recv_depth":128,"send_depth":256,)"
+        R"("rdma":{"slab_size":134217728,"max_pinned":67108864,"recv_depth":64,"send_depth":256,)"
         R"("busy_poll_us":0,"inline_threshold":96}},)"
         R"("peers":[{"name":"b","address":"10.0.0.2","tcp_port":7471,"rdma_port":7472,"connect":"on_demand"}],)"
         R"("listeners":[{"name":"redis","listen":"tcp:127.0.0.1:6380","peer":"b","target":"tcp:127.0.0.1:6379"},)"

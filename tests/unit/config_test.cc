@@ -221,7 +221,8 @@ TEST_CASE("defaults apply to a minimal config", "[config]") {
   CHECK(c->tunnel.tcp_port == 7471);
   CHECK(c->tunnel.rdma_port == 7472);
   CHECK(c->tunnel.transport == TransportMode::kAuto);
-  CHECK(c->tunnel.buffer_size == 16384);
+  CHECK(c->tunnel.buffer_size == 32768);
+  CHECK(c->tunnel.rdma.recv_depth == 64);
   CHECK(c->tunnel.stream_window == 262144);
   CHECK(c->tunnel.session_budget == 33554432);
   CHECK(c->tunnel.keepalive_interval_ms == 5000);
@@ -363,7 +364,8 @@ TEST_CASE("node names are accepted up to the 255 bytes HELLO carries", "[config]
 TEST_CASE("tunnel.rdma.recv_depth is accepted within the limits the peer's RDMA CM check uses",
           "[config][limits]") {
   // 8192 receives of 16KiB + headroom need a 528MiB slab for 4 sessions.
-  auto c = parse_ok(lines({kNode, "tunnel:", "  rdma:", "    recv_depth: 8192", "    slab_size: 1GiB"}));
+  auto c = parse_ok(lines({kNode, "tunnel:", "  buffer_size: 16KiB", "  rdma:", "    recv_depth: 8192",
+                           "    slab_size: 1GiB"}));
   CHECK(c->tunnel.rdma.recv_depth == rdmagw::kRdmaRecvDepthMax);
   CHECK(parse_ok(lines({kNode, "tunnel:", "  rdma:", "    recv_depth: 8"}))->tunnel.rdma.recv_depth ==
         rdmagw::kRdmaRecvDepthMin);
@@ -847,18 +849,18 @@ TEST_CASE("tunnel.rdma: unknown keys, out-of-range values and a slab too small a
 }
 
 TEST_CASE("tunnel.rdma.max_pinned: half the slab by default; checked against the slab and one session") {
-  constexpr uint64_t kStride = 16384 + 512;
+  constexpr uint64_t kStride = 32768 + 512;
   auto c = parse_ok(lines({kNode, "tunnel:", "  rdma:", "    slab_size: 256MiB"}));
   const auto& rdma = c->tunnel.rdma;
   CHECK(rdma.max_pinned == 0);  // not set: the default applies
   CHECK(rdma.pinned_budget(kStride) == 128ull << 20);
-  CHECK(rdma.session_limit(kStride) == (128ull << 20) / (kStride * 128));  // 62 sessions of 128 receives
+  CHECK(rdma.session_limit(kStride) == (128ull << 20) / (kStride * 64));  // 63 sessions of 64 receives
   // The smallest slab holds 4 sessions' receives: half of it, 2.
   auto small = parse_ok(lines({kNode, "tunnel:", "  rdma:", "    slab_size: 9MiB"}));
   CHECK(small->tunnel.rdma.session_limit(kStride) == 2);
   auto set = parse_ok(lines({kNode, "tunnel:", "  rdma:", "    max_pinned: 8MiB", "    recv_depth: 32"}));
   CHECK(set->tunnel.rdma.max_pinned == 8ull << 20);
-  CHECK(set->tunnel.rdma.session_limit(kStride) == (8ull << 20) / (kStride * 32));  // 15
+  CHECK(set->tunnel.rdma.session_limit(kStride) == (8ull << 20) / (kStride * 32));  // 7
   expect_errors(lines({kNode, "tunnel:", "  rdma:", "    slab_size: 64MiB", "    max_pinned: 65MiB"}),
                 {{5, 17, "tunnel.rdma.max_pinned", "more than slab_size"}});
   expect_errors(lines({kNode, "tunnel:", "  rdma:", "    max_pinned: 1MiB"}),
