@@ -17,8 +17,9 @@ from conftest import TEST_TRANSPORT, render_config
 
 pytestmark = pytest.mark.skipif(TEST_TRANSPORT == "tcp", reason="needs an RDMA device (tests/lab)")
 
-# One session of 32 receives of 16.5 KiB is 528 KiB: 1 MiB holds one.
-ONE_SESSION = "{slab_size: 64MiB, recv_depth: 32, max_pinned: 1MiB}"
+# One session of 16 receives of 32.5 KiB (the default buffer_size) is 520
+# KiB: 1 MiB holds one.
+ONE_SESSION = "{slab_size: 64MiB, recv_depth: 16, max_pinned: 1MiB}"
 PLAIN = "{slab_size: 64MiB, recv_depth: 32}"
 
 
