@@ -768,6 +768,7 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   };
   // What HELLO announces: the peer refuses values outside these limits.
   bool buffer_ok = number("buffer_size", &t->buffer_size, kMaxDataMin, kMaxDataMax, true);
+  t->buffer_size_given = find(f, "buffer_size") != nullptr;
   bool window_ok = number("stream_window", &t->stream_window, kStreamWindowMin, kStreamWindowMax, true);
   bool budget_ok = number("session_budget", &t->session_budget, kSessionWindowMin, kSessionWindowMax, true);
   bool interval_ok = number("keepalive_interval_ms", &t->keepalive_interval_ms, 100, 3600000, false);

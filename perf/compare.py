@@ -148,7 +148,8 @@ defaults
     def start_rdmagw(self, backend):
         listen = {name: free_port() for name in BACKENDS}
         a_tunnel, b_tunnel = free_port(), free_port()
-        tunnel = f"{{address: 127.0.0.1, tcp_port: %d, transport: tcp, buffer_size: {self.args.buffer_size}}}"
+        size = f", buffer_size: {self.args.buffer_size}" if self.args.buffer_size else ""
+        tunnel = f"{{address: 127.0.0.1, tcp_port: %d, transport: tcp{size}}}"
         listeners = "".join(f"""  - {{name: {b}, listen: "tcp:127.0.0.1:{listen[b]}", peer: host-b, target: "tcp:127.0.0.1:{backend[b]}"}}
 """ for b in BACKENDS)
         targets = ", ".join(f'"tcp:127.0.0.1:{backend[b]}"' for b in BACKENDS)
@@ -462,7 +463,8 @@ def parse_args(argv=None):
                          "unpaced, it takes both cores and the test measures the scheduler)")
     ap.add_argument("--workers", type=int, default=1, help="workers per rdmagw (default 1)")
     ap.add_argument("--haproxy-threads", type=int, default=1, help="nbthread of each haproxy (default 1)")
-    ap.add_argument("--buffer-size", type=int, default=16384, help="tunnel.buffer_size of both rdmagw")
+    ap.add_argument("--buffer-size", type=int,
+                    help="tunnel.buffer_size of both rdmagw (default: rdmagw's own, 32 KiB)")
     ap.add_argument("--guard", action="store_true",
                     help="CI's short check: redis SET/GET and HTTP Connection: close through rdmagw and "
                          "HAProxy, 3 rounds; exit 1 when rdmagw's CPU per request is above HAProxy's")
@@ -519,7 +521,8 @@ def header(args):
     return (f"# rdmagw vs HAProxy vs direct ({datetime.date.today()})\n\n"
             f"`perf/compare.py --rounds {args.rounds} --seconds {args.seconds} --requests {args.requests}"
             f" --workers {args.workers} --haproxy-threads {args.haproxy_threads}"
-            f" --buffer-size {args.buffer_size}`{' --guard' if args.guard else ''}; commit {commit}; "
+            f"{f' --buffer-size {args.buffer_size}' if args.buffer_size else ''}`"
+            f"{' --guard' if args.guard else ''}; commit {commit}; "
             f"{os.cpu_count()} cores, kernel {platform.release()}; medians of {args.rounds} rounds. "
             f"rdmagw on its TCP transport (loopback), client, backends and proxies on the same cores.\n")
 

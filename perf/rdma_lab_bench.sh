@@ -13,10 +13,10 @@ cd "$(dirname "$0")/.."
 : "${RDMAGW_LAB_ADDR:?run me through tools/rdma-lab}"
 : "${RDMAGW_LAB_DEVICE:?run me through tools/rdma-lab}"
 secs=${1:-5}
-buffer=${RDMAGW_BENCH_BUFFER:-16384}   # tunnel.buffer_size of both sidecars
+buffer=${RDMAGW_BENCH_BUFFER:-32768}   # tunnel.buffer_size of both sidecars (rdmagw's default)
 busy=${RDMAGW_BENCH_BUSY_POLL_US:-0}    # tunnel.rdma.busy_poll_us
 transport=${RDMAGW_BENCH_TRANSPORT:-rdma}  # rdma, or tcp to compare the carrier
-depth=${RDMAGW_BENCH_RECV_DEPTH:-128}   # tunnel.rdma.recv_depth
+depth=${RDMAGW_BENCH_RECV_DEPTH:-64}   # tunnel.rdma.recv_depth (rdmagw's default)
 ulimit -l unlimited
 ulimit -n 65536
 bin=$PWD/build/bin/rdmagw

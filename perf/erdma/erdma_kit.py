@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     gw.add_argument("--redis-cpus", type=parse_cpu_list, metavar="LIST", help="taskset for redis-server")
     gw.add_argument("--bench-cpus", type=parse_cpu_list, metavar="LIST", help="taskset for redis-benchmark")
     gw.add_argument("--buffer-size", type=_byte_size_in(1 << 10, 1 << 20), metavar="SIZE",
-                    help="tunnel.buffer_size (default: rdmagw's, 16KiB)")
+                    help="tunnel.buffer_size (default: rdmagw's, 32KiB)")
     gw.add_argument("--slab-size", type=_byte_size_in(1 << 20, 64 << 30), metavar="SIZE",
                     help="tunnel.rdma.slab_size (default: rdmagw's, 128MiB; memlock must cover workers x this)")
     gw.add_argument("--busy-poll-us", type=_int_in(0, 1_000_000), metavar="US",

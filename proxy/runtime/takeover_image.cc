@@ -2,11 +2,16 @@
 
 #include <cstring>
 
+#include "common/protocol_limits.h"
+
 namespace rdmagw {
 
 namespace {
 
-constexpr uint32_t kImageVersion = 1;
+// Version 1 images come from an rdmagw whose tunnel.buffer_size default was
+// 16 KiB (tunnel::kVersion1DefaultMaxData).
+constexpr uint32_t kImageVersion = kTakeoverImageVersion;
+constexpr uint32_t kOldestImageVersion = kOldestTakeoverImageVersion;
 constexpr size_t kMaxString = 4096;
 constexpr size_t kMaxBytes = size_t{1} << 30;  // one session's kept frames at most
 constexpr size_t kMaxCount = size_t{1} << 24;
@@ -134,7 +139,7 @@ void get_stream_tunnel(Reader& r, tunnel::StreamTunnelImage* t) {
     r.fail("stream " + std::to_string(t->id) + ": its receive window does not add up");
 }
 
-void put_session(Writer& w, const tunnel::SessionImage& s) {
+void put_session(Writer& w, const tunnel::SessionImage& s, uint32_t image_version) {
   w.boolean(s.dialer);
   w.str(s.peer_label);
   w.str(s.peer_node);
@@ -144,6 +149,11 @@ void put_session(Writer& w, const tunnel::SessionImage& s) {
   w.u32(s.peer_hello.stream_window);
   w.u64(s.peer_hello.session_window);
   w.str(s.peer_hello.node);
+  if (image_version >= 2) {
+    w.u32(s.own_max_data);
+    w.u32(s.own_stream_window);
+    w.u64(s.own_session_window);
+  }
   w.u64(s.token.instance);
   w.u64(s.token.nonce);
   w.u64(s.received);
@@ -168,7 +178,7 @@ void put_session(Writer& w, const tunnel::SessionImage& s) {
   for (uint32_t id : s.blocked) w.u32(id);
 }
 
-void get_session(Reader& r, tunnel::SessionImage* s) {
+void get_session(Reader& r, tunnel::SessionImage* s, uint32_t image_version) {
   s->dialer = r.boolean();
   s->peer_label = r.str("peer name");
   s->peer_node = r.str("peer node");
@@ -180,6 +190,16 @@ void get_session(Reader& r, tunnel::SessionImage* s) {
   s->peer_hello.stream_window = r.u32();
   s->peer_hello.session_window = r.u64();
   s->peer_hello.node = r.str("peer HELLO node");
+  if (image_version >= 2) {
+    s->own_max_data = r.u32();
+    s->own_stream_window = r.u32();
+    s->own_session_window = r.u64();
+    // As a HELLO would be checked: the new process announces them again.
+    if (r.ok() && (s->own_max_data < kMaxDataMin || s->own_max_data > kMaxDataMax ||
+                   s->own_stream_window < s->own_max_data || s->own_stream_window > kStreamWindowMax ||
+                   s->own_session_window < s->own_stream_window || s->own_session_window > kSessionWindowMax))
+      r.fail("session settings out of the protocol's limits");
+  }
   s->token.instance = r.u64();
   s->token.nonce = r.u64();
   s->received = r.u64();
@@ -289,10 +309,10 @@ void get_connections(Reader& r, local::HandoverImages* c, size_t sessions, uint3
 
 }  // namespace
 
-std::vector<uint8_t> encode_process_image(const ProcessImage& image) {
+std::vector<uint8_t> encode_process_image(const ProcessImage& image, uint32_t version) {
   std::vector<uint8_t> out;
   Writer w(&out);
-  w.u32(kImageVersion);
+  w.u32(version);
   w.u64(image.instance);
   w.u32(image.fd_count);
   w.u64(image.listeners.size());
@@ -307,7 +327,7 @@ std::vector<uint8_t> encode_process_image(const ProcessImage& image) {
   w.u64(image.workers.size());
   for (const auto& worker : image.workers) {
     w.u64(worker.sessions.size());
-    for (const auto& s : worker.sessions) put_session(w, s);
+    for (const auto& s : worker.sessions) put_session(w, s, version);
     put_connections(w, worker.connections);
   }
   return out;
@@ -317,8 +337,9 @@ bool decode_process_image(const uint8_t* data, size_t size, ProcessImage* out, s
   Reader r(data, size);
   ProcessImage image;
   uint32_t version = r.u32();
-  if (r.ok() && version != kImageVersion)
-    r.fail("image version " + std::to_string(version) + ", this rdmagw reads version " + std::to_string(kImageVersion));
+  if (r.ok() && (version < kOldestImageVersion || version > kImageVersion))
+    r.fail("image version " + std::to_string(version) + ", this rdmagw reads versions " +
+           std::to_string(kOldestImageVersion) + " to " + std::to_string(kImageVersion));
   image.instance = r.u64();
   image.fd_count = r.u32();
   auto fd_ok = [&](uint32_t fd) {
@@ -347,7 +368,7 @@ bool decode_process_image(const uint8_t* data, size_t size, ProcessImage* out, s
     size_t sessions = r.count("sessions");
     for (size_t j = 0; j < sessions && r.ok(); ++j) {
       worker.sessions.emplace_back();
-      get_session(r, &worker.sessions.back());
+      get_session(r, &worker.sessions.back(), version);
     }
     get_connections(r, &worker.connections, worker.sessions.size(), image.fd_count);
     image.workers.push_back(std::move(worker));

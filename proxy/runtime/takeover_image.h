@@ -32,7 +32,13 @@ struct ProcessImage {
   uint32_t fd_count = 0;   // sockets that travel with it
 };
 
-std::vector<uint8_t> encode_process_image(const ProcessImage& image);
+// The format this rdmagw writes; it reads this one and version 1.
+// 2: sessions carry the values of their own HELLO.
+inline constexpr uint32_t kTakeoverImageVersion = 2;
+inline constexpr uint32_t kOldestTakeoverImageVersion = 1;
+
+// `version`: what an older rdmagw would have written (tests).
+std::vector<uint8_t> encode_process_image(const ProcessImage& image, uint32_t version = kTakeoverImageVersion);
 // False with *error on anything malformed or out of range.
 bool decode_process_image(const uint8_t* data, size_t size, ProcessImage* out, std::string* error);
 

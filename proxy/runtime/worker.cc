@@ -118,6 +118,7 @@ bool Worker::init(std::string* error) {
 
   session_settings_.node = config_->node;
   session_settings_.max_data = t.buffer_size;
+  session_settings_.max_data_of_version1_images = t.buffer_size_given ? t.buffer_size : tunnel::kVersion1DefaultMaxData;
   session_settings_.stream_window = t.stream_window;
   session_settings_.session_window = t.session_budget;
   session_settings_.keepalive_interval_ms = t.keepalive_interval_ms;

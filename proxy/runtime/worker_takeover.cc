@@ -90,6 +90,18 @@ void Worker::import_image(const WorkerImage& image) {
   std::vector<tunnel::Session*> sessions;
   for (const tunnel::SessionImage& s : image.sessions) {
     tunnel::Session* session = nullptr;
+    // The peer may send this session frames as large as it announced; a
+    // smaller tunnel.buffer_size now could not take them.
+    uint32_t announced = s.own_max_data ? s.own_max_data : session_settings_.max_data_of_version1_images;
+    if (announced > session_settings_.max_data) {
+      log::warn("takeover_session_dropped")
+          .kv("peer", s.dialer ? s.peer_label : s.peer_node)
+          .kv("reason", "the session announced frames of up to " + std::to_string(announced) +
+                            " bytes; tunnel.buffer_size is " + std::to_string(session_settings_.max_data) +
+                            " now (lower it only with a restart)");
+      sessions.push_back(nullptr);
+      continue;
+    }
     if (s.dialer) {
       if (tunnel::PeerLink* link = find_or_discover(s.peer_label)) session = link->adopt(s);
     } else {

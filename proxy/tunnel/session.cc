@@ -197,6 +197,7 @@ void Session::close(SessionEnd end, std::string_view reason, CloseMode mode) {
   // What arrived before the end is the streams' (a stream whose FINs both
   // crossed finishes with it): delivered while its buffer is still ours.
   deliver_gathered();
+  if (state_ == State::kClosed) return;  // a delivery ran out of buffers and closed it
   // A resumable peer would otherwise take the end of the transport for a
   // fault and try to resume: say that this end is meant.
   if (resumable_ && mode == CloseMode::kFlush && state_ == State::kOpen && frames_attached_)
@@ -372,6 +373,7 @@ void Session::unqueue_events(Stream& stream) {
 
 void Session::flush() {
   assert(!parsing_);
+  assert(gathered_.empty() && "a transport did not end its batch (TransportSink::on_frames_end)");
   if (open_to_announce_) {
     open_to_announce_ = false;
     // A session that ended in the same batch never served: its owner counts
@@ -575,6 +577,9 @@ void Session::return_credit(Stream& stream, uint32_t n) {
 }
 
 void Session::gather(Stream& stream, std::span<const uint8_t> bytes) {
+  // A batch of many tiny frames is delivered in parts, so that what a
+  // session keeps for delivery stays small (the pieces are valid mid-parse).
+  if (gathered_.size() >= kMaxGatheredPieces) deliver_gathered();
   if (stream.gathered_pieces_ == 0) {
     stream.gather_order_ = static_cast<uint32_t>(gathered_streams_.size());
     gathered_streams_.push_back(&stream);
@@ -617,6 +622,7 @@ void Session::deliver_gathered() {
     if (g.stream) sorted_pieces_[g.stream->gather_order_++] = g.piece;
   for (Stream* s : delivering_streams_) {
     uint32_t count = s->gathered_pieces_;
+    if (s->session_ != this || count == 0) continue;  // left meanwhile (cannot happen today)
     std::span<const iovec> pieces(sorted_pieces_.data() + s->gather_order_ - count, count);
     s->gathered_pieces_ = s->gathered_bytes_ = 0;
     Stream::Delivery d = s->on_peer_data(pieces);

@@ -5,12 +5,14 @@
 // state and holds a handle to the session carrying it, and a session can be
 // detached from its streams (they survive it). See docs/protocol.md.
 //
-// Frames from the transport are handled in two steps, so that frame handling
+// Frames from the transport are handled in steps, so that frame handling
 // never re-enters the session: while parsing, the session updates protocol
-// state and hands payloads to their streams (Stream::on_peer_data); every
-// other consequence (a stream's FIN, reset, new credit, the session's end,
-// notices to the owner) is queued and dispatched at the end of the loop
-// batch (flush()), when the session is not mid-parse.
+// state and keeps the payloads for their streams; at the end of the
+// transport's batch (on_frames_end) it hands each stream its payloads
+// (Stream::on_peer_data); every other consequence (a stream's FIN, reset,
+// new credit, the session's end, notices to the owner) is queued and
+// dispatched at the end of the loop batch (flush()), when the session is
+// neither parsing nor delivering.
 //
 // A resumable session (both HELLOs carry kCapResume) outlives its transport:
 // every frame after the handshake goes to the session's own queue, kept
@@ -100,7 +102,11 @@ class SessionOwner {
 
 struct SessionSettings {
   std::string node;
-  uint32_t max_data = 16 * 1024;
+  uint32_t max_data = 32 * 1024;
+  // What a session from a version-1 takeover image announced as max_data
+  // (the image does not say): tunnel.buffer_size when the config sets it,
+  // else that version's default (kVersion1DefaultMaxData).
+  uint32_t max_data_of_version1_images = kVersion1DefaultMaxData;
   uint32_t stream_window = 256 * 1024;
   uint64_t session_window = 32ull * 1024 * 1024;
   uint32_t keepalive_interval_ms = 5000;
@@ -434,6 +440,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
     iovec piece;
   };
   std::vector<GatheredPiece> gathered_, delivering_;
+  static constexpr size_t kMaxGatheredPieces = 256;  // delivered in parts beyond
   std::vector<Stream*> gathered_streams_, delivering_streams_;
   std::vector<iovec> sorted_pieces_;
   bool open_to_announce_ = false;         // owner: on_session_open

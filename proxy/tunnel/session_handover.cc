@@ -50,11 +50,14 @@ StreamTunnelImage Session::stream_image(const Stream& stream) {
 }
 
 void Session::export_image(SessionImage* out) const {
-  assert(frozen_ && events_.empty());
+  assert(frozen_ && events_.empty() && gathered_.empty());
   out->dialer = role_ == Role::kDialer;
   out->peer_label = settings_.peer_label;
   out->peer_node = peer_node_;
   out->peer_hello = peer_hello_;
+  out->own_max_data = settings_.max_data;
+  out->own_stream_window = settings_.stream_window;
+  out->own_session_window = settings_.session_window;
   out->token = token_;
   out->received = received_;
   out->ack_sent = ack_sent_;
@@ -108,6 +111,11 @@ Session::Session(EventLoop& loop, BufferPool& pool, const SessionSettings& setti
       session_send_(image.session_send_available),
       session_send_reserve_(image.session_send_reserve),
       session_receive_(image.session_receive_size, image.session_receive_remaining, image.session_receive_pending) {
+  // The peer holds us to what we announced (Session::same_settings on its
+  // side): the resumes announce it again, whatever the new config says.
+  settings_.max_data = image.own_max_data ? image.own_max_data : settings.max_data_of_version1_images;
+  if (image.own_stream_window) settings_.stream_window = image.own_stream_window;
+  if (image.own_session_window) settings_.session_window = image.own_session_window;
   started_ = last_receive_ = last_ping_ = last_ack_ = link_started_ = suspended_at_ = loop.now();
   started_wall_ = Clock::now() - std::chrono::milliseconds(image.age_ms);
   peer_opens_ = TokenBucket(settings_.peer_opens_per_second, settings_.peer_opens_per_second);

@@ -26,11 +26,21 @@ struct StreamTunnelImage {
   bool wants_credit = false;
 };
 
+// tunnel.buffer_size's default while takeover images were version 1: what
+// a session of such an image announced when the config did not set it.
+inline constexpr uint32_t kVersion1DefaultMaxData = 16 * 1024;
+
 struct SessionImage {
   bool dialer = true;
   std::string peer_label;  // the configured peer a dialed session belongs to
   std::string peer_node;
   HelloPayload peer_hello;
+  // What this session announced in its own HELLO; the peer holds us to it
+  // for the session's life (a resume with other values is refused), so the
+  // new process announces the same. 0: not in the image (version 1).
+  uint32_t own_max_data = 0;
+  uint32_t own_stream_window = 0;
+  uint64_t own_session_window = 0;
   SessionToken token;
   uint64_t received = 0;
   uint64_t ack_sent = 0;

@@ -200,6 +200,8 @@ void Session::lose_transport(SessionEnd why, std::string_view reason) {
 }
 
 void Session::suspend(std::string_view reason) {
+  deliver_gathered();  // before the transport goes: the pieces live in its buffer
+  if (state_ == State::kClosed) return;  // a delivery ran out of buffers and closed it
   if (state_ == State::kOpen) suspended_at_ = loop().now();
   state_ = State::kResuming;
   drop_transport();

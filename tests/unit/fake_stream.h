@@ -108,7 +108,7 @@ class FakeStream final : public tunnel::Stream {
   bool refuse_data = false;
   uint32_t deliver_now = 0;
   // Test code run from the hooks (they may call the session).
-  std::function<void(FakeStream&)> on_data_hook;  // mid-parse: must not call the session
+  std::function<void(FakeStream&)> on_data_hook;  // while delivering: must not call the session
   std::function<void(FakeStream&)> on_fin_hook;
   std::function<void(FakeStream&)> on_reset_hook;
   std::function<void(FakeStream&)> on_credit_hook;

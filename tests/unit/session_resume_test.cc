@@ -364,6 +364,43 @@ TEST_CASE("takeover: a frozen session rebuilt from its image resumes byte-exact"
   CHECK(p.acceptor->counters().resumes == 1);
 }
 
+TEST_CASE("takeover: the new process announces what the session announced, whatever its config says") {
+  // An upgrade may change a default (tunnel.buffer_size went from 16 to 32
+  // KiB): the peer holds the session to the values of its first HELLO and
+  // refuses a resume with others.
+  enum class Image { kVersion2, kVersion1Right, kVersion1Wrong };
+  for (Image kind : {Image::kVersion2, Image::kVersion1Right, Image::kVersion1Wrong}) {
+    CAPTURE(static_cast<int>(kind));
+    Pair p;
+    REQUIRE(p.dialer->freeze());
+    p.accept_wire->fail("the old process closed it");
+    p.loop.end_batch();
+    SessionImage image;
+    p.dialer->export_image(&image);
+    CHECK(image.own_max_data == p.dial_settings.max_data);
+    CHECK(image.own_stream_window == p.dial_settings.stream_window);
+    CHECK(image.own_session_window == p.dial_settings.session_window);
+    p.dialer->close(SessionEnd::kLocalClose, "taken over", CloseMode::kAbort);
+
+    SessionSettings next = p.dial_settings;  // the new process's config
+    next.max_data = 2 * p.dial_settings.max_data;
+    if (kind == Image::kVersion2) {
+      next.stream_window *= 2;
+      next.session_window *= 2;
+    } else {
+      // A version 1 image does not say; the worker knows the old default.
+      image.own_max_data = image.own_stream_window = 0;
+      image.own_session_window = 0;
+      next.max_data_of_version1_images =
+          kind == Image::kVersion1Right ? p.dial_settings.max_data : p.dial_settings.max_data / 2;
+    }
+    p.dialer = make_io<Session>(p.loop, p.pool, next, image, &p.dial_owner);
+    p.reconnect();
+    CHECK(p.dialer->open() == (kind != Image::kVersion1Wrong));
+    CHECK(p.acceptor->open() == (kind != Image::kVersion1Wrong));
+  }
+}
+
 TEST_CASE("takeover: a session without resumption cannot be frozen; a failed takeover thaws") {
   SECTION("without resumption") {
     Pair p(resumable_settings("dialer", 0), resumable_settings("acceptor", 0));

@@ -27,6 +27,9 @@ ProcessImage sample() {
   s.peer_hello.stream_window = 262144;
   s.peer_hello.session_window = 1 << 25;
   s.peer_hello.node = "host-b";
+  s.own_max_data = 32768;
+  s.own_stream_window = 262144;
+  s.own_session_window = 1 << 25;
   s.token = {7, 9};
   s.received = 1000;
   s.ack_sent = 900;
@@ -86,6 +89,9 @@ TEST_CASE("takeover image: what is written reads back the same", "[takeover]") {
   CHECK(s.token == tunnel::SessionToken{7, 9});
   CHECK(s.frames == std::vector<uint8_t>(300, 0xab));
   CHECK(s.peer_hello.node == "host-b");
+  CHECK(s.own_max_data == 32768);
+  CHECK(s.own_stream_window == 262144);
+  CHECK(s.own_session_window == 1u << 25);
   CHECK(s.blocked == std::vector<uint32_t>{3, 5});
   const auto& st = out.workers[0].connections.streams.at(0);
   CHECK(st.session == 0);
@@ -94,6 +100,39 @@ TEST_CASE("takeover image: what is written reads back the same", "[takeover]") {
   CHECK(st.tunnel.receive_pending == 44);
   CHECK(out.workers[0].connections.pipes.at(0).destination == "10.0.0.2:443");
   CHECK(encode_process_image(out) == bytes);
+}
+
+TEST_CASE("takeover image: an older rdmagw's version 1 is read; its sessions' own settings are unknown", "[takeover]") {
+  std::vector<uint8_t> bytes = encode_process_image(sample(), kOldestTakeoverImageVersion);
+  CHECK(bytes.size() + 16 == encode_process_image(sample()).size());  // the three values of one session
+  ProcessImage out;
+  std::string error;
+  REQUIRE(decode_process_image(bytes.data(), bytes.size(), &out, &error));
+  const auto& s = out.workers.at(0).sessions.at(0);
+  CHECK(s.own_max_data == 0);
+  CHECK(s.own_stream_window == 0);
+  CHECK(s.own_session_window == 0);
+  CHECK(s.frames == std::vector<uint8_t>(300, 0xab));
+  CHECK(out.workers[0].connections.streams.at(0).tunnel.receive_pending == 44);
+  // A version from the future, or 0, is refused with both ends named.
+  for (uint32_t v : {0u, kTakeoverImageVersion + 1}) {
+    std::vector<uint8_t> other = encode_process_image(sample());
+    for (int i = 0; i < 4; ++i) other[static_cast<size_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
+    CHECK_FALSE(decodes(other, &error));
+    CHECK(error.find("image version " + std::to_string(v) + ", this rdmagw reads versions 1 to 2") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("takeover image: a session's own settings outside the protocol's limits are refused", "[takeover]") {
+  ProcessImage p = sample();
+  p.workers[0].sessions[0].own_max_data = 512;  // below kMaxDataMin
+  std::string error;
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+  CHECK(error.find("session settings out of the protocol's limits") != std::string::npos);
+  p = sample();
+  p.workers[0].sessions[0].own_stream_window = 16384;  // below its max_data
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
 }
 
 TEST_CASE("takeover image: every truncation is refused", "[takeover]") {
