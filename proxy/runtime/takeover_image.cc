@@ -340,6 +340,7 @@ bool decode_process_image(const uint8_t* data, size_t size, ProcessImage* out, s
   if (r.ok() && (version < kOldestImageVersion || version > kImageVersion))
     r.fail("image version " + std::to_string(version) + ", this rdmagw reads versions " +
            std::to_string(kOldestImageVersion) + " to " + std::to_string(kImageVersion));
+  image.version = version;
   image.instance = r.u64();
   image.fd_count = r.u32();
   auto fd_ok = [&](uint32_t fd) {

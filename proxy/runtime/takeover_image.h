@@ -24,18 +24,19 @@ struct ListenerImage {
   std::vector<uint32_t> fds;  // one per worker (TCP) or one shared (unix)
 };
 
+// The format this rdmagw writes; it reads this one and version 1.
+// 2: sessions carry the values of their own HELLO.
+inline constexpr uint32_t kTakeoverImageVersion = 2;
+inline constexpr uint32_t kOldestTakeoverImageVersion = 1;
+
 struct ProcessImage {
+  uint32_t version = kTakeoverImageVersion;  // the format it was read in (decode_process_image)
   uint64_t instance = 0;   // the old process's instance: tokens stay valid
   std::vector<ListenerImage> listeners;
   std::vector<uint32_t> tunnel_fds;  // the tunnel's listening sockets, by worker
   std::vector<WorkerImage> workers;
   uint32_t fd_count = 0;   // sockets that travel with it
 };
-
-// The format this rdmagw writes; it reads this one and version 1.
-// 2: sessions carry the values of their own HELLO.
-inline constexpr uint32_t kTakeoverImageVersion = 2;
-inline constexpr uint32_t kOldestTakeoverImageVersion = 1;
 
 // `version`: what an older rdmagw would have written (tests).
 std::vector<uint8_t> encode_process_image(const ProcessImage& image, uint32_t version = kTakeoverImageVersion);

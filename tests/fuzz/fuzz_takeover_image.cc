@@ -14,9 +14,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ProcessImage image;
   std::string error;
   if (!decode_process_image(data, size, &image, &error)) return 0;
-  std::vector<uint8_t> encoded = encode_process_image(image);
+  // Written again in the version it came in (a version-1 image's sessions
+  // do not have the values version 2 requires).
+  std::vector<uint8_t> encoded = encode_process_image(image, image.version);
   ProcessImage again;
   if (!decode_process_image(encoded.data(), encoded.size(), &again, &error)) __builtin_trap();
-  if (encode_process_image(again) != encoded) __builtin_trap();
+  if (encode_process_image(again, again.version) != encoded) __builtin_trap();
   return 0;
 }
