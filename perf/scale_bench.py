@@ -16,7 +16,7 @@ cores; only same-run ratios compare):
             sessions it dialled.
 
 Usage: perf/scale_bench.py [--idle 1000,10000,20000] [--churn 100000]
-                           [--clients 4] [--workers 1] [--buffer-size 16KiB]
+                           [--clients 4] [--workers 1] [--buffer-size 32KiB]
                            [--no-churn] [--quick] [--out FILE]
 --quick: 1000 idle, 5000 short connections (a minute; a smoke run).
 Each process holds one descriptor per idle connection: idle levels above the
@@ -275,7 +275,7 @@ def main():
     ap.add_argument("--churn", type=int, default=100000, help="short connections in a row")
     ap.add_argument("--clients", type=int, default=4, help="processes making the short connections")
     ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--buffer-size", default="16KiB", help="tunnel.buffer_size of both sidecars")
+    ap.add_argument("--buffer-size", default="32KiB", help="tunnel.buffer_size of both sidecars (default: rdmagw's, 32KiB)")
     ap.add_argument("--no-churn", action="store_true", help="idle connections only")
     ap.add_argument("--quick", action="store_true", help="1000 idle, 5000 short connections")
     ap.add_argument("--out", help="also write the tables (markdown) to this file")
