@@ -11,6 +11,7 @@ one short whole run with `--server local` (direct and the TCP pair, all on
 """
 import os
 import random
+import shutil
 import socket
 import stat
 import subprocess
@@ -214,7 +215,21 @@ def test_ipv6_addresses_are_quoted_and_bracketed_where_needed():
     assert kit.benchmark_argv(o, "direct", 10, "pw")[:5] == ["redis-benchmark", "-h", "fd00::2", "-p", "6379"]
 
 
-needs_rdmagw = pytest.mark.skipif(not os.access(RDMAGW, os.X_OK), reason=f"{RDMAGW} not built (tools/dev/build)")
+@pytest.fixture
+def rdmagw_built():
+    # Fails rather than skips: a missing binary must not pass for a tested kit.
+    if not os.access(RDMAGW, os.X_OK):
+        pytest.fail(f"{RDMAGW} not built: run tools/dev/build")
+
+
+@pytest.fixture
+def redis_installed():
+    missing = [t for t in ("redis-server", "redis-benchmark") if shutil.which(t) is None]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} missing: run tools/dev/install-deps")
+
+
+needs_rdmagw = pytest.mark.usefixtures("rdmagw_built")
 
 
 def check(path):
@@ -469,7 +484,7 @@ def free_block(n):
         finally:
             for s in socks:
                 s.close()
-    pytest.skip("no block of free ports")
+    pytest.fail("no block of 15 free ports on 127.0.0.1 after several tries")
 
 
 def pids_with(text):
@@ -486,8 +501,7 @@ def pids_with(text):
 
 
 @needs_rdmagw
-@pytest.mark.skipif(not all(subprocess.run(["sh", "-c", f"command -v {t}"], capture_output=True).returncode == 0
-                            for t in ("redis-server", "redis-benchmark")), reason="redis not installed")
+@pytest.mark.usefixtures("redis_installed")
 def test_local_smoke_run(tmp_path, monkeypatch, capsys):
     # Both sides on 127.0.0.1, the TCP pair only (no RDMA device here), a few
     # thousand requests: a second or two of light load.
