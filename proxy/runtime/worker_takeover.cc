@@ -92,7 +92,7 @@ void Worker::import_image(const WorkerImage& image) {
     tunnel::Session* session = nullptr;
     // The peer may send this session frames as large as it announced; a
     // smaller tunnel.buffer_size now could not take them.
-    uint32_t announced = s.own_max_data ? s.own_max_data : session_settings_.max_data_of_version1_images;
+    uint32_t announced = tunnel::announced_max_data(s, session_settings_.max_data_of_version1_images);
     if (announced > session_settings_.max_data) {
       log::warn("takeover_session_dropped")
           .kv("peer", s.dialer ? s.peer_label : s.peer_node)

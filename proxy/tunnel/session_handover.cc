@@ -113,7 +113,7 @@ Session::Session(EventLoop& loop, BufferPool& pool, const SessionSettings& setti
       session_receive_(image.session_receive_size, image.session_receive_remaining, image.session_receive_pending) {
   // The peer holds us to what we announced (Session::same_settings on its
   // side): the resumes announce it again, whatever the new config says.
-  settings_.max_data = image.own_max_data ? image.own_max_data : settings.max_data_of_version1_images;
+  settings_.max_data = announced_max_data(image, settings.max_data_of_version1_images);
   if (image.own_stream_window) settings_.stream_window = image.own_stream_window;
   if (image.own_session_window) settings_.session_window = image.own_session_window;
   started_ = last_receive_ = last_ping_ = last_ack_ = link_started_ = suspended_at_ = loop.now();

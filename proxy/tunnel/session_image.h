@@ -63,4 +63,10 @@ struct SessionImage {
   std::vector<uint32_t> blocked;  // streams short of session credit, in order
 };
 
+// The max_data a session of `image` announced; `version1`: what a session
+// of a version-1 image (which does not say) announced.
+inline uint32_t announced_max_data(const SessionImage& image, uint32_t version1) {
+  return image.own_max_data ? image.own_max_data : version1;
+}
+
 }  // namespace rdmagw::tunnel

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/address.h"
 #include "common/byte_queue.h"
@@ -52,6 +53,32 @@ class TransportSink {
   virtual void on_frames_end() {}
   // The carrier failed or the peer closed it. Called at most once.
   virtual void on_transport_closed(std::string_view reason) = 0;
+};
+
+// What a transport keeps while it hands one receive's frames out: which
+// sink took them, so that each hears of the batch's end
+// (TransportSink::on_frames_end) before the buffer the payloads live in is
+// reused. A resume rebinds mid-batch: the first sink hears of its part
+// before the next one takes a frame. end() runs on destruction too.
+class FrameBatch {
+ public:
+  FrameBatch() = default;
+  FrameBatch(const FrameBatch&) = delete;
+  FrameBatch& operator=(const FrameBatch&) = delete;
+  ~FrameBatch() { end(); }
+  // Before a frame goes to `sink`.
+  void feed(TransportSink* sink) {
+    if (fed_ && fed_ != sink) fed_->on_frames_end();
+    fed_ = sink;
+  }
+  // The sink refused the frame: it closed the transport, and delivered then.
+  void refused() { fed_ = nullptr; }
+  void end() {
+    if (TransportSink* sink = std::exchange(fed_, nullptr)) sink->on_frames_end();
+  }
+
+ private:
+  TransportSink* fed_ = nullptr;
 };
 
 // A connection handed to another worker (Transport::hand_off): its socket,

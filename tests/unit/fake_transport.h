@@ -271,15 +271,9 @@ class FakeTransport final : public tunnel::Transport {
     const Bytes& bytes = joined.empty() ? input : joined;
     size_t off = 0;
     tunnel::FrameReader reader(inbound_max_data_);
-    // As the real transports do: the sink that took frames hears of the
-    // batch's end, unless it refused a frame (it closed us, and delivered
-    // then), while `bytes` still holds their payloads.
-    struct BatchEnd {
-      tunnel::TransportSink* fed = nullptr;
-      ~BatchEnd() {
-        if (fed) fed->on_frames_end();
-      }
-    } batch;
+    // As the real transports do: the batch ends while `bytes` still holds
+    // the frames' payloads.
+    tunnel::FrameBatch batch;
     while (off < bytes.size()) {
       if (!sink_) return false;
       tunnel::FrameHeader h;
@@ -299,10 +293,9 @@ class FakeTransport final : public tunnel::Transport {
         throw std::logic_error("injected bytes are not whole valid frames: " + reason);
       ++*handed;
       off += used;
-      if (batch.fed && batch.fed != sink_) batch.fed->on_frames_end();
-      batch.fed = sink_;
+      batch.feed(sink_);
       if (!sink_->on_frame(h, payload)) {
-        batch.fed = nullptr;
+        batch.refused();
         ++refusals;
         return false;
       }

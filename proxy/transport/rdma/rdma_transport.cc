@@ -493,7 +493,7 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
     return;
   }
   size_t offset = kRdmaHeaderSize;
-  tunnel::TransportSink* fed = nullptr;  // told when the payloads in `buf` stop being valid
+  tunnel::FrameBatch batch;  // ended before `buf` is posted again
   while (offset < length && !closed_) {
     tunnel::FrameHeader header;
     std::span<const uint8_t> payload;
@@ -511,14 +511,13 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
     // receive is still re-posted below: the credits it returns keep the
     // peer able to tell us about the receives our flush uses.
     if (!sink_) break;
-    if (fed && fed != sink_) fed->on_frames_end();
-    fed = sink_;
+    batch.feed(sink_);
     if (!sink_->on_frame(header, payload)) {
-      fed = nullptr;  // it closed us, and delivered then
+      batch.refused();
       if (!flushing_on_close_) return;
     }
   }
-  if (fed) fed->on_frames_end();
+  batch.end();
   if (closed_ || (!sink_ && !flushing_on_close_)) return;
   if (post_all_receives_) {
     // Admitted by a frame of this message: the rest of our receives.

@@ -237,9 +237,7 @@ void TcpTransport::on_recv(int res, uint32_t) {
 size_t TcpTransport::deliver_frames(uint8_t* buf, size_t len) {
   size_t offset = 0;
   bool was_opening = opening_started_;
-  // The sink that took this batch's frames (a resume rebinds us mid-batch):
-  // told when its frames' payloads stop being valid.
-  tunnel::TransportSink* fed = nullptr;
+  tunnel::FrameBatch batch;  // ends before the caller moves what is left of `buf`
   while (!closed_) {
     tunnel::FrameHeader header;
     std::span<const uint8_t> payload;
@@ -256,15 +254,13 @@ size_t TcpTransport::deliver_frames(uint8_t* buf, size_t len) {
     }
     offset += consumed;
     if (!sink_) break;
-    if (fed && fed != sink_) fed->on_frames_end();
-    fed = sink_;
+    batch.feed(sink_);
     if (!sink_->on_frame(header, payload)) {
-      fed = nullptr;  // it closed us, and delivered then
+      batch.refused();
       break;
     }
     if (opening_started_ != was_opening) break;  // what follows is records
   }
-  if (fed) fed->on_frames_end();
   return offset;
 }
 
