@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "config/config_diff.h"
 #include "proxy/admin/admin_server.h"
+#include "proxy/io/io_uring_access.h"
 #include "proxy/runtime/takeover_channel.h"
 #include "proxy/transport/rdma/rdma_context.h"
 
@@ -219,6 +220,12 @@ bool Runtime::start_workers() {
 }
 
 int Runtime::run() {
+  // Before anything is bound: a runtime's default seccomp profile blocks
+  // io_uring, and each worker would otherwise fail with a bare errno.
+  if (std::string blocked = io::io_uring_blocked_reason(); !blocked.empty()) {
+    log::error("io_uring_unavailable").kv("reason", blocked);
+    return 1;
+  }
   if (!check_rdma()) return 1;
 
   // Signals go to this thread only (sigtimedwait below); workers and the
