@@ -151,12 +151,30 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
     return out
 
 
+def build_args() -> dict[str, str]:
+    """The ARGs declared before the first FROM, with their defaults."""
+    args = {}
+    for ins, rest in dockerfile_instructions():
+        if ins == "FROM":
+            break
+        if ins == "ARG":
+            key, _, value = rest.partition("=")
+            args[key] = value
+    return args
+
+
 def stages() -> list[list[tuple[str, str]]]:
+    """Each stage's instructions, FROM first, with ${ARG} in FROM replaced by
+    the ARG's default (what a plain `docker build` uses)."""
     result = []
+    defaults = build_args()
     for ins in dockerfile_instructions():
         if ins[0] == "FROM":
             result.append([])
-        result[-1].append(ins)
+            rest = re.sub(r"\$\{(\w+)\}", lambda m: defaults.get(m.group(1), m.group(0)), ins[1])
+            ins = (ins[0], rest)
+        if result:
+            result[-1].append(ins)
     return result
 
 

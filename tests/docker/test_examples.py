@@ -39,8 +39,6 @@ def load(path: Path) -> list:
     class Loader(yaml.SafeLoader):
         pass
 
-    # Compose's `!reset` tag (compose.no-rdma.yaml) stands for "drop this value".
-    Loader.add_constructor("!reset", lambda loader, node: None)
     with open(path) as f:
         return list(yaml.load_all(f, Loader=Loader))
 
@@ -97,10 +95,14 @@ def test_compose_file_wires_init_sidecar_and_app_into_each_hosts_namespace():
             assert services[name]["network_mode"] == f"service:{host}", name
         s = services[sidecar]
         assert s["user"].split(":")[0] == str(SIDECAR_UID)
-        assert capabilities(s["cap_add"]) == {"IPC_LOCK"} and capabilities(s["cap_drop"]) == {"ALL"}
-        assert s["ulimits"]["memlock"] in (-1, {"soft": -1, "hard": -1})
-        assert "/dev/infiniband:/dev/infiniband" in s["devices"]
-        assert "seccomp=unconfined" in s["security_opt"], "io_uring is blocked by the default profile"
+        assert "cap_add" not in s and capabilities(s["cap_drop"]) == {"ALL"}
+        # RDMA's devices and memlock come from compose.rdma.yaml only.
+        assert "devices" not in s and "ulimits" not in s
+        # The shipped profile, never unconfined (io_uring is blocked by the
+        # runtimes' defaults; tests/docker/e2e runs this file with it).
+        assert "seccomp=./seccomp.json" in s["security_opt"], s["security_opt"]
+        assert not [o for o in s["security_opt"] if "unconfined" in o]
+        assert (DOCKER / "seccomp.json").is_file()
         source, target, *_ = s["volumes"][0].split(":")
         assert (DOCKER / source).resolve() == EXAMPLES / f"{host}.yaml" and target == "/etc/rdmagw/rdmagw.yaml"
         assert cfg["tunnel"]["address"] == address[host], f"{host}.yaml tunnel.address"
@@ -144,12 +146,32 @@ def check_compose_healthcheck(check: dict):
     assert isinstance(check["retries"], int) and check["retries"] >= 2
 
 
-def test_compose_no_rdma_override_names_existing_sidecars():
+def test_compose_rdma_overlay_gives_the_sidecars_devices_and_memlock_only():
     (compose,) = load(DOCKER / "compose.yaml")
-    (override,) = load(DOCKER / "compose.no-rdma.yaml")
-    for name, service in override["services"].items():
-        assert "devices" in compose["services"][name], name
-        assert service == {"devices": None}  # !reset
+    (overlay,) = load(DOCKER / "compose.rdma.yaml")
+    assert set(overlay["services"]) == {"rdmagw-a", "rdmagw-b"} <= set(compose["services"])
+    for name, service in overlay["services"].items():
+        assert set(service) == {"devices", "ulimits", "cap_add"}, name
+        assert "/dev/infiniband:/dev/infiniband" in service["devices"]
+        assert service["ulimits"]["memlock"] in (-1, {"soft": -1, "hard": -1})
+        assert capabilities(service["cap_add"]) == {"IPC_LOCK"}
+
+
+def test_compose_holders_and_init_do_not_inherit_the_sidecar_health_check():
+    (compose,) = load(DOCKER / "compose.yaml")
+    for name in ("host-a", "host-b", "init-a"):
+        assert compose["services"][name].get("healthcheck") == {"disable": True}, name
+
+
+def test_compose_file_pulls_no_frontend_and_names_the_app_image_by_variable():
+    text = (DOCKER / "compose.yaml").read_text()
+    assert "${RDMAGW_APP_IMAGE:-redis:7-bookworm}" in text
+    # podman's default network is 10.88.0.0/16: the example's must not overlap it.
+    import ipaddress
+    (compose,) = load(DOCKER / "compose.yaml")
+    (subnet,) = [c["subnet"] for c in compose["networks"]["fabric"]["ipam"]["config"]]
+    assert not ipaddress.ip_network(subnet).overlaps(ipaddress.ip_network("10.88.0.0/16")), subnet
+    assert not (DOCKER / "Dockerfile").read_text().startswith("# syntax="), "a syntax line pulls a frontend image"
 
 
 def pod_documents():
