@@ -64,6 +64,11 @@ struct ListenerConfig {
   // REDIRECT; their original destination picks a route (first match wins).
   bool transparent = false;
   std::vector<RouteConfig> routes;
+  // unix: listeners only: the socket file's permission bits, set after bind
+  // and again on every reload (connecting needs write permission, so the
+  // process umask alone would keep other uids out: node mode shares the
+  // socket with every pod on the host). 0: left as the umask made it.
+  uint32_t socket_mode = 0;
 };
 
 // The RDMA transport's knobs (tunnel.rdma). Defaults suit eRDMA.

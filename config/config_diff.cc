@@ -40,7 +40,8 @@ bool same_routes(const std::vector<RouteConfig>& a, const std::vector<RouteConfi
 
 bool same_listener(const ListenerConfig& a, const ListenerConfig& b) {
   return a.listen == b.listen && a.transparent == b.transparent && a.peer == b.peer &&
-         (a.transparent || a.target == b.target) && same_routes(a.routes, b.routes);
+         (a.transparent || a.target == b.target) && same_routes(a.routes, b.routes) &&
+         a.socket_mode == b.socket_mode;
 }
 
 bool same_peer(const PeerConfig& a, const PeerConfig& b) {

@@ -94,7 +94,7 @@ inline constexpr size_t kMaxKeyFiles = 8;
 const Keys kRdmaKeys = {"device", "slab_size", "max_pinned", "recv_depth", "send_depth", "busy_poll_us",
                         "inline_threshold"};
 const Keys kPeerKeys = {"name", "address", "tcp_port", "rdma_port", "connect"};
-const Keys kListenerKeys = {"name", "listen", "peer", "target", "routes"};
+const Keys kListenerKeys = {"name", "listen", "peer", "target", "routes", "socket_mode"};
 const Keys kRouteKeys = {"match", "peer", "target", "action"};
 
 // A YAML value together with where it lives: its key path, the position to
@@ -248,6 +248,7 @@ class Parser {
                     std::vector<RouteConfig>* routes);
   // A `peer:` value that must name a defined peer.
   bool read_peer_ref(const Value& x, const std::vector<std::string>& peer_names, std::string* out);
+  bool read_socket_mode(const Value& x, const ListenerConfig& listener, bool listen_parsed, uint32_t* out);
   // Reads one optional numeric field (a byte size when `size`) into *out;
   // returns whether the value, given or default, is valid.
   template <class T>
@@ -924,6 +925,7 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v,
     bool ok = require(f, item, "name");
     ok = require(f, item, "listen") && ok;
     ListenerConfig listener;
+    bool listen_parsed = false;
     const Value* listen_value = find(f, "listen");
     listener.transparent = listen_value && listen_value->node.IsScalar() &&
                            listen_value->node.Scalar().rfind("transparent:", 0) == 0;
@@ -968,6 +970,7 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v,
       }
       ok = ok && ep.has_value();
       if (ep) {
+        listen_parsed = true;
         listener.listen = *ep;
         std::string owner = item.path + (listener.name.empty() ? "" : " (" + listener.name + ")");
         for (const auto& other : listens) {
@@ -991,9 +994,35 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v,
       if (const Value* x = find(f, "routes"))
         ok = parse_routes(*x, peer_names, cfg->tunnel.peer_cidrs, &listener.routes) && ok;
     }
+    if (const Value* x = find(f, "socket_mode"))
+      ok = read_socket_mode(*x, listener, listen_parsed, &listener.socket_mode) && ok;
     if (ok) cfg->listeners.push_back(std::move(listener));
   }
   return listens;
+}
+
+// socket_mode: "0660" (quoted or not: YAML reads an unquoted 0660 as the
+// text 0660 here), three or four octal digits, at most 0777; only for a
+// unix: listener, where a file carries it.
+bool Parser::read_socket_mode(const Value& x, const ListenerConfig& listener, bool listen_parsed, uint32_t* out) {
+  auto text = get_string(x);
+  if (!text) return false;
+  std::string_view digits = *text;
+  if (digits.size() == 4 && digits[0] == '0') digits.remove_prefix(1);
+  if (digits.size() != 3 || digits.find_first_not_of("01234567") != std::string_view::npos) {
+    error(x.mark, x.path, quote(*text) + ": not a file mode; give three octal digits, e.g. \"0660\" or \"0666\"");
+    return false;
+  }
+  if (listen_parsed && listener.listen.kind != Endpoint::Kind::kUnix) {
+    error(x.mark, x.path, "socket_mode applies to unix: listeners only (a TCP port has no file to carry it)");
+    return false;
+  }
+  *out = static_cast<uint32_t>(std::stoul(std::string(digits), nullptr, 8));
+  if (*out == 0) {
+    error(x.mark, x.path, quote(*text) + ": nobody could connect; give the bits to allow, e.g. \"0660\"");
+    return false;
+  }
+  return true;
 }
 
 bool Parser::read_peer_ref(const Value& x, const std::vector<std::string>& peer_names, std::string* out) {

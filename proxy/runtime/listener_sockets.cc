@@ -188,6 +188,15 @@ bool open_listener_set(const Config& config, const ListenerSet& current, Listene
       *key = "listeners[" + std::to_string(i) + "].listen";
       return false;
     }
+    // Kept sockets too: a reload that changes socket_mode applies it.
+    if (l.socket_mode != 0 && l.listen.kind == Endpoint::Kind::kUnix) {
+      const char* path = reinterpret_cast<const sockaddr_un*>(&l.listen.addr)->sun_path;
+      if (::chmod(path, l.socket_mode) != 0) {
+        *key = "listeners[" + std::to_string(i) + "].socket_mode";
+        *error = std::string("chmod ") + path + ": " + strerror(errno);
+        return false;
+      }
+    }
     result.push_back(std::make_shared<const ListenerSocket>(ListenerSocket{l, std::move(fds)}));
   }
   *out = std::move(result);

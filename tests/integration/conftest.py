@@ -228,6 +228,8 @@ def render_config(node: str, tunnel_port: int, admin_port: int, peers=(), listen
                     f"    listen: {_q(lst['listen'])}",
                     f"    peer: {lst['peer']}",
                     f"    target: {_q(lst['target'])}"]
+            if "socket_mode" in lst:
+                out.append(f"    socket_mode: {_q(lst['socket_mode'])}")
     else:
         out.append("listeners: []")
     if targets:

@@ -1077,3 +1077,24 @@ TEST_CASE("tunnel.limits: defaults, values, and the per-address limit within the
   expect_errors(lines({kNode, "tunnel:", "  limits:", "    streams: 5"}),
                 {{4, 5, "tunnel.limits.streams", "unknown key"}});
 }
+
+TEST_CASE("listeners[].socket_mode: unix listeners only, three octal digits", "[config]") {
+  auto unix_listener = [](const char* mode_line) {
+    return lines({kNode, "peers:", "  - name: b", "    address: 10.0.0.2", "    tcp_port: 7471", "listeners:", "  - name: r",
+                  "    listen: unix:/run/rdmagw/r.sock", "    peer: b", "    target: tcp:127.0.0.1:6379", mode_line});
+  };
+  auto plain = parse_ok(unix_listener("    socket_mode: 0666"));
+  CHECK(plain->listeners[0].socket_mode == 0666);
+  CHECK(parse_ok(unix_listener("    socket_mode: \"660\""))->listeners[0].socket_mode == 0660);
+  CHECK(parse_ok(unix_listener(""))->listeners[0].socket_mode == 0);
+  expect_errors(unix_listener("    socket_mode: 0868"),
+                {{11, 18, "listeners[0].socket_mode", "'0868': not a file mode"}});
+  expect_errors(unix_listener("    socket_mode: 01777"),
+                {{11, 18, "listeners[0].socket_mode", "not a file mode"}});
+  expect_errors(unix_listener("    socket_mode: 000"),
+                {{11, 18, "listeners[0].socket_mode", "nobody could connect"}});
+  expect_errors(lines({kNode, "peers:", "  - name: b", "    address: 10.0.0.2", "    tcp_port: 7471", "listeners:",
+                       "  - name: r", "    listen: tcp:127.0.0.1:6380", "    peer: b", "    target: tcp:127.0.0.1:6379",
+                       "    socket_mode: 0660"}),
+                {{11, 18, "listeners[0].socket_mode", "applies to unix: listeners only"}});
+}
