@@ -305,6 +305,11 @@ int Runtime::run() {
       .kv("admin", config_->admin)
       .kv("auth", auth_mode_name(config_->tunnel.auth.mode))
       .kv("io_uring", features_);
+  // The service manager's "started" is this moment too: a unit ordered
+  // After=rdmagw.service starts once these listeners accept.
+  notifier_.ready("Ready: " + std::to_string(config_->listeners.size()) + " listeners, " +
+                  std::to_string(config_->workers) + " workers, transport " + transport_ + ", admin " +
+                  config_->admin);
   const AuthConfig& auth = config_->tunnel.auth;
   if (auth.configured && auth.mode == AuthMode::kNone)
     log::warn("auth_disabled")
@@ -354,6 +359,11 @@ void Runtime::wait_for_signals() {
       }
       stop_level_.store(next);
       log::info(next == 1 ? "shutdown_requested" : "shutdown_forced").kv("signal", strsignal(sig));
+      if (next == 1)
+        notifier_.stopping("Draining: open streams have up to shutdown_timeout_ms (" +
+                           std::to_string(config()->shutdown_timeout_ms) + " ms)");
+      else
+        notifier_.status("Stopping now: a second signal");
     }
   }
 }
@@ -503,6 +513,36 @@ admin::ReloadResult Runtime::reload() {
   std::lock_guard reloading(reload_mu_);
   if (!running_) return refuse_reload({"rdmagw is still starting; reload once /ready answers"});
   if (draining_) return refuse_reload({"rdmagw is draining; a reload would reopen nothing"});
+  // Only a reload that goes ahead is announced: the two refused above change
+  // nothing, and a READY=1 during a drain would tell the manager otherwise.
+  notifier_.reloading("Reloading " + options_.config_file);
+  admin::ReloadResult result;
+  try {
+    result = load_and_apply();
+  } catch (...) {
+    announce_reload_end(nullptr);
+    throw;
+  }
+  announce_reload_end(&result);
+  return result;
+}
+
+void Runtime::announce_reload_end(const admin::ReloadResult* result) {
+  // SIGTERM arrived during the reload: STOPPING=1 went out, and READY=1
+  // now would not undo it (the drain goes on), only confuse the record.
+  if (draining_) return;
+  if (!result) {
+    notifier_.ready("Ready: reload failed with an internal error; running configuration kept");
+  } else if (result->ok) {
+    notifier_.ready("Ready: reloaded " + options_.config_file + ", configuration generation " +
+                    std::to_string(result->generation));
+  } else {
+    notifier_.ready("Ready: reload failed (" + std::to_string(result->errors.size()) +
+                    " errors, see the log); running configuration kept");
+  }
+}
+
+admin::ReloadResult Runtime::load_and_apply() {
   ConfigResult loaded = load_config_file(options_.config_file);
   if (!loaded.errors.empty()) {
     std::vector<std::string> errors;
@@ -566,6 +606,9 @@ uint64_t Runtime::drain() {
   }
   if (first) {
     log::info("drain_requested").kv("source", "admin").kv("streams", live_streams());
+    // Not STOPPING=1: the process stays up until SIGTERM, and systemd would
+    // take STOPPING=1 as the start of a stop it then times out and kills.
+    notifier_.status("Draining (POST /drain): new connections refused until a restart");
     std::string error;
     if (!on_every_worker([](Worker& w) { w.stop_accepting(); }, kAskTimeout, &error))
       log::warn("drain_slow").kv("reason", error);

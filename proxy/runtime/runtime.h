@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "proxy/admin/admin_model.h"
 #include "proxy/runtime/listener_sockets.h"
+#include "proxy/runtime/service_notify.h"
 #include "proxy/runtime/worker.h"
 #include "proxy/runtime/session_directory.h"
 #include "proxy/runtime/takeover_image.h"
@@ -63,6 +64,10 @@ class Runtime final : public admin::Backend {
                        std::string* error);
   uint64_t live_streams() const;
   admin::ReloadResult refuse_reload(std::vector<std::string> errors);
+  // reload()'s work once it is known to go ahead (under reload_mu_).
+  admin::ReloadResult load_and_apply();
+  // READY=1 after a reload (nullptr: it threw), unless a drain began meanwhile.
+  void announce_reload_end(const admin::ReloadResult* result);
 
   // --- takeover (runtime_takeover.cc; docs/operations.md, "Takeover") ---
   enum class TakeoverStart { kNobody, kTookOver, kFailed };
@@ -77,6 +82,8 @@ class Runtime final : public admin::Backend {
   bool collect_images(std::vector<WorkerImage>* images, std::chrono::milliseconds timeout);
 
   RuntimeOptions options_;
+  // systemd's Type=notify (service_notify.h); does nothing without NOTIFY_SOCKET.
+  ServiceNotifier notifier_ = ServiceNotifier::from_environment();
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string features_;
   bool rdma_ = false;

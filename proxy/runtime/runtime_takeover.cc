@@ -159,12 +159,13 @@ bool Runtime::collect_images(std::vector<WorkerImage>* images, std::chrono::mill
 
 void Runtime::hand_over(UniqueFd peer) {
   std::string who, error;
+  pid_t pid = 0;
   auto refuse = [&](const std::string& why) {
     log::warn("takeover_refused").kv("by", who).kv("reason", why);
     std::string ignored;
     send_takeover_message(peer.get(), TakeoverMessage::kRefused, text_payload(why), {}, &ignored);
   };
-  if (!takeover_peer_allowed(peer.get(), &who)) return refuse("another user may not take over this rdmagw");
+  if (!takeover_peer_allowed(peer.get(), &who, &pid)) return refuse("another user may not take over this rdmagw");
   TakeoverMessageIn hello;
   if (!receive_takeover_message(peer.get(), &hello, &error)) return refuse(error);
   if (hello.type != TakeoverMessage::kHello || hello.payload.size() < 4 || hello.payload[0] != kTakeoverVersion)
@@ -242,6 +243,12 @@ void Runtime::hand_over(UniqueFd peer) {
     ready_ = false;
   }
   taken_over_ = true;
+  // This process is about to exit 0 while the new one carries everything:
+  // a service manager watching us must follow it, not take our exit for the
+  // service's end. systemd accepts the new MAINPID from us (the main process)
+  // only if that process runs in the same unit (docs/deploy.md, "Hosts
+  // without containers", takeover).
+  if (pid > 0) notifier_.main_pid(pid, "Handed over to pid " + std::to_string(pid) + " (takeover)");
   log::info("taken_over")
       .kv("by", who)
       .kv("streams", streams)

@@ -121,14 +121,16 @@ UniqueFd connect_for_takeover(const Config& config, bool* nobody, std::string* e
   return fd;
 }
 
-bool takeover_peer_allowed(int fd, std::string* who) {
+bool takeover_peer_allowed(int fd, std::string* who, pid_t* pid) {
   ucred cred{};
   socklen_t len = sizeof(cred);
+  *pid = 0;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     *who = std::string("unknown process (SO_PEERCRED: ") + strerror(errno) + ")";
     return false;
   }
   *who = "pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid);
+  *pid = cred.pid;
   set_timeouts(fd);
   return cred.uid == geteuid() || cred.uid == 0;
 }

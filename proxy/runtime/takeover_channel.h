@@ -9,6 +9,8 @@
 // Messages: a 20-byte header (magic, type, payload length, socket count),
 // the sockets riding on the header (SCM_RIGHTS, at most kMaxFdsPerMessage),
 // then the payload.
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,7 +40,8 @@ UniqueFd listen_for_takeover(const Config& config, std::string* error);
 // process listens (nothing to take over).
 UniqueFd connect_for_takeover(const Config& config, bool* nobody, std::string* error);
 // Whether the connected process may take over: same user as us, or root.
-bool takeover_peer_allowed(int fd, std::string* who);
+// *pid: its process id as the kernel saw it connect (SO_PEERCRED), or 0.
+bool takeover_peer_allowed(int fd, std::string* who, pid_t* pid);
 
 struct TakeoverMessageIn {
   TakeoverMessage type = TakeoverMessage::kRefused;
