@@ -537,8 +537,9 @@ void Runtime::announce_reload_end(const admin::ReloadResult* result) {
     notifier_.ready("Ready: reloaded " + options_.config_file + ", configuration generation " +
                     std::to_string(result->generation));
   } else {
-    notifier_.ready("Ready: reload failed (" + std::to_string(result->errors.size()) +
-                    " errors, see the log); running configuration kept");
+    size_t errors = result->errors.size();
+    notifier_.ready("Ready: reload failed (" + std::to_string(errors) + (errors == 1 ? " error" : " errors") +
+                    ", see the log); running configuration kept");
   }
 }
 
