@@ -311,10 +311,17 @@ def test_systemd_runs_the_unit_sandboxed_reloads_takes_over_and_stops_it(deb, bo
     journal = sh(booted, "journalctl -u rdmagw --no-pager -o cat").stdout
     assert "event=stopped" in journal and "SIGKILL" not in journal
 
-    # Enabled, then purged: no unit, no link, no configuration left.
-    sh(booted, "systemctl enable rdmagw >/dev/null 2>&1")
+    # Enabled and running, then purged: prerm stops it (the SIGTERM drain),
+    # and no unit, link or configuration is left.
+    sh(booted, "systemctl enable --now rdmagw >/dev/null 2>&1")
     sh(booted, "test -L /etc/systemd/system/multi-user.target.wants/rdmagw.service")
-    sh(booted, "DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq rdmagw >/dev/null 2>&1")
+    running = show(booted, "MainPID")["MainPID"]
+    assert running != "0"
+    sh(booted, "DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq rdmagw >/dev/null 2>&1", timeout=120)
+    sh(booted, f"test ! -e /proc/{running}")
+    journal = sh(booted, "journalctl -u rdmagw --no-pager -o cat").stdout
+    # SIGTERM twice: `systemctl stop` above, and prerm's now.
+    assert journal.count("event=shutdown_requested") == 2, journal[-3000:]
     sh(booted, f"test ! -e {UNIT} && test ! -e /etc/rdmagw && "
                "test ! -e /etc/systemd/system/multi-user.target.wants/rdmagw.service")
     assert sh(booted, "systemctl cat rdmagw.service", check=False).returncode != 0
