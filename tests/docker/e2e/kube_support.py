@@ -81,7 +81,9 @@ class KubeLab:
         path.write_text(self.adapted(docs))
         podman("kube", "down", path, check=False, timeout=120)
         self.played.append(path)
-        podman("kube", "play", "--network", NETWORK, "--seccomp-profile-root", self.seccomp_root,
+        host_network = any(spec.get("hostNetwork") for doc in docs for spec in pod_specs(doc))
+        network = [] if host_network else ["--network", NETWORK]
+        podman("kube", "play", *network, "--seccomp-profile-root", self.seccomp_root,
                *(["--ip", ip] if ip else []), path, timeout=120)
         return path
 
