@@ -105,7 +105,7 @@ if [ "${transport:-auto}" != tcp ] && [ "$limit" != unlimited ]; then
     else
       note "warning: so transport auto will use TCP even where an RDMA device is present"
     fi
-    note "warning: raise it (compose: ulimits: memlock: -1; Kubernetes: the node's container runtime), see docs/deploy.md and docs/rdma.md"
+    note "warning: raise it (compose: -f compose.rdma.yaml, which sets ulimits: memlock: -1; Kubernetes: the node's container runtime), see docs/deploy.md and docs/rdma.md"
   fi
 fi
 

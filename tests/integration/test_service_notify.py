@@ -169,26 +169,23 @@ def test_admin_drain_is_no_stop(sidecar, manager):
     assert host.sc.wait(timeout=15) == 0
 
 
-def test_without_notify_socket_nothing_changes(sidecar):
-    host = Host(sidecar, None)
+def start_reload_stop(host) -> str:
+    """Start, reload by SIGHUP, stop by SIGTERM (exit 0); the log."""
     host.sc.start()
     assert host.accepts()
     host.sc.send_signal(signal.SIGHUP)
     assert host.sc.wait_log("event=config_reloaded", 10), host.sc.tail()
     host.sc.send_signal(signal.SIGTERM)
     assert host.sc.wait(timeout=15) == 0
-    assert "service_notify" not in host.sc.log_text()
+    return host.sc.log_text()
+
+
+def test_without_notify_socket_nothing_changes(sidecar):
+    assert "service_notify" not in start_reload_stop(Host(sidecar, None))
 
 
 def test_a_notify_socket_nobody_listens_on_is_one_warning(sidecar, sock_dir):
-    host = Host(sidecar, str(sock_dir / "nobody"))
-    host.sc.start()
-    assert host.accepts()
-    host.sc.send_signal(signal.SIGHUP)
-    assert host.sc.wait_log("event=config_reloaded", 10), host.sc.tail()
-    host.sc.send_signal(signal.SIGTERM)
-    assert host.sc.wait(timeout=15) == 0
-    log = host.sc.log_text()
+    log = start_reload_stop(Host(sidecar, str(sock_dir / "nobody")))
     assert log.count("event=service_notify_failed") == 1, log
     assert " warn " in next(line for line in log.splitlines() if "service_notify_failed" in line)
 

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from unit_file import unit_values as parse_unit
+
 REPO = Path(__file__).resolve().parents[2]
 PACKAGING = REPO / "packaging"
 UNIT = PACKAGING / "rdmagw.service"
@@ -30,14 +32,7 @@ needs_systemd_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is No
 
 
 def unit_values(path: Path = UNIT) -> dict[str, list[str]]:
-    values: dict[str, list[str]] = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", ";", "[")):
-            continue
-        key, _, value = line.partition("=")
-        values.setdefault(key.strip(), []).append(value.strip())
-    return values
+    return parse_unit(path.read_text())
 
 
 def verify(path: Path) -> list[str]:

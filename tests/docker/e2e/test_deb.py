@@ -22,11 +22,15 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
 
-from e2e_support import BASE_IMAGE, DOCKER, podman, run, wait_for
+from e2e_support import BASE_IMAGE, DOCKER, REPO, podman, run, wait_for
+
+sys.path.insert(0, str(REPO / "tests" / "packaging"))
+from unit_file import unit_values  # noqa: E402  (one parser for the unit, shared with tests/packaging)
 
 DEB = os.environ.get("RDMAGW_E2E_DEB", "")
 HERE = Path(__file__).resolve().parent
@@ -80,18 +84,6 @@ def deb() -> Path:
 def sh(container: str, script: str, **kw):
     # -i: podman exec passes stdin on only when asked to.
     return podman("exec", *(["-i"] if "input" in kw else []), container, "sh", "-c", script, **kw)
-
-
-def unit_values(text: str) -> dict[str, list[str]]:
-    """KEY -> its values, in order, for the unit file's lines (every section)."""
-    values: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", ";", "[")):
-            continue
-        key, _, value = line.partition("=")
-        values.setdefault(key.strip(), []).append(value.strip())
-    return values
 
 
 def install(container: str, deb: Path) -> None:
