@@ -38,7 +38,7 @@ SYSTEMD_IMAGE = "localhost/rdmagw-e2e-systemd:12"
 UNIT = "/lib/systemd/system/rdmagw.service"
 CONFIG = "/etc/rdmagw/rdmagw.yaml"
 WORK = "/run/rdmagw-e2e"  # the test's own files inside the container
-# The package's largest part is rdmagw itself; 1.08 MB measured (Release,
+# The package's largest part is rdmagw itself; 0.85 MB measured (Release at -O2,
 # stripped). The bound catches unstripped binaries or a build tree in it.
 MAX_DEB_BYTES = 3 * 1000 * 1000
 
