@@ -79,14 +79,13 @@ def logs(container: str) -> str:
 
 
 def copy_examples(dest: Path) -> Path:
-    """docker/ as the compose file and pod spec expect to find it (examples,
-    seccomp.json), with a fresh pre-shared key readable by the sidecar only."""
+    """docker/ as the compose file expects to find it (examples, seccomp.json),
+    with a fresh pre-shared key readable by the sidecar only."""
     work = dest / "docker"
     work.mkdir(parents=True)
     for name in ("compose.yaml", "compose.rdma.yaml", "seccomp.json"):
         shutil.copy(DOCKER / name, work / name)
     shutil.copytree(DOCKER / "examples", work / "examples")
-    shutil.copytree(DOCKER / "kubernetes", work / "kubernetes")
     keys = work / "keys"
     keys.mkdir()
     key = keys / "fleet"
