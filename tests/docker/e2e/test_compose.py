@@ -6,6 +6,7 @@ podman exec, and a stop that drains and exits 0."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -57,6 +58,14 @@ def test_init_container_installed_the_redirect_and_exited_0(example):
 def test_both_sidecars_turn_healthy(example):
     for service in ("rdmagw-a", "rdmagw-b"):
         wait_healthy(name(service), timeout=60)
+
+
+def test_the_holders_and_init_carry_no_health_check(example):
+    # They would inherit the image's HEALTHCHECK, which asks an rdmagw they
+    # do not run, and report unhealthy.
+    for service in ("host-a", "host-b", "init-a"):
+        config = json.loads(inspect(name(service), "{{json .Config.Healthcheck}}") or "null")
+        assert not config or config.get("Test") in (["NONE"], None), f"{service}: {config}"
 
 
 def test_an_unmodified_redis_client_on_host_a_reaches_redis_on_host_b_both_ways(example):
