@@ -122,6 +122,7 @@ struct TunnelConfig {
   // Extensions beyond the schema (all optional):
   // Announced in HELLO; their ranges are the protocol's (common/protocol_limits.h).
   uint32_t buffer_size = 32 * 1024;             // tunnel.buffer_size: max DATA payload per frame (docs/rdma.md, "Defaults")
+  bool tcp_splice = false;                      // tunnel.tcp_splice: large DATA payloads on TCP pass by splice (docs/architecture.md)
   bool buffer_size_given = false;               // set in the file (a takeover from an older default needs to know)
   uint32_t stream_window = 256 * 1024;          // tunnel.stream_window: initial per-stream window
   uint64_t session_budget = 32ull * 1024 * 1024;  // tunnel.session_budget: bytes buffered per session

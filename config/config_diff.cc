@@ -102,6 +102,7 @@ std::vector<std::string> restart_only_changes(const Config& running, const Confi
   d.check("tunnel.rdma_port", a.rdma_port, b.rdma_port);
   d.check("tunnel.transport", a.transport, b.transport);
   d.check("tunnel.buffer_size", a.buffer_size, b.buffer_size);
+  d.check("tunnel.tcp_splice", a.tcp_splice, b.tcp_splice);
   d.check("tunnel.stream_window", a.stream_window, b.stream_window);
   d.check("tunnel.session_budget", a.session_budget, b.session_budget);
   d.check("tunnel.keepalive_interval_ms", a.keepalive_interval_ms, b.keepalive_interval_ms);

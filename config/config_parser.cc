@@ -83,7 +83,8 @@ const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port"
                               "session_budget",    "keepalive_interval_ms",
                               "keepalive_timeout_ms", "connect_timeout_ms", "reconnect_max_ms",
                               "resume_timeout_ms", "rdma_probe_interval_ms", "rdma", "auth", "limits",
-                              "peer_cidrs", "session_idle_ms", "max_sessions", "sessions_per_peer", "rdma_share"};
+                              "peer_cidrs", "session_idle_ms", "max_sessions", "sessions_per_peer", "rdma_share",
+                              "tcp_splice"};
 const Keys kPeerCidrKeys = {"cidr", "tcp_port", "rdma_port"};
 // The route's `peer:` value that means "the host of the original destination".
 constexpr std::string_view kPeerByDestination = "destination";
@@ -778,6 +779,10 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   number("reconnect_max_ms", &t->reconnect_max_ms, 100, 600000, false);
   number("resume_timeout_ms", &t->resume_timeout_ms, 0, 600000, false);
   number("rdma_probe_interval_ms", &t->rdma_probe_interval_ms, 0, 600000, false);
+  if (const Value* sp = find(f, "tcp_splice")) {
+    std::optional<std::string> on = get_choice(*sp, {"true", "false"});
+    if (on) t->tcp_splice = *on == "true";
+  }
   if (const Value* r = find(f, "rdma")) parse_rdma(*r, &t->rdma, t->buffer_size);
   if (const Value* a = find(f, "auth")) parse_auth(*a, &t->auth);
   if (const Value* l = find(f, "limits")) parse_limits(*l, &t->limits);

@@ -90,6 +90,7 @@ void write_session(JsonWriter& w, const SessionInfo& s) {
   w.field("bytes_sent", s.bytes_sent).field("bytes_received", s.bytes_received);
   w.field("credit_stalls", s.credit_stalls);
   w.field("resumable", s.resumable).field("resumes", s.resumes).field("resent_bytes", s.resent_bytes);
+  w.field("spliced_bytes", s.spliced_bytes);
   if (s.has_rdma) {
     w.key("rdma").begin_object();
     w.field("qp_state", s.qp_state).field("send_credits", s.send_credits);

@@ -1,5 +1,6 @@
 #include "proxy/local/local_stream.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/splice_pipe.h"
 #include "common/socket_options.h"
 
 namespace rdmagw::local {
@@ -323,6 +325,56 @@ tunnel::Stream::Delivery LocalStream::on_peer_data(std::span<const iovec> pieces
       return d;
     }
     skip = 0;
+  }
+  pump_send();
+  return d;
+}
+
+tunnel::Stream::Delivery LocalStream::on_peer_piped(std::span<const uint8_t> head, int pipe_fd, uint32_t piped) {
+  Delivery d;
+  assert(!closing_ && "an ending stream is detached: no data reaches it");
+  size_t head_sent = 0;
+  uint32_t piped_sent = 0;
+  // As on_peer_data: with nothing queued ahead, the bytes go to the socket
+  // now, the piped ones by splice (they never enter user space). What the
+  // socket does not take is queued, read out of the pipe: the pipe must be
+  // empty when this returns.
+  if (!sending_ && !connecting_ && to_socket_.empty() && !write_shut_) {
+    if (!head.empty()) {
+      ssize_t n = ::send(fd_.get(), head.data(), head.size(), MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
+      if (n > 0) head_sent = static_cast<size_t>(n);
+    }
+    while (head_sent == head.size() && piped_sent < piped) {
+      ssize_t n = ::splice(pipe_fd, nullptr, fd_.get(), nullptr, piped - piped_sent, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+      if (n <= 0) break;  // the socket is full (an error is left to the queued send to report)
+      piped_sent += static_cast<uint32_t>(n);
+    }
+    d.delivered = static_cast<uint32_t>(head_sent) + piped_sent;
+    if (d.delivered > 0) add_bytes_to_app(d.delivered);
+  }
+  if (head_sent < head.size() && !to_socket_.append(head.data() + head_sent, head.size() - head_sent))
+    d.accepted = false;
+  uint32_t left = piped - piped_sent;
+  while (d.accepted && left > 0) {
+    uint32_t chunk = std::min<uint32_t>(left, static_cast<uint32_t>(host_.pool.buffer_size()));
+    uint8_t* to = to_socket_.append_contiguous(chunk);
+    if (!to) {
+      d.accepted = false;
+      break;
+    }
+    // The bytes are in the pipe already: a short read cannot happen.
+    ssize_t n = ::read(pipe_fd, to, chunk);
+    assert(n == static_cast<ssize_t>(chunk) && "the pipe holds every piped byte");
+    if (n != static_cast<ssize_t>(chunk)) {
+      d.accepted = false;
+      break;
+    }
+    left -= chunk;
+  }
+  if (!d.accepted) {
+    // Refused (no buffers): the session resets the stream; drop the rest.
+    SplicePipe::discard(pipe_fd, left);
+    return d;
   }
   pump_send();
   return d;

@@ -77,6 +77,7 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
 
   // tunnel::Stream
   Delivery on_peer_data(std::span<const iovec> pieces) override;
+  Delivery on_peer_piped(std::span<const uint8_t> head, int pipe_fd, uint32_t piped) override;
   void on_peer_fin() override;
   void on_peer_reset(tunnel::ResetCode code) override;
   void on_send_credit() override;

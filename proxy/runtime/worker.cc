@@ -134,7 +134,7 @@ bool Worker::init(std::string* error) {
   auth_keyring_.encrypt = t.auth.encrypt;
   session_settings_.auth = &auth_keyring_;
 
-  tcp_connector_ = std::make_unique<transport::TcpConnector>(loop_, *pool_, t.buffer_size);
+  tcp_connector_ = std::make_unique<transport::TcpConnector>(loop_, *pool_, t.buffer_size, t.tcp_splice);
   if (rdma_) rdma_connector_ = std::make_unique<transport::RdmaConnector>(loop_, *rdma_, t.buffer_size);
   if (!make_tunnel_listeners(error)) return false;
   for (const PeerConfig& peer : config_->peers) links_.push_back(make_link(peer));
@@ -151,7 +151,7 @@ bool Worker::make_tunnel_listeners(std::string* error) {
   tunnel_listeners_.clear();
   tunnel_listeners_.push_back(
       std::make_unique<transport::TcpTransportListener>(loop_, *pool_, tunnel_.tcp_fds[index_], t.buffer_size,
-                                                        handshake_gate()));
+                                                        t.tcp_splice, handshake_gate()));
   if (!rdma_) return true;
   // RDMA CM has no SO_REUSEPORT: worker 0 listens, and places each connect
   // request with a worker, which sets up the QP on its own device context
@@ -681,7 +681,7 @@ bool Worker::resume_elsewhere(const tunnel::SessionPayload& request, const tunne
 void Worker::adopt_resume(const ResumeHandOff& hand_off) {
   tunnel::MovedConnection& moved = *hand_off.moved;
   auto transport = make_io<transport::TcpTransport>(loop_, *pool_, std::move(moved.fd), config_->tunnel.buffer_size,
-                                                    hand_off.remote);
+                                                    hand_off.remote, config_->tunnel.tcp_splice);
   transport->admit();  // the peer authenticated on the worker that handed it over
   // Memory first: failing once the session has taken the transport would
   // leave it without one mid-resume.

@@ -207,9 +207,11 @@ class FrameReader {
 
   enum class Status { kFrame, kNeedMore, kError };
   // Looks at data[0..size): on kFrame sets *header and *payload and
-  // *consumed to the frame's full length.
+  // *consumed to the frame's full length. On kNeedMore with at least
+  // kHeaderSize bytes, *header is set too (valid; its payload is short).
   Status next(const uint8_t* data, size_t size, FrameHeader* header,
               std::span<const uint8_t>* payload, size_t* consumed, std::string* reason) const;
+  uint32_t max_data() const { return max_data_; }
 
  private:
   uint32_t max_data_;

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/log.h"
+#include "common/splice_pipe.h"
 
 namespace rdmagw::tunnel {
 
@@ -625,21 +626,46 @@ void Session::deliver_gathered() {
     if (s->session_ != this || count == 0) continue;  // left meanwhile (cannot happen today)
     std::span<const iovec> pieces(sorted_pieces_.data() + s->gather_order_ - count, count);
     s->gathered_pieces_ = s->gathered_bytes_ = 0;
-    Stream::Delivery d = s->on_peer_data(pieces);
-    if (!d.accepted) {
-      log::warn("stream_reset").kv("peer", peer_label()).kv("stream", s->id_).kv("reason", "out of buffers");
-      send_control(FrameType::kReset, s->id_, static_cast<uint32_t>(ResetCode::kResource), 4);
-      s->reset_code_ = ResetCode::kResource;
-      queue_event(*s, kEventReset);
-      continue;
-    }
-    // Bytes the stream wrote to its socket at once return like any
-    // delivered bytes (frames are appended to the transport; nothing
-    // re-enters).
-    if (d.delivered > 0) return_credit(*s, d.delivered);
+    settle_delivery(*s, s->on_peer_data(pieces));
   }
   delivering_.clear();
   delivering_streams_.clear();
+}
+
+void Session::settle_delivery(Stream& stream, Stream::Delivery d) {
+  if (!d.accepted) {
+    log::warn("stream_reset").kv("peer", peer_label()).kv("stream", stream.id_).kv("reason", "out of buffers");
+    send_control(FrameType::kReset, stream.id_, static_cast<uint32_t>(ResetCode::kResource), 4);
+    stream.reset_code_ = ResetCode::kResource;
+    queue_event(stream, kEventReset);
+    return;
+  }
+  // Bytes the stream wrote to its socket at once return like any
+  // delivered bytes (frames are appended to the transport; nothing
+  // re-enters).
+  if (d.delivered > 0) return_credit(stream, d.delivered);
+}
+
+void Session::deliver_piped(Stream& stream, std::span<const uint8_t> head, PipedPayload piped) {
+  // Earlier frames' pieces (this stream's among them) leave first.
+  deliver_gathered();
+  if (stream.session_ != this) {
+    // That delivery ended the session (out of buffers): nothing takes these.
+    SplicePipe::discard(piped.fd, piped.bytes);
+    return;
+  }
+  ParsingScope scope(parsing_);
+  settle_delivery(stream, stream.on_peer_piped(head, piped.fd, piped.bytes));
+}
+
+bool Session::on_piped_frame(const FrameHeader& h, std::span<const uint8_t> head, int pipe_fd, uint32_t piped) {
+  assert(h.type == FrameType::kData && head.size() + piped == h.length);
+  piped_ = PipedPayload{pipe_fd, piped};
+  bool ok = on_frame(h, head);
+  // Every path through on_data() empties the pipe; one that ends in a
+  // protocol error closes the transport, and its pipe with it.
+  piped_ = PipedPayload{};
+  return ok;
 }
 
 // --- frames from the peer ------------------------------------------------------
@@ -887,6 +913,8 @@ bool Session::on_data(const FrameHeader& h, std::span<const uint8_t> payload) {
     if (!known) return protocol_error("DATA on unknown stream " + std::to_string(h.stream_id));
     // Late data for a stream we already reset: drop it, keep the budget whole.
     if (!session_receive_.on_receive(n)) return protocol_error("DATA exceeds the session window");
+    if (piped_.bytes > 0 && !SplicePipe::discard(piped_.fd, piped_.bytes))
+      return protocol_error("a piped DATA payload could not be read from its pipe");
     session_receive_.on_delivered(n);
     grant_session();
     return true;
@@ -896,7 +924,8 @@ bool Session::on_data(const FrameHeader& h, std::span<const uint8_t> payload) {
     return protocol_error("DATA overruns the window of stream " + std::to_string(h.stream_id));
   if (!session_receive_.on_receive(n)) return protocol_error("DATA exceeds the session window");
   count_bytes_in(n);
-  if (n > 0) gather(*stream, payload);
+  if (piped_.fd >= 0) deliver_piped(*stream, payload, piped_);
+  else if (n > 0) gather(*stream, payload);
   return true;
 }
 

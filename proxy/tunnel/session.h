@@ -271,6 +271,9 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // TransportSink
   bool on_frame(const FrameHeader& header, std::span<const uint8_t> payload) override;
   void on_frames_end() override { deliver_gathered(); }
+  bool takes_piped_frames() const override { return state_ == State::kOpen && link_ == Link::kReady; }
+  bool on_piped_frame(const FrameHeader& header, std::span<const uint8_t> head, int pipe_fd,
+                      uint32_t piped) override;
   void on_transport_closed(std::string_view reason) override;
 
   bool handle_frame(const FrameHeader& header, std::span<const uint8_t> payload);
@@ -356,6 +359,18 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // Called at the end of each batch, and before the session lets its
   // transport go (the pieces live in its buffer).
   void deliver_gathered();
+  // The DATA frame being handled came through on_piped_frame(): its
+  // payload is the frame's span, then these bytes in the pipe.
+  struct PipedPayload {
+    int fd = -1;
+    uint32_t bytes = 0;
+  };
+  // A piped payload for `stream`: handed over at once, after the pieces
+  // gathered so far (they go first), with the same outcome rules.
+  void deliver_piped(Stream& stream, std::span<const uint8_t> head, PipedPayload piped);
+  // What a stream did with bytes it was handed: reset it when it could
+  // not keep them, return credit for what it wrote at once.
+  void settle_delivery(Stream& stream, Stream::Delivery d);
   // A stream leaving mid-batch: its pieces are dropped.
   void drop_gathered(Stream& stream);
   // `n` bytes of `stream` left this host: stream and session credit return.
@@ -408,6 +423,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   SessionOwner* owner_;
   State state_ = State::kHandshake;
   bool parsing_ = false;  // inside on_frame() or deliver_gathered(): streams must not call in (asserted)
+  PipedPayload piped_;    // set while on_piped_frame() handles its frame
   std::string peer_node_;
   HelloPayload peer_hello_;
   // One transport's authentication, while it runs (session_auth.cc).

@@ -56,6 +56,14 @@ class Stream {
   // buffer (so that one sendmsg can take them all). The bytes live only
   // during the call, and the stream must not call its session.
   virtual Delivery on_peer_data(std::span<const iovec> pieces) = 0;
+  // One DATA payload that arrived partly in the transport's receive buffer
+  // (`head`, possibly empty) and partly in a pipe (`piped` bytes readable
+  // from `pipe_fd`): the TCP transport splices large payloads past user
+  // space (common/splice_pipe.h). Same rules as on_peer_data, and one more:
+  // the stream takes every piped byte before it returns (into its socket,
+  // or into its queue), so that the pipe is empty for the next frame. The
+  // default reads the pipe and hands the bytes to on_peer_data.
+  virtual Delivery on_peer_piped(std::span<const uint8_t> head, int pipe_fd, uint32_t piped);
   // The peer sent FIN: no more data will come.
   virtual void on_peer_fin() = 0;
   // The peer reset the stream, or the session had to (out of buffers). The

@@ -51,6 +51,17 @@ class TransportSink {
   // that took frames of the batch, unless it closed the transport (then it
   // delivered when it closed).
   virtual void on_frames_end() {}
+  // Whether DATA may arrive through on_piped_frame() now (the session is
+  // open); a transport that splices asks before each frame it would pipe.
+  virtual bool takes_piped_frames() const { return false; }
+  // A DATA frame whose payload is `head` (in the receive buffer, possibly
+  // empty) followed by `piped` bytes in a pipe (common/splice_pipe.h). The
+  // sink empties the pipe of them; the rest is as on_frame().
+  virtual bool on_piped_frame(const FrameHeader& header, std::span<const uint8_t> head, int pipe_fd,
+                              uint32_t piped) {
+    (void)header, (void)head, (void)pipe_fd, (void)piped;
+    return false;
+  }
   // The carrier failed or the peer closed it. Called at most once.
   virtual void on_transport_closed(std::string_view reason) = 0;
 };

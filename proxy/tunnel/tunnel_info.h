@@ -26,6 +26,7 @@ struct SessionInfo {
   bool resumable = false;      // survives its transport (both sides offered resumption)
   uint64_t resumes = 0;        // transports it resumed on
   uint64_t resent_bytes = 0;   // session frame bytes sent again after resumes
+  uint64_t spliced_bytes = 0;  // TCP: DATA payload bytes its transport received by splice
   // RDMA sessions only (has_rdma): the queue pair and its credits.
   bool has_rdma = false;
   std::string qp_state;        // "RTS", "ERR", ... (ibv_query_qp)

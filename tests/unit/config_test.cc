@@ -1098,3 +1098,15 @@ TEST_CASE("listeners[].socket_mode: unix listeners only, three octal digits", "[
                        "    socket_mode: 0660"}),
                 {{11, 18, "listeners[0].socket_mode", "applies to unix: listeners only"}});
 }
+
+TEST_CASE("tunnel.tcp_splice: off by default, on when asked, a bad value named, a change needs a restart",
+          "[config]") {
+  CHECK_FALSE(parse_ok(lines({"node: a"}))->tunnel.tcp_splice);
+  auto on = parse_ok(lines({"node: a", "tunnel:", "  tcp_splice: true"}));
+  CHECK(on->tunnel.tcp_splice);
+  CHECK_FALSE(parse_ok(lines({"node: a", "tunnel:", "  tcp_splice: false"}))->tunnel.tcp_splice);
+  expect_errors(lines({kNode, "tunnel:", "  tcp_splice: sometimes"}),
+                {{3, 15, "tunnel.tcp_splice", "must be one of true, false, got 'sometimes'"}});
+  auto off = parse_ok(lines({"node: a"}));
+  CHECK(rdmagw::restart_only_changes(*off, *on) == std::vector<std::string>{"tunnel.tcp_splice: false -> true"});
+}

@@ -20,10 +20,10 @@ namespace {
 // the dial was dropped first.
 class TcpConnectAttempt final : public IoObject {
  public:
-  TcpConnectAttempt(EventLoop& loop, BufferPool& pool, uint32_t max_data, UniqueFd fd, std::string remote,
-                    tunnel::DialObserver* observer)
-      : IoObject(loop), pool_(pool), max_data_(max_data), fd_(std::move(fd)), remote_(std::move(remote)),
-        observer_(observer) {
+  TcpConnectAttempt(EventLoop& loop, BufferPool& pool, uint32_t max_data, bool splice, UniqueFd fd,
+                    std::string remote, tunnel::DialObserver* observer)
+      : IoObject(loop), pool_(pool), max_data_(max_data), splice_(splice), fd_(std::move(fd)),
+        remote_(std::move(remote)), observer_(observer) {
     connect_.bind<&TcpConnectAttempt::on_connected>(this);
   }
   void start(const Endpoint& peer, uint32_t timeout_ms) {
@@ -45,11 +45,12 @@ class TcpConnectAttempt final : public IoObject {
       return;
     }
     set_nodelay(fd_.get());
-    observer->on_dialed(make_io<TcpTransport>(loop(), pool_, std::move(fd_), max_data_, remote_));
+    observer->on_dialed(make_io<TcpTransport>(loop(), pool_, std::move(fd_), max_data_, remote_, splice_));
   }
 
   BufferPool& pool_;
   uint32_t max_data_;
+  bool splice_;
   UniqueFd fd_;
   std::string remote_;
   tunnel::DialObserver* observer_;
@@ -74,15 +75,15 @@ std::unique_ptr<tunnel::Dial> TcpConnector::dial(const Endpoint& peer, uint32_t 
     *error = std::string("socket: ") + strerror(errno);
     return nullptr;
   }
-  auto attempt = make_io<TcpConnectAttempt>(loop_, pool_, max_data_, UniqueFd(fd),
+  auto attempt = make_io<TcpConnectAttempt>(loop_, pool_, max_data_, splice_, UniqueFd(fd),
       sockaddr_to_string(reinterpret_cast<const sockaddr*>(&peer.addr), peer.addr_len), observer);
   attempt->start(peer, timeout_ms);
   return std::make_unique<TcpDial>(std::move(attempt));
 }
 
 TcpTransportListener::TcpTransportListener(EventLoop& loop, BufferPool& pool, int listen_fd, uint32_t max_data,
-                                           tunnel::HandshakeGate gate)
-    : loop_(loop), pool_(pool), max_data_(max_data), gate_(std::move(gate)) {
+                                           bool splice, tunnel::HandshakeGate gate)
+    : loop_(loop), pool_(pool), max_data_(max_data), splice_(splice), gate_(std::move(gate)) {
   acceptor_ = make_io<Acceptor>(loop_, listen_fd, "tunnel", [this](UniqueFd fd) { on_accept(std::move(fd)); });
 }
 
@@ -118,7 +119,7 @@ void TcpTransportListener::on_accept(UniqueFd fd) {
   }
   if (!observer_) return;
   try {
-    auto transport = make_io<TcpTransport>(loop_, pool_, std::move(fd), max_data_, remote);
+    auto transport = make_io<TcpTransport>(loop_, pool_, std::move(fd), max_data_, remote, splice_);
     transport->hold(std::move(*slot));
     observer_->on_inbound(std::move(transport));
   } catch (const std::bad_alloc&) {

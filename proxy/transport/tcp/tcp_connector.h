@@ -15,7 +15,9 @@ namespace rdmagw::transport {
 class TcpConnector final : public tunnel::Connector {
  public:
   // `max_data`: our buffer size, the largest DATA payload we accept.
-  TcpConnector(EventLoop& loop, BufferPool& pool, uint32_t max_data) : loop_(loop), pool_(pool), max_data_(max_data) {}
+  // `splice`: tunnel.tcp_splice (tcp_transport.h).
+  TcpConnector(EventLoop& loop, BufferPool& pool, uint32_t max_data, bool splice)
+      : loop_(loop), pool_(pool), max_data_(max_data), splice_(splice) {}
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kTcp; }
   std::unique_ptr<tunnel::Dial> dial(const Endpoint& peer, uint32_t timeout_ms, const tunnel::SessionToken* session,
                                      tunnel::DialObserver* observer,
@@ -25,13 +27,15 @@ class TcpConnector final : public tunnel::Connector {
   EventLoop& loop_;
   BufferPool& pool_;
   uint32_t max_data_;
+  bool splice_;
 };
 
 class TcpTransportListener final : public tunnel::TransportListener {
  public:
   // Does not own `listen_fd` (the runtime opened it for this worker).
   // `gate`: each accepted connection needs a handshake slot from it.
-  TcpTransportListener(EventLoop& loop, BufferPool& pool, int listen_fd, uint32_t max_data, tunnel::HandshakeGate gate);
+  TcpTransportListener(EventLoop& loop, BufferPool& pool, int listen_fd, uint32_t max_data, bool splice,
+                       tunnel::HandshakeGate gate);
   ~TcpTransportListener() override;
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kTcp; }
   void start(tunnel::InboundObserver* observer) override;
@@ -44,6 +48,7 @@ class TcpTransportListener final : public tunnel::TransportListener {
   EventLoop& loop_;
   BufferPool& pool_;
   uint32_t max_data_;
+  bool splice_;
   tunnel::HandshakeGate gate_;
   IoPtr<Acceptor> acceptor_;
   tunnel::InboundObserver* observer_ = nullptr;

@@ -1,6 +1,7 @@
 #include "proxy/transport/tcp/tcp_transport.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -10,7 +11,7 @@
 namespace rdmagw::transport {
 
 TcpTransport::TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint32_t max_data,
-                           std::string remote)
+                           std::string remote, bool splice)
     : tunnel::Transport(loop),
       fd_(std::move(fd)),
       remote_(std::move(remote)),
@@ -19,7 +20,8 @@ TcpTransport::TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint3
       // Room for several of the largest frames, so a full buffer always
       // holds at least one whole frame to parse.
       rx_full_capacity_(
-          std::max<size_t>(256 * 1024, 4 * (tunnel::kHeaderSize + 2 + tunnel::kMaxTargetLength + max_data))) {
+          std::max<size_t>(256 * 1024, 4 * (tunnel::kHeaderSize + 2 + tunnel::kMaxTargetLength + max_data))),
+      splice_(splice) {
   rx_ = std::make_unique<uint8_t[]>(rx_capacity_);
   recv_op_ = IoOp::bind<&TcpTransport::on_recv>(this);
   send_op_ = IoOp::bind<&TcpTransport::on_send>(this);
@@ -50,8 +52,12 @@ bool TcpTransport::grow_receive_buffer() {
 }
 
 void TcpTransport::post_recv() {
+  size_t room = rx_capacity_ - rx_len_;
+  // After a piped frame only the next header is read, so that the payload
+  // behind it stays in the socket for splice.
+  if (header_only_ && rx_len_ < tunnel::kHeaderSize) room = tunnel::kHeaderSize - rx_len_;
   io_uring_sqe* s = loop().sqe(&recv_op_);
-  io_uring_prep_recv(s, fd_.get(), rx_.get() + rx_len_, rx_capacity_ - rx_len_, 0);
+  io_uring_prep_recv(s, fd_.get(), rx_.get() + rx_len_, room, 0);
 }
 
 void TcpTransport::request_send() {
@@ -202,7 +208,7 @@ void TcpTransport::on_recv(int res, uint32_t) {
     return;
   }
   rx_len_ += static_cast<size_t>(res);
-  size_t offset = opener_ ? 0 : deliver_frames(rx_.get(), rx_len_);
+  size_t offset = opener_ ? 0 : deliver_received();
   if (opener_ && !closed_) offset = open_records(offset);
   if (hand_off_) {
     hand_off_unread_ = rx_len_ - offset + plain_len_;
@@ -253,6 +259,7 @@ size_t TcpTransport::deliver_frames(uint8_t* buf, size_t len) {
       break;
     }
     offset += consumed;
+    last_frame_large_data_ = header.type == tunnel::FrameType::kData && header.length >= kMinPipedBytes;
     if (!sink_) break;
     batch.feed(sink_);
     if (!sink_->on_frame(header, payload)) {
@@ -262,6 +269,92 @@ size_t TcpTransport::deliver_frames(uint8_t* buf, size_t len) {
     if (opening_started_ != was_opening) break;  // what follows is records
   }
   return offset;
+}
+
+size_t TcpTransport::deliver_received() {
+  size_t offset = deliver_frames(rx_.get(), rx_len_);
+  // Bulk data: the peer sends whole frames, so receives end on frame
+  // boundaries. After a large DATA frame, the next header is read alone,
+  // so that the payload behind it can be piped.
+  header_only_ = splice_ && last_frame_large_data_ && offset == rx_len_;
+  for (int piped = 0; piped < kMaxPipedInARow; ++piped) {
+    PipeOutcome outcome = pipe_frame(offset);
+    if (outcome == PipeOutcome::kTakenBack) offset += deliver_frames(rx_.get() + offset, rx_len_ - offset);
+    if (outcome != PipeOutcome::kPiped) break;
+    // rx_ is used up. The next frame's header alone, if it is here already;
+    // if not, the next receive waits for it.
+    rx_len_ = offset = 0;
+    header_only_ = true;
+    if (closed_) break;
+    ssize_t got = ::recv(fd_.get(), rx_.get(), tunnel::kHeaderSize, MSG_DONTWAIT);
+    if (got <= 0) break;  // nothing yet, or the end or an error, which the posted receive meets
+    rx_len_ = static_cast<size_t>(got);
+    offset = deliver_frames(rx_.get(), rx_len_);  // frames without payload are whole already
+  }
+  return offset;
+}
+
+TcpTransport::PipeOutcome TcpTransport::pipe_frame(size_t offset) {
+  if (!splice_ || closed_ || hand_off_ || sealer_ || opener_ || opening_started_ || !sink_) return PipeOutcome::kNo;
+  tunnel::FrameHeader header;
+  std::span<const uint8_t> payload;
+  size_t consumed = 0;
+  std::string reason;
+  // deliver_frames() stopped here for want of bytes: the header is whole
+  // and valid, or there is none yet.
+  if (reader_.next(rx_.get() + offset, rx_len_ - offset, &header, &payload, &consumed, &reason) !=
+          tunnel::FrameReader::Status::kNeedMore ||
+      rx_len_ - offset < tunnel::kHeaderSize || header.type != tunnel::FrameType::kData)
+    return PipeOutcome::kNo;
+  size_t head = rx_len_ - offset - tunnel::kHeaderSize;
+  size_t missing = header.length - head;
+  if (missing < kMinPipedBytes || !sink_->takes_piped_frames()) return PipeOutcome::kNo;
+  if (!pipe_.is_open()) {
+    std::string error;
+    if (!pipe_.open(reader_.max_data(), &error)) {
+      static std::atomic<bool> logged{false};
+      if (!logged.exchange(true))
+        log::warn("splice_unavailable").kv("remote", remote_).kv("reason", error).kv("note", "copying instead; logged once");
+      splice_ = false;
+      return PipeOutcome::kNo;
+    }
+  }
+  // Room to take the bytes back into rx_ if they do not all come.
+  if (missing > pipe_.capacity() || missing > rx_capacity_ - rx_len_) return PipeOutcome::kNo;
+  // The whole rest of the frame into the pipe, or none of it delivered:
+  // the frame is then handed over whole, and nothing waits half-piped.
+  size_t in = 0;
+  while (in < missing) {
+    ssize_t n = ::splice(fd_.get(), nullptr, pipe_.write_end(), nullptr, missing - in,
+                         SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+    if (n <= 0) {
+      // A kernel that cannot splice this socket: copy from now on.
+      if (n < 0 && errno != EAGAIN && errno != EINTR) splice_ = false;
+      break;
+    }
+    in += static_cast<size_t>(n);
+  }
+  if (in < missing) {
+    // Not all of it has arrived (or the socket's pages did not all fit the
+    // pipe): take back what went in (rx_ has room for several frames) and
+    // carry on by copying.
+    ssize_t back = in > 0 ? ::read(pipe_.read_end(), rx_.get() + rx_len_, in) : 0;
+    if (back != static_cast<ssize_t>(in)) {
+      fail("splice: bytes put in the pipe could not be read back");
+      return PipeOutcome::kNo;
+    }
+    rx_len_ += in;
+    return PipeOutcome::kTakenBack;
+  }
+  spliced_bytes_ += missing;
+  tunnel::FrameBatch batch;
+  batch.feed(sink_);
+  std::span<const uint8_t> head_bytes(rx_.get() + offset + tunnel::kHeaderSize, head);
+  if (!sink_->on_piped_frame(header, head_bytes, pipe_.read_end(), static_cast<uint32_t>(missing))) {
+    batch.refused();
+    pipe_ = SplicePipe();  // it may still hold the payload; the transport is closed anyway
+  }
+  return PipeOutcome::kPiped;
 }
 
 size_t TcpTransport::open_records(size_t offset) {

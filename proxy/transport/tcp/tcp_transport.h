@@ -5,6 +5,16 @@
 // kHandshakeReceiveSize until the peer is admitted (Transport::admit()),
 // then large enough for several of the largest frames.
 //
+// Splice (tunnel.tcp_splice, off by default: docs/architecture.md says
+// what it measured): when a receive ends inside a large DATA frame, the
+// rest of its payload moves by splice(2) into a pipe and from there into
+// the application's socket (the stream does that part,
+// LocalStream::on_peer_piped): no copy through user space.
+// A peer sends whole frames, so receives tend to end on frame boundaries:
+// after a large DATA frame the next header is read alone, so that the
+// payload behind it stays in the socket and can be piped whole, for as
+// long as frames keep qualifying.
+//
 // Encrypted (tunnel.auth.encrypt, after the handshake), the bytes each way
 // are records: | length u32 (ciphertext and tag) | ciphertext | tag 16 |,
 // at most kRecordSize bytes of the frame stream each, the length
@@ -19,6 +29,7 @@
 #include <string>
 
 #include "common/byte_queue.h"
+#include "common/splice_pipe.h"
 #include "common/unique_fd.h"
 #include "proxy/io/event_loop.h"
 #include "proxy/tunnel/transport.h"
@@ -36,7 +47,9 @@ inline constexpr size_t kRecordOverhead = 4 + tunnel::kCipherTagSize;
 class TcpTransport final : public tunnel::Transport, public Flushable {
  public:
   // `max_data` bounds DATA frames accepted from the peer (our buffer size).
-  TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint32_t max_data, std::string remote);
+  // `splice`: large DATA payloads may pass by splice (see above).
+  TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint32_t max_data, std::string remote,
+               bool splice);
 
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kTcp; }
   void start(tunnel::TransportSink* sink) override;
@@ -54,6 +67,8 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   // False when there is no memory for the record buffers.
   bool adopt_ciphers(std::shared_ptr<tunnel::FrameCipher> sealer, std::shared_ptr<tunnel::FrameCipher> opener);
 
+  void describe(tunnel::SessionInfo* info) const override { info->spliced_bytes = spliced_bytes_; }
+
   void flush() override;
 
  private:
@@ -68,6 +83,20 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   // Stops early when the transport closes, hands off, or starts opening
   // records (the bytes after that frame are not frames).
   size_t deliver_frames(uint8_t* buf, size_t len);
+  // Receives that end inside a DATA frame of at least this many missing
+  // payload bytes pipe them; below it a copy costs less than the splices.
+  static constexpr size_t kMinPipedBytes = 8 * 1024;
+  // Frames piped (and headers read alone) in one go before the loop gets
+  // its turn back.
+  static constexpr int kMaxPipedInARow = 32;
+  // The frames in rx_, then whole DATA frames by splice while they come:
+  // returns the bytes of rx_ used.
+  size_t deliver_received();
+  // Pipes the DATA frame that starts at rx_[offset] and ends in the socket,
+  // if it qualifies: kPiped, it was delivered (rx_ is used up); kTakenBack,
+  // it was not, but bytes that went into the pipe are appended to rx_.
+  enum class PipeOutcome { kNo, kPiped, kTakenBack };
+  PipeOutcome pipe_frame(size_t offset);
   // Opens the whole records in rx_ from `offset` into plain_ and delivers
   // their frames; returns the offset in rx_ of what is left.
   size_t open_records(size_t offset);
@@ -112,6 +141,13 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   bool lingering_ = false;
   std::function<void(tunnel::MovedConnection)> hand_off_;  // set while the socket is handed to another worker
   size_t hand_off_unread_ = 0;               // bytes received after the frame that asked for it
+
+  // Splice (null pipe until the first frame that qualifies).
+  bool splice_;
+  SplicePipe pipe_;
+  bool header_only_ = false;  // the next receive takes a header alone (deliver_received)
+  bool last_frame_large_data_ = false;  // the last frame parsed was DATA of kMinPipedBytes or more
+  uint64_t spliced_bytes_ = 0;
 
   // Encryption (null until the handshake turns it on).
   std::shared_ptr<tunnel::FrameCipher> sealer_, opener_;
