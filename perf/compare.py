@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """rdmagw against HAProxy and against no proxy at all, in one run, same topology.
 
-Four paths to the same backends on this machine:
+Five paths to the same backends on this machine:
   direct          client -> backend
   haproxy         client -> haproxy A -> haproxy B -> backend   (mode tcp)
   haproxy-splice  the same, with option splice-request/splice-response
   rdmagw          client -> rdmagw A -> tunnel (TCP transport) -> rdmagw B -> backend
+  rdmagw-splice   the same with tunnel.tcp_splice: true (B pipes large DATA payloads by splice)
 and, through each, in turns (the order of the paths rotates every round):
   redis-set, redis-get      redis-benchmark -c 50 -d 512, unpipelined
   redis-set-p16, redis-get-p16   the same with -P 16
@@ -46,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
 from benchlib import free_port, wait_port  # noqa: E402
 
-PATHS = ("direct", "haproxy", "haproxy-splice", "rdmagw")
+PATHS = ("direct", "haproxy", "haproxy-splice", "rdmagw", "rdmagw-splice")
 TESTS = ("redis-set", "redis-get", "redis-set-p16", "redis-get-p16", "iperf3", "pingpong", "hol",
          "http-keepalive", "http-close")
 BACKENDS = ("redis", "iperf", "sockperf", "http")
@@ -88,8 +89,8 @@ class Topology:
                 self.start_haproxy(path, backend, splice=False)
             elif path == "haproxy-splice":
                 self.start_haproxy(path, backend, splice=True)
-            elif path == "rdmagw":
-                self.start_rdmagw(backend)
+            elif path in ("rdmagw", "rdmagw-splice"):
+                self.start_rdmagw(path, backend, splice=path == "rdmagw-splice")
 
     def start_nginx(self, port):
         os.makedirs(f"{self.work}/www", exist_ok=True)
@@ -145,10 +146,11 @@ defaults
         self.ports[path] = front
         self.pids[path] = pids
 
-    def start_rdmagw(self, backend):
+    def start_rdmagw(self, path, backend, splice):
         listen = {name: free_port() for name in BACKENDS}
         a_tunnel, b_tunnel = free_port(), free_port()
         size = f", buffer_size: {self.args.buffer_size}" if self.args.buffer_size else ""
+        size += ", tcp_splice: true" if splice else ""
         tunnel = f"{{address: 127.0.0.1, tcp_port: %d, transport: tcp{size}}}"
         listeners = "".join(f"""  - {{name: {b}, listen: "tcp:127.0.0.1:{listen[b]}", peer: host-b, target: "tcp:127.0.0.1:{backend[b]}"}}
 """ for b in BACKENDS)
@@ -171,18 +173,18 @@ listeners:
         }
         pids = []
         for name in ("b", "a"):
-            path = f"{self.work}/rdmagw-{name}"
-            with open(f"{path}.yaml", "w") as f:
+            base = f"{self.work}/{path}-{name}"
+            with open(f"{base}.yaml", "w") as f:
                 f.write(configs[name])
-            log = open(f"{path}.log", "w")
-            pids.append(self.spawn([benchlib.RDMAGW, "--config", f"{path}.yaml", "--log-level", "info"],
+            log = open(f"{base}.log", "w")
+            pids.append(self.spawn([benchlib.RDMAGW, "--config", f"{base}.yaml", "--log-level", "info"],
                                    stderr=log).pid)
         for name in ("b", "a"):
-            benchlib.wait_log(f"{self.work}/rdmagw-{name}.log", "event=ready")
+            benchlib.wait_log(f"{self.work}/{path}-{name}.log", "event=ready")
         for port in listen.values():
             wait_port(port)
-        self.ports["rdmagw"] = listen
-        self.pids["rdmagw"] = pids
+        self.ports[path] = listen
+        self.pids[path] = pids
 
     def stop(self):
         benchlib.stop_all(self.procs)
