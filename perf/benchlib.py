@@ -120,8 +120,10 @@ def parse_iperf3_json(text: str) -> dict:
 
 
 def parse_sockperf(text: str) -> dict:
-    """{"p50": µs, "p99": µs, "observations": n} from `sockperf ping-pong`
-    (with --full-rtt the figures are round trips)."""
+    """{"p50": µs, "p99": µs, "observations": n, "round_trips": n} from
+    `sockperf ping-pong` (with --full-rtt the figures are round trips).
+    Observations are the measured part of the run; round_trips are all of
+    its replies, warm-up included: what the processes on the way handled."""
     out = {}
     for name, key in (("50.000", "p50"), ("99.000", "p99")):
         m = re.search(rf"percentile {re.escape(name)} =\s+([0-9.]+)", text)
@@ -130,6 +132,8 @@ def parse_sockperf(text: str) -> dict:
         out[key] = float(m.group(1))
     m = re.search(r"(\d+) observations", text)
     out["observations"] = int(m.group(1)) if m else 0
+    m = re.search(r"\[Total Run\].*ReceivedMessages=(\d+)", text)
+    out["round_trips"] = int(m.group(1)) if m else 0
     return out
 
 

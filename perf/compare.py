@@ -18,12 +18,16 @@ and, through each, in turns (the order of the paths rotates every round):
   http-close                the same with Connection: close
 
 For every run it reads the CPU time of both proxy processes of the path
-(utime + stime from /proc/PID/stat) and prints medians: throughput and its
-ratio to direct, CPU per request or per GiB, latencies, then the targets of
-issue 14 as ratios against HAProxy at its best setting for each figure, and
-the rdmagw pair's RSS and descriptors before and after the whole run.
+(utime + stime from /proc/PID/stat), of the backend, and of the client (as
+this script's waited-for child), and prints medians: throughput and its
+ratio to direct, CPU per request, per GiB or per round trip, latencies,
+everyone's CPU per request with the throughput ratio it predicts on shared
+cores, the targets of issue 14 as ratios against HAProxy at its best
+setting for each figure, and the rdmagw pair's RSS and descriptors before
+the run and after each round.  --perf-sched adds one ping-pong per path
+under `perf sched record`: the wake-ups of a round trip and their delays.
 
-  perf/compare.py                        # 3 rounds, about 10 minutes
+  perf/compare.py                        # 3 rounds, about 12 minutes
   perf/compare.py --out perf/results/$(date +%F)-compare.md
   perf/compare.py --guard                # CI: under a minute; exit 1 when rdmagw
                                          # costs more CPU per request than HAProxy
@@ -35,6 +39,7 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -67,6 +72,7 @@ class Topology:
         self.procs = []
         self.ports = {}
         self.pids = {}
+        self.backend_pids = {}
 
     def spawn(self, cmd, **kw):
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=kw.pop("stderr", subprocess.DEVNULL), **kw)
@@ -75,11 +81,14 @@ class Topology:
 
     def start(self, paths):
         backend = {name: free_port() for name in BACKENDS}
-        self.spawn(["redis-server", "--port", str(backend["redis"]), "--bind", "127.0.0.1", "--save", "",
-                    "--appendonly", "no"])
-        self.spawn(["iperf3", "-s", "-p", str(backend["iperf"])])
-        self.spawn(["sockperf", "server", "--tcp", "-i", "127.0.0.1", "-p", str(backend["sockperf"])])
-        self.start_nginx(backend["http"])
+        self.backend_pids = {
+            "redis": self.spawn(["redis-server", "--port", str(backend["redis"]), "--bind", "127.0.0.1",
+                                 "--save", "", "--appendonly", "no"]).pid,
+            "iperf": self.spawn(["iperf3", "-s", "-p", str(backend["iperf"])]).pid,
+            "sockperf": self.spawn(["sockperf", "server", "--tcp", "-i", "127.0.0.1", "-p",
+                                    str(backend["sockperf"])]).pid,
+            "http": self.start_nginx(backend["http"]).pid,  # master_process off: one process
+        }
         for port in backend.values():
             wait_port(port)
         self.ports["direct"] = backend
@@ -117,7 +126,7 @@ http {{
     }}
 }}
 """)
-        self.spawn(["nginx", "-p", self.work, "-c", f"{self.work}/nginx.conf"])
+        return self.spawn(["nginx", "-p", self.work, "-c", f"{self.work}/nginx.conf"])
 
     def start_haproxy(self, path, backend, splice):
         front = {name: free_port() for name in BACKENDS}
@@ -217,7 +226,9 @@ def iperf(port, seconds, extra=()):
 def pingpong(port, seconds):
     out = run(["sockperf", "ping-pong", "--tcp", "-i", "127.0.0.1", "-p", str(port), "-m", "64", "-t",
                str(seconds), "--full-rtt"], seconds + 30)
-    return benchlib.parse_sockperf(out)
+    r = benchlib.parse_sockperf(out)
+    r["units"] = r["round_trips"]  # the proxies' CPU is read per round trip
+    return r
 
 
 def hol(ports, seconds, rate):
@@ -265,8 +276,24 @@ def one(test, ports, args):
     raise ValueError(test)
 
 
+def backends_of(test):
+    if test.startswith("redis-"):
+        return ["redis"]
+    if test.startswith("http-"):
+        return ["http"]
+    return {"iperf3": ["iperf"], "pingpong": ["sockperf"], "hol": ["sockperf", "iperf"]}[test]
+
+
+def children_cpu():
+    """CPU seconds of this script's children that have ended and been waited
+    for: the clients (redis-benchmark, wrk, iperf3, sockperf)."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
 def measured(test, path, topo, args):
-    """Runs `test` through `path`; adds the proxies' CPU seconds to the result."""
+    """Runs `test` through `path`; adds the CPU seconds of the proxies (cpu)
+    and of the client and backend (app_cpu), and the run's length (wall)."""
     pids = topo.pids[path]
     recorder = None
     if args.perf_record and path == "rdmagw" and test in args.perf_record_tests:
@@ -278,7 +305,13 @@ def measured(test, path, topo, args):
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.5)
     before = [benchlib.cpu_seconds(p) for p in pids]
+    backends = [topo.backend_pids[b] for b in backends_of(test)]
+    apps_before = sum(benchlib.cpu_seconds(p) for p in backends) + children_cpu()
+    started = time.monotonic()
     r = one(test, topo.ports[path], args)
+    r["wall"] = time.monotonic() - started
+    # Before perf is waited for: its own CPU must not count as the client's.
+    r["app_cpu"] = sum(benchlib.cpu_seconds(p) for p in backends) + children_cpu() - apps_before
     if recorder:
         recorder.send_signal(signal.SIGINT)
         recorder.wait(timeout=60)
@@ -291,6 +324,76 @@ def measured(test, path, topo, args):
     # sockets linger a moment: let each run start on a quiet machine.
     time.sleep(0.3)
     return r
+
+
+# --- where a ping-pong's time goes: perf sched ---------------------------------------
+
+# A line of `perf sched timehist`: time, [cpu], comm[tid] or comm[tid/pid],
+# then wait time, scheduling delay and run time, in ms. <idle> has no [tid].
+TIMEHIST_LINE = re.compile(r"^\s*[0-9.]+\s+\[\d+\]\s+(.*)\[(\d+)(?:/(\d+))?\]"
+                           r"\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$")
+
+
+def parse_timehist(text, classify):
+    """{class: [runs, scheduling delay ms, run time ms]} summed over the
+    lines of `perf sched timehist`; classify(comm, pid) names a line's
+    class, or None to leave it out."""
+    sums = {}
+    for line in text.splitlines():
+        m = TIMEHIST_LINE.match(line)
+        if not m:
+            continue
+        comm, tid, pid = m.group(1).strip(), int(m.group(2)), int(m.group(3) or m.group(2))
+        name = classify(comm, pid)
+        if name is None:
+            continue
+        acc = sums.setdefault(name, [0, 0.0, 0.0])
+        acc[0] += 1
+        acc[1] += float(m.group(5))
+        acc[2] += float(m.group(6))
+    return sums
+
+
+def sched_row(path, p50, sums):
+    """A report row, per round trip (one wake-up of sockperf's client, which
+    blocks on each reply): how often the proxies and sockperf's server were
+    switched in, and their scheduling delays."""
+    trips = sums.get("client", (0, 0.0, 0.0))[0]
+    row = [path, fmt(p50, 1), str(trips)]
+    if not trips:
+        return row + ["–"] * 5
+    for name in ("proxies", "server"):
+        runs, delay, _ = sums.get(name, (0, 0.0, 0.0))
+        if path == "direct" and name == "proxies":
+            row += ["–", "–"]
+            continue
+        row += [f"{runs / trips:.2f}", fmt(delay * 1000 / trips, 1)]
+    return row + [fmt(sums["client"][1] * 1000 / trips, 1)]
+
+
+def sched_profile(path, topo, args):
+    """One extra ping-pong through `path`, not counted in the medians, under
+    a system-wide `perf sched record`; DIR/pingpong-PATH.data is kept for
+    `perf sched timehist -i` or `perf sched latency -i`."""
+    data = os.path.join(args.perf_sched, f"pingpong-{path}.data")
+    rec = subprocess.Popen(["perf", "sched", "record", "-o", data], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    try:
+        r = pingpong(topo.ports[path]["sockperf"], min(args.seconds, 3))
+    finally:
+        rec.send_signal(signal.SIGINT)
+        rec.wait(timeout=120)
+    text = run(["perf", "sched", "timehist", "-i", data], 900)
+    proxies, server = set(topo.pids[path]), topo.backend_pids["sockperf"]
+
+    def classify(comm, pid):
+        if pid in proxies:
+            return "proxies"
+        if pid == server:
+            return "server"
+        return "client" if comm.startswith("sockperf") else None
+    return sched_row(path, r["p50"], parse_timehist(text, classify))
 
 
 # --- the report -------------------------------------------------------------------
@@ -315,7 +418,7 @@ def fmt(v, digits=0):
     return "–" if v is None else f"{v:.{digits}f}"
 
 
-def report(results, paths, tests, args, pair_state):
+def report(results, paths, tests, args, pair_state, sched=None):
     """results[test][path] = [run, ...]; returns (markdown, targets missed in guard mode)."""
     lines = []
     proxies = [p for p in paths if p != "direct"]
@@ -352,27 +455,98 @@ def report(results, paths, tests, args, pair_state):
         for p in paths:
             p50, p99 = median(results["pingpong"][p], "p50"), median(results["pingpong"][p], "p99")
             added = None if p == "direct" else p50 - d50
-            row = [p, fmt(p50, 1), fmt(p99, 1), fmt(added, 1)]
+            cpu = cpu_per_unit(results["pingpong"][p]) if p != "direct" else None
+            row = [p, fmt(p50, 1), fmt(p99, 1), fmt(added, 1), fmt(cpu * 1e6 if cpu is not None else None, 1)]
             if "hol" in tests:
                 h99 = median(results["hol"][p], "p99")
                 row += [fmt(h99, 1), f"{h99 / p99:.2f}" if h99 and p99 else "–"]
             rows.append(row)
-        header = ["path", "p50 µs", "p99 µs", "added p50 µs"]
+        header = ["path", "p50 µs", "p99 µs", "added p50 µs", "proxies' CPU per round trip µs"]
         if "hol" in tests:
             header += ["p99 with a bulk stream µs", "p99 ratio"]
         lines += ["### 64 B ping-pong round trip (sockperf --full-rtt)", "",
                   benchlib.markdown_table(header, rows), ""]
 
+    budget, leaves = cpu_budget_tables(results, paths, tests)
+    if budget:
+        lines += ["### Everything's CPU per request: what the throughput ratios come from", "",
+                  "Client + backend: the load generator (its CPU as this script's waited-for child) and the "
+                  "server process. All of it shares the same cores, so where they are busy the throughput "
+                  "follows the CPU per request: the ratio the CPU predicts is direct's total over the path's.",
+                  "", benchlib.markdown_table(["test", "path", "client + backend µs/req", "proxies µs/req",
+                                               "cores busy", "ratio the CPU predicts", "ratio measured"], budget),
+                  ""]
+    if leaves:
+        lines += ["### What the ratio-to-direct targets leave the rdmagw pair", "",
+                  "The pair's CPU per request at which the CPU would predict the target: direct's total / "
+                  "target − the client's and backend's CPU per request through rdmagw.", "",
+                  benchlib.markdown_table(["test", "target", "client + backend µs/req, direct",
+                                           "client + backend µs/req, via rdmagw", "pair µs/req the target allows",
+                                           "pair µs/req measured"], leaves), ""]
+    if sched:
+        lines += ["### Wake-ups in a ping-pong round trip (`perf sched`, one extra run per path)", "",
+                  "Per round trip (a wake-up of sockperf's client, which blocks on each reply): how many times "
+                  "the proxies' threads and sockperf's server were switched in, and how long the processes "
+                  "waited from their wake-up until they ran (scheduling delay; from an idle core it includes "
+                  "the core's wake-up). Recording every switch slows the run: compare its p50 with the table "
+                  "above.", "",
+                  benchlib.markdown_table(["path", "p50 µs (recorded)", "round trips", "proxies: runs",
+                                           "proxies: delay µs", "server: runs", "server: delay µs",
+                                           "client: delay µs"], sched), ""]
     targets, missed = targets_table(results, paths, tests, pair_state)
     if targets:
         lines += ["### Targets (issue 14): rdmagw against HAProxy at its best setting for each figure", "",
                   benchlib.markdown_table(["figure", "rdmagw", "HAProxy best", "ratio", "target", "met"], targets),
                   ""]
     if pair_state:
-        lines += ["### The rdmagw pair before and after the run (2 s after the last test)", "",
-                  benchlib.markdown_table(["process", "RSS before KiB", "RSS after KiB", "fds before", "fds after"],
-                                          pair_state), ""]
+        lines += ["### The rdmagw pair's memory and descriptors (2 s after each round)", "",
+                  "Buffers are taken as load first needs them and kept while in use, so RSS grows in the first "
+                  "round; growth from the first round to the last is what would be a leak.", "",
+                  benchlib.markdown_table(["process", "RSS before KiB", "after round 1", "after the last",
+                                           "fds before", "after round 1", "after the last"], pair_state), ""]
     return "\n".join(lines), missed
+
+
+REQUEST_TESTS = ("redis-set", "redis-get", "redis-set-p16", "redis-get-p16", "http-keepalive", "http-close")
+RATIO_TARGETS = {"http-keepalive": 0.7, "http-close": 0.75}
+
+
+def per_request(runs, key):
+    """Median of each run's `key` CPU seconds per request, in µs."""
+    per = [r[key] / r["units"] * 1e6 for r in runs if r.get("units") and key in r]
+    return statistics.median(per) if per else None
+
+
+def cpu_budget_tables(results, paths, tests):
+    """Rows of everyone's CPU per request for each request test and path,
+    and, for the HTTP ratio targets, the rdmagw pair's CPU per request at
+    which the cores would allow the target."""
+    budget, leaves = [], []
+    for test in tests:
+        if test not in REQUEST_TESTS:
+            continue
+        d_total = None
+        d_rate = median(results[test]["direct"], "rate")
+        for p in paths:
+            runs = results[test][p]
+            app, proxies = per_request(runs, "app_cpu"), per_request(runs, "cpu") or 0.0
+            if app is None:
+                continue
+            total = app + proxies
+            if p == "direct":
+                d_total = total
+            busy = [(r["cpu"] + r["app_cpu"]) / r["wall"] for r in runs if r.get("wall")]
+            rate = median(runs, "rate")
+            budget.append([test, p, fmt(app, 1), "–" if p == "direct" else fmt(proxies, 1),
+                           fmt(statistics.median(busy), 2) if busy else "–",
+                           f"{d_total / total:.2f}" if d_total else "–",
+                           f"{rate / d_rate:.2f}" if rate and d_rate else "–"])
+            if p == "rdmagw" and test in RATIO_TARGETS and d_total:
+                target = RATIO_TARGETS[test]
+                d_app = per_request(results[test]["direct"], "app_cpu")
+                leaves.append([test, f"≥ {target}", fmt(d_app, 1), fmt(app, 1), fmt(d_total / target - app, 1),
+                               fmt(proxies, 1)])
+    return budget, leaves
 
 
 def best(results, test, paths, key, lower=True):
@@ -404,7 +578,7 @@ def targets_table(results, paths, tests, pair_state):
         rows.append([figure, fmt(mine, digits), f"{fmt(theirs, digits)} {source}".strip(), f"{ratio:.2f}",
                      f"{sign} {target}", "yes" if ok else "**no**"])
 
-    for test in ("redis-set", "redis-get", "redis-set-p16", "redis-get-p16", "http-keepalive", "http-close"):
+    for test in REQUEST_TESTS:
         if test not in tests:
             continue
         mine = cpu_per_unit(results[test]["rdmagw"])
@@ -428,7 +602,7 @@ def targets_table(results, paths, tests, pair_state):
         theirs, src = best(results, "pingpong", paths, "p50")
         add("added p50 latency, 64 B ping-pong (µs)", mine, theirs - d50 if theirs else None, 0.5,
             source=f"({src})")
-    for test, target in (("http-keepalive", 0.7), ("http-close", 0.75)):
+    for test, target in RATIO_TARGETS.items():
         if test in tests:
             d = median(results[test]["direct"], "rate")
             mine = median(results[test]["rdmagw"], "rate")
@@ -476,6 +650,10 @@ def parse_args(argv=None):
                          "--perf-record-tests; DIR/TEST.data and a flat report DIR/TEST.txt")
     ap.add_argument("--perf-record-tests", default="redis-set,iperf3",
                     help="the tests --perf-record profiles (default redis-set,iperf3)")
+    ap.add_argument("--perf-sched", metavar="DIR",
+                    help="after the rounds, one extra ping-pong through each path under a system-wide "
+                         "`perf sched record` (DIR/pingpong-PATH.data), and a table of the wake-ups, scheduling "
+                         "delays and run times per round trip")
     args = ap.parse_args(argv)
     if args.guard:
         args.paths = "direct,haproxy,rdmagw"
@@ -494,6 +672,10 @@ def parse_args(argv=None):
         if not shutil.which("perf"):
             ap.error("--perf-record: perf is not installed (tools/dev/install-deps installs linux-perf)")
         os.makedirs(args.perf_record, exist_ok=True)
+    if args.perf_sched:
+        if not shutil.which("perf"):
+            ap.error("--perf-sched: perf is not installed (tools/dev/install-deps installs linux-perf)")
+        os.makedirs(args.perf_sched, exist_ok=True)
     if "direct" not in args.paths:
         args.paths.insert(0, "direct")  # every ratio is against it
     if "hol" in args.tests and "pingpong" not in args.tests:
@@ -523,7 +705,9 @@ def header(args):
     return (f"# rdmagw vs HAProxy vs direct ({datetime.date.today()})\n\n"
             f"`perf/compare.py --rounds {args.rounds} --seconds {args.seconds} --requests {args.requests}"
             f" --workers {args.workers} --haproxy-threads {args.haproxy_threads}"
-            f"{f' --buffer-size {args.buffer_size}' if args.buffer_size else ''}`"
+            f"{f' --buffer-size {args.buffer_size}' if args.buffer_size else ''}"
+            f" --paths {','.join(args.paths)} --tests {','.join(args.tests)}"
+            f"{' --perf-sched DIR' if args.perf_sched else ''}`"
             f"{' --guard' if args.guard else ''}; commit {commit}; "
             f"{os.cpu_count()} cores, kernel {platform.release()}; medians of {args.rounds} rounds. "
             f"rdmagw on its TCP transport (loopback), client, backends and proxies on the same cores.\n")
@@ -543,6 +727,7 @@ def main(argv=None):
             redis(topo.ports[p]["redis"], "set", 2000, 1)
         time.sleep(1)
         before = pair_snapshot(topo)
+        snapshots = []
         total = args.rounds * len(args.tests) * len(args.paths)
         done, started = 0, time.monotonic()
         for rnd in range(args.rounds):
@@ -555,12 +740,21 @@ def main(argv=None):
                     shown = {k: round(v, 6 if k == "cpu" else 2) for k, v in r.items()}
                     print(f"[{done}/{total}, {time.monotonic() - started:.0f}s] round {rnd + 1} {test} {path}: "
                           f"{shown}", file=sys.stderr, flush=True)
-        time.sleep(2)
-        after = pair_snapshot(topo)
+            time.sleep(2)
+            snapshots.append(pair_snapshot(topo))
+            if snapshots[-1]:
+                print(f"after round {rnd + 1}: rdmagw B, A: RSS KiB {[s[0] for s in snapshots[-1]]}, "
+                      f"fds {[s[1] for s in snapshots[-1]]}", file=sys.stderr, flush=True)
         state = None
-        if before and after:
-            state = [[f"rdmagw {name}", b[0], a[0], b[1], a[1]] for name, b, a in zip(("B", "A"), before, after)]
-        body, worse = report(results, args.paths, args.tests, args, state)
+        if before and snapshots:
+            first, last = snapshots[0], snapshots[-1]
+            state = [[f"rdmagw {name}", b[0], f[0], a[0], b[1], f[1], a[1]]
+                     for name, b, f, a in zip(("B", "A"), before, first, last)]
+        sched = []
+        for path in args.paths if args.perf_sched else ():
+            print(f"perf sched: a ping-pong through {path}", file=sys.stderr, flush=True)
+            sched.append(sched_profile(path, topo, args))
+        body, worse = report(results, args.paths, args.tests, args, state, sched)
     finally:
         topo.stop()
         shutil.rmtree(work, ignore_errors=True)

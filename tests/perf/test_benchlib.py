@@ -71,7 +71,8 @@ def test_iperf3_text_that_is_not_json():
 def test_sockperf_percentiles_and_observations():
     # The sample has colour escapes around "Total N observations".
     assert benchlib.parse_sockperf(sample("sockperf-pp-tcp.txt")) == {"p50": 13.710, "p99": 19.448,
-                                                                       "observations": 37612}
+                                                                       "observations": 37612,
+                                                                       "round_trips": 66129}
 
 
 def test_sockperf_failure():

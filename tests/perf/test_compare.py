@@ -59,3 +59,46 @@ def test_haproxy_best_setting_is_chosen_per_figure():
     by_figure = {r[0]: r for r in rows}
     assert "(haproxy-splice)" in by_figure["CPU per GiB of bulk (s)"][2]  # 0.5 s/GiB against 3
     assert by_figure["bulk throughput (Gbit/s)"][3] == f"{6 / 13:.2f}"
+
+
+def test_everyones_cpu_predicts_the_ratio_and_what_a_target_leaves_the_pair():
+    def run(rate, cpu, app, units, wall=1.0):
+        return [{"rate": rate, "cpu": cpu, "app_cpu": app, "units": units, "wall": wall}]
+    # Direct: 20 µs of client + backend per request. Through rdmagw the
+    # client and backend cost 22 µs and the pair 18 µs: 40 µs in all.
+    results = {"http-keepalive": {"direct": run(90000, 0, 0.020, 1000, 0.02),
+                                  "rdmagw": run(45000, 0.018, 0.022, 1000, 0.04)}}
+    budget, leaves = compare.cpu_budget_tables(results, ["direct", "rdmagw"], ["http-keepalive"])
+    rows = {r[1]: r for r in budget}
+    assert rows["direct"][2:] == ["20.0", "–", "1.00", "1.00", "1.00"]
+    assert rows["rdmagw"][2:] == ["22.0", "18.0", "1.00", "0.50", "0.50"]
+    # ≥ 0.7 of direct on the same cores: 20 / 0.7 − 22 = 6.6 µs for the pair.
+    assert leaves == [["http-keepalive", "≥ 0.7", "20.0", "22.0", "6.6", "18.0"]]
+
+
+# Two runs of the client, one of a proxy's thread (tid 12, process 11),
+# one of sockperf's server, a kernel thread and the idle task.
+TIMEHIST = """\
+           time    cpu  task name                       wait time  sch delay   run time
+                        [tid/pid]                          (msec)     (msec)     (msec)
+--------------- ------  ------------------------------  ---------  ---------  ---------
+   17434.039362 [0000]  sockperf[30]                        0.100      0.010      0.031
+   17434.039368 [0001]  rdmagw[12/11]                       0.050      0.008      0.020
+   17434.039370 [0001]  sockperf[20]                        0.040      0.004      0.012
+   17434.039380 [0000]  ksoftirqd/0[14]                     0.000      0.001      0.002
+   17434.039390 [0001]  <idle>                              0.000      0.000      0.123
+   17434.039400 [0000]  sockperf[30]                        0.100      0.006      0.031
+"""
+
+
+def test_timehist_is_summed_per_process_class_and_read_per_round_trip():
+    def classify(comm, pid):
+        return {11: "proxies", 20: "server"}.get(pid, "client" if comm == "sockperf" else None)
+    sums = compare.parse_timehist(TIMEHIST, classify)
+    assert sums["client"][0] == 2 and abs(sums["client"][1] - 0.016) < 1e-9
+    assert sums["proxies"][0] == 1 and sums["server"][0] == 1
+    assert set(sums) == {"client", "proxies", "server"}
+    # Per round trip (2 client wake-ups): 0.5 proxy runs, 4 µs of their delay.
+    assert compare.sched_row("rdmagw", 100.0, sums) == ["rdmagw", "100.0", "2", "0.50", "4.0", "0.50", "2.0",
+                                                        "8.0"]
+    assert compare.sched_row("direct", 50.0, sums)[3:5] == ["–", "–"]
