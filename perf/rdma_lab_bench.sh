@@ -8,6 +8,11 @@
 #   2. ib_send_lat -R (64-byte sends, one-way)   vs  64-byte ping-pong through the pair
 # and prints ratios. Absolute numbers under emulation mean little; the ratios
 # say how much of what the device gives the tunnel keeps.
+#
+# RDMAGW_BENCH_PROFILE=1 also samples the whole VM (perf record -a, cpu-clock)
+# during ib_write_bw and during the pair's bulk run, and prints where the
+# vCPUs went in each, by process and by symbol (nothing written in the guest
+# survives, so the reports go to stdout).
 set -eu
 cd "$(dirname "$0")/.."
 : "${RDMAGW_LAB_ADDR:?run me through tools/rdma-lab}"
@@ -17,6 +22,7 @@ buffer=${RDMAGW_BENCH_BUFFER:-32768}   # tunnel.buffer_size of both sidecars (rd
 busy=${RDMAGW_BENCH_BUSY_POLL_US:-0}    # tunnel.rdma.busy_poll_us
 transport=${RDMAGW_BENCH_TRANSPORT:-rdma}  # rdma, or tcp to compare the carrier
 depth=${RDMAGW_BENCH_RECV_DEPTH:-64}   # tunnel.rdma.recv_depth (rdmagw's default)
+profile=${RDMAGW_BENCH_PROFILE:-0}     # 1: profile the two bulk runs
 ulimit -l unlimited
 ulimit -n 65536
 bin=$PWD/build/bin/rdmagw
@@ -24,20 +30,54 @@ work=$(mktemp -d)
 dev=$RDMAGW_LAB_DEVICE
 addr=$RDMAGW_LAB_ADDR
 
+profiled() {  # $1: name, $2: file for the command's output, then the command
+  name=$1
+  out=$2
+  shift 2
+  if [ "$profile" != 1 ]; then
+    "$@" >"$out"
+    return
+  fi
+  # perf starts the command itself once it records: under emulation perf
+  # takes seconds to start, and a run begun beside it would go unseen.
+  perf record -q -a -g -e cpu-clock -F 499 -o "$work/$name.data" -- "$@" >"$out"
+  echo "-- where the vCPUs went during $name, by process (swapper: idle)"
+  perf report -i "$work/$name.data" --stdio --no-children --sort pid -g none --percent-limit 1 2>/dev/null \
+    | grep -v '^#' | grep -v '^$' | head -20
+  echo "-- during $name, by process and symbol"
+  perf report -i "$work/$name.data" --stdio --no-children --sort pid,dso,sym -g none --percent-limit 0.8 \
+    2>/dev/null | grep -v '^#' | grep -v '^$' | head -45
+  echo "-- during $name, where the largest symbols were called from"
+  perf report -i "$work/$name.data" --stdio --no-children --sort comm,sym -g caller,2,callee,function,percent \
+    --percent-limit 4 2>/dev/null | grep -v '^#' | grep -v '^$' | head -160
+}
+
 echo "== ib_write_bw -R -s 65536 -D $secs"
 ib_write_bw -R -d "$dev" -s 65536 -D "$secs" >"$work/bw_server" 2>&1 &
+bw_server=$!
 sleep 2
-ib_write_bw -R -d "$dev" -s 65536 -D "$secs" "$addr" >"$work/bw_client" 2>&1
-wait
+profiled ib_write_bw "$work/bw_client" ib_write_bw -R -d "$dev" -s 65536 -D "$secs" "$addr"
+wait "$bw_server"
 # Columns: #bytes #iterations BW peak BW average MsgRate
 ib_bw=$(awk '$1 == 65536 {print $4}' "$work/bw_client" | tail -1)
 echo "   ib_write_bw average: $ib_bw MB/s"
 
 echo "== ib_send_lat -R -s 64 -n 2000"
 ib_send_lat -R -d "$dev" -s 64 -n 2000 >"$work/lat_server" 2>&1 &
+lat_server=$!
 sleep 2
-ib_send_lat -R -d "$dev" -s 64 -n 2000 "$addr" >"$work/lat_client" 2>&1
-wait
+# A client that finds no server yet (binaries load slowly over 9p) exits at
+# once: try again rather than leave the server waiting for ever.
+tries=0
+until timeout 120 ib_send_lat -R -d "$dev" -s 64 -n 2000 "$addr" >"$work/lat_client" 2>&1; do
+  tries=$((tries + 1))
+  if [ "$tries" -ge 5 ]; then
+    echo "   ib_send_lat: no run after 5 tries:"; cat "$work/lat_client"; kill "$lat_server" 2>/dev/null || true
+    break
+  fi
+  sleep 2
+done
+wait "$lat_server" || true
 # Columns: #bytes #iterations t_min t_max t_typical ...
 ib_lat=$(awk '$1 == 64 {print $5}' "$work/lat_client" | tail -1)
 echo "   ib_send_lat typical (one-way): $ib_lat us"
@@ -49,7 +89,7 @@ cat >"$work/b.yaml" <<Y
 node: host-b
 admin: 127.0.0.1:17489
 workers: 1
-log_level: warn
+log_level: info
 tunnel: {address: $addr, tcp_port: 17481, rdma_port: 17482, transport: $transport, buffer_size: $buffer, rdma: {slab_size: 128MiB, busy_poll_us: $busy, recv_depth: $depth}, auth: {mode: psk, key_files: ["$work/key"]}}
 targets: ["tcp:127.0.0.1:16401", "tcp:127.0.0.1:16402"]
 Y
@@ -57,10 +97,10 @@ cat >"$work/a.yaml" <<Y
 node: host-a
 admin: 127.0.0.1:17479
 workers: 1
-log_level: warn
+log_level: info
 tunnel: {address: $addr, tcp_port: 17471, rdma_port: 17472, transport: $transport, buffer_size: $buffer, rdma: {slab_size: 128MiB, busy_poll_us: $busy, recv_depth: $depth}, auth: {mode: psk, key_files: ["$work/key"]}}
 peers:
-  - {name: host-b, address: $addr, tcp_port: 17481, rdma_port: 17482}
+  - {name: host-b, address: $addr, tcp_port: 17481, rdma_port: 17482, connect: always}
 listeners:
   - {name: bulk, listen: "tcp:127.0.0.1:16411", peer: host-b, target: "tcp:127.0.0.1:16401"}
   - {name: echo, listen: "tcp:127.0.0.1:16412", peer: host-b, target: "tcp:127.0.0.1:16402"}
@@ -86,16 +126,28 @@ echo_pid=$!
 b_pid=$!
 "$bin" --config "$work/a.yaml" 2>"$work/a.log" &
 a_pid=$!
-# Wait for the RDMA session (seconds under emulation).
+# The session is dialled at start (connect: always), so that neither its
+# RDMA CM connect nor the registration of both slabs (seconds under
+# emulation) falls inside the measured runs. Wait for it: session_open is
+# an info line.
 i=0
-while ! grep -q "event=session_open" "$work/a.log" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+while ! grep -q "event=session_open" "$work/a.log" 2>/dev/null; do
+  i=$((i + 1))
+  if [ $i -ge 600 ]; then
+    echo "rdma_lab_bench: no session from A to B after 60 s; A's log:" >&2
+    cat "$work/a.log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
 sleep 1
+echo "   sidecar A (iperf3's client side): pid $a_pid; sidecar B (the server side): pid $b_pid"
 
 cpu_ticks() {  # utime + stime of both sidecars, in clock ticks
   for p in "$a_pid" "$b_pid"; do sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}'; done | awk '{s += $1} END {print s}'
 }
 cpu_before=$(cpu_ticks)
-iperf3 -c 127.0.0.1 -p 16411 -t "$secs" -J >"$work/iperf.json"
+profiled pair_bulk "$work/iperf.json" iperf3 -c 127.0.0.1 -p 16411 -t "$secs" -J
 cpu_after=$(cpu_ticks)
 read -r tunnel_bw gib <<EOF2
 $(/usr/bin/python3 -c 'import json,sys; e = json.load(open(sys.argv[1]))["end"]["sum_received"]; print("%.1f %.4f" % (e["bits_per_second"] / 8e6, e["bytes"] / 2**30))' "$work/iperf.json")
