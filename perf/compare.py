@@ -14,6 +14,8 @@ and, through each, in turns (the order of the paths rotates every round):
   pingpong                  sockperf ping-pong, 64 B, round-trip p50/p99
   hol                       the same ping-pong while an iperf3 stream runs
                             through the same path (for rdmagw: the same session)
+  hol-apart                 rdmagw only: the bulk stream through a second rdmagw
+                            pair instead, as busy cores without a shared session
   http-keepalive            wrk -c 32 against nginx (a 1 KiB page)
   http-close                the same with Connection: close
 
@@ -27,7 +29,7 @@ setting for each figure, and the rdmagw pair's RSS and descriptors before
 the run and after each round.  --perf-sched adds one ping-pong per path
 under `perf sched record`: the wake-ups of a round trip and their delays.
 
-  perf/compare.py                        # 3 rounds, about 12 minutes
+  perf/compare.py                        # 5 paths, 3 rounds, about 13 minutes
   perf/compare.py --out perf/results/$(date +%F)-compare.md
   perf/compare.py --guard                # CI: under a minute; exit 1 when rdmagw
                                          # costs more CPU per request than HAProxy
@@ -53,9 +55,10 @@ import benchlib  # noqa: E402
 from benchlib import free_port, wait_port  # noqa: E402
 
 PATHS = ("direct", "haproxy", "haproxy-splice", "rdmagw", "rdmagw-splice")
-TESTS = ("redis-set", "redis-get", "redis-set-p16", "redis-get-p16", "iperf3", "pingpong", "hol",
+TESTS = ("redis-set", "redis-get", "redis-set-p16", "redis-get-p16", "iperf3", "pingpong", "hol", "hol-apart",
          "http-keepalive", "http-close")
 BACKENDS = ("redis", "iperf", "sockperf", "http")
+TWIN = "rdmagw-twin"  # a second rdmagw pair: hol-apart's bulk stream goes through it
 GIB = 1 << 30
 
 
@@ -100,6 +103,8 @@ class Topology:
                 self.start_haproxy(path, backend, splice=True)
             elif path in ("rdmagw", "rdmagw-splice"):
                 self.start_rdmagw(path, backend, splice=path == "rdmagw-splice")
+        if "hol-apart" in self.args.tests and "rdmagw" in paths:
+            self.start_rdmagw(TWIN, backend, splice=False)
 
     def start_nginx(self, port):
         os.makedirs(f"{self.work}/www", exist_ok=True)
@@ -231,11 +236,14 @@ def pingpong(port, seconds):
     return r
 
 
-def hol(ports, seconds, rate):
+def hol(ports, seconds, rate, bulk_ports=None):
     """The ping-pong while one bulk stream, paced at `rate` so that it
-    leaves CPU to spare, runs through the same path: what the ping-pong
-    then waits for is the bulk stream's frames, not the cores."""
-    bulk = subprocess.Popen(["iperf3", "-c", "127.0.0.1", "-p", str(ports["iperf"]), "-t", str(seconds + 2), "-J",
+    leaves CPU to spare, runs through the same path (or through
+    `bulk_ports`, another pair): beside the same path the ping-pong waits
+    for the bulk stream's frames and for the cores, beside another pair
+    for the cores alone."""
+    bulk_ports = bulk_ports or ports
+    bulk = subprocess.Popen(["iperf3", "-c", "127.0.0.1", "-p", str(bulk_ports["iperf"]), "-t", str(seconds + 2), "-J",
                              "-b", rate],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -257,7 +265,7 @@ def wrk(port, seconds, close):
     return {"rate": r["rps"], "units": r["requests"]}
 
 
-def one(test, ports, args):
+def one(test, ports, args, twin_ports=None):
     s = args.seconds
     if test.startswith("redis-"):
         pipelined = test.endswith("-p16")
@@ -269,6 +277,8 @@ def one(test, ports, args):
         return pingpong(ports["sockperf"], s)
     if test == "hol":
         return hol(ports, s, args.hol_rate)
+    if test == "hol-apart":
+        return hol(ports, s, args.hol_rate, bulk_ports=twin_ports)
     if test == "http-keepalive":
         return wrk(ports["http"], s, close=False)
     if test == "http-close":
@@ -281,7 +291,8 @@ def backends_of(test):
         return ["redis"]
     if test.startswith("http-"):
         return ["http"]
-    return {"iperf3": ["iperf"], "pingpong": ["sockperf"], "hol": ["sockperf", "iperf"]}[test]
+    return {"iperf3": ["iperf"], "pingpong": ["sockperf"], "hol": ["sockperf", "iperf"],
+            "hol-apart": ["sockperf", "iperf"]}[test]
 
 
 def children_cpu():
@@ -308,9 +319,11 @@ def measured(test, path, topo, args):
     backends = [topo.backend_pids[b] for b in backends_of(test)]
     apps_before = sum(benchlib.cpu_seconds(p) for p in backends) + children_cpu()
     started = time.monotonic()
-    r = one(test, topo.ports[path], args)
+    r = one(test, topo.ports[path], args, topo.ports.get(TWIN))
     r["wall"] = time.monotonic() - started
-    # Before perf is waited for: its own CPU must not count as the client's.
+    # Before perf is stopped and waited for: the time it takes to write its
+    # report is not the run's, and its CPU is not the client's.
+    r["cpu"] = sum(benchlib.cpu_seconds(p) - b for p, b in zip(pids, before))
     r["app_cpu"] = sum(benchlib.cpu_seconds(p) for p in backends) + children_cpu() - apps_before
     if recorder:
         recorder.send_signal(signal.SIGINT)
@@ -319,7 +332,6 @@ def measured(test, path, topo, args):
             subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "dso,sym", "--stdio",
                             "-g", "none", "--percent-limit", "0.5"], stdout=f, stderr=subprocess.DEVNULL,
                            timeout=300)
-    r["cpu"] = sum(benchlib.cpu_seconds(p) - b for p, b in zip(pids, before))
     # The iperf3 server takes one test at a time, and a closed test's
     # sockets linger a moment: let each run start on a quiet machine.
     time.sleep(0.3)
@@ -457,13 +469,16 @@ def report(results, paths, tests, args, pair_state, sched=None):
             added = None if p == "direct" else p50 - d50
             cpu = cpu_per_unit(results["pingpong"][p]) if p != "direct" else None
             row = [p, fmt(p50, 1), fmt(p99, 1), fmt(added, 1), fmt(cpu * 1e6 if cpu is not None else None, 1)]
-            if "hol" in tests:
-                h99 = median(results["hol"][p], "p99")
-                row += [fmt(h99, 1), f"{h99 / p99:.2f}" if h99 and p99 else "–"]
+            for test in ("hol", "hol-apart"):
+                if test in tests:
+                    h99 = median(results[test][p], "p99")
+                    row += [fmt(h99, 1), f"{h99 / p99:.2f}" if h99 and p99 else "–"]
             rows.append(row)
         header = ["path", "p50 µs", "p99 µs", "added p50 µs", "proxies' CPU per round trip µs"]
         if "hol" in tests:
             header += ["p99 with a bulk stream µs", "p99 ratio"]
+        if "hol-apart" in tests:
+            header += ["p99 with the bulk stream through another rdmagw pair µs", "p99 ratio"]
         lines += ["### 64 B ping-pong round trip (sockperf --full-rtt)", "",
                   benchlib.markdown_table(header, rows), ""]
 
@@ -478,11 +493,12 @@ def report(results, paths, tests, args, pair_state, sched=None):
                   ""]
     if leaves:
         lines += ["### What the ratio-to-direct targets leave the rdmagw pair", "",
-                  "The pair's CPU per request at which the CPU would predict the target: direct's total / "
-                  "target − the client's and backend's CPU per request through rdmagw.", "",
+                  "The pair's CPU per request at which the cores would carry the target: direct's total / "
+                  "target − the client's and backend's CPU per request through rdmagw, with the cores as busy "
+                  "as they were for direct, and with all of them busy (the most the path could have).", "",
                   benchlib.markdown_table(["test", "target", "client + backend µs/req, direct",
-                                           "client + backend µs/req, via rdmagw", "pair µs/req the target allows",
-                                           "pair µs/req measured"], leaves), ""]
+                                           "client + backend µs/req, via rdmagw", "pair µs/req allowed",
+                                           "allowed, all cores busy", "pair µs/req measured"], leaves), ""]
     if sched:
         lines += ["### Wake-ups in a ping-pong round trip (`perf sched`, one extra run per path)", "",
                   "Per round trip (a wake-up of sockperf's client, which blocks on each reply): how many times "
@@ -501,9 +517,10 @@ def report(results, paths, tests, args, pair_state, sched=None):
     if pair_state:
         lines += ["### The rdmagw pair's memory and descriptors (2 s after each round)", "",
                   "Buffers are taken as load first needs them and kept while in use, so RSS grows in the first "
-                  "round; growth from the first round to the last is what would be a leak.", "",
-                  benchlib.markdown_table(["process", "RSS before KiB", "after round 1", "after the last",
-                                           "fds before", "after round 1", "after the last"], pair_state), ""]
+                  "round; a climb round after round is what would be a leak.", "",
+                  benchlib.markdown_table(["", "before"] + [f"after round {i + 1}"
+                                                            for i in range(len(pair_state[0]) - 2)],
+                                          pair_state), ""]
     return "\n".join(lines), missed
 
 
@@ -517,24 +534,25 @@ def per_request(runs, key):
     return statistics.median(per) if per else None
 
 
-def cpu_budget_tables(results, paths, tests):
+def cpu_budget_tables(results, paths, tests, cores=None):
     """Rows of everyone's CPU per request for each request test and path,
     and, for the HTTP ratio targets, the rdmagw pair's CPU per request at
     which the cores would allow the target."""
+    cores = cores or os.cpu_count()
     budget, leaves = [], []
     for test in tests:
         if test not in REQUEST_TESTS:
             continue
-        d_total = None
         d_rate = median(results[test]["direct"], "rate")
+        d_app = per_request(results[test]["direct"], "app_cpu")
+        d_total = d_app  # direct has no proxies
+        d_busy = [(r["cpu"] + r["app_cpu"]) / r["wall"] for r in results[test]["direct"] if r.get("wall")]
         for p in paths:
             runs = results[test][p]
             app, proxies = per_request(runs, "app_cpu"), per_request(runs, "cpu") or 0.0
             if app is None:
                 continue
             total = app + proxies
-            if p == "direct":
-                d_total = total
             busy = [(r["cpu"] + r["app_cpu"]) / r["wall"] for r in runs if r.get("wall")]
             rate = median(runs, "rate")
             budget.append([test, p, fmt(app, 1), "–" if p == "direct" else fmt(proxies, 1),
@@ -543,9 +561,11 @@ def cpu_budget_tables(results, paths, tests):
                            f"{rate / d_rate:.2f}" if rate and d_rate else "–"])
             if p == "rdmagw" and test in RATIO_TARGETS and d_total:
                 target = RATIO_TARGETS[test]
-                d_app = per_request(results[test]["direct"], "app_cpu")
+                # Throughput is cores busy / CPU per request: at direct's
+                # utilisation, and with every core busy (the most it can be).
+                full = (cores / statistics.median(d_busy)) if d_busy else None
                 leaves.append([test, f"≥ {target}", fmt(d_app, 1), fmt(app, 1), fmt(d_total / target - app, 1),
-                               fmt(proxies, 1)])
+                               fmt(d_total * full / target - app, 1) if full else "–", fmt(proxies, 1)])
     return budget, leaves
 
 
@@ -652,14 +672,15 @@ def parse_args(argv=None):
                     help="the tests --perf-record profiles (default redis-set,iperf3)")
     ap.add_argument("--perf-sched", metavar="DIR",
                     help="after the rounds, one extra ping-pong through each path under a system-wide "
-                         "`perf sched record` (DIR/pingpong-PATH.data), and a table of the wake-ups, scheduling "
-                         "delays and run times per round trip")
+                         "`perf sched record` (DIR/pingpong-PATH.data), and a table of the wake-ups and scheduling "
+                         "delays per round trip")
     args = ap.parse_args(argv)
     if args.guard:
         args.paths = "direct,haproxy,rdmagw"
         args.tests = "redis-set,redis-get,http-close"
         args.requests = min(args.requests, 30000)
         args.seconds = min(args.seconds, 2)
+    default_tests = args.tests == ",".join(TESTS)
     for name, allowed in (("paths", PATHS), ("tests", TESTS)):
         chosen = [x for x in getattr(args, name).split(",") if x]
         bad = [x for x in chosen if x not in allowed]
@@ -678,8 +699,13 @@ def parse_args(argv=None):
         os.makedirs(args.perf_sched, exist_ok=True)
     if "direct" not in args.paths:
         args.paths.insert(0, "direct")  # every ratio is against it
-    if "hol" in args.tests and "pingpong" not in args.tests:
-        ap.error("--tests: hol is read against pingpong; add pingpong")
+    for t in ("hol", "hol-apart"):
+        if t in args.tests and "pingpong" not in args.tests:
+            ap.error(f"--tests: {t} is read against pingpong; add pingpong")
+    if "hol-apart" in args.tests and "rdmagw" not in args.paths:
+        if not default_tests:
+            ap.error("--tests: hol-apart runs through rdmagw only; add rdmagw to --paths")
+        args.tests.remove("hol-apart")
     for name in ("rounds", "seconds", "requests", "workers", "haproxy_threads"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
@@ -723,17 +749,18 @@ def main(argv=None):
         topo.start(args.paths)
         # One warm-up request stream per path: the first connection through
         # rdmagw dials its session, and nobody's first run should pay for it.
-        for p in args.paths:
+        for p in topo.ports:
             redis(topo.ports[p]["redis"], "set", 2000, 1)
         time.sleep(1)
         before = pair_snapshot(topo)
         snapshots = []
-        total = args.rounds * len(args.tests) * len(args.paths)
+        runs_of = {t: [p for p in args.paths if t != "hol-apart" or p == "rdmagw"] for t in args.tests}
+        total = args.rounds * sum(len(v) for v in runs_of.values())
         done, started = 0, time.monotonic()
         for rnd in range(args.rounds):
             order = args.paths[rnd % len(args.paths):] + args.paths[:rnd % len(args.paths)]
             for test in args.tests:
-                for path in order:
+                for path in (p for p in order if p in runs_of[test]):
                     r = measured(test, path, topo, args)
                     results[test][path].append(r)
                     done += 1
@@ -747,13 +774,18 @@ def main(argv=None):
                       f"fds {[s[1] for s in snapshots[-1]]}", file=sys.stderr, flush=True)
         state = None
         if before and snapshots:
-            first, last = snapshots[0], snapshots[-1]
-            state = [[f"rdmagw {name}", b[0], f[0], a[0], b[1], f[1], a[1]]
-                     for name, b, f, a in zip(("B", "A"), before, first, last)]
+            state = [[f"rdmagw {name} RSS KiB", before[i][0]] + [snap[i][0] for snap in snapshots]
+                     for i, name in enumerate(("B", "A"))]
+            state += [[f"rdmagw {name} fds", before[i][1]] + [snap[i][1] for snap in snapshots]
+                      for i, name in enumerate(("B", "A"))]
         sched = []
         for path in args.paths if args.perf_sched else ():
             print(f"perf sched: a ping-pong through {path}", file=sys.stderr, flush=True)
-            sched.append(sched_profile(path, topo, args))
+            try:
+                sched.append(sched_profile(path, topo, args))
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+                # The rounds are measured already: report them without it.
+                print(f"perf sched through {path} failed, left out of the report: {e}", file=sys.stderr)
         body, worse = report(results, args.paths, args.tests, args, state, sched)
     finally:
         topo.stop()

@@ -62,18 +62,32 @@ def test_haproxy_best_setting_is_chosen_per_figure():
 
 
 def test_everyones_cpu_predicts_the_ratio_and_what_a_target_leaves_the_pair():
-    def run(rate, cpu, app, units, wall=1.0):
+    def run(rate, cpu, app, units, wall):
         return [{"rate": rate, "cpu": cpu, "app_cpu": app, "units": units, "wall": wall}]
-    # Direct: 20 µs of client + backend per request. Through rdmagw the
-    # client and backend cost 22 µs and the pair 18 µs: 40 µs in all.
-    results = {"http-keepalive": {"direct": run(90000, 0, 0.020, 1000, 0.02),
-                                  "rdmagw": run(45000, 0.018, 0.022, 1000, 0.04)}}
-    budget, leaves = compare.cpu_budget_tables(results, ["direct", "rdmagw"], ["http-keepalive"])
+    # Direct: 20 µs of client + backend per request, one core's worth busy.
+    # Through rdmagw the client and backend cost 22 µs and the pair 18 µs:
+    # 40 µs in all, 0.8 of a core busy, 0.45 of direct's rate.
+    results = {"http-keepalive": {"direct": run(100000, 0, 0.020, 1000, 0.02),
+                                  "rdmagw": run(45000, 0.018, 0.022, 1000, 0.05)}}
+    budget, leaves = compare.cpu_budget_tables(results, ["direct", "rdmagw"], ["http-keepalive"], cores=2)
     rows = {r[1]: r for r in budget}
     assert rows["direct"][2:] == ["20.0", "–", "1.00", "1.00", "1.00"]
-    assert rows["rdmagw"][2:] == ["22.0", "18.0", "1.00", "0.50", "0.50"]
-    # ≥ 0.7 of direct on the same cores: 20 / 0.7 − 22 = 6.6 µs for the pair.
-    assert leaves == [["http-keepalive", "≥ 0.7", "20.0", "22.0", "6.6", "18.0"]]
+    # Columns: client + backend, proxies, cores busy, predicted, measured.
+    assert rows["rdmagw"][2:] == ["22.0", "18.0", "0.80", "0.50", "0.45"]
+    # ≥ 0.7 of direct: 20 / 0.7 − 22 = 6.6 µs for the pair at direct's one
+    # busy core; with both cores busy, 2 × 20 / 0.7 − 22 = 35.1 µs.
+    assert leaves == [["http-keepalive", "≥ 0.7", "20.0", "22.0", "6.6", "35.1", "18.0"]]
+    # Direct listed last changes nothing.
+    assert compare.cpu_budget_tables(results, ["rdmagw", "direct"], ["http-keepalive"], cores=2)[1] == leaves
+
+
+def test_pingpong_counts_every_round_trip_for_the_cpu_per_round_trip(monkeypatch):
+    sample = open(os.path.join(os.path.dirname(__file__), "samples", "sockperf-pp-tcp.txt")).read()
+    monkeypatch.setattr(compare, "run", lambda cmd, timeout: sample)
+    r = compare.pingpong(1, 1)
+    # The warm-up's and the measured part's replies (66129), not only the
+    # measured observations (37612): the proxies handled all of them.
+    assert r["units"] == 66129 and r["observations"] == 37612
 
 
 # Two runs of the client, one of a proxy's thread (tid 12, process 11),
@@ -102,3 +116,11 @@ def test_timehist_is_summed_per_process_class_and_read_per_round_trip():
     assert compare.sched_row("rdmagw", 100.0, sums) == ["rdmagw", "100.0", "2", "0.50", "4.0", "0.50", "2.0",
                                                         "8.0"]
     assert compare.sched_row("direct", 50.0, sums)[3:5] == ["–", "–"]
+
+
+def test_hol_apart_needs_rdmagw_unless_the_tests_were_left_at_their_default(capsys):
+    assert "hol-apart" not in compare.parse_args(["--paths", "haproxy"]).tests
+    assert "hol-apart" in compare.parse_args([]).tests
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--paths", "haproxy", "--tests", "pingpong,hol-apart"])
+    assert "hol-apart runs through rdmagw only" in capsys.readouterr().err
