@@ -18,6 +18,7 @@ at teardown, with the report.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import resource
@@ -155,6 +156,8 @@ def key_file(name: str = "fleet", content: str | None = None, mode: int = 0o400,
     if _key_dir is None:
         _key_dir = tempfile.mkdtemp(prefix="rdmagw-test-keys-")
         os.chmod(_key_dir, 0o711)  # the files are private; the directory is only traversed
+        # Gone with the test run: each run used to leave one behind in /tmp.
+        atexit.register(shutil.rmtree, _key_dir, True)
     path = os.path.join(_key_dir, name)
     if content is None and os.path.exists(path):
         return path
