@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import selectors
 import shutil
 import socket
 import time
@@ -90,6 +91,66 @@ def echo_roundtrip(address, payload: bytes, timeout: float = 5.0) -> bytes:
         return recv_exact(s, len(payload), deadline)
     finally:
         s.close()
+
+
+def echo_concurrently(address, payloads, deadline: float, read_bytes_per_turn: int = 256 * 1024,
+                      turn_pause: float = 0.0) -> list[bytes]:
+    """Opens one connection per payload (all of them before any byte moves,
+    so that all are open at once), then drives every socket from this
+    thread, non-blocking: sends its payload, half-closes, reads the echo to
+    EOF. Returns what each received. A reset, an EOF before the payload was
+    all sent, more bytes than were sent or the deadline fails the test.
+    `turn_pause` with a small `read_bytes_per_turn` makes a slow reader."""
+    conns = []
+    sel = selectors.DefaultSelector()
+    try:
+        for i, payload in enumerate(payloads):
+            assert time.monotonic() < deadline, f"only {i} connections opened in time"
+            s = connect(address, timeout=10)
+            s.setblocking(False)
+            conns.append({"sock": s, "out": memoryview(payload), "sent": len(payload), "in": bytearray(),
+                          "wr_done": False, "i": i})
+        for c in conns:
+            sel.register(c["sock"], selectors.EVENT_READ | selectors.EVENT_WRITE, c)
+        open_count = len(conns)
+        for _ in range(10_000_000):
+            if open_count == 0:
+                break
+            assert time.monotonic() < deadline, f"{open_count} of {len(conns)} streams unfinished at the deadline"
+            for key, ev in sel.select(timeout=1.0):
+                c = key.data
+                s = c["sock"]
+                if ev & selectors.EVENT_WRITE and not c["wr_done"]:
+                    try:
+                        n = s.send(c["out"][:256 * 1024])
+                        c["out"] = c["out"][n:]
+                    except (BlockingIOError, InterruptedError):
+                        pass
+                    if not c["out"]:
+                        c["wr_done"] = True
+                        s.shutdown(socket.SHUT_WR)
+                        sel.modify(s, selectors.EVENT_READ, c)
+                if ev & selectors.EVENT_READ:
+                    try:
+                        data = s.recv(read_bytes_per_turn)
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except RESET_ERRORS as e:
+                        raise AssertionError(f"stream {c['i']} reset: {e}") from None
+                    if data:
+                        c["in"] += data
+                        assert len(c["in"]) <= c["sent"], f"stream {c['i']}: too many bytes"
+                    else:
+                        assert c["wr_done"], f"stream {c['i']}: EOF before all was sent"
+                        sel.unregister(s)
+                        open_count -= 1
+            if turn_pause:
+                time.sleep(turn_pause)
+        return [bytes(c["in"]) for c in conns]
+    finally:
+        sel.close()
+        for c in conns:
+            c["sock"].close()
 
 
 def wait_closed(sock: socket.socket, timeout: float, max_bytes: int = 64 * MiB):

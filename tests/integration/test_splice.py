@@ -12,15 +12,13 @@ reset, never as a clean end."""
 from __future__ import annotations
 
 import random
-import selectors
-import socket
 import time
 
 import pytest
 
 from admin_client import admin_request
 from backends import EchoServer
-from clients import RESET_ERRORS, connect
+from clients import RESET_ERRORS, connect, echo_concurrently
 from conftest import scaled
 
 MiB = 1 << 20
@@ -32,65 +30,20 @@ def spliced_bytes(sidecar) -> int:
     return sum(s["spliced_bytes"] for p in peers for s in p["sessions"])
 
 
-def echo_streams(addr, payloads, deadline, read_bytes_per_turn=256 * 1024, turn_pause=0.0):
-    """Drives one non-blocking socket per payload from this thread: sends it,
-    half-closes, reads the echo to EOF. Returns what each received; raises on
-    a reset. `turn_pause` with a small `read_bytes_per_turn` makes a slow reader."""
-    conns = []
-    sel = selectors.DefaultSelector()
-    try:
-        for i, payload in enumerate(payloads):
-            s = connect(addr, timeout=10)
-            s.setblocking(False)
-            c = {"sock": s, "out": memoryview(payload), "in": bytearray(), "wr_done": False, "i": i}
-            conns.append(c)
-            sel.register(s, selectors.EVENT_READ | selectors.EVENT_WRITE, c)
-        open_count = len(conns)
-        for _ in range(10_000_000):
-            if open_count == 0:
-                break
-            assert time.monotonic() < deadline, f"{open_count} of {len(conns)} streams unfinished"
-            for key, ev in sel.select(timeout=1.0):
-                c = key.data
-                s = c["sock"]
-                if ev & selectors.EVENT_WRITE and not c["wr_done"]:
-                    try:
-                        n = s.send(c["out"][:256 * 1024])
-                        c["out"] = c["out"][n:]
-                    except (BlockingIOError, InterruptedError):
-                        pass
-                    if not c["out"]:
-                        c["wr_done"] = True
-                        s.shutdown(socket.SHUT_WR)
-                        sel.modify(s, selectors.EVENT_READ, c)
-                if ev & selectors.EVENT_READ:
-                    try:
-                        data = s.recv(read_bytes_per_turn)
-                    except (BlockingIOError, InterruptedError):
-                        continue
-                    if data:
-                        c["in"] += data
-                    else:
-                        assert c["wr_done"], f"stream {c['i']}: EOF before all was sent"
-                        sel.unregister(s)
-                        open_count -= 1
-            if turn_pause:
-                time.sleep(turn_pause)
-        return [bytes(c["in"]) for c in conns]
-    finally:
-        sel.close()
-        for c in conns:
-            c["sock"].close()
+def splice_echo_pair(pair, backend):
+    """An echo server behind a pair whose two sidecars both splice."""
+    echo = backend(EchoServer())
+    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], a_tunnel=SPLICE, b_tunnel=SPLICE,
+             workers=1)
+    return p, echo
 
 
 @pytest.mark.deadline(240)
 def test_spliced_echo_of_many_streams_is_byte_exact_both_ways(pair, backend):
-    echo = backend(EchoServer())
-    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], a_tunnel=SPLICE, b_tunnel=SPLICE,
-             workers=1)
+    p, echo = splice_echo_pair(pair, backend)
     rng = random.Random(11)
     payloads = [rng.randbytes(scaled(8 * MiB, MiB) + rng.randint(0, 70000)) for _ in range(8)]
-    got = echo_streams(p.address("echo"), payloads, time.monotonic() + 180)
+    got = echo_concurrently(p.address("echo"), payloads, time.monotonic() + 180)
     bad = [i for i, (a, b) in enumerate(zip(got, payloads)) if a != b]
     assert not bad, f"streams not byte-exact: {bad} (lengths {[len(got[i]) for i in bad]})"
     assert not echo.errors, echo.errors
@@ -103,14 +56,12 @@ def test_spliced_echo_of_many_streams_is_byte_exact_both_ways(pair, backend):
 
 @pytest.mark.deadline(240)
 def test_spliced_payloads_to_a_slow_reader_are_queued_not_lost(pair, backend):
-    echo = backend(EchoServer())
-    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], a_tunnel=SPLICE, b_tunnel=SPLICE,
-             workers=1)
+    p, echo = splice_echo_pair(pair, backend)
     rng = random.Random(12)
     payloads = [rng.randbytes(scaled(4 * MiB, MiB)) for _ in range(4)]
     # 64 KiB per stream every 5 ms: well below what the tunnel brings, so
     # host-a's client sockets fill and piped payloads are queued behind them.
-    got = echo_streams(p.address("echo"), payloads, time.monotonic() + 200, read_bytes_per_turn=64 * 1024,
+    got = echo_concurrently(p.address("echo"), payloads, time.monotonic() + 200, read_bytes_per_turn=64 * 1024,
                        turn_pause=0.005)
     bad = [i for i, (a, b) in enumerate(zip(got, payloads)) if a != b]
     assert not bad, f"streams not byte-exact: {bad} (lengths {[len(got[i]) for i in bad]})"
