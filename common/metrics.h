@@ -85,6 +85,7 @@ struct ListenerMetrics {
 struct PeerMetrics {
   Counter bytes_sent;      // stream payload towards the peer
   Counter bytes_received;  // stream payload from the peer
+  Counter bytes_queued;    // of those: copied into a stream's queue (the socket did not take them on arrival)
   Counter streams_opened;  // streams carried, both directions
   Counter credit_stalls;   // a stream waited for session credit
   Counter reconnects;      // sessions dialed after the first

@@ -51,6 +51,7 @@ void write_stats_peers(JsonWriter& w, const MetricTotals& totals) {
     w.field("name", p.name).field("sessions_tcp", p.sessions_tcp).field("sessions_rdma", p.sessions_rdma);
     w.field("streams_opened", p.streams_opened);
     w.field("bytes_sent", p.bytes_sent).field("bytes_received", p.bytes_received);
+    w.field("queued_bytes", p.bytes_queued);
     w.field("credit_stalls", p.credit_stalls).field("reconnects", p.reconnects);
     w.end_object();
   }
@@ -88,6 +89,7 @@ void write_session(JsonWriter& w, const SessionInfo& s) {
   w.field("rtt_us", s.rtt_us).field("age_ms", s.age_ms);
   w.field("streams", s.streams).field("streams_opened", s.streams_opened).field("idle_ms", s.idle_ms);
   w.field("bytes_sent", s.bytes_sent).field("bytes_received", s.bytes_received);
+  w.field("queued_bytes", s.queued_bytes);
   w.field("credit_stalls", s.credit_stalls);
   w.field("resumable", s.resumable).field("resumes", s.resumes).field("resent_bytes", s.resent_bytes);
   w.field("spliced_bytes", s.spliced_bytes);

@@ -110,6 +110,7 @@ MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::
       t.name = name;
       t.bytes_sent += m.bytes_sent.value();
       t.bytes_received += m.bytes_received.value();
+      t.bytes_queued += m.bytes_queued.value();
       t.streams_opened += m.streams_opened.value();
       t.credit_stalls += m.credit_stalls.value();
       t.reconnects += m.reconnects.value();

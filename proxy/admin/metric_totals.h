@@ -35,6 +35,7 @@ struct ListenerTotals {
 struct PeerTotals {
   std::string name;
   uint64_t bytes_sent = 0, bytes_received = 0;
+  uint64_t bytes_queued = 0;
   uint64_t streams_opened = 0;
   uint64_t credit_stalls = 0;
   uint64_t reconnects = 0;

@@ -140,6 +140,11 @@ void write_peer_families(PrometheusWriter& p, const MetricTotals& totals) {
   p.family("rdmagw_peer_received_bytes_total", "counter", "Stream payload bytes received from a peer.");
   for (const auto& peer : totals.peers)
     p.sample("rdmagw_peer_received_bytes_total", {{"peer", peer.name}}, peer.bytes_received);
+  p.family("rdmagw_peer_queued_bytes_total", "counter",
+           "Of the bytes received from a peer, those the application's socket did not take on arrival, "
+           "copied into the stream's queue.");
+  for (const auto& peer : totals.peers)
+    p.sample("rdmagw_peer_queued_bytes_total", {{"peer", peer.name}}, peer.bytes_queued);
   p.family("rdmagw_sessions", "gauge", "Tunnel sessions open now, by peer and transport.");
   for (const auto& peer : totals.peers) {
     p.sample("rdmagw_sessions", {{"peer", peer.name}, {"transport", "tcp"}}, peer.sessions_tcp);

@@ -89,6 +89,11 @@ void Session::count_bytes_in(uint64_t n) {
   if (peer_metrics_) peer_metrics_->bytes_received.add(n);
 }
 
+void Session::count_bytes_queued(uint64_t n) {
+  counters_.bytes_queued += n;
+  if (peer_metrics_) peer_metrics_->bytes_queued.add(n);
+}
+
 void Session::count_credit_stall() {
   ++counters_.credit_stalls;
   if (peer_metrics_) peer_metrics_->credit_stalls.add();
@@ -123,6 +128,7 @@ void Session::describe(SessionInfo* out) const {
   out->streams_opened = counters_.streams_opened;
   out->bytes_sent = counters_.bytes_out;
   out->bytes_received = counters_.bytes_in;
+  out->queued_bytes = counters_.bytes_queued;
   out->credit_stalls = counters_.credit_stalls;
   out->resumable = resumable_;
   out->resumes = counters_.resumes;
@@ -625,14 +631,15 @@ void Session::deliver_gathered() {
     uint32_t count = s->gathered_pieces_;
     if (s->session_ != this || count == 0) continue;  // left meanwhile (cannot happen today)
     std::span<const iovec> pieces(sorted_pieces_.data() + s->gather_order_ - count, count);
+    uint32_t offered = s->gathered_bytes_;
     s->gathered_pieces_ = s->gathered_bytes_ = 0;
-    settle_delivery(*s, s->on_peer_data(pieces));
+    settle_delivery(*s, s->on_peer_data(pieces), offered);
   }
   delivering_.clear();
   delivering_streams_.clear();
 }
 
-void Session::settle_delivery(Stream& stream, Stream::Delivery d) {
+void Session::settle_delivery(Stream& stream, Stream::Delivery d, uint32_t offered) {
   if (!d.accepted) {
     log::warn("stream_reset").kv("peer", peer_label()).kv("stream", stream.id_).kv("reason", "out of buffers");
     send_control(FrameType::kReset, stream.id_, static_cast<uint32_t>(ResetCode::kResource), 4);
@@ -644,6 +651,11 @@ void Session::settle_delivery(Stream& stream, Stream::Delivery d) {
   // delivered bytes (frames are appended to the transport; nothing
   // re-enters).
   if (d.delivered > 0) return_credit(stream, d.delivered);
+  // The rest waits in the stream's queue: copied there, and its credit
+  // returns only as the socket takes it. Counted so that operators (and
+  // the RDMA lab bench) see how much of the payload a slow reader makes
+  // rdmagw copy.
+  if (offered > d.delivered) count_bytes_queued(offered - d.delivered);
 }
 
 void Session::deliver_piped(Stream& stream, std::span<const uint8_t> head, PipedPayload piped) {
@@ -655,7 +667,8 @@ void Session::deliver_piped(Stream& stream, std::span<const uint8_t> head, Piped
     return;
   }
   ParsingScope scope(parsing_);
-  settle_delivery(stream, stream.on_peer_piped(head, piped.fd, piped.bytes));
+  settle_delivery(stream, stream.on_peer_piped(head, piped.fd, piped.bytes),
+                  static_cast<uint32_t>(head.size()) + piped.bytes);
 }
 
 bool Session::on_piped_frame(const FrameHeader& h, std::span<const uint8_t> head, int pipe_fd, uint32_t piped) {

@@ -142,6 +142,7 @@ struct SessionSettings {
 struct SessionCounters {
   uint64_t frames_in = 0, frames_out = 0;
   uint64_t bytes_in = 0, bytes_out = 0;  // stream payload bytes
+  uint64_t bytes_queued = 0;   // of bytes_in: not taken by the socket on arrival, copied into a stream's queue
   uint64_t streams_opened = 0, streams_refused = 0;
   uint64_t credit_stalls = 0;
   uint64_t resumes = 0;        // transports it resumed on
@@ -370,7 +371,8 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   void deliver_piped(Stream& stream, std::span<const uint8_t> head, PipedPayload piped);
   // What a stream did with bytes it was handed: reset it when it could
   // not keep them, return credit for what it wrote at once.
-  void settle_delivery(Stream& stream, Stream::Delivery d);
+  // `offered`: the payload bytes the stream was handed in that delivery.
+  void settle_delivery(Stream& stream, Stream::Delivery d, uint32_t offered);
   // A stream leaving mid-batch: its pieces are dropped.
   void drop_gathered(Stream& stream);
   // `n` bytes of `stream` left this host: stream and session credit return.
@@ -385,6 +387,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   void count_bytes_out(uint64_t n);
   void count_bytes_in(uint64_t n);
   void count_credit_stall();
+  void count_bytes_queued(uint64_t n);
   void count_stream_opened();
   void count_session_closed();
   void request_dispatch();

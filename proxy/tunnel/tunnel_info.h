@@ -22,6 +22,10 @@ struct SessionInfo {
   int64_t idle_ms = -1;        // on demand: how long it has carried no stream (-1: busy, or kept connected)
   uint64_t streams_opened = 0;
   uint64_t bytes_sent = 0, bytes_received = 0;  // stream payload
+  // Of bytes_received: what the application's socket did not take on
+  // arrival, copied into the stream's queue (the rest went to the socket
+  // straight from the transport's receive buffer).
+  uint64_t queued_bytes = 0;
   uint64_t credit_stalls = 0;
   bool resumable = false;      // survives its transport (both sides offered resumption)
   uint64_t resumes = 0;        // transports it resumed on

@@ -10,11 +10,20 @@ import time
 
 import pytest
 
+from admin_client import admin_json
 from backends import StallServer, prng_bytes
 from clients import connect, wait_closed
 
 MiB = 1 << 20
 KiB_PER_MiB = 1024
+
+
+def peer_payload(port: int, peer: str) -> tuple[int, int]:
+    """(bytes received from `peer`, of those queued) per GET /stats."""
+    for entry in admin_json(port, "/stats")["peers"]:
+        if entry["name"] == peer:
+            return entry["bytes_received"], entry["queued_bytes"]
+    return 0, 0
 
 
 @pytest.mark.deadline(150)
@@ -73,6 +82,12 @@ def test_slow_reader_keeps_rss_bounded_and_loses_nothing(pair, backend):
         assert res["recv_sha"] == h.hexdigest(), "backend got different bytes than were sent"
         how, _, extra = wait_closed(sock, timeout=10)
         assert how == "eof" and extra == 0
+        # The backend's socket was full most of the time: host-b must have
+        # queued (copied) bytes, and says so, but never more than arrived.
+        received, queued = peer_payload(p.b.admin_port, "host-a")
+        print(f"slow reader: host-b received {received} bytes, queued {queued}")
+        assert received == sent
+        assert 0 < queued <= received
     finally:
         sock.close()
 

@@ -109,6 +109,10 @@ struct TwoWorkers {
     w1.listener("gone").accepted.add(9);  // not in the configuration
     w0.peer("b").bytes_sent.add(1000);
     w1.peer("b").bytes_sent.add(24);
+    w0.peer("b").bytes_received.add(300);
+    w1.peer("b").bytes_received.add(200);
+    w0.peer("b").bytes_queued.add(40);
+    w1.peer("b").bytes_queued.add(2);
     w0.peer("b").sessions_tcp.add(1);
     w1.peer("b").sessions_rdma.add(1);
     w1.peer("host-c").reconnects.add(5);
@@ -254,7 +258,7 @@ TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[a
     CHECK(f.help_lines.count(name) == 1);
     ++documented;
   }
-  CHECK(documented == 32);
+  CHECK(documented == 33);
   CHECK(f.type.size() == static_cast<size_t>(documented));  // and nothing undocumented
   for (const auto& [name, n] : f.help_lines) {
     INFO(name);
@@ -288,6 +292,9 @@ TEST_CASE("metrics: counters summed over workers, configured names present", "[a
   CHECK(sample_value(text, R"(rdmagw_streams_failed_total{reason="rejected"})") == "1");
   CHECK(sample_value(text, R"(rdmagw_streams_failed_total{reason="no-session"})") == "0");
   CHECK(sample_value(text, R"(rdmagw_peer_sent_bytes_total{peer="b"})") == "1024");
+  CHECK(sample_value(text, R"(rdmagw_peer_received_bytes_total{peer="b"})") == "500");
+  CHECK(sample_value(text, R"(rdmagw_peer_queued_bytes_total{peer="b"})") == "42");
+  CHECK(sample_value(text, R"(rdmagw_peer_queued_bytes_total{peer="host-c"})") == "0");
   CHECK(sample_value(text, R"(rdmagw_sessions{peer="b",transport="tcp"})") == "1");
   CHECK(sample_value(text, R"(rdmagw_sessions{peer="b",transport="rdma"})") == "1");
   CHECK(sample_value(text, R"(rdmagw_reconnects_total{peer="host-c"})") == "5");
@@ -416,15 +423,15 @@ TEST_CASE("stats: process, listeners, peers, streams, latency", "[admin][stats]"
                        R"({"name":"gone","listen":"","configured":false,"accepted":9,"active":0,)"
                        R"("bytes_received":0,"bytes_sent":0}])"));
   CHECK_THAT(json, Catch::Contains(R"("peers":[{"name":"b","sessions_tcp":1,"sessions_rdma":1,"streams_opened":0,)"
-                                   R"("bytes_sent":1024,"bytes_received":0,"credit_stalls":0,"reconnects":0},)"
+                                   R"("bytes_sent":1024,"bytes_received":500,"queued_bytes":42,"credit_stalls":0,"reconnects":0},)"
                                    R"({"name":"host-c","sessions_tcp":0,"sessions_rdma":0,"streams_opened":0,)"
-                                   R"("bytes_sent":0,"bytes_received":0,"credit_stalls":0,"reconnects":5}])"));
+                                   R"("bytes_sent":0,"bytes_received":0,"queued_bytes":0,"credit_stalls":0,"reconnects":5}])"));
   // Each worker's share: worker 0 has 2 client streams and 1 target stream.
   CHECK_THAT(json, Catch::Contains(R"("per_worker":[)"
                                    R"({"worker":0,"sessions_tcp":1,"sessions_rdma":0,"streams_active":3,)"
-                                   R"("bytes_sent":1000,"bytes_received":0},)"
+                                   R"("bytes_sent":1000,"bytes_received":300},)"
                                    R"({"worker":1,"sessions_tcp":0,"sessions_rdma":1,"streams_active":2,)"
-                                   R"("bytes_sent":24,"bytes_received":0}],)"));
+                                   R"("bytes_sent":24,"bytes_received":200}],)"));
   // active: 3 client side (listeners) + 2 target side.
   CHECK_THAT(json, Catch::Contains(R"("streams":{"opened_outbound":10,"opened_inbound":2,"active":5,)"
                                    R"("failed":{"no-session":0,"not-allowed":2,"target-refused":0,)"
@@ -496,10 +503,10 @@ TEST_CASE("peers: sessions, rdma only on RDMA sessions", "[admin][peers]") {
         R"("waiting_streams":0,"last_close":"","sessions":[)"
         R"({"worker":0,"role":"dialer","transport":"tcp","state":"open","remote_address":"10.0.0.2:7471",)"
         R"("peer_node":"host-b","rtt_us":-1,"age_ms":0,"streams":0,"streams_opened":0,"idle_ms":-1,"bytes_sent":0,)"
-        R"("bytes_received":0,"credit_stalls":0,"resumable":false,"resumes":0,"resent_bytes":0,"spliced_bytes":0},)"
+        R"("bytes_received":0,"queued_bytes":0,"credit_stalls":0,"resumable":false,"resumes":0,"resent_bytes":0,"spliced_bytes":0},)"
         R"({"worker":1,"role":"dialer","transport":"rdma","state":"open","remote_address":"10.0.0.2:7471",)"
         R"("peer_node":"host-b","rtt_us":-1,"age_ms":0,"streams":0,"streams_opened":0,"idle_ms":-1,"bytes_sent":0,)"
-        R"("bytes_received":0,"credit_stalls":0,"resumable":false,"resumes":0,"resent_bytes":0,"spliced_bytes":0,)"
+        R"("bytes_received":0,"queued_bytes":0,"credit_stalls":0,"resumable":false,"resumes":0,"resent_bytes":0,"spliced_bytes":0,)"
                    R"("rdma":{"qp_state":"RTS","send_credits":120,)"
         R"("peer_recv_depth":128,"pending_returns":3,"sends_in_flight":1,"completions":512}}]},)"
         R"({"name":"host-z","configured":false,"discovered":false,"address":"","tcp_port":0,"rdma_port":0,"transport":"",)"

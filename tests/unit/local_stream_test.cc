@@ -401,6 +401,10 @@ TEST_CASE("local: peer DATA appears on the app socket") {
   CHECK(r.bytes == "hello world");
   CHECK_FALSE(r.eof);
   CHECK(r.error == 0);
+  // The socket had room: the bytes went to it straight from the receive
+  // buffer, none through the stream's queue.
+  CHECK(rig.session->counters().bytes_in == 11);
+  CHECK(rig.session->counters().bytes_queued == 0);
 }
 
 TEST_CASE("local: peer FIN reaches the app as EOF after the data; the app can still send (half-close)") {
@@ -446,6 +450,11 @@ TEST_CASE("local: bulk peer DATA beyond what the socket takes is queued, deliver
   for (const auto& w : rig.sent(FrameType::kWindow, 1)) granted += w.u32();
   CHECK(granted >= body.size() - settings.stream_window / 4);
   CHECK(granted <= body.size());
+  // A 4 KiB receive buffer takes little at once: most bytes waited in the
+  // queue, and the counter says so (but not more than arrived).
+  CHECK(rig.session->counters().bytes_in == body.size());
+  CHECK(rig.session->counters().bytes_queued > body.size() / 2);
+  CHECK(rig.session->counters().bytes_queued < body.size());
 }
 
 TEST_CASE("local: without stream credit the stream stops reading until a WINDOW arrives") {

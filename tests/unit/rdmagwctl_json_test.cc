@@ -289,19 +289,19 @@ TEST_CASE("views: peers, with RDMA columns and a peer without a session", "[rdma
      "waiting_streams": 0, "sessions": [
        {"worker": 0, "role": "dialer", "transport": "rdma", "state": "open", "remote_address": "10.0.0.2:7472",
         "peer_node": "host-b", "rtt_us": 41, "age_ms": 5000, "streams": 2, "streams_opened": 10,
-        "bytes_sent": 4096, "bytes_received": 8192, "credit_stalls": 0, "resumes": 2, "resent_bytes": 16384,
-        "rdma": {"qp_state": "RTS", "send_credits": 120, "peer_recv_depth": 128, "pending_returns": 3,
+        "bytes_sent": 4096, "bytes_received": 8192, "queued_bytes": 3072, "credit_stalls": 0, "resumes": 2,
+        "resent_bytes": 16384, "rdma": {"qp_state": "RTS", "send_credits": 120, "peer_recv_depth": 128, "pending_returns": 3,
                  "sends_in_flight": 1, "completions": 512}}]},
     {"name": "c", "configured": true, "address": "10.0.0.3", "tcp_port": 7471, "rdma_port": 7472,
      "transport": "tcp", "transport_reason": "configured", "state": "down",
      "last_error": "connect: Connection refused", "waiting_streams": 1, "sessions": []}]})"));
   CHECK(out ==
-        "PEER  STATE  TRANSPORT  ROLE    WORKER  REMOTE          RTT  STREAMS     SENT  RECEIVED  CREDIT STALLS"
-        "  RESUMES    RESENT  QP   CREDITS  IN FLIGHT  NOTE\n"
-        "b     open   rdma       dialer       0  10.0.0.2:7472  41us        2  4.0 KiB   8.0 KiB              0"
-        "        2  16.0 KiB  RTS  120/128          1  node host-b\n"
-        "c     down   tcp        -            -  -                 -        -        -         -              -"
-        "        -         -  -          -          -  no session; last error: connect: Connection refused; "
+        "PEER  STATE  TRANSPORT  ROLE    WORKER  REMOTE          RTT  STREAMS     SENT  RECEIVED   QUEUED"
+        "  CREDIT STALLS  RESUMES    RESENT  QP   CREDITS  IN FLIGHT  NOTE\n"
+        "b     open   rdma       dialer       0  10.0.0.2:7472  41us        2  4.0 KiB   8.0 KiB  3.0 KiB"
+        "              0        2  16.0 KiB  RTS  120/128          1  node host-b\n"
+        "c     down   tcp        -            -  -                 -        -        -         -        -"
+        "              -        -         -  -          -          -  no session; last error: connect: Connection refused; "
         "transport tcp: configured; "
         "1 stream waiting for a session\n");
   CHECK(rdmagw::ctl::render_peers(parse_ok(R"({"peers": []})")) == "no peers (none configured, none connected)\n");

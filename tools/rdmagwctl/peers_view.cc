@@ -50,7 +50,7 @@ std::string render_peers(const JsonValue& answer) {
   std::vector<Column> columns = {{"PEER"}, {"STATE"}, {"TRANSPORT"}, {"ROLE"}, {"WORKER", Align::kRight},
                                  {"REMOTE"}, {"RTT", Align::kRight}, {"STREAMS", Align::kRight},
                                  {"SENT", Align::kRight}, {"RECEIVED", Align::kRight},
-                                 {"CREDIT STALLS", Align::kRight}, {"RESUMES", Align::kRight},
+                                 {"QUEUED", Align::kRight}, {"CREDIT STALLS", Align::kRight}, {"RESUMES", Align::kRight},
                                  {"RESENT", Align::kRight}};
   if (rdma) {
     columns.push_back({"QP"});
@@ -65,7 +65,7 @@ std::string render_peers(const JsonValue& answer) {
     const auto& sessions = peer.array_at("sessions");
     if (sessions.empty()) {
       std::vector<std::string> row = {name, text_or_dash(peer, "state"), text_or_dash(peer, "transport"),
-                                      "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"};
+                                      "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"};
       if (rdma) row.insert(row.end(), {"-", "-", "-"});
       row.push_back(no_session_note(peer));
       table.add_row(std::move(row));
@@ -84,6 +84,7 @@ std::string render_peers(const JsonValue& answer) {
                                       counter_text(s, "streams"),
                                       format_bytes(counter(s, "bytes_sent")),
                                       format_bytes(counter(s, "bytes_received")),
+                                      format_bytes(counter(s, "queued_bytes")),
                                       counter_text(s, "credit_stalls"),
                                       counter_text(s, "resumes"),
                                       format_bytes(counter(s, "resent_bytes"))};
