@@ -66,4 +66,20 @@ size_t BufferPool::trim(size_t keep) {
   return given;
 }
 
+size_t BufferPool::resident_bytes(const uint8_t* base, size_t bytes) {
+  if (!base || bytes == 0) return 0;
+  const size_t page = page_size();
+  // In pieces, so the vector stays small whatever the slab's size.
+  constexpr size_t kPagesPerCall = 4096;
+  unsigned char vec[kPagesPerCall];
+  size_t pages = (bytes + page - 1) / page, resident = 0;
+  for (size_t done = 0; done < pages;) {
+    size_t n = std::min(kPagesPerCall, pages - done);
+    if (mincore(const_cast<uint8_t*>(base) + done * page, n * page, vec) != 0) return 0;
+    for (size_t i = 0; i < n; ++i) resident += vec[i] & 1;
+    done += n;
+  }
+  return resident * page;
+}
+
 }  // namespace rdmagw

@@ -41,6 +41,12 @@ class BufferPool {
   // how many buffers it gave back.
   size_t trim(size_t keep);
 
+  // Bytes of the slab at [base, base + bytes) resident in memory now
+  // (mincore): buffers written since they were last given back, or a whole
+  // registered slab (registration pins it). Only reads the page tables, so
+  // any thread may ask while the owner works; 0 if the range is not mapped.
+  static size_t resident_bytes(const uint8_t* base, size_t bytes);
+
  private:
   size_t buffer_size_;
   size_t buffer_count_;

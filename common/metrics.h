@@ -28,6 +28,7 @@ class Gauge {
  public:
   void add(int64_t n = 1) { value_.store(value_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
   void sub(int64_t n = 1) { add(-n); }
+  void set(int64_t n) { value_.store(n, std::memory_order_relaxed); }
   int64_t value() const { return value_.load(std::memory_order_relaxed); }
 
  private:
@@ -105,6 +106,17 @@ class alignas(64) WorkerMetrics {
   Counter streams_opened_outbound;  // OPEN sent for an application's connection
   Counter streams_opened_inbound;   // OPEN accepted from a peer
   Gauge target_streams_active;      // streams peers opened, to targets here
+  // Bytes of the worker's buffer pool handed out now (set every tick).
+  Gauge buffer_bytes_in_use;
+  // The pool's slab, published once by its worker, so that GET /stats can
+  // ask the kernel what of it is resident (BufferPool::resident_bytes):
+  // what RSS owes to buffers; the rest of RSS is code, heap and stacks.
+  void set_buffer_slab(const uint8_t* base, size_t bytes) {
+    slab_bytes_.store(bytes, std::memory_order_relaxed);
+    slab_base_.store(base, std::memory_order_release);
+  }
+  const uint8_t* buffer_slab_base() const { return slab_base_.load(std::memory_order_acquire); }
+  size_t buffer_slab_bytes() const { return slab_bytes_.load(std::memory_order_relaxed); }
   std::array<Counter, static_cast<size_t>(StreamFailure::kCount)> streams_failed;
   Counter rdma_send_completions, rdma_recv_completions;
   Histogram stream_open;     // accept -> OPEN sent (includes waiting for a session)
@@ -135,6 +147,8 @@ class alignas(64) WorkerMetrics {
   void for_each_peer(const std::function<void(const std::string&, const PeerMetrics&)>& fn) const;
 
  private:
+  std::atomic<const uint8_t*> slab_base_{nullptr};
+  std::atomic<size_t> slab_bytes_{0};
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<ListenerMetrics>, std::less<>> listeners_;
   std::map<std::string, std::unique_ptr<PeerMetrics>, std::less<>> peers_;

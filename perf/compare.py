@@ -41,6 +41,7 @@ import argparse
 import datetime
 import os
 import platform
+import json
 import re
 import shutil
 import signal
@@ -49,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
@@ -75,6 +77,7 @@ class Topology:
         self.procs = []
         self.ports = {}
         self.pids = {}
+        self.admin = {}  # rdmagw paths: admin ports, in the order of pids
         self.backend_pids = {}
 
     def spawn(self, cmd, **kw):
@@ -169,15 +172,16 @@ defaults
         listeners = "".join(f"""  - {{name: {b}, listen: "tcp:127.0.0.1:{listen[b]}", peer: host-b, target: "tcp:127.0.0.1:{backend[b]}"}}
 """ for b in BACKENDS)
         targets = ", ".join(f'"tcp:127.0.0.1:{backend[b]}"' for b in BACKENDS)
+        admin = {"b": free_port(), "a": free_port()}
         configs = {
             "b": f"""node: host-b
-admin: "127.0.0.1:{free_port()}"
+admin: "127.0.0.1:{admin['b']}"
 workers: {self.args.workers}
 tunnel: {tunnel % b_tunnel}
 targets: [{targets}]
 """,
             "a": f"""node: host-a
-admin: "127.0.0.1:{free_port()}"
+admin: "127.0.0.1:{admin['a']}"
 workers: {self.args.workers}
 tunnel: {tunnel % a_tunnel}
 peers:
@@ -199,6 +203,7 @@ listeners:
             wait_port(port)
         self.ports[path] = listen
         self.pids[path] = pids
+        self.admin[path] = [admin["b"], admin["a"]]
 
     def stop(self):
         benchlib.stop_all(self.procs)
@@ -516,8 +521,10 @@ def report(results, paths, tests, args, pair_state, sched=None):
                   ""]
     if pair_state:
         lines += ["### The rdmagw pair's memory and descriptors (2 s after each round)", "",
-                  "Buffers are taken as load first needs them and kept while in use, so RSS grows in the first "
-                  "round; a climb round after round is what would be a leak.", "",
+                  "Buffers are taken as load needs them; a worker gives back the pages of those unused for a "
+                  "second but for the 64 used last, so the resident part of its buffer slab (GET /stats "
+                  "`buffer_bytes_resident`, read just after RSS) follows the last seconds' load. The rest of "
+                  "RSS (code, heap, stacks) is what a leak would make climb round after round.", "",
                   benchlib.markdown_table(["", "before"] + [f"after round {i + 1}"
                                                             for i in range(len(pair_state[0]) - 2)],
                                           pair_state), ""]
@@ -637,10 +644,34 @@ def targets_table(results, paths, tests, pair_state):
     return rows, worse
 
 
+def buffer_kib_resident(admin_port: int) -> int:
+    """What of the process's buffer slabs is in memory (GET /stats
+    per_worker buffer_bytes_resident, summed), in KiB."""
+    stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/stats", timeout=10).read())
+    return sum(w["buffer_bytes_resident"] for w in stats["per_worker"]) // 1024
+
+
 def pair_snapshot(topo):
+    """Per rdmagw process of the pair (B, A): (RSS KiB, fds, resident buffers KiB)."""
     if "rdmagw" not in topo.pids:
         return None
-    return [(benchlib.rss_kib(p), benchlib.fd_count(p)) for p in topo.pids["rdmagw"]]
+    return [(benchlib.rss_kib(p), benchlib.fd_count(p), buffer_kib_resident(port))
+            for p, port in zip(topo.pids["rdmagw"], topo.admin["rdmagw"])]
+
+
+def pair_state_rows(before, snapshots):
+    """The memory table's rows: each process's RSS, what of it is buffer
+    slabs, the rest of its RSS (code, heap, stacks: what must not climb),
+    and its descriptors, before the rounds and after each."""
+    rows = []
+    for i, name in enumerate(("B", "A")):
+        seq = [before[i]] + [snap[i] for snap in snapshots]
+        rows.append([f"rdmagw {name} RSS KiB"] + [s[0] for s in seq])
+        rows.append([f"rdmagw {name} buffers resident KiB"] + [s[2] for s in seq])
+        rows.append([f"rdmagw {name} RSS outside buffers KiB"] + [s[0] - s[2] for s in seq])
+    for i, name in enumerate(("B", "A")):
+        rows.append([f"rdmagw {name} fds", before[i][1]] + [snap[i][1] for snap in snapshots])
+    return rows
 
 
 # --- main -------------------------------------------------------------------------------
@@ -771,13 +802,11 @@ def main(argv=None):
             snapshots.append(pair_snapshot(topo))
             if snapshots[-1]:
                 print(f"after round {rnd + 1}: rdmagw B, A: RSS KiB {[s[0] for s in snapshots[-1]]}, "
+                      f"buffers resident KiB {[s[2] for s in snapshots[-1]]}, "
                       f"fds {[s[1] for s in snapshots[-1]]}", file=sys.stderr, flush=True)
         state = None
         if before and snapshots:
-            state = [[f"rdmagw {name} RSS KiB", before[i][0]] + [snap[i][0] for snap in snapshots]
-                     for i, name in enumerate(("B", "A"))]
-            state += [[f"rdmagw {name} fds", before[i][1]] + [snap[i][1] for snap in snapshots]
-                      for i, name in enumerate(("B", "A"))]
+            state = pair_state_rows(before, snapshots)
         sched = []
         for path in args.paths if args.perf_sched else ():
             print(f"perf sched: a ping-pong through {path}", file=sys.stderr, flush=True)

@@ -148,6 +148,15 @@ echo "   sidecar B (the server side): pid $b_pid, threads $(ls /proc/$b_pid/task
 cpu_ticks() {  # utime + stime of both sidecars, in clock ticks
   for p in "$a_pid" "$b_pid"; do sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}'; done | awk '{s += $1} END {print s}'
 }
+received_and_queued() {  # B's payload from A: "received queued" bytes (GET /stats)
+  /usr/bin/python3 -c 'import json, sys, urllib.request
+peers = json.load(urllib.request.urlopen("http://127.0.0.1:17489/stats", timeout=10))["peers"]
+p = [p for p in peers if p["name"] == "host-a"]
+print(p[0]["bytes_received"], p[0]["queued_bytes"]) if p else print(0, 0)'
+}
+read -r received_before queued_before <<EOF2
+$(received_and_queued)
+EOF2
 cpu_before=$(cpu_ticks)
 profiled pair_bulk "$work/iperf.json" iperf3 -c 127.0.0.1 -p 16411 -t "$secs" -J
 cpu_after=$(cpu_ticks)
@@ -159,6 +168,15 @@ echo "   iperf3 through the pair: $tunnel_bw MiB/s; both sidecars' CPU: $cpu_per
 if [ "$profile" = 1 ]; then
   echo "   (measured while perf sampled every vCPU: the profile's cost is in both figures)"
 fi
+# How much of the bulk payload B could not hand to iperf3's socket straight
+# from the RDMA receive buffer, and copied into the stream's queue instead
+# (docs/rdma.md, "Copies"): what holding receive buffers would save.
+read -r received_after queued_after <<EOF2
+$(received_and_queued)
+EOF2
+queued_share=$(echo "$received_before $received_after $queued_before $queued_after" \
+  | awk '{r = $2 - $1; printf "%.3f", r > 0 ? ($4 - $3) / r : 0}')
+echo "   B received $((received_after - received_before)) payload bytes from A during the bulk run, copied $((queued_after - queued_before)) into the stream's queue: share $queued_share"
 
 pingpong_at() {  # $1: port -> median 64-byte round trip in us
 /usr/bin/python3 - "$1" <<'PY'
@@ -187,7 +205,7 @@ kill "$echo_pid" 2>/dev/null || true
 wait 2>/dev/null || true
 
 echo
-echo "transport $transport, buffer_size $buffer, recv_depth $depth, busy_poll_us $busy; both sidecars' CPU $cpu_per_gib s per GiB of bulk"
+echo "transport $transport, buffer_size $buffer, recv_depth $depth, busy_poll_us $busy; both sidecars' CPU $cpu_per_gib s per GiB of bulk; B queued (copied) $queued_share of the bulk payload"
 echo "| measure (same VM run, rxe under TCG) | device | through rdmagw | ratio |"
 echo "|---|---:|---:|---:|"
 echo "| bulk MiB/s: ib_write_bw -R 64 KiB vs iperf3 through the pair | $ib_bw | $tunnel_bw | $(echo "$tunnel_bw $ib_bw" | awk '{printf "%.2f", $1/$2}') |"

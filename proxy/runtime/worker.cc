@@ -71,6 +71,7 @@ Worker::~Worker() {
   // Claims first: another worker must not hand a stream to one going away.
   for (const std::string& peer : peer_claims_) directory_.release_peer(peer, index_);
   directory_.set_worker(index_, nullptr);
+  metrics_.set_buffer_slab(nullptr, 0);  // GET /stats must not ask about a slab that is going away
   // Owners let go first, while the ring still runs (closing may submit
   // cancels); then the loop ends the ring and deletes what is left.
   close_everything("worker stopped", tunnel::CloseMode::kAbort);
@@ -103,6 +104,7 @@ bool Worker::init(std::string* error) {
              std::to_string(stride * buffers >> 20) + " MiB)";
     return false;
   }
+  metrics_.set_buffer_slab(pool_->base(), pool_->slab_bytes());
   if (tunnel_.rdma) rdma_ = std::make_unique<transport::RdmaContext>(*pool_, t.rdma, &metrics_);
   host_ = std::make_unique<local::StreamHost>(
       local::StreamHost{loop_, *pool_, metrics_, index_, t.buffer_size, t.connect_timeout_ms});
@@ -765,6 +767,7 @@ void Worker::tick() {
   // About once a second: pages of buffers unused for that long go back to
   // the kernel (TCP only), so RSS comes down after a burst.
   if (++ticks_ % kTrimEveryTicks == 0) pool_->trim(kWarmBuffers);
+  metrics_.buffer_bytes_in_use.set(static_cast<int64_t>(pool_->in_use() * pool_->buffer_size()));
   if ((!peer_claims_.empty() || config_->tunnel.sessions_per_peer != 0) && ticks_ % 10 == 0) sync_peer_claims();
   std::erase_if(retired_links_, [](const auto& link) { return link->finished(); });
   // A discovered peer without a session is forgotten 5 minutes after its

@@ -124,3 +124,18 @@ def test_hol_apart_needs_rdmagw_unless_the_tests_were_left_at_their_default(caps
     with pytest.raises(SystemExit):
         compare.parse_args(["--paths", "haproxy", "--tests", "pingpong,hol-apart"])
     assert "hol-apart runs through rdmagw only" in capsys.readouterr().err
+
+
+def test_memory_rows_split_rss_into_buffers_and_the_rest_per_process():
+    # (RSS KiB, fds, resident buffers KiB) for B then A: before, and after 2 rounds.
+    before = [(9000, 13, 1000), (9500, 17, 1200)]
+    snaps = [[(17000, 13, 8500), (14000, 17, 5000)], [(16000, 13, 7400), (14100, 17, 5050)]]
+    rows = compare.pair_state_rows(before, snaps)
+    by_name = {r[0]: r[1:] for r in rows}
+    assert by_name["rdmagw B RSS KiB"] == [9000, 17000, 16000]
+    assert by_name["rdmagw B buffers resident KiB"] == [1000, 8500, 7400]
+    assert by_name["rdmagw B RSS outside buffers KiB"] == [8000, 8500, 8600]
+    assert by_name["rdmagw A RSS outside buffers KiB"] == [8300, 9000, 9050]
+    assert by_name["rdmagw A fds"] == [17, 17, 17]
+    assert by_name["rdmagw B fds"] == [13, 13, 13]
+    assert len(rows) == 8

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/buffer_pool.h"
 #include "common/metrics.h"
 #include "config/config.h"
 #include "proxy/admin/admin_render.h"
@@ -97,6 +99,7 @@ targets: ["tcp:127.0.0.1:6379", "unix:/run/redis.sock"]
 
 // Two workers' worth of counters, with known totals.
 struct TwoWorkers {
+  BufferPool slab{4096, 4, /*trimmable=*/true};
   metrics::WorkerMetrics w0, w1;
   WorkerMetricsList list() const { return {&w0, &w1}; }
   TwoWorkers() {
@@ -113,6 +116,12 @@ struct TwoWorkers {
     w1.peer("b").bytes_received.add(200);
     w0.peer("b").bytes_queued.add(40);
     w1.peer("b").bytes_queued.add(2);
+    w0.buffer_bytes_in_use.set(4096);
+    // Worker 0's slab has two buffers written; worker 1 published none.
+    uint8_t* b = slab.acquire();
+    std::memset(b, 1, slab.buffer_size());
+    std::memset(slab.acquire(), 1, slab.buffer_size());
+    w0.set_buffer_slab(slab.base(), slab.slab_bytes());
     w0.peer("b").sessions_tcp.add(1);
     w1.peer("b").sessions_rdma.add(1);
     w1.peer("host-c").reconnects.add(5);
@@ -258,7 +267,7 @@ TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[a
     CHECK(f.help_lines.count(name) == 1);
     ++documented;
   }
-  CHECK(documented == 33);
+  CHECK(documented == 34);
   CHECK(f.type.size() == static_cast<size_t>(documented));  // and nothing undocumented
   for (const auto& [name, n] : f.help_lines) {
     INFO(name);
@@ -303,6 +312,10 @@ TEST_CASE("metrics: counters summed over workers, configured names present", "[a
   CHECK(sample_value(text, R"(rdmagw_worker_sessions{worker="1",transport="tcp"})") == "0");
   CHECK(sample_value(text, R"(rdmagw_worker_streams_active{worker="0"})") == "3");
   CHECK(sample_value(text, R"(rdmagw_worker_sent_bytes_total{worker="1"})") == "24");
+  CHECK(sample_value(text, R"(rdmagw_worker_buffer_bytes{worker="0",state="in_use"})") == "4096");
+  CHECK(sample_value(text, R"(rdmagw_worker_buffer_bytes{worker="0",state="resident"})") ==
+        std::to_string(2 * workers.slab.buffer_size()));
+  CHECK(sample_value(text, R"(rdmagw_worker_buffer_bytes{worker="1",state="resident"})") == "0");
   CHECK(sample_value(text, R"(rdmagw_rdma_completions_total{kind="send"})") == "11");
   CHECK(sample_value(text, R"(rdmagw_rdma_completions_total{kind="recv"})") == "12");
   CHECK(sample_value(text, "rdmagw_config_reloads_total") == "3");
@@ -429,9 +442,10 @@ TEST_CASE("stats: process, listeners, peers, streams, latency", "[admin][stats]"
   // Each worker's share: worker 0 has 2 client streams and 1 target stream.
   CHECK_THAT(json, Catch::Contains(R"("per_worker":[)"
                                    R"({"worker":0,"sessions_tcp":1,"sessions_rdma":0,"streams_active":3,)"
-                                   R"("bytes_sent":1000,"bytes_received":300},)"
+                                   R"("bytes_sent":1000,"bytes_received":300,"buffer_bytes_in_use":4096,"buffer_bytes_resident":)" +
+                                   std::to_string(2 * workers.slab.buffer_size()) + "},"
                                    R"({"worker":1,"sessions_tcp":0,"sessions_rdma":1,"streams_active":2,)"
-                                   R"("bytes_sent":24,"bytes_received":200}],)"));
+                                   R"("bytes_sent":24,"bytes_received":200,"buffer_bytes_in_use":0,"buffer_bytes_resident":0}],)"));
   // active: 3 client side (listeners) + 2 target side.
   CHECK_THAT(json, Catch::Contains(R"("streams":{"opened_outbound":10,"opened_inbound":2,"active":5,)"
                                    R"("failed":{"no-session":0,"not-allowed":2,"target-refused":0,)"
