@@ -71,6 +71,16 @@ def test_slow_reader_keeps_rss_bounded_and_loses_nothing(pair, backend):
             assert g < 64, (f"{node} RSS grew by {g:.1f} MiB while the backend did not read "
                             f"({rss0[node]} -> {rss1[node]} KiB, {sent / MiB:.1f} MiB sent)")
         assert sent < limit, "the whole 1 GiB went out although the backend reads nothing"
+        # What /stats says of the buffers is part of RSS, and not nothing
+        # while bytes wait.
+        for node, sc in (("host-a", p.a), ("host-b", p.b)):
+            workers = admin_json(sc.admin_port, "/stats")["per_worker"]
+            resident = sum(w["buffer_bytes_resident"] for w in workers)
+            in_use = sum(w["buffer_bytes_in_use"] for w in workers)
+            rss = sc.rss_kib() * 1024
+            print(f"slow reader: {node} buffers resident {resident}, in use {in_use}, RSS {rss}")
+            assert 0 < resident <= rss, f"{node}: {resident} bytes of buffers resident, RSS {rss}"
+            assert in_use > 0
 
         # Now let the backend read everything; it must get exactly what was sent.
         sock.settimeout(10)
