@@ -30,6 +30,10 @@ BufferPool::BufferPool(size_t buffer_size, size_t buffer_count, bool trimmable)
     throw std::system_error(errno, std::generic_category(),
                             "cannot reserve " + std::to_string(slab_bytes() >> 20) + " MiB for the buffer slab (mmap)");
   base_ = static_cast<uint8_t*>(p);
+  // Trimming gives pages back a buffer at a time; a transparent huge page
+  // would be split by the first trim, and would make an idle buffer's
+  // neighbours resident with it. (Advice only: nothing to do if refused.)
+  if (trimmable_) madvise(base_, slab_bytes(), MADV_NOHUGEPAGE);
   free_.reserve(buffer_count_);
 }
 
@@ -75,6 +79,8 @@ size_t BufferPool::resident_bytes(const uint8_t* base, size_t bytes) {
   size_t pages = (bytes + page - 1) / page, resident = 0;
   for (size_t done = 0; done < pages;) {
     size_t n = std::min(kPagesPerCall, pages - done);
+    // Fails (ENOMEM) only if the slab is unmapped meanwhile (its worker is
+    // stopping): then none of it is resident any more.
     if (mincore(const_cast<uint8_t*>(base) + done * page, n * page, vec) != 0) return 0;
     for (size_t i = 0; i < n; ++i) resident += vec[i] & 1;
     done += n;

@@ -71,7 +71,10 @@ Worker::~Worker() {
   // Claims first: another worker must not hand a stream to one going away.
   for (const std::string& peer : peer_claims_) directory_.release_peer(peer, index_);
   directory_.set_worker(index_, nullptr);
-  metrics_.set_buffer_slab(nullptr, 0);  // GET /stats must not ask about a slab that is going away
+  // GET /stats must not ask about a slab that is going away (one that reads
+  // the address just before this gets 0 from mincore once it is unmapped).
+  metrics_.set_buffer_slab(nullptr, 0);
+  metrics_.buffer_bytes_in_use.set(0);
   // Owners let go first, while the ring still runs (closing may submit
   // cancels); then the loop ends the ring and deletes what is left.
   close_everything("worker stopped", tunnel::CloseMode::kAbort);

@@ -193,6 +193,13 @@ TEST_CASE("buffer pool: resident_bytes counts the written pages of a slab of any
   CHECK(BufferPool::resident_bytes(pool.base(), pool.slab_bytes()) == 3 * page);
   CHECK(BufferPool::resident_bytes(nullptr, pool.slab_bytes()) == 0);
   for (uint8_t* b : bufs) pool.release(b);
+  // A range that is no longer mapped (a stopping worker's slab): 0, no error.
+  void* gone = mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(gone != MAP_FAILED);
+  static_cast<uint8_t*>(gone)[0] = 1;
+  CHECK(BufferPool::resident_bytes(static_cast<uint8_t*>(gone), 4 * page) == page);
+  REQUIRE(munmap(gone, 4 * page) == 0);
+  CHECK(BufferPool::resident_bytes(static_cast<uint8_t*>(gone), 4 * page) == 0);
 }
 
 TEST_CASE("buffer pool hands out each buffer once and reuses released ones") {
