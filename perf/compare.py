@@ -320,6 +320,8 @@ def measured(test, path, topo, args):
                                          ",".join(str(p) for p in pids)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.5)
+    admin = topo.admin.get(path, [])
+    payload_before = [peer_payload(port) for port in admin]
     before = [benchlib.cpu_seconds(p) for p in pids]
     backends = [topo.backend_pids[b] for b in backends_of(test)]
     apps_before = sum(benchlib.cpu_seconds(p) for p in backends) + children_cpu()
@@ -330,6 +332,9 @@ def measured(test, path, topo, args):
     # report is not the run's, and its CPU is not the client's.
     r["cpu"] = sum(benchlib.cpu_seconds(p) - b for p, b in zip(pids, before))
     r["app_cpu"] = sum(benchlib.cpu_seconds(p) for p in backends) + children_cpu() - apps_before
+    share = queued_share(payload_before, [peer_payload(port) for port in admin]) if admin else None
+    if share is not None:
+        r["queued_share"] = share
     if recorder:
         recorder.send_signal(signal.SIGINT)
         recorder.wait(timeout=60)
@@ -486,6 +491,17 @@ def report(results, paths, tests, args, pair_state, sched=None):
             header += ["p99 with the bulk stream through another rdmagw pair µs", "p99 ratio"]
         lines += ["### 64 B ping-pong round trip (sockperf --full-rtt)", "",
                   benchlib.markdown_table(header, rows), ""]
+
+    rows = [[test] + [fmt(median(results[test][p], "queued_share"), 4) for p in proxies if p.startswith("rdmagw")]
+            for test in tests]
+    if any(p.startswith("rdmagw") for p in proxies) and any(x != "–" for r in rows for x in r[1:]):
+        lines += ["### Payload that rdmagw copied (the application's socket did not take it on arrival)", "",
+                  "Of the stream payload both sidecars received from the tunnel, the share that went through "
+                  "a stream's queue (GET /stats `queued_bytes`); the rest was written to the socket straight "
+                  "from the transport's receive buffer. A new stream's first bytes are queued while B connects "
+                  "to the backend (http-close: a connection per request). hol-apart counts the ping-pong's "
+                  "pair only, not the second pair that carries the bulk stream.", "",
+                  benchlib.markdown_table(["test"] + [p for p in proxies if p.startswith("rdmagw")], rows), ""]
 
     budget, leaves = cpu_budget_tables(results, paths, tests)
     if budget:
@@ -644,11 +660,40 @@ def targets_table(results, paths, tests, pair_state):
     return rows, worse
 
 
+def admin_stats(admin_port: int):
+    """GET /stats, or None (with a warning) if it cannot be had: a figure
+    missing from the report must not cost the measured rounds."""
+    try:
+        return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/stats", timeout=10).read())
+    except (OSError, ValueError) as e:
+        print(f"GET /stats on 127.0.0.1:{admin_port} failed: {e}", file=sys.stderr)
+        return None
+
+
+def peer_payload(admin_port: int):
+    """(payload bytes received from peers, of those queued) per GET /stats, or None."""
+    stats = admin_stats(admin_port)
+    if stats is None:
+        return None
+    return (sum(p["bytes_received"] for p in stats["peers"]), sum(p["queued_bytes"] for p in stats["peers"]))
+
+
+def queued_share(before, after):
+    """Of the payload both sidecars received from the tunnel between the two
+    readings, the share their application sockets did not take on arrival
+    (copied into a stream's queue); None if nothing arrived."""
+    if any(x is None for x in list(before) + list(after)):
+        return None
+    received = sum(a[0] - b[0] for a, b in zip(after, before))
+    queued = sum(a[1] - b[1] for a, b in zip(after, before))
+    return queued / received if received > 0 else None
+
+
 def buffer_kib_resident(admin_port: int) -> int:
     """What of the process's buffer slabs is in memory (GET /stats
     per_worker buffer_bytes_resident, summed), in KiB."""
-    stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/stats", timeout=10).read())
-    return sum(w["buffer_bytes_resident"] for w in stats["per_worker"]) // 1024
+    stats = admin_stats(admin_port)
+    return None if stats is None else sum(w["buffer_bytes_resident"] for w in stats["per_worker"]) // 1024
 
 
 def pair_snapshot(topo):
@@ -667,8 +712,8 @@ def pair_state_rows(before, snapshots):
     for i, name in enumerate(("B", "A")):
         seq = [before[i]] + [snap[i] for snap in snapshots]
         rows.append([f"rdmagw {name} RSS KiB"] + [s[0] for s in seq])
-        rows.append([f"rdmagw {name} buffers resident KiB"] + [s[2] for s in seq])
-        rows.append([f"rdmagw {name} RSS outside buffers KiB"] + [s[0] - s[2] for s in seq])
+        rows.append([f"rdmagw {name} buffers resident KiB"] + ["–" if s[2] is None else s[2] for s in seq])
+        rows.append([f"rdmagw {name} RSS outside buffers KiB"] + ["–" if s[2] is None else s[0] - s[2] for s in seq])
     for i, name in enumerate(("B", "A")):
         rows.append([f"rdmagw {name} fds", before[i][1]] + [snap[i][1] for snap in snapshots])
     return rows

@@ -152,10 +152,12 @@ received_and_queued() {  # B's payload from A: "received queued" bytes (GET /sta
   /usr/bin/python3 -c 'import json, sys, urllib.request
 peers = json.load(urllib.request.urlopen("http://127.0.0.1:17489/stats", timeout=10))["peers"]
 p = [p for p in peers if p["name"] == "host-a"]
-print(p[0]["bytes_received"], p[0]["queued_bytes"]) if p else print(0, 0)'
+sys.exit("B has no peer host-a in GET /stats") if not p else print(p[0]["bytes_received"], p[0]["queued_bytes"])' \
+    || { echo "rdma_lab_bench: cannot read B's payload counters (GET /stats)" >&2; kill "$a_pid" "$b_pid" 2>/dev/null; exit 1; }
 }
+payload=$(received_and_queued)
 read -r received_before queued_before <<EOF2
-$(received_and_queued)
+$payload
 EOF2
 cpu_before=$(cpu_ticks)
 profiled pair_bulk "$work/iperf.json" iperf3 -c 127.0.0.1 -p 16411 -t "$secs" -J
@@ -171,11 +173,12 @@ fi
 # How much of the bulk payload B could not hand to iperf3's socket straight
 # from the RDMA receive buffer, and copied into the stream's queue instead
 # (docs/rdma.md, "Copies"): what holding receive buffers would save.
+payload=$(received_and_queued)
 read -r received_after queued_after <<EOF2
-$(received_and_queued)
+$payload
 EOF2
 queued_share=$(echo "$received_before $received_after $queued_before $queued_after" \
-  | awk '{r = $2 - $1; printf "%.3f", r > 0 ? ($4 - $3) / r : 0}')
+  | awk '{r = $2 - $1; printf "%.4f", (r > 0 ? ($4 - $3) / r : 0)}')
 echo "   B received $((received_after - received_before)) payload bytes from A during the bulk run, copied $((queued_after - queued_before)) into the stream's queue: share $queued_share"
 
 pingpong_at() {  # $1: port -> median 64-byte round trip in us

@@ -139,3 +139,32 @@ def test_memory_rows_split_rss_into_buffers_and_the_rest_per_process():
     assert by_name["rdmagw A fds"] == [17, 17, 17]
     assert by_name["rdmagw B fds"] == [13, 13, 13]
     assert len(rows) == 8
+
+
+def test_queued_share_is_of_what_both_sidecars_received_between_the_readings():
+    before = [(1000, 10), (500, 0)]
+    after = [(11000, 2010), (10500, 0)]  # 20000 received, 2000 of it queued
+    assert compare.queued_share(before, after) == 0.1
+    assert compare.queued_share(after, after) is None  # nothing arrived: no share
+
+
+def test_the_report_shows_the_queued_share_of_rdmagw_paths_only_when_measured():
+    runs = {"rate": 10.0, "units": 5.0, "cpu": 1.0, "app_cpu": 1.0, "wall": 5.0}
+    results = {"iperf3": {"direct": [dict(runs)], "haproxy": [dict(runs)],
+                          "rdmagw": [dict(runs, queued_share=0.25), dict(runs, queued_share=0.75)]}}
+    args = compare.parse_args(["--paths", "direct,haproxy,rdmagw", "--tests", "iperf3"])
+    text, _ = compare.report(results, ["direct", "haproxy", "rdmagw"], ["iperf3"], args, None)
+    assert "### Payload that rdmagw copied" in text
+    assert "| iperf3 | 0.5000 |" in text
+    del results["iperf3"]["rdmagw"][0]["queued_share"], results["iperf3"]["rdmagw"][1]["queued_share"]
+    text, _ = compare.report(results, ["direct", "haproxy", "rdmagw"], ["iperf3"], args, None)
+    assert "### Payload that rdmagw copied" not in text
+
+
+def test_a_failed_stats_reading_leaves_a_gap_not_a_crash():
+    assert compare.queued_share([(1, 1), None], [(5, 1), (9, 9)]) is None
+    rows = compare.pair_state_rows([(9000, 13, None), (9500, 17, 1200)],
+                                   [[(17000, 13, 8500), (14000, 17, None)]])
+    by_name = {r[0]: r[1:] for r in rows}
+    assert by_name["rdmagw B RSS outside buffers KiB"] == ["–", 8500]
+    assert by_name["rdmagw A buffers resident KiB"] == [1200, "–"]
