@@ -288,6 +288,13 @@ def test_stats_page_in_a_browser(browser, sidecar, backend, tmp_path):
         summary = {k: v for row in page.rows("summary") for k, v in row.items() if k != "_class"}
         assert summary["state"] == "ready" and summary["workers"] == "2", summary
         assert summary["transport"].startswith("tcp"), summary
+        # Memory by worker, and what a peer's bytes cost in copies, as sizes.
+        size = re.compile(r"\d+(\.\d)? (B|KiB|MiB|GiB)")
+        assert size.fullmatch(peer["queued"]), peer
+        workers = page.rows("workers")
+        assert len(workers) == 2, workers
+        assert all(size.fullmatch(w["buffers"]) and size.fullmatch(w["resident"]) for w in workers), workers
+        assert any(w["resident"] != "0 B" for w in workers), workers  # the echo's bytes were written somewhere
 
         # Names are text: the header shows NODE_A verbatim, nothing ran.
         state = page.state()
