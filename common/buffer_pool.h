@@ -34,6 +34,12 @@ class BufferPool {
   size_t capacity() const { return buffer_count_; }
   uint8_t* base() const { return base_; }
   size_t slab_bytes() const { return buffer_size_ * buffer_count_; }
+  // The prefix of the slab whose pages can be resident: the buffers handed
+  // out at least once (they are handed out in address order), or the whole
+  // slab if the pool is not trimmable (RDMA registers it, which pins every
+  // page). What resident_bytes() needs to look at: not gigabytes of slab
+  // that were never touched.
+  size_t residency_extent() const { return trimmable_ ? buffer_size_ * next_fresh_ : slab_bytes(); }
 
   // Gives back (MADV_DONTNEED) the pages of free buffers that stayed free
   // since the previous call, but for the `keep` used most recently. Called

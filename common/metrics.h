@@ -108,8 +108,9 @@ class alignas(64) WorkerMetrics {
   Gauge target_streams_active;      // streams peers opened, to targets here
   // Bytes of the worker's buffer pool handed out now (set every tick).
   Gauge buffer_bytes_in_use;
-  // The pool's slab, published once by its worker, so that GET /stats can
-  // ask the kernel what of it is resident (BufferPool::resident_bytes):
+  // The part of the pool's slab that can be resident (its
+  // residency_extent), published by its worker every tick, so that
+  // GET /stats can ask the kernel what of it is (BufferPool::resident_bytes):
   // what RSS owes to buffers; the rest of RSS is code, heap and stacks.
   void set_buffer_slab(const uint8_t* base, size_t bytes) {
     slab_bytes_.store(bytes, std::memory_order_relaxed);

@@ -107,7 +107,7 @@ bool Worker::init(std::string* error) {
              std::to_string(stride * buffers >> 20) + " MiB)";
     return false;
   }
-  metrics_.set_buffer_slab(pool_->base(), pool_->slab_bytes());
+  metrics_.set_buffer_slab(pool_->base(), pool_->residency_extent());
   if (tunnel_.rdma) rdma_ = std::make_unique<transport::RdmaContext>(*pool_, t.rdma, &metrics_);
   host_ = std::make_unique<local::StreamHost>(
       local::StreamHost{loop_, *pool_, metrics_, index_, t.buffer_size, t.connect_timeout_ms});
@@ -771,6 +771,9 @@ void Worker::tick() {
   // the kernel (TCP only), so RSS comes down after a burst.
   if (++ticks_ % kTrimEveryTicks == 0) pool_->trim(kWarmBuffers);
   metrics_.buffer_bytes_in_use.set(static_cast<int64_t>(pool_->in_use() * pool_->buffer_size()));
+  // GET /stats asks the kernel about this much of the slab, so that
+  // answering it stays cheap (a TCP worker's slab reserves gigabytes).
+  metrics_.set_buffer_slab(pool_->base(), pool_->residency_extent());
   if ((!peer_claims_.empty() || config_->tunnel.sessions_per_peer != 0) && ticks_ % 10 == 0) sync_peer_claims();
   std::erase_if(retired_links_, [](const auto& link) { return link->finished(); });
   // A discovered peer without a session is forgotten 5 minutes after its

@@ -173,24 +173,37 @@ TEST_CASE("buffer pool: a trimmable pool gives back the pages of buffers unused 
   again.back()[0] = 1;
   for (uint8_t* b : again) pool.release(b);
 
+  // Buffers are handed out in address order: the extent is the prefix used.
+  BufferPool fresh(page, 64, /*trimmable=*/true);
+  uint8_t* first = fresh.acquire();
+  fresh.acquire();
+  fresh.release(first);
+  CHECK(fresh.residency_extent() == 2 * page);
+  CHECK(fresh.acquire() == first);  // reused: the extent stays
+  CHECK(fresh.residency_extent() == 2 * page);
+
   BufferPool registered(page + 512, 8);  // an RDMA slab: never trimmed
   uint8_t* b = registered.acquire();
   b[0] = 1;
   registered.release(b);
   registered.trim(0);
   CHECK(registered.trim(0) == 0);
+  CHECK(registered.residency_extent() == registered.slab_bytes());  // registration pins it whole
 }
 
 TEST_CASE("buffer pool: resident_bytes counts the written pages of a slab of any size, 0 when unmapped") {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   BufferPool pool(page, 10000, /*trimmable=*/true);  // more pages than one mincore call takes
   CHECK(BufferPool::resident_bytes(pool.base(), pool.slab_bytes()) == 0);
+  CHECK(pool.residency_extent() == 0);  // nothing handed out: nothing to look at
   std::vector<uint8_t*> bufs;
   for (int i = 0; i < 10000; ++i) bufs.push_back(pool.acquire());
   bufs.front()[0] = 1;
   bufs[4096][0] = 1;  // the first page of the second call's piece
   bufs.back()[page - 1] = 1;
   CHECK(BufferPool::resident_bytes(pool.base(), pool.slab_bytes()) == 3 * page);
+  CHECK(pool.residency_extent() == pool.slab_bytes());  // every buffer was handed out
+  CHECK(BufferPool::resident_bytes(pool.base(), pool.residency_extent()) == 3 * page);
   CHECK(BufferPool::resident_bytes(nullptr, pool.slab_bytes()) == 0);
   for (uint8_t* b : bufs) pool.release(b);
   // A range that is no longer mapped (a stopping worker's slab): 0, no error.
