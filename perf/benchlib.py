@@ -12,6 +12,7 @@ import re
 import socket
 import subprocess
 import time
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RDMAGW = os.environ.get("RDMAGW_BIN", os.path.join(ROOT, "build", "bin", "rdmagw"))
@@ -85,6 +86,12 @@ def rss_kib(pid: int) -> int:
 
 def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def admin_json(port: int, path: str, timeout: float = 10.0):
+    """An rdmagw admin endpoint's JSON answer (GET http://127.0.0.1:PORT/PATH)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+        return json.loads(r.read())
 
 
 # --- load generators' output ---------------------------------------------------

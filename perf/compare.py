@@ -41,7 +41,6 @@ import argparse
 import datetime
 import os
 import platform
-import json
 import re
 import shutil
 import signal
@@ -50,7 +49,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
@@ -664,7 +662,7 @@ def admin_stats(admin_port: int):
     """GET /stats, or None (with a warning) if it cannot be had: a figure
     missing from the report must not cost the measured rounds."""
     try:
-        return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/stats", timeout=10).read())
+        return benchlib.admin_json(admin_port, "/stats")
     except (OSError, ValueError) as e:
         print(f"GET /stats on 127.0.0.1:{admin_port} failed: {e}", file=sys.stderr)
         return None

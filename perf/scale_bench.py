@@ -24,7 +24,6 @@ hard RLIMIT_NOFILE (less 500) are lowered to it. The HAProxy column needs
 haproxy (tools/dev/install-deps installs it).
 """
 import argparse
-import json
 import os
 import resource
 import selectors
@@ -35,10 +34,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import RDMAGW, emit, free_port, stop_all, wait_log, wait_port  # noqa: E402
+from benchlib import RDMAGW, admin_json, emit, free_port, stop_all, wait_log, wait_port  # noqa: E402
 
 ECHO_SERVER = r"""
 import asyncio, sys
@@ -131,13 +129,8 @@ def fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def admin(port: int, path: str) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-        return json.loads(r.read())
-
-
 def streams_active(admin_port: int) -> int:
-    return admin(admin_port, "/stats")["streams"]["active"]
+    return admin_json(admin_port, "/stats")["streams"]["active"]
 
 
 def wait_quiet(admin_ports, timeout=60.0):
