@@ -14,6 +14,7 @@ import copy
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -631,6 +632,34 @@ def test_list_item_errors_name_the_items_line(tmp_path):
             "  - kind: Deployment\n    metadata: {name: b}\n")
     proc = inject("-f", write(tmp_path, text), *C, rc=2)
     assert "app.yaml:5: Deployment b: spec: missing" in proc.stderr
+
+
+def alias_bomb(levels: int) -> str:
+    """A ConfigMap whose data aliases multiply by 10 per level: 10**levels
+    strings from a few hundred bytes."""
+    lines = ["kind: ConfigMap", "metadata: {name: bomb}", "x:", '  l0: &l0 ["lol","lol","lol","lol","lol",'
+             '"lol","lol","lol","lol","lol"]']
+    for i in range(1, levels + 1):
+        p = f"*l{i - 1}"
+        lines.append(f"  l{i}: &l{i} [{', '.join([p] * 10)}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_is_refused_at_once(tmp_path):
+    text = alias_bomb(7)
+    assert len(text) < 800
+    started = time.monotonic()
+    proc = inject("-f", write(tmp_path, text), *C, rc=2)
+    assert time.monotonic() - started < 5, "the aliases were expanded"
+    assert re.search(r"app\.yaml:1: its aliases expand \d+ YAML nodes to \d{9};", proc.stderr), proc.stderr
+    assert proc.stdout == ""
+
+
+def test_aliases_that_only_share_a_little_still_inject(tmp_path):
+    text = alias_bomb(2) + "---\n" + workload("Deployment")
+    docs = injected("-f", write(tmp_path, text), *C)
+    assert docs[0]["x"]["l2"][9][9][9] == "lol"
+    assert any(c["name"] == "rdmagw" for c in pod_spec(docs[1])["containers"])
 
 
 def test_stdin_twice_and_not_utf8(tmp_path):
