@@ -194,7 +194,12 @@ struct ConfigResult {
   std::vector<ConfigError> errors;
 };
 
-// Reads and parses the file, and reads the key files it names.
+// A configuration file larger than this is refused (a wrong path, a log).
+inline constexpr uint64_t kMaxConfigFileBytes = 4 * 1024 * 1024;
+
+// Reads and parses the file, and reads the key files it names. Only a
+// regular file is read (common/regular_file.h): a FIFO or a device at the
+// path is an error at once, never a read that hangs a reload.
 ConfigResult load_config_file(const std::string& path);
 // Parses `text`; reads no other file unless `read_key_files`.
 ConfigResult parse_config_text(const std::string& text, const std::string& file_name, bool read_key_files = false);

@@ -30,8 +30,7 @@
 #include <vector>
 
 #include "common/protocol_limits.h"
-#include <sched.h>
-
+#include "common/regular_file.h"
 #include "config/config.h"
 #include "config/key_files.h"
 
@@ -1208,31 +1207,16 @@ ConfigResult parse_config_text(const std::string& text, const std::string& file_
 }
 
 ConfigResult load_config_file(const std::string& path) {
-  auto unreadable = [&](int err) {
+  std::string text, why;
+  if (!read_regular_file(path, kMaxConfigFileBytes, &text, &why)) {
     ConfigResult result;
     ConfigError e;
     e.file = path;
     e.key_path = "(file)";
-    e.message = "cannot read: " + std::error_code(err, std::generic_category()).message();
+    e.message = why;
     result.errors.push_back(std::move(e));
     return result;
-  };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return unreadable(errno);
-  std::string text;
-  char buf[16384];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return unreadable(err);
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
   }
-  ::close(fd);
   return parse_config_text(text, path, true);
 }
 

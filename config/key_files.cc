@@ -10,6 +10,7 @@
 #include <cstring>
 #include <openssl/crypto.h>
 
+#include "common/regular_file.h"
 #include "common/unique_fd.h"
 
 namespace rdmagw {
@@ -44,18 +45,13 @@ std::string octal_mode(mode_t mode) {
 bool read_key_file(const std::string& path, std::string* key, std::string* error) {
   // Following symlinks is deliberate: Kubernetes mounts a Secret's keys as
   // symlinks into a versioned directory, and the target is what must be private.
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
-  if (!fd.valid()) {
-    *error = std::string("cannot read the key file: ") + std::strerror(errno);
-    return false;
-  }
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) {
-    *error = std::string("cannot stat the key file: ") + std::strerror(errno);
-    return false;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    *error = "the key file is not a regular file";
+  std::string why;
+  // Opened non-blocking, regular files only, within the size cap: a FIFO or
+  // a device at the path is refused at once (common/regular_file.h).
+  UniqueFd fd = open_regular_file(path, kMaxKeyFileBytes, &st, &why);
+  if (!fd.valid()) {
+    *error = "the key file: " + why;
     return false;
   }
   if ((st.st_mode & (S_IRWXG | S_IRWXO)) && !private_to_our_group(st)) {
@@ -63,25 +59,14 @@ bool read_key_file(const std::string& path, std::string* key, std::string* error
              "): chmod 0400 it (a Kubernetes Secret volume: defaultMode: 0400)";
     return false;
   }
-  if (static_cast<uint64_t>(st.st_size) > kMaxKeyFileBytes) {
-    *error = "the key file has " + std::to_string(st.st_size) + " bytes; a key file holds at most " +
-             std::to_string(kMaxKeyFileBytes);
-    return false;
-  }
   // One read into a buffer wiped afterwards, so no stray copy of the key
   // stays behind in freed memory.
   std::array<uint8_t, kMaxKeyFileBytes + 1> buffer;
   size_t got = 0;
-  while (got < buffer.size()) {
-    ssize_t n = ::read(fd.get(), buffer.data() + got, buffer.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      *error = std::string("cannot read the key file: ") + std::strerror(errno);
-      OPENSSL_cleanse(buffer.data(), buffer.size());
-      return false;
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
+  if (!read_up_to(fd.get(), buffer.data(), buffer.size(), &got, &why)) {
+    *error = "the key file: " + why;
+    OPENSSL_cleanse(buffer.data(), buffer.size());
+    return false;
   }
   size_t begin = 0, end = got;
   while (begin < end && is_space(buffer[begin])) ++begin;

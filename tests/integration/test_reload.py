@@ -4,6 +4,7 @@ changes nothing."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -252,3 +253,40 @@ def test_a_shared_unix_listener_removed_and_added_again(sidecar, backend, sock_d
     time.sleep(0.2)  # a tick or more, for a failed accept to be logged
     assert "event=accept_failed" not in pair.a.log_text(), pair.a.tail()
 
+
+
+@pytest.mark.deadline(60)
+@pytest.mark.parametrize("replacement", ["fifo", "dev-zero"])
+def test_a_config_path_that_would_block_fails_the_reload_at_once(sidecar, backend, replacement):
+    """The config path replaced by a FIFO nobody writes, or a symlink to
+    /dev/zero: a reload (SIGHUP or POST /reload) fails at once saying why;
+    the process stays live, keeps serving, and stops on SIGTERM."""
+    echo = backend(EchoServer())
+    pair = ReloadablePair(sidecar, [echo.endpoint])
+    port = free_port()
+    pair.start_a([listener("echo", port, echo.endpoint)])
+    path = pair.a.config_path
+    good = path.read_text()
+    path.unlink()
+    if replacement == "fifo":
+        os.mkfifo(path, 0o600)
+        why = "not a regular file (a FIFO)"
+    else:
+        os.symlink("/dev/zero", path)
+        why = "not a regular file (a character device)"
+
+    since = pair.a.log_size()
+    pair.a.send_signal(signal.SIGHUP)
+    line = pair.a.wait_log("event=reload_failed", 10, since=since)
+    assert line, pair.a.tail()
+    assert why in pair.a.log_text(since), pair.a.log_text(since)
+    started = time.monotonic()
+    r = admin_request(pair.a_admin, "/reload", "POST", timeout=5)
+    assert r.status == 400 and why in r.text, r.text
+    assert time.monotonic() - started < 5
+    assert admin_request(pair.a_admin, "/live", timeout=5).status == 200
+    assert echo_roundtrip(("127.0.0.1", port), b"still here") == b"still here"
+
+    path.unlink()
+    path.write_text(good)
+    assert pair.a.stop(signal.SIGTERM, grace=10) == 0

@@ -1,4 +1,5 @@
 #include <arpa/inet.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -772,11 +773,40 @@ TEST_CASE("load_config_file: unreadable files", "[config][errors]") {
   REQUIRE(r.errors.size() == 1);
   CHECK(r.config == nullptr);
   CHECK(r.errors[0].to_string() ==
-        "/nonexistent-dir/rdmagw.yaml:0:0: (file): cannot read: No such file or directory");
+        "/nonexistent-dir/rdmagw.yaml:0:0: (file): cannot open: No such file or directory");
 
   r = load_config_file("/");
   REQUIRE(r.errors.size() == 1);
-  CHECK(r.errors[0].to_string() == "/:0:0: (file): cannot read: Is a directory");
+  CHECK(r.errors[0].to_string() == "/:0:0: (file): not a regular file (a directory)");
+}
+
+// A FIFO or a device at the config path would block the read (a reload by
+// SIGHUP hung for good, and SIGTERM with it): refused at once.
+TEST_CASE("load_config_file: a FIFO, a device or a huge file is refused without reading it", "[config][errors]") {
+  char dir[] = "/tmp/rdmagw-config-test-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  std::string fifo = std::string(dir) + "/fifo.yaml";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  ConfigResult r = load_config_file(fifo);  // no writer: a blocking open or read would never return
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].to_string() == fifo + ":0:0: (file): not a regular file (a FIFO)");
+
+  std::string zero = std::string(dir) + "/zero.yaml";
+  REQUIRE(symlink("/dev/zero", zero.c_str()) == 0);
+  r = load_config_file(zero);
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].to_string() == zero + ":0:0: (file): not a regular file (a character device)");
+
+  std::string big = std::string(dir) + "/big.yaml";
+  {
+    std::ofstream out(big);
+    out << "node: host-a\n# " << std::string(rdmagw::kMaxConfigFileBytes, 'x') << "\n";
+  }
+  r = load_config_file(big);
+  REQUIRE(r.errors.size() == 1);
+  CHECK_THAT(r.errors[0].to_string(), Catch::Contains("bytes; at most 4194304 are read"));
+  for (const std::string& f : {fifo, zero, big}) unlink(f.c_str());
+  rmdir(dir);
 }
 
 TEST_CASE("load_config_file: reads a file and names it in errors", "[config]") {
