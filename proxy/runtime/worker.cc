@@ -662,6 +662,10 @@ tunnel::Session* Worker::find_session(const tunnel::SessionToken& token) {
   return it == by_token_.end() ? nullptr : it->second;
 }
 
+bool Worker::token_in_use(const tunnel::SessionToken& token) {
+  return by_token_.contains(token) || directory_.holder(token).has_value();
+}
+
 bool Worker::resume_elsewhere(const tunnel::SessionPayload& request, const tunnel::HelloPayload& hello,
                               IoPtr<tunnel::Transport>& transport) {
   auto holder = directory_.holder(request.token);

@@ -104,6 +104,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
                                  tunnel::ResetCode* refuse) override;
   void on_session_identified(tunnel::Session& session) override;
   tunnel::Session* find_session(const tunnel::SessionToken& token) override;
+  bool token_in_use(const tunnel::SessionToken& token) override;
   bool resume_elsewhere(const tunnel::SessionPayload& request, const tunnel::HelloPayload& hello,
                         IoPtr<tunnel::Transport>& transport) override;
 

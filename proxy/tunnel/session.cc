@@ -450,7 +450,17 @@ bool Session::stream_api_usable(const Stream& stream) const {
 
 uint64_t Session::usable_session_credit() const {
   uint64_t a = session_send_.available();
-  return a > session_send_reserve_ ? a - session_send_reserve_ : 0;
+  a = a > session_send_reserve_ ? a - session_send_reserve_ : 0;
+  if (!resumable_) return a;
+  // What a resumable session keeps for a resend is bounded by the window
+  // too: a peer that grants credit but does not acknowledge would otherwise
+  // make it keep every byte it ever sent, in buffers every session of the
+  // worker shares. Its streams wait for the ACK as for credit. Half the
+  // control backlog is headroom for the frames' headers and control frames,
+  // so that a peer that acknowledges costs no throughput.
+  uint64_t cap = std::min(peer_hello_.session_window, settings_.session_window) + kControlBacklogLimit / 2;
+  uint64_t kept = frames_->size() + frames_->retained();
+  return kept >= cap ? 0 : std::min(a, cap - kept);
 }
 
 bool Session::can_open_streams() const {
@@ -567,6 +577,11 @@ void Session::reset_stream(Stream& stream, ResetCode code) {
   assert(!parsing_);
   send_control(FrameType::kReset, stream.id_, static_cast<uint32_t>(code), 4);
   detach(stream);
+}
+
+void Session::reset_unattached(uint32_t id, ResetCode code) {
+  assert(!parsing_ && !streams_.contains(id));
+  send_control(FrameType::kReset, id, static_cast<uint32_t>(code), 4);
 }
 
 void Session::delivered(Stream& stream, uint32_t n) {

@@ -94,6 +94,10 @@ class SessionOwner {
   virtual void on_session_identified(Session&) {}
   // Acceptor, mid-parse: the session the dialer asks to resume, or nullptr.
   virtual Session* find_session(const SessionToken&) { return nullptr; }
+  // Acceptor, mid-parse: whether a session with this token is held here or
+  // by another worker (a new session may not take a live one's token: its
+  // resumes would then find the impostor).
+  virtual bool token_in_use(const SessionToken& token) { return find_session(token) != nullptr; }
   // Acceptor, mid-parse, when find_session() found none: the session may be
   // held elsewhere (another worker). True if the owner took `transport`
   // to carry the request there (the dialer waits for the answer).
@@ -249,6 +253,9 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   void delivered(Stream& stream, uint32_t n);
   // Resets the stream towards the peer and detaches it.
   void reset_stream(Stream& stream, ResetCode code);
+  // Resets stream `id`, which no Stream carries here (a takeover image's
+  // stream that could not be rebuilt), so that the peer's end learns of it.
+  void reset_unattached(uint32_t id, ResetCode code);
   // The stream is done with the session (both directions ended cleanly):
   // detaches it.
   void detach(Stream& stream);

@@ -71,6 +71,8 @@ bool Session::on_session(std::span<const uint8_t> payload) {
 }
 
 bool Session::on_session_as_acceptor(const SessionPayload& request) {
+  if (request.kind == SessionKind::kNew && owner_ && owner_->token_in_use(request.token))
+    return protocol_error("SESSION new names the token of a session held here");
   token_ = request.token;
   if (request.kind == SessionKind::kNew) {
     if (!send_session(SessionKind::kAccepted)) return false;
@@ -247,6 +249,7 @@ bool Session::on_ack(const FrameHeader& h, std::span<const uint8_t> payload) {
   if (value <= peer_acked_) return true;
   peer_acked_ = value;
   apply_acks();
+  notify_blocked_streams();  // what was kept for a resend bounds their credit
   return true;
 }
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import time
 
 import pytest
 
 import tunnel_frames as tf
-from backends import EchoServer, StallServer, prng_bytes
+from backends import EchoServer, Sha256Server, StallServer, prng_bytes
 from clients import connect, echo_roundtrip, free_port, recv_exact, send_all, wait_closed
 from tunnel_frames import TunnelPeer
 from conftest import tcp_only
@@ -555,4 +556,123 @@ def test_control_bytes_a_peer_sends_reach_the_log_escaped(gw):
     for raw in ("\x1b", "\r", "\x07"):
         assert raw not in log, f"a raw {raw!r} reached the log:\n{log[-3000:]}"
     assert "\nforged" not in log
+    gw.after()
+
+
+# ---------------------------------------------------------------------------
+# A resumable peer that grants credit but never acknowledges
+
+
+@pytest.mark.deadline(120)
+def test_a_peer_that_never_acknowledges_cannot_make_host_b_keep_more_than_its_window(gw, backend):
+    """A resumable session keeps what it sent until the peer's ACK. A peer
+    that returns WINDOW credit for everything but never sends ACK made host-b
+    keep every byte of a bulk stream (80+ MiB of buffers for 64 MiB sent).
+    What it keeps is bounded by the session window: the stream stalls, the
+    buffers stay near the window, and host-b serves everyone else."""
+    window = 1 * MiB
+    source = backend(Sha256Server(send_size=256 * MiB, mode="duplex", io_timeout=60))
+    # host-b allows only what the fixture listed: reload with the source added.
+    text = gw.b.config_path.read_text()
+    assert f'  - "{gw.echo.endpoint}"\n' in text
+    gw.b.config_path.write_text(text.replace(f'  - "{gw.echo.endpoint}"\n',
+                                             f'  - "{gw.echo.endpoint}"\n  - "{source.endpoint}"\n', 1))
+    from admin_client import admin_json, admin_request
+    assert admin_request(gw.b.admin_port, "/reload", "POST").status == 200
+    def buffers_in_use() -> int:
+        return sum(w["buffer_bytes_in_use"] for w in admin_json(gw.b.admin_port, "/stats")["per_worker"])
+
+    before = buffers_in_use()  # the receive rings' buffers, and the live stream's
+    peer = TunnelPeer(gw.tunnel_port)
+    received, peak = 0, 0
+    try:
+        peer.send(tf.hello(capabilities=tf.CAP_RESUME, max_data=32768, stream_window=256 * 1024,
+                           session_window=window) + tf.session_frame(0x1111, 0x2222))
+        assert peer.read_frame()[0] == tf.HELLO
+        assert peer.read_frame()[0] == tf.SESSION
+        peer.send(tf.open_frame(1, source.endpoint))
+        deadline = time.monotonic() + 20
+        last_data = time.monotonic()
+        while time.monotonic() < deadline and received < 64 * MiB:
+            try:
+                f = peer.read_frame(0.5)
+            except TimeoutError:
+                f = None
+            if f and f[0] == tf.DATA:
+                received += len(f[4])
+                last_data = time.monotonic()
+                peer.send(tf.window(1, len(f[4])) + tf.window(0, len(f[4])))  # credit, never ACK
+            elif f and f[0] == tf.PING:
+                peer.send(tf.pong(tf.u64(f[4])))
+            peak = max(peak, buffers_in_use() - before)
+            if time.monotonic() - last_data > 3:
+                break  # host-b stopped sending: what it keeps is full
+    finally:
+        peer.close()
+    print(f"received {received} bytes unacknowledged; host-b's buffers in use peaked at {peak} bytes above the {before} before")
+    assert received <= window + 3 * MiB, f"host-b sent {received} bytes past a {window}-byte window without an ACK"
+    # Kept: the window plus at most 4 MiB of frames; buffers hold a frame each
+    # (a DATA frame smaller than its buffer wastes the rest), and the stream
+    # parks what it read while it waits.
+    assert peak < 2 * (window + 4 * MiB), f"host-b held {peak} bytes of buffers for a peer that never acknowledges"
+    gw.after()
+
+
+# ---------------------------------------------------------------------------
+# A new session that claims a live session's token
+
+
+def _resumable(port: int, token: tuple[int, int], kind: int = tf.SESSION_NEW, received: int = 0):
+    """A raw resumable dialer: HELLO, then SESSION; returns
+    (peer, the acceptor's SESSION kind), or (peer, None) if it closed."""
+    peer = TunnelPeer(port)
+    try:
+        peer.send(tf.hello(capabilities=tf.CAP_RESUME))
+        assert peer.read_frame()[0] == tf.HELLO
+        # As rdmagw's dialer does: SESSION once the acceptor's HELLO is in.
+        peer.send(tf.session_frame(*token, kind=kind, received=received))
+        f = peer.read_frame()
+    except tf.PeerClosed:
+        return peer, None
+    assert f[0] == tf.SESSION
+    return peer, struct.unpack("<QQIQ", f[4])[2]
+
+
+def test_a_new_session_cannot_take_a_live_sessions_token(gw):
+    """Tokens name resumable sessions. A second SESSION(new) with the token
+    of a live one used to replace it in the worker's table, so the real
+    peer's resume landed in the impostor's session. It is refused; the real
+    session resumes with its stream intact."""
+    token = (0x5eed_0000_0000_0001, 0x00c0_ffee)
+    mark = gw.b.log_size()
+    first, kind = _resumable(gw.tunnel_port, token)
+    assert kind == tf.SESSION_ACCEPTED
+    first.send(tf.open_frame(1, gw.echo.endpoint, b"mine"))
+    received = 0  # session frame bytes taken in, for the resume
+    got = b""
+    while got != b"mine":
+        f = first.next_frame(5, skip=())
+        received += tf.HEADER_SIZE + len(f[4])
+        if f[0] == tf.DATA:
+            got += f[4]
+    impostor, kind = _resumable(gw.tunnel_port, token)
+    assert kind is None, "host-b accepted a second session under a live session's token"
+    impostor.close()
+    assert session_log_line(gw.b, mark, "names the token of a session held here")
+
+    first.close()  # the real peer's transport fails; it resumes on a new one
+    again, kind = _resumable(gw.tunnel_port, token, kind=tf.SESSION_RESUME, received=received)
+    try:
+        assert kind == tf.SESSION_RESUMED
+        again.send(tf.data(1, b"still mine"))
+        got = b""
+        for _ in range(100):
+            f = again.next_frame(5, skip=(tf.PING, tf.WINDOW, tf.ACK))
+            assert f[0] == tf.DATA and f[3] == 1, f
+            got += f[4]
+            if got == b"still mine":
+                break
+        assert got == b"still mine"
+    finally:
+        again.close()
     gw.after()

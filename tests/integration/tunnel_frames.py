@@ -65,6 +65,18 @@ def window(stream_id: int, increment: int) -> bytes:
     return frame(WINDOW, stream_id, struct.pack("<I", increment))
 
 
+# SESSION kinds (docs/protocol.md, "Resumption")
+SESSION_NEW, SESSION_RESUME, SESSION_ACCEPTED, SESSION_RESUMED, SESSION_UNKNOWN = range(5)
+
+
+def session_frame(instance: int, nonce: int, kind: int = SESSION_NEW, received: int = 0) -> bytes:
+    return frame(SESSION, 0, struct.pack("<QQIQ", instance, nonce, kind, received))
+
+
+def ack(received: int) -> bytes:
+    return frame(ACK, 0, struct.pack("<Q", received))
+
+
 def fin(stream_id: int) -> bytes:
     return frame(FIN, stream_id)
 
