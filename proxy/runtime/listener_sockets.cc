@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "proxy/runtime/inherited_sockets.h"
+
 namespace rdmagw {
 
 namespace {
@@ -144,11 +146,14 @@ std::shared_ptr<ListenFds> ListenFds::open(const Endpoint& endpoint, unsigned wo
 
 std::shared_ptr<ListenFds> ListenFds::adopt(const Endpoint& endpoint, std::vector<int> fds, unsigned workers) {
   // The unix socket file as it is now: ours to unlink at the end only if
-  // the path still names it then.
+  // the path still names it then, and only if it is a socket that our
+  // socket is bound to (a takeover image could name any path).
   auto result = std::shared_ptr<ListenFds>(new ListenFds(endpoint, std::move(fds), workers));
   struct stat st;
-  if (endpoint.kind == Endpoint::Kind::kUnix &&
-      lstat(reinterpret_cast<const sockaddr_un*>(&endpoint.addr)->sun_path, &st) == 0) {
+  std::string not_ours;
+  if (endpoint.kind == Endpoint::Kind::kUnix && !result->fds_.empty() &&
+      is_listener_for(result->fds_[0], endpoint, &not_ours) &&
+      lstat(reinterpret_cast<const sockaddr_un*>(&endpoint.addr)->sun_path, &st) == 0 && S_ISSOCK(st.st_mode)) {
     result->path_dev_ = st.st_dev;
     result->path_ino_ = st.st_ino;
   }

@@ -253,17 +253,26 @@ int Runtime::run() {
     if (takeover == TakeoverStart::kNobody)
       log::info("takeover_none").kv("address", takeover_address(*config_)).kv("reason", "no rdmagw runs this configuration here; starting afresh");
   }
+  // A takeover's inherited listeners that the configuration no longer has
+  // close at the commit: until then the old process may still need them.
   bool ok = open_listener_set(*config_, inherited_listeners_, &listeners_, &key, &error);
-  inherited_listeners_.clear();  // those the configuration no longer has close here
   if (!ok) {
     log::error("listen_failed").kv("key", key).kv("reason", error);
+    abandon_takeover("the new process cannot open its listeners: " + key + ": " + error);
     return 1;
   }
-  if (!open_tunnel_sockets() || !prepare_workers()) return 1;
+  if (!open_tunnel_sockets() || !prepare_workers()) {
+    abandon_takeover("the new process could not start (its log says why)");
+    return 1;
+  }
+  if (takeover == TakeoverStart::kTookOver && !commit_takeover(&error)) {
+    log::error("takeover_failed").kv("address", takeover_address(*config_)).kv("reason", error);
+    return 1;
+  }
   // The admin endpoint is bound before the workers start, so a port in use
   // fails the start like any other listener; it answers 503 on /ready until
-  // the workers are up. After a takeover the old process still holds it
-  // until it lets go (confirm_takeover()).
+  // the workers are up. After a takeover the old process holds it until it
+  // exits, after RELEASED.
   auto admin_ep = parse_host_port(config_->admin, &error);
   admin::AdminServer admin_server(*this);
   if (!admin_ep || (takeover != TakeoverStart::kTookOver && !admin_server.start(*admin_ep, &error))) {
@@ -279,7 +288,6 @@ int Runtime::run() {
   }
   inherited_fds_.reset();  // what no worker claimed closes now
   if (takeover == TakeoverStart::kTookOver) {
-    confirm_takeover();
     // The old process lets go of the admin port as it exits.
     bool bound = false;
     for (int i = 0; i < 100 && !bound; ++i) {

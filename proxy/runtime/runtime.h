@@ -20,6 +20,7 @@
 #include "proxy/runtime/service_notify.h"
 #include "proxy/runtime/worker.h"
 #include "proxy/runtime/session_directory.h"
+#include "proxy/runtime/takeover_channel.h"
 #include "proxy/runtime/takeover_image.h"
 #include "proxy/runtime/worker_mailbox.h"
 
@@ -73,11 +74,21 @@ class Runtime final : public admin::Backend {
   enum class TakeoverStart { kNobody, kTookOver, kFailed };
   // New process, before opening any socket: the running one's sockets and state.
   TakeoverStart take_over(std::string* error);
-  // New process, once its workers run: tells the old one to let go.
-  void confirm_takeover();
+  // New process, once everything that can fail without serving is done
+  // (listeners opened, workers prepared), before any inherited socket is
+  // used: ADOPTED, then the old process's RELEASED. False (with *error, the
+  // takeover abandoned) if the old process carries on: then we must not serve.
+  bool commit_takeover(std::string* error);
+  // New process, before commit: tells the old one to carry on, and lets go
+  // of its sockets without unlinking a unix socket's path.
+  void abandon_takeover(const std::string& why);
   // Running process: a thread that waits for a new process to take over.
   void serve_takeovers();
-  void hand_over(UniqueFd peer);
+  // `listening`: the channel's socket, which moves to the new process.
+  void hand_over(UniqueFd peer, int listening);
+  // The channel's name is bound by another process: says by whom, once per
+  // holder (our predecessor only after 10 s of waiting).
+  void report_taken_channel(std::chrono::steady_clock::time_point busy_since, pid_t* reported);
   // Old process: every worker's image, once all are quiet; false after `timeout`.
   bool collect_images(std::vector<WorkerImage>* images, std::chrono::milliseconds timeout);
 
@@ -127,6 +138,9 @@ class Runtime final : public admin::Backend {
   std::shared_ptr<std::vector<UniqueFd>> inherited_fds_;
   std::vector<std::vector<WorkerImage>> worker_imports_;
   UniqueFd takeover_channel_;
+  UniqueFd takeover_listener_;  // the channel's listening socket, from WELCOME
+  TakeoverPeer takeover_peer_;  // the old process, as the kernel told us
+  bool committing_ = false;     // the old process sent WELCOME: it will answer ADOPTED
   // Running process: the thread serving takeovers.
   std::thread takeover_thread_;
   std::atomic<bool> takeover_stop_{false};

@@ -1,11 +1,14 @@
 #include "proxy/runtime/takeover_channel.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstddef>
 #include <cstring>
 
@@ -15,7 +18,7 @@ namespace {
 
 constexpr uint32_t kMagic = 0x54574752;  // "RGWT"
 constexpr size_t kHeaderSize = 20;
-constexpr uint64_t kMaxPayload = uint64_t{8} << 30;
+constexpr size_t kPayloadChunk = size_t{1} << 20;  // a payload grows by this much as it arrives
 constexpr int kIoTimeoutSeconds = 30;  // a peer process that stops answering
 
 sockaddr_un address_of(const Config& config, socklen_t* len) {
@@ -88,7 +91,8 @@ std::string takeover_address(const Config& config) {
   return "@rdmagw-takeover/" + config.tunnel.address + ":" + std::to_string(config.tunnel.tcp_port);
 }
 
-UniqueFd listen_for_takeover(const Config& config, std::string* error) {
+UniqueFd listen_for_takeover(const Config& config, bool* in_use, std::string* error) {
+  *in_use = false;
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) {
     *error = std::string("socket: ") + strerror(errno);
@@ -97,6 +101,7 @@ UniqueFd listen_for_takeover(const Config& config, std::string* error) {
   socklen_t len;
   sockaddr_un un = address_of(config, &len);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&un), len) != 0 || ::listen(fd.get(), 4) != 0) {
+    *in_use = errno == EADDRINUSE;
     *error = takeover_address(config) + ": " + strerror(errno);
     return {};
   }
@@ -110,6 +115,8 @@ UniqueFd connect_for_takeover(const Config& config, bool* nobody, std::string* e
     *error = std::string("socket: ") + strerror(errno);
     return {};
   }
+  int one = 1;
+  setsockopt(fd.get(), SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
   socklen_t len;
   sockaddr_un un = address_of(config, &len);
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&un), len) != 0) {
@@ -121,22 +128,67 @@ UniqueFd connect_for_takeover(const Config& config, bool* nobody, std::string* e
   return fd;
 }
 
-bool takeover_peer_allowed(int fd, std::string* who, pid_t* pid) {
-  ucred cred{};
-  socklen_t len = sizeof(cred);
-  *pid = 0;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-    *who = std::string("unknown process (SO_PEERCRED: ") + strerror(errno) + ")";
+std::string process_name(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/comm", static_cast<int>(pid));
+  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return {};
+  char name[64];
+  ssize_t n = ::read(fd.get(), name, sizeof(name));
+  if (n <= 0) return {};
+  std::string s(name, static_cast<size_t>(n));
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+std::string TakeoverPeer::describe() const {
+  std::string name = process_name(pid);
+  return "pid " + std::to_string(pid) + (name.empty() ? "" : " (" + name + ")") + " uid " + std::to_string(uid);
+}
+
+bool is_takeover_listener(int fd, const Config& config, std::string* error) {
+  int listening = 0, domain = 0;
+  socklen_t n = sizeof(int);
+  if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &n) != 0 || !listening) {
+    *error = "not a listening socket";
     return false;
   }
-  *who = "pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid);
-  *pid = cred.pid;
+  n = sizeof(int);
+  sockaddr_un bound{};
+  socklen_t bound_len = sizeof(bound);
+  socklen_t want_len;
+  sockaddr_un want = address_of(config, &want_len);
+  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &n) != 0 || domain != AF_UNIX ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bound_len) != 0 || bound_len != want_len ||
+      std::memcmp(&bound, &want, want_len) != 0) {
+    *error = "a socket not bound to " + takeover_address(config);
+    return false;
+  }
+  return true;
+}
+
+void set_receive_timeout(int fd, uint32_t ms) {
+  timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+bool takeover_uid_allowed(uid_t uid) { return uid == geteuid() || uid == 0; }
+
+bool takeover_peer_of(int fd, TakeoverPeer* peer, std::string* error) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    *error = std::string("SO_PEERCRED: ") + strerror(errno);
+    return false;
+  }
+  peer->pid = cred.pid;
+  peer->uid = cred.uid;
   set_timeouts(fd);
-  return cred.uid == geteuid() || cred.uid == 0;
+  return true;
 }
 
 bool send_takeover_message(int fd, TakeoverMessage type, const std::vector<uint8_t>& payload,
-                           const std::vector<int>& fds, std::string* error) {
+                           const std::vector<int>& fds, std::string* error, bool with_credentials) {
   if (fds.size() > kMaxFdsPerMessage) {
     *error = "too many sockets in one message";
     return false;
@@ -150,16 +202,27 @@ bool send_takeover_message(int fd, TakeoverMessage type, const std::vector<uint8
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  std::vector<uint8_t> control;
-  if (!fds.empty()) {
-    control.assign(CMSG_SPACE(sizeof(int) * fds.size()), 0);
+  size_t rights = fds.empty() ? 0 : CMSG_SPACE(sizeof(int) * fds.size());
+  size_t creds = with_credentials ? CMSG_SPACE(sizeof(ucred)) : 0;
+  std::vector<uint8_t> control(rights + creds, 0);
+  if (!control.empty()) {
     msg.msg_control = control.data();
     msg.msg_controllen = control.size();
     cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+    if (!fds.empty()) {
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+      c = CMSG_NXTHDR(&msg, c);
+    }
+    if (with_credentials) {
+      ucred own{getpid(), geteuid(), getegid()};
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_CREDENTIALS;
+      c->cmsg_len = CMSG_LEN(sizeof(ucred));
+      std::memcpy(CMSG_DATA(c), &own, sizeof(own));
+    }
   }
   ssize_t n;
   do {
@@ -174,7 +237,7 @@ bool send_takeover_message(int fd, TakeoverMessage type, const std::vector<uint8
 bool receive_takeover_message(int fd, TakeoverMessageIn* out, std::string* error) {
   uint8_t header[kHeaderSize];
   iovec iov{header, sizeof(header)};
-  alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)];
+  alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage) + CMSG_SPACE(sizeof(ucred))];
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -190,7 +253,16 @@ bool receive_takeover_message(int fd, TakeoverMessageIn* out, std::string* error
   }
   if (n < 0) return io_error("recvmsg", error);
   out->fds.clear();
+  out->has_sender = false;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof(ucred))) {
+      ucred cred;
+      std::memcpy(&cred, CMSG_DATA(c), sizeof(cred));
+      out->has_sender = true;
+      out->sender.pid = cred.pid;
+      out->sender.uid = cred.uid;
+      continue;
+    }
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < count; ++i) {
@@ -211,14 +283,22 @@ bool receive_takeover_message(int fd, TakeoverMessageIn* out, std::string* error
   uint32_t type = get_u32(header + 4);
   uint64_t size = get_u64(header + 8);
   uint32_t fds = get_u32(header + 16);
-  if (type < 1 || type > 5 || size > kMaxPayload || fds != out->fds.size()) {
+  if (type < 1 || type > 7 || size > kMaxTakeoverPayload || fds != out->fds.size()) {
     *error = "malformed takeover message (type " + std::to_string(type) + ", " + std::to_string(size) + " bytes, " +
              std::to_string(fds) + " sockets announced, " + std::to_string(out->fds.size()) + " came)";
     return false;
   }
   out->type = static_cast<TakeoverMessage>(type);
-  out->payload.resize(size);
-  return read_all(fd, out->payload.data(), size, error);
+  // Grown as the bytes come, so a header that announces gigabytes costs
+  // nothing until they are really sent.
+  out->payload.clear();
+  while (out->payload.size() < size) {
+    size_t at = out->payload.size();
+    size_t part = static_cast<size_t>(std::min<uint64_t>(size - at, kPayloadChunk));
+    out->payload.resize(at + part);
+    if (!read_all(fd, out->payload.data() + at, part, error)) return false;
+  }
+  return true;
 }
 
 }  // namespace rdmagw

@@ -263,10 +263,8 @@ void put_connections(Writer& w, const local::HandoverImages& c) {
   }
 }
 
-void get_connections(Reader& r, local::HandoverImages* c, size_t sessions, uint32_t fd_count) {
-  auto fd_ok = [&](uint32_t fd) {
-    if (fd >= fd_count) r.fail("socket index " + std::to_string(fd) + " beyond the " + std::to_string(fd_count) + " sent");
-  };
+template <typename FdCheck>
+void get_connections(Reader& r, local::HandoverImages* c, size_t sessions, FdCheck& fd_ok) {
   size_t n = r.count("streams");
   for (size_t i = 0; i < n && r.ok(); ++i) {
     local::LocalStreamImage s;
@@ -343,8 +341,15 @@ bool decode_process_image(const uint8_t* data, size_t size, ProcessImage* out, s
   image.version = version;
   image.instance = r.u64();
   image.fd_count = r.u32();
+  if (r.ok() && image.fd_count > kMaxCount) r.fail("implausible count of sockets: " + std::to_string(image.fd_count));
+  // Each socket belongs to one place: a socket named twice would be closed
+  // by one owner under the other.
+  std::vector<bool> used(r.ok() ? image.fd_count : 0);
   auto fd_ok = [&](uint32_t fd) {
+    if (!r.ok()) return;
     if (fd >= image.fd_count) r.fail("socket index " + std::to_string(fd) + " beyond the sockets sent");
+    else if (used[fd]) r.fail("socket index " + std::to_string(fd) + " named twice");
+    else used[fd] = true;
   };
   size_t n = r.count("listeners");
   for (size_t i = 0; i < n && r.ok(); ++i) {
@@ -371,7 +376,7 @@ bool decode_process_image(const uint8_t* data, size_t size, ProcessImage* out, s
       worker.sessions.emplace_back();
       get_session(r, &worker.sessions.back(), version);
     }
-    get_connections(r, &worker.connections, worker.sessions.size(), image.fd_count);
+    get_connections(r, &worker.connections, worker.sessions.size(), fd_ok);
     image.workers.push_back(std::move(worker));
   }
   if (r.ok() && !r.at_end()) r.fail("bytes after the image");

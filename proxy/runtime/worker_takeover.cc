@@ -125,12 +125,24 @@ void Worker::import_image(const WorkerImage& image) {
   for (const local::LocalStreamImage& s : image.connections.streams) {
     UniqueFd fd = take_inherited(s.fd);
     tunnel::Session* session = s.session >= 0 ? sessions[static_cast<size_t>(s.session)] : nullptr;
+    // The far side of a stream: its target must be one this configuration
+    // allows, as an OPEN's would (an image is checked like a peer's frames).
+    std::string why;
+    auto target = s.target_side ? parse_endpoint(s.target, &why) : std::nullopt;
+    if (s.target_side && fd.valid() && (!target || !config_->target_allowed(*target))) {
+      metrics_.failed(metrics::StreamFailure::kNotAllowed);
+      log::warn("stream_reset").kv("target", s.target).kv("peer", s.peer).kv("reason", "takeover: its target is not in targets");
+      set_abortive_close(fd.get());
+      if (session) session->reset_unattached(s.tunnel.id, tunnel::ResetCode::kNotAllowed);
+      continue;
+    }
     if (!fd.valid() || (s.session >= 0 && !session)) {
       // Its session did not come over: the application sees a reset (the
       // socket has SO_LINGER 0 since it was accepted), never a clean close.
       metrics_.failed(metrics::StreamFailure::kPeerGone);
       log::warn("stream_reset").kv("listener", s.listener).kv("peer", s.peer).kv("reason", "takeover: its session could not move");
       if (fd.valid()) set_abortive_close(fd.get());
+      if (session) session->reset_unattached(s.tunnel.id, tunnel::ResetCode::kPeerGone);
       continue;
     }
     metrics::ListenerMetrics* counters = s.listener.empty() ? nullptr : &metrics_.listener(s.listener);

@@ -12,10 +12,7 @@ process, and a takeover with no rdmagw running simply starts one.
 
 from __future__ import annotations
 
-import array
-import os
 import socket
-import struct
 import subprocess
 import time
 
@@ -24,6 +21,7 @@ import pytest
 from backends import EchoServer
 from clients import connect, free_port, recv_exact, require_root_and
 from conftest import RDMAGW_BIN, Sidecar, tcp_only
+from takeover_channel import REFUSED, StalledTakeover
 from test_resume import HDR, RUN_S, Faults, Target, transfer_under_faults
 
 TAKEOVERS = 3
@@ -113,9 +111,6 @@ def test_takeover_with_nothing_running_starts_afresh(sidecar, backend):
 # The channel from the side of a new process that does not finish
 
 
-HEADER = struct.Struct("<IIQI")  # magic, type, payload length, sockets
-MAGIC, HELLO, SOCKETS, IMAGE, ADOPTED, REFUSED = 0x54574752, 1, 2, 3, 4, 5
-
 CLIENT = r"""
 import socket, struct, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -148,43 +143,6 @@ def echo_once(address, data: bytes) -> None:
 
 def takeover_address(tunnel_port: int) -> str:
     return f"@rdmagw-takeover/127.0.0.1:{tunnel_port}"
-
-
-class StalledTakeover:
-    """Asks for a takeover, takes the sockets and the image, then goes away
-    without ADOPTED, as a new process that crashed would."""
-
-    def __init__(self, tunnel_port: int):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(20)
-        self.sock.connect(takeover_address(tunnel_port).replace("@", "\0", 1))
-        self.sockets = 0
-
-    def take_image(self) -> int:
-        self.sock.sendall(HEADER.pack(MAGIC, HELLO, 8, 0) + struct.pack("<II", 1, os.getpid()))
-        while True:
-            head, fds = b"", []
-            while len(head) < HEADER.size:
-                data, anc, _, _ = self.sock.recvmsg(HEADER.size - len(head), socket.CMSG_SPACE(250 * 4))
-                assert data, "the running rdmagw closed the channel"
-                head += data
-                for level, kind, payload in anc:
-                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                        fds += array.array("i", payload[:len(payload) - len(payload) % 4]).tolist()
-            magic, kind, size, count = HEADER.unpack(head)
-            assert magic == MAGIC and count == len(fds), (magic, count, fds)
-            for fd in fds:
-                os.close(fd)  # a copy: the connections live on in the old process
-            self.sockets += count
-            body = b""
-            while len(body) < size:
-                body += self.sock.recv(size - len(body))
-            if kind == IMAGE:
-                return len(body)
-            assert kind == SOCKETS, (kind, body[:200])
-
-    def vanish(self):
-        self.sock.close()
 
 
 @tcp_only

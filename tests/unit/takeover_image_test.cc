@@ -14,7 +14,7 @@ namespace {
 ProcessImage sample() {
   ProcessImage p;
   p.instance = 0x1122334455667788ull;
-  p.fd_count = 6;
+  p.fd_count = 7;
   p.listeners.push_back({"tcp:127.0.0.1:8080", false, {0, 1}});
   p.listeners.push_back({"unix:/run/app.sock", false, {2}});
   p.tunnel_fds = {3};
@@ -57,8 +57,8 @@ ProcessImage sample() {
   st.tunnel.receive_pending = 44;
   w.connections.streams.push_back(st);
   local::PipeImage pipe;
-  pipe.client_fd = 4;
-  pipe.server_fd = 5;
+  pipe.client_fd = 5;
+  pipe.server_fd = 6;
   pipe.listener = "mesh";
   pipe.destination = "10.0.0.2:443";
   pipe.up = {9, 9};
@@ -133,6 +133,24 @@ TEST_CASE("takeover image: a session's own settings outside the protocol's limit
   p = sample();
   p.workers[0].sessions[0].own_stream_window = 16384;  // below its max_data
   CHECK_FALSE(decodes(encode_process_image(p), &error));
+}
+
+// A forged image could name one socket in two places (a listener and a
+// stream, say): one owner would close it under the other.
+TEST_CASE("takeover image: a socket named twice, or an absurd socket count, is refused", "[takeover]") {
+  std::string error;
+  ProcessImage p = sample();
+  p.workers[0].connections.pipes[0].server_fd = 0;  // listener 0's socket
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+  CHECK(error == "socket index 0 named twice");
+  p = sample();
+  p.tunnel_fds = {3, 3};
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+  CHECK(error == "socket index 3 named twice");
+  p = sample();
+  p.fd_count = 0xffffffffu;  // would be a 4 GiB table
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+  CHECK(error == "implausible count of sockets: 4294967295");
 }
 
 TEST_CASE("takeover image: every truncation is refused", "[takeover]") {
