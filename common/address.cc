@@ -126,6 +126,29 @@ std::string sockaddr_to_string(const sockaddr* sa, socklen_t len) {
   return "unknown";
 }
 
+bool ip_bytes_of(const sockaddr* sa, socklen_t len, IpBytes* out) {
+  if (sa->sa_family == AF_INET && len >= sizeof(sockaddr_in)) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    out->fill(0);
+    (*out)[10] = (*out)[11] = 0xff;
+    std::memcpy(out->data() + 12, &in->sin_addr, 4);
+    return true;
+  }
+  if (sa->sa_family == AF_INET6 && len >= sizeof(sockaddr_in6)) {
+    std::memcpy(out->data(), &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, 16);
+    return true;
+  }
+  return false;
+}
+
+std::string ip_bytes_text(const IpBytes& ip) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(ip.data(), kMapped, 12) == 0) inet_ntop(AF_INET, ip.data() + 12, buf, sizeof(buf));
+  else inet_ntop(AF_INET6, ip.data(), buf, sizeof(buf));
+  return buf;
+}
+
 std::string Endpoint::to_string() const {
   if (kind == Kind::kUnix) return sockaddr_to_string(reinterpret_cast<const sockaddr*>(&addr), addr_len);
   return "tcp:" + sockaddr_to_string(reinterpret_cast<const sockaddr*>(&addr), addr_len);

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -40,5 +41,13 @@ bool is_loopback(const Endpoint& endpoint);
 
 // Formats any socket address as text for logs ("127.0.0.1:5000", "unix:...").
 std::string sockaddr_to_string(const sockaddr* sa, socklen_t len);
+
+// An IP address as 16 bytes, IPv4 as ::ffff:a.b.c.d, so that both families
+// compare (and go into a transcript) alike.
+using IpBytes = std::array<uint8_t, 16>;
+// False for anything but AF_INET and AF_INET6.
+bool ip_bytes_of(const sockaddr* sa, socklen_t len, IpBytes* out);
+// "10.0.0.2" or "fd00::1".
+std::string ip_bytes_text(const IpBytes& ip);
 
 }  // namespace rdmagw

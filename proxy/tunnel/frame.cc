@@ -60,16 +60,19 @@ bool decode_session(std::span<const uint8_t> payload, SessionPayload* out, std::
 }
 
 size_t encode_auth(uint8_t* out, const AuthPayload& auth) {
-  encode_header(out, FrameType::kAuth, 0, kAuthPayloadSize);
+  size_t size = auth.has_dialed ? kAuthDialerChallengeSize : kAuthPayloadSize;
+  encode_header(out, FrameType::kAuth, 0, static_cast<uint32_t>(size));
   uint8_t* p = out + kHeaderSize;
   put_u32(p, static_cast<uint32_t>(auth.step));
   std::memcpy(p + 4, auth.value.data(), kAuthValueSize);
-  return kHeaderSize + kAuthPayloadSize;
+  if (auth.has_dialed) std::memcpy(p + kAuthPayloadSize, auth.dialed.data(), kAuthAddressSize);
+  return kHeaderSize + size;
 }
 
 bool decode_auth(std::span<const uint8_t> payload, AuthPayload* out, std::string* reason) {
-  if (payload.size() != kAuthPayloadSize) {
-    *reason = "AUTH payload must be " + std::to_string(kAuthPayloadSize) + " bytes";
+  if (payload.size() != kAuthPayloadSize && payload.size() != kAuthDialerChallengeSize) {
+    *reason = "AUTH payload must be " + std::to_string(kAuthPayloadSize) + " or " +
+              std::to_string(kAuthDialerChallengeSize) + " bytes";
     return false;
   }
   uint32_t step = get_u32(payload.data());
@@ -78,7 +81,13 @@ bool decode_auth(std::span<const uint8_t> payload, AuthPayload* out, std::string
     return false;
   }
   out->step = static_cast<AuthStep>(step);
+  if (payload.size() == kAuthDialerChallengeSize && out->step != AuthStep::kChallenge) {
+    *reason = "AUTH proof with an address";
+    return false;
+  }
   std::memcpy(out->value.data(), payload.data() + 4, kAuthValueSize);
+  out->has_dialed = payload.size() == kAuthDialerChallengeSize;
+  if (out->has_dialed) std::memcpy(out->dialed.data(), payload.data() + kAuthPayloadSize, kAuthAddressSize);
   return true;
 }
 
@@ -170,7 +179,7 @@ bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, st
     case FrameType::kGoaway: limit = 4; needs_stream = false; break;
     case FrameType::kSession: limit = kSessionPayloadSize; needs_stream = false; break;
     case FrameType::kAck: limit = 8; needs_stream = false; break;
-    case FrameType::kAuth: limit = kAuthPayloadSize; needs_stream = false; break;
+    case FrameType::kAuth: limit = kAuthDialerChallengeSize; needs_stream = false; break;
   }
   if (out->length > limit) {
     *reason = std::string(frame_type_name(out->type)) + " payload of " + std::to_string(out->length) +

@@ -58,6 +58,12 @@ inline constexpr uint32_t kCapAuth = 4;
 // must, or the handshake fails. Covered by the AUTH proofs, so it cannot be
 // stripped on the way.
 inline constexpr uint32_t kCapEncrypt = 8;
+// The sender's proofs name the address the dialer dialed, checked by the
+// acceptor against its own (a host in between that relays both ways gets
+// nothing), and every frame after the handshake is authenticated (AES-GCM,
+// encrypted only with kCapEncrypt). An authenticating rdmagw requires it of
+// its peer (docs/security.md).
+inline constexpr uint32_t kCapBound = 16;
 
 // GOAWAY codes.
 enum class GoawayCode : uint32_t {
@@ -148,14 +154,21 @@ bool decode_session(std::span<const uint8_t> payload, SessionPayload* out, std::
 
 // AUTH: the dialer's challenge, the acceptor's challenge, the dialer's
 // proof, the acceptor's proof (in that order). A challenge carries a nonce,
-// a proof an HMAC-SHA256; both are kAuthValueSize bytes.
+// a proof an HMAC-SHA256; both are kAuthValueSize bytes. The dialer's
+// challenge also names the address it dialed (kCapBound), 16 bytes.
 enum class AuthStep : uint8_t { kChallenge = 1, kProof = 2 };
 inline constexpr size_t kAuthValueSize = 32;
+inline constexpr size_t kAuthAddressSize = 16;
 struct AuthPayload {
   AuthStep step = AuthStep::kChallenge;
   std::array<uint8_t, kAuthValueSize> value{};
+  bool has_dialed = false;  // the dialer's challenge, from a peer with kCapBound
+  std::array<uint8_t, kAuthAddressSize> dialed{};
 };
 inline constexpr size_t kAuthPayloadSize = 4 + kAuthValueSize;
+inline constexpr size_t kAuthDialerChallengeSize = kAuthPayloadSize + kAuthAddressSize;
+// Writes a whole AUTH frame; returns its size (kHeaderSize + 36, or + 52
+// with the dialed address).
 size_t encode_auth(uint8_t* out, const AuthPayload& auth);
 bool decode_auth(std::span<const uint8_t> payload, AuthPayload* out, std::string* reason);
 

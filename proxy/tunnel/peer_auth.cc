@@ -11,7 +11,7 @@
 namespace rdmagw::tunnel {
 
 namespace {
-constexpr std::string_view kLabel = "rdmagw peer auth v1";
+constexpr std::string_view kLabel = "rdmagw peer auth v2";
 
 void put_bytes(std::vector<uint8_t>* out, std::span<const uint8_t> bytes) {
   out->insert(out->end(), bytes.begin(), bytes.end());
@@ -21,7 +21,8 @@ void put_bytes(std::vector<uint8_t>* out, std::span<const uint8_t> bytes) {
 // concatenate to the same bytes.
 std::vector<uint8_t> transcript_bytes(AuthRole role, const AuthTranscript& t) {
   std::vector<uint8_t> out;
-  out.reserve(kLabel.size() + 8 + t.dialer_hello.size() + t.acceptor_hello.size() + 2 * kAuthValueSize);
+  out.reserve(kLabel.size() + 8 + t.dialer_hello.size() + t.acceptor_hello.size() + 2 * kAuthValueSize +
+              t.dialed.size());
   out.insert(out.end(), kLabel.begin(), kLabel.end());
   out.push_back(static_cast<uint8_t>(role));
   uint8_t field[2];
@@ -35,6 +36,7 @@ std::vector<uint8_t> transcript_bytes(AuthRole role, const AuthTranscript& t) {
   }
   put_bytes(&out, t.dialer_nonce);
   put_bytes(&out, t.acceptor_nonce);
+  put_bytes(&out, t.dialed);
   return out;
 }
 }  // namespace

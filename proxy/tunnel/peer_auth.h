@@ -7,15 +7,20 @@
 // HMAC-SHA256 under a key over a transcript: a label, the prover's role, the
 // protocol version, the transport, both HELLO payloads as sent (the
 // dialer's proof has only its own: it proves first, before the acceptor has
-// shown anything), and both nonces. Fresh nonces make a proof good for one
-// connection only; the role keeps one side's proof from being played back
-// as the other's. Proofs are compared in constant time.
+// shown anything), both nonces, and the address the dialer dialed. Fresh
+// nonces make a proof good for one connection only; the role keeps one
+// side's proof from being played back as the other's; the address makes it
+// good only at the host the dialer meant to reach, which checks it against
+// its own (a keyless host that relays between two members, both ways, gets
+// proofs that name itself, which the member it relays to refuses). Proofs
+// are compared in constant time.
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 
+#include "common/address.h"
 #include "common/secret_keys.h"
 #include "proxy/tunnel/frame.h"
 #include "proxy/tunnel/transport.h"
@@ -40,6 +45,7 @@ struct AuthTranscript {
   std::span<const uint8_t> acceptor_hello;  // empty in the dialer's proof
   AuthValue dialer_nonce{};
   AuthValue acceptor_nonce{};
+  IpBytes dialed{};  // the acceptor's address as the dialer dialed it
 };
 
 // A nonce from the system's CSPRNG; false if it has none to give.

@@ -154,7 +154,7 @@ bool Session::send_hello() {
   hello.node = settings_.node.substr(0, kMaxNodeNameLength);
   if (settings_.resume_timeout_ms > 0) hello.capabilities |= kCapResume;
   hello.capabilities |= kCapRdmaPlacement;
-  if (auth_enabled()) hello.capabilities |= kCapAuth;
+  if (auth_enabled()) hello.capabilities |= kCapAuth | kCapBound;
   if (auth_enabled() && settings_.auth->encrypt) hello.capabilities |= kCapEncrypt;
   size_t size = kHeaderSize + kHelloFixedSize + hello.node.size();
   uint8_t* out = transport_->outbound().handshake().append_contiguous(size);

@@ -292,16 +292,16 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // After our HELLO (whose payload is `hello`): the dialer's challenge, or
   // the acceptor's proof.
   bool send_auth_after_hello(std::span<const uint8_t> hello);
-  bool send_auth(AuthStep step, const AuthValue& value);
+  bool send_auth(AuthStep step, const AuthValue& value, const IpBytes* dialed = nullptr);
   // The peer's HELLO on an authenticated tunnel: held until its proof.
   bool hold_hello(std::span<const uint8_t> payload, HelloPayload hello);
   bool on_auth(std::span<const uint8_t> payload);
   // Ends this transport without a word to the peer; logs once per address.
   bool auth_failed(std::string_view reason);
-  // tunnel.auth.encrypt: the transport seals what it sends from now on and
-  // opens what arrives after the frame being handled, with keys derived
-  // from `key` (the one the dialer proves with) and both nonces.
-  bool start_encryption(std::span<const uint8_t> key);
+  // The transport seals what it sends from now on and opens what it
+  // receives after the current frame (authenticated; encrypted with
+  // tunnel.auth.encrypt), with keys derived from `key` and both nonces.
+  bool protect_records(std::span<const uint8_t> key);
   AuthTranscript auth_transcript(bool with_acceptor_hello) const;
   void open_now();
   void count_session_open();
@@ -440,6 +440,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   struct AuthExchange {
     AuthStep expect = AuthStep::kChallenge;  // the peer's next AUTH
     AuthValue dialer_nonce{}, acceptor_nonce{};
+    IpBytes dialed{};  // the acceptor's address as the dialer dialed it
     std::vector<uint8_t> dialer_hello, acceptor_hello;  // HELLO payloads as sent
     HelloPayload peer_hello;  // held until the peer's proof verifies
   };

@@ -2,12 +2,16 @@
 // it has proved that it holds one of our keys, and proves the same to it.
 // The exchange, after the dialer's HELLO (docs/protocol.md, "Authentication"):
 //
-//   dialer   -> HELLO, AUTH(challenge: dialer nonce)
-//   acceptor -> AUTH(challenge: acceptor nonce)
+//   dialer   -> HELLO, AUTH(challenge: dialer nonce, the address it dialed)
+//   acceptor -> AUTH(challenge: acceptor nonce)   only if that address is ours
 //   dialer   -> AUTH(proof)
 //   acceptor -> HELLO, AUTH(proof)           only once the dialer's proof holds
 //   dialer   -> SESSION, frames ...          only once the acceptor's proof holds
 //
+// Every frame after the proofs travels in records the transport seals
+// (authenticated; tunnel.auth.encrypt: encrypted too), under keys derived
+// from the key and both nonces: a host on the path can neither read (with
+// encrypt) nor alter, inject or replay a frame of an authenticated session.
 // The acceptor shows a peer that has not proved anything nothing but a
 // random nonce: not its node name, not its settings, not an HMAC. A failure
 // ends the transport without a word, counts in rdmagw_auth_failures_total
@@ -45,18 +49,24 @@ AuthTranscript Session::auth_transcript(bool with_acceptor_hello) const {
   if (with_acceptor_hello) t.acceptor_hello = auth_->acceptor_hello;
   t.dialer_nonce = auth_->dialer_nonce;
   t.acceptor_nonce = auth_->acceptor_nonce;
+  t.dialed = auth_->dialed;
   return t;
 }
 
-bool Session::send_auth(AuthStep step, const AuthValue& value) {
-  uint8_t* out = transport_->outbound().handshake().append_contiguous(kHeaderSize + kAuthPayloadSize);
+bool Session::send_auth(AuthStep step, const AuthValue& value, const IpBytes* dialed) {
+  AuthPayload auth;
+  auth.step = step;
+  auth.value = value;
+  if (dialed) {
+    auth.has_dialed = true;
+    auth.dialed = *dialed;
+  }
+  size_t size = kHeaderSize + (dialed ? kAuthDialerChallengeSize : kAuthPayloadSize);
+  uint8_t* out = transport_->outbound().handshake().append_contiguous(size);
   if (!out) {
     close(SessionEnd::kOutOfBuffers, "out of buffers", CloseMode::kAbort);
     return false;
   }
-  AuthPayload auth;
-  auth.step = step;
-  auth.value = value;
   encode_auth(out, auth);
   ++counters_.frames_out;
   transport_->request_send();
@@ -69,9 +79,14 @@ bool Session::send_auth_after_hello(std::span<const uint8_t> hello) {
     auth_ = std::make_unique<AuthExchange>();
     auth_->dialer_hello.assign(hello.begin(), hello.end());
     if (!draw_nonce(&auth_->dialer_nonce)) return auth_failed("no random bytes for a nonce (RAND_bytes failed)");
+    // The address we dialed goes into both proofs: they are good only at
+    // the host we meant to reach.
+    IpBytes local;
+    if (!transport_->addresses(&local, &auth_->dialed))
+      return auth_failed("this transport cannot tell the address it dialed");
     auth_->expect = AuthStep::kChallenge;
     link_ = Link::kAuth;
-    return send_auth(AuthStep::kChallenge, auth_->dialer_nonce);
+    return send_auth(AuthStep::kChallenge, auth_->dialer_nonce, &auth_->dialed);
   }
   // Acceptor: the dialer proved itself; now we do, over both HELLOs.
   auth_->acceptor_hello.assign(hello.begin(), hello.end());
@@ -86,6 +101,9 @@ bool Session::hold_hello(std::span<const uint8_t> payload, HelloPayload hello) {
     return auth_failed(role_ == Role::kAcceptor
                            ? "the peer does not authenticate (its tunnel.auth.mode is none, or it is no rdmagw)"
                            : "the peer does not authenticate (its tunnel.auth.mode is none)");
+  if (!(hello.capabilities & kCapBound))
+    return auth_failed("the peer is an older rdmagw: its proofs do not name the address it dialed, and its frames "
+                       "are not authenticated (docs/security.md); upgrade it");
   bool peer_encrypts = (hello.capabilities & kCapEncrypt) != 0;
   if (peer_encrypts != settings_.auth->encrypt)
     return auth_failed(peer_encrypts ? "the peer encrypts (tunnel.auth.encrypt: true) and this side does not"
@@ -111,8 +129,22 @@ bool Session::on_auth(std::span<const uint8_t> payload) {
     return protocol_error(std::string("AUTH ") + (got.step == AuthStep::kProof ? "proof" : "challenge") +
                           " out of turn");
   const SecretKeys& keys = *settings_.auth->keys;
+  if (got.has_dialed != (role_ == Role::kAcceptor && got.step == AuthStep::kChallenge))
+    return protocol_error(got.has_dialed ? "AUTH names an address where it should not"
+                                         : "the dialer's AUTH challenge does not name the address it dialed");
   if (role_ == Role::kAcceptor) {
     if (got.step == AuthStep::kChallenge) {
+      // A host the dialer reached in our place (a relay that passes our
+      // answers back) would be named here, not us.
+      IpBytes local, remote;
+      if (!transport_->addresses(&local, &remote))
+        return auth_failed("this transport cannot tell the address it was reached at");
+      if (got.dialed != local)
+        return auth_failed("the peer dialed " + ip_bytes_text(got.dialed) + ", not this host's " +
+                           ip_bytes_text(local) +
+                           ": a host between the two relays the connection (or translates its address, which "
+                           "authenticated tunnels do not allow)");
+      auth_->dialed = got.dialed;
       auth_->dialer_nonce = got.value;
       if (!draw_nonce(&auth_->acceptor_nonce)) return auth_failed("no random bytes for a nonce (RAND_bytes failed)");
       auth_->expect = AuthStep::kProof;
@@ -120,9 +152,9 @@ bool Session::on_auth(std::span<const uint8_t> payload) {
     }
     std::optional<size_t> key = verify_auth_proof(keys, AuthRole::kDialer, auth_transcript(false), got.value);
     if (!key) return auth_failed(no_key_matches(keys));
-    // Encrypted, our HELLO and proof are the first records: the dialer
-    // turned encryption on when it sent the proof we just verified.
-    if (settings_.auth->encrypt && !start_encryption(keys.key(*key))) return false;
+    // Our HELLO and proof are the first records: the dialer turned its
+    // records on when it sent the proof we just verified.
+    if (!protect_records(keys.key(*key))) return false;
     HelloPayload hello = std::move(auth_->peer_hello);
     return accept_hello(std::move(hello));  // sends our HELLO and proof
   }
@@ -132,9 +164,9 @@ bool Session::on_auth(std::span<const uint8_t> payload) {
     auth_->expect = AuthStep::kProof;
     link_ = Link::kHello;  // the acceptor's HELLO comes once our proof holds
     if (!send_auth(AuthStep::kProof, proof)) return false;
-    // Everything after our proof is encrypted, both ways, with keys from
-    // the key we proved with (the one the acceptor verifies it with).
-    return !settings_.auth->encrypt || start_encryption(keys.key(0));
+    // Everything after our proof travels in records, both ways, with keys
+    // from the key we proved with (the one the acceptor verifies it with).
+    return protect_records(keys.key(0));
   }
   if (!verify_auth_proof(keys, AuthRole::kAcceptor, auth_transcript(true), got.value))
     return auth_failed(no_key_matches(keys));
@@ -143,15 +175,16 @@ bool Session::on_auth(std::span<const uint8_t> payload) {
   return accept_hello(std::move(hello));
 }
 
-bool Session::start_encryption(std::span<const uint8_t> key) {
+bool Session::protect_records(std::span<const uint8_t> key) {
+  Protection protection = settings_.auth->encrypt ? Protection::kEncrypt : Protection::kAuthenticate;
   FrameKeys keys;
-  if (!derive_frame_keys(key, auth_->dialer_nonce, auth_->acceptor_nonce, &keys))
-    return auth_failed("cannot derive the encryption keys (OpenSSL HKDF)");
+  if (!derive_frame_keys(key, auth_->dialer_nonce, auth_->acceptor_nonce, protection, &keys))
+    return auth_failed("cannot derive the record keys (OpenSSL HKDF)");
   bool dialer = role_ == Role::kDialer;
   std::string error;
-  if (!transport_->encrypt(dialer ? keys.dialer_to_acceptor : keys.acceptor_to_dialer,
-                           dialer ? keys.acceptor_to_dialer : keys.dialer_to_acceptor, &error))
-    return auth_failed("cannot encrypt: " + error);
+  if (!transport_->protect(dialer ? keys.dialer_to_acceptor : keys.acceptor_to_dialer,
+                           dialer ? keys.acceptor_to_dialer : keys.dialer_to_acceptor, protection, &error))
+    return auth_failed("cannot seal records: " + error);
   return true;
 }
 

@@ -125,12 +125,22 @@ class Transport : public IoObject {
   // when this kind of transport cannot move (RDMA: its QP belongs to this
   // worker's device context).
   virtual bool hand_off(std::function<void(MovedConnection)>) { return false; }
-  // tunnel.auth.encrypt (docs/protocol.md, "Encryption"), called while a
-  // frame is being delivered: bytes queued to send from now on are sealed
-  // with `send`, and bytes received after that frame are opened with
-  // `receive`. False (with *error) when this transport cannot encrypt.
-  virtual bool encrypt(const CipherKey&, const CipherKey&, std::string* error) {
-    *error = "this transport does not encrypt";
+  // After an authenticated handshake (docs/protocol.md, "Protected
+  // records"), called while a frame is being delivered: bytes queued to send
+  // from now on go in records sealed with `send`, and bytes received after
+  // that frame are opened with `receive` (authenticated, and with kEncrypt
+  // encrypted). False (with *error) when this transport cannot.
+  virtual bool protect(const CipherKey&, const CipherKey&, Protection, std::string* error) {
+    *error = "this transport cannot protect its records";
+    return false;
+  }
+  // This connection's ends as IP addresses: `local` is ours, `remote` the
+  // peer's. Authentication binds the proofs to the acceptor's address as the
+  // dialer dialed it (the dialer's `remote`, the acceptor's `local`). False
+  // if the transport cannot tell.
+  virtual bool addresses(IpBytes* local, IpBytes* remote) const {
+    (void)local;
+    (void)remote;
     return false;
   }
   // Fills in what this carrier knows beyond the session (RDMA: QP, credits).

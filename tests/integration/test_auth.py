@@ -76,7 +76,8 @@ def test_a_peer_with_the_wrong_key_sees_a_nonce_and_the_end(guarded):
 
     # What the wrong key got to see: one AUTH challenge, nothing else.
     with TunnelPeer(b.tunnel_port) as peer:
-        peer.send(tf.hello(capabilities=tf.CAP_AUTH) + tf.auth_frame(tf.CHALLENGE, os.urandom(32)))
+        peer.send(tf.hello(capabilities=tf.CAP_AUTH | tf.CAP_BOUND)
+                  + tf.auth_frame(tf.CHALLENGE, os.urandom(32), tf.ip16("127.0.0.1")))
         ftype, _, _, _, payload = peer.read_frame(5)
         assert ftype == tf.AUTH and tf.parse_auth(payload)[0] == tf.CHALLENGE
         peer.send(tf.auth_frame(tf.PROOF, os.urandom(32)))

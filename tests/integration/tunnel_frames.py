@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import os
 import socket
 import struct
@@ -26,11 +27,16 @@ TYPE_NAMES = {HELLO: "HELLO", OPEN: "OPEN", DATA: "DATA", WINDOW: "WINDOW", FIN:
               ACK: "ACK", AUTH: "AUTH"}
 
 # HELLO capabilities
-CAP_RESUME, CAP_RDMA_PLACEMENT, CAP_AUTH = 1, 2, 4
+CAP_RESUME, CAP_RDMA_PLACEMENT, CAP_AUTH, CAP_ENCRYPT, CAP_BOUND = 1, 2, 4, 8, 16
 # AUTH steps, roles (docs/protocol.md, "Authentication")
 CHALLENGE, PROOF = 1, 2
 ROLE_DIALER, ROLE_ACCEPTOR = 1, 2
-AUTH_LABEL = b"rdmagw peer auth v1"
+AUTH_LABEL = b"rdmagw peer auth v2"
+# Protected records (docs/protocol.md, "Protected records"): HKDF labels
+KEYS_ENCRYPT = b"rdmagw frame keys v1"
+KEYS_AUTHENTICATE = b"rdmagw frame keys v1 authenticate-only"
+RECORD_SIZE = 16 * 1024  # the TCP transport's largest record payload
+TAG_SIZE = 16
 
 # RESET codes
 CANCEL, REFUSED, CONNECT_FAILED, NOT_ALLOWED, PEER_GONE, PROTOCOL, RESOURCE, SHUTDOWN = range(8)
@@ -93,9 +99,11 @@ def pong(opaque: int) -> bytes:
     return frame(PONG, 0, struct.pack("<Q", opaque))
 
 
-def auth_frame(step: int, value: bytes) -> bytes:
-    assert len(value) == 32
-    return frame(AUTH, 0, struct.pack("<I", step) + value)
+def auth_frame(step: int, value: bytes, dialed: bytes | None = None) -> bytes:
+    """An AUTH frame; the dialer's challenge also names the address it
+    dialed (`dialed`, 16 bytes: ip16())."""
+    assert len(value) == 32 and (dialed is None or len(dialed) == 16)
+    return frame(AUTH, 0, struct.pack("<I", step) + value + (dialed or b""))
 
 
 def parse_auth(payload: bytes) -> tuple[int, bytes]:
@@ -103,15 +111,80 @@ def parse_auth(payload: bytes) -> tuple[int, bytes]:
     return struct.unpack_from("<I", payload)[0], payload[4:]
 
 
+def ip16(address: str) -> bytes:
+    """An IP address as the transcript takes it: 16 bytes, IPv4 mapped."""
+    packed = ipaddress.ip_address(address).packed
+    return b"\0" * 10 + b"\xff\xff" + packed if len(packed) == 4 else packed
+
+
 def auth_proof(key: bytes, role: int, dialer_hello: bytes, acceptor_hello: bytes,
-               dialer_nonce: bytes, acceptor_nonce: bytes, transport: int = 0) -> bytes:
+               dialer_nonce: bytes, acceptor_nonce: bytes, dialed: bytes, transport: int = 0) -> bytes:
     """HMAC-SHA256 over the transcript, as docs/protocol.md spells it
-    (transport 0 = TCP, 1 = RDMA; HELLOs are payloads, without the header)."""
+    (transport 0 = TCP, 1 = RDMA; HELLOs are payloads, without the header;
+    `dialed`: the acceptor's address as the dialer dialed it, ip16())."""
     msg = (AUTH_LABEL + bytes([role]) + struct.pack("<H", 1) + bytes([transport])
            + struct.pack("<H", len(dialer_hello)) + dialer_hello
            + struct.pack("<H", len(acceptor_hello)) + acceptor_hello
-           + dialer_nonce + acceptor_nonce)
+           + dialer_nonce + acceptor_nonce + dialed)
     return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+class Records:
+    """One direction of a TCP transport's protected records: [u32 length]
+    [payload + 16-byte tag], AES-256-GCM under a key from HKDF-SHA256(key,
+    dialer nonce || acceptor nonce, label), nonce = 4 zero bytes and a 64-bit
+    big-endian record count; authenticated only, the payload is in clear
+    and the tag covers length and payload as additional data."""
+
+    def __init__(self, key: bytes, encrypt: bool):
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # python3-cryptography
+        self.aead, self.encrypt, self.count = AESGCM(key), encrypt, 0
+
+    def _nonce(self) -> bytes:
+        self.count += 1
+        return b"\0\0\0\0" + struct.pack(">Q", self.count - 1)
+
+    def seal(self, data: bytes) -> bytes:
+        out = b""
+        for at in range(0, len(data), RECORD_SIZE):
+            part = data[at:at + RECORD_SIZE]
+            head = struct.pack("<I", len(part) + TAG_SIZE)
+            if self.encrypt:
+                out += head + self.aead.encrypt(self._nonce(), part, head)
+            else:
+                out += head + part + self.aead.encrypt(self._nonce(), b"", head + part)
+        return out
+
+    def open(self, wire: bytearray) -> bytes:
+        """The payloads of the whole records at the start of `wire` (taken
+        out of it); raises ValueError for one that does not authenticate."""
+        from cryptography.exceptions import InvalidTag
+        out = b""
+        while len(wire) >= 4:
+            size = struct.unpack_from("<I", wire)[0]
+            if len(wire) < 4 + size:
+                break
+            head, body = bytes(wire[:4]), bytes(wire[4:4 + size])
+            del wire[:4 + size]
+            try:
+                if self.encrypt:
+                    out += self.aead.decrypt(self._nonce(), body, head)
+                else:
+                    part, tag = body[:-TAG_SIZE], body[-TAG_SIZE:]
+                    self.aead.decrypt(self._nonce(), tag, head + part)
+                    out += part
+            except InvalidTag:
+                raise ValueError("a record from rdmagw does not authenticate") from None
+        return out
+
+
+def record_keys(key: bytes, dialer_nonce: bytes, acceptor_nonce: bytes, encrypt: bool) -> tuple[bytes, bytes]:
+    """(dialer -> acceptor, acceptor -> dialer) keys of one transport."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+    okm = HKDF(algorithm=hashes.SHA256(), length=64, salt=dialer_nonce + acceptor_nonce,
+               info=KEYS_ENCRYPT if encrypt else KEYS_AUTHENTICATE).derive(key)
+    return okm[:32], okm[32:]
 
 
 def read_key(path: str) -> bytes:
@@ -163,6 +236,12 @@ class TunnelPeer:
             raise
         self.rx = bytearray()
         self.peer_hello: dict | None = None
+        self.host = "127.0.0.1"
+        # After an authenticated handshake: what we send is sealed, what we
+        # receive is opened (Records).
+        self.sealer: Records | None = None
+        self.opener: Records | None = None
+        self.wire = bytearray()  # received, not yet opened
 
     @property
     def local_port(self) -> int:
@@ -182,7 +261,14 @@ class TunnelPeer:
 
     # -- sending -----------------------------------------------------------
     def send(self, data: bytes, timeout: float = 5.0) -> None:
-        """sendall bounded by `timeout`; raises PeerClosed on reset/EPIPE."""
+        """sendall bounded by `timeout` (in records once authenticated);
+        raises PeerClosed on reset/EPIPE."""
+        if self.sealer is not None:
+            data = self.sealer.seal(data)
+        self.send_raw(data, timeout)
+
+    def send_raw(self, data: bytes, timeout: float = 5.0) -> None:
+        """Bytes as they are, records or not."""
         view = memoryview(data)
         deadline = time.monotonic() + timeout
         for _ in range(1 << 24):
@@ -211,7 +297,11 @@ class TunnelPeer:
             raise PeerClosed(f"recv: {type(e).__name__}") from e
         if not chunk:
             raise PeerClosed("recv: EOF")
-        self.rx += chunk
+        if self.opener is None:
+            self.rx += chunk
+            return
+        self.wire += chunk
+        self.rx += self.opener.open(self.wire)
 
     def read_frame(self, timeout: float = 5.0):
         """Returns (type, flags, reserved, stream_id, payload)."""
@@ -243,26 +333,34 @@ class TunnelPeer:
             return f
         raise TimeoutError(f"no frame other than {sorted(skip)} within {timeout}s")
 
-    def authenticate(self, key: bytes, timeout: float = 5.0, **hello_kw) -> dict:
+    def authenticate(self, key: bytes, timeout: float = 5.0, encrypt: bool = False, dialed: str | None = None,
+                     **hello_kw) -> dict:
         """The dialer's side of an authenticated handshake with `key`: checks
-        the acceptor's proof and returns its parsed HELLO. Raises PeerClosed
-        if the acceptor ends the connection (a wrong key)."""
-        hello_kw["capabilities"] = hello_kw.get("capabilities", 0) | CAP_AUTH
+        the acceptor's proof and returns its parsed HELLO; from then on
+        send() and read_frame() go through protected records (encrypted with
+        `encrypt`). `dialed`: the address to name as the one dialed (default:
+        the one connected to). Raises PeerClosed if the acceptor ends the
+        connection (a wrong key, another address)."""
+        hello_kw["capabilities"] = (hello_kw.get("capabilities", 0) | CAP_AUTH | CAP_BOUND
+                                    | (CAP_ENCRYPT if encrypt else 0))
         my_hello = hello(**hello_kw)
         nonce = os.urandom(32)
-        self.send(my_hello + auth_frame(CHALLENGE, nonce))
+        where = ip16(dialed or self.host)
+        self.send(my_hello + auth_frame(CHALLENGE, nonce, where))
         ftype, _, _, _, payload = self.read_frame(timeout)
         assert ftype == AUTH, f"expected the acceptor's AUTH challenge, got {TYPE_NAMES.get(ftype, ftype)}"
         step, acceptor_nonce = parse_auth(payload)
         assert step == CHALLENGE
         self.send(auth_frame(PROOF, auth_proof(key, ROLE_DIALER, my_hello[HEADER_SIZE:], b"", nonce,
-                                               acceptor_nonce)))
+                                               acceptor_nonce, where)))
+        to_acceptor, to_dialer = record_keys(key, nonce, acceptor_nonce, encrypt)
+        self.sealer, self.opener = Records(to_acceptor, encrypt), Records(to_dialer, encrypt)
         ftype, _, _, _, their_hello = self.read_frame(timeout)
         assert ftype == HELLO, f"expected HELLO, got {TYPE_NAMES.get(ftype, ftype)}"
         ftype, _, _, _, payload = self.read_frame(timeout)
         assert ftype == AUTH
         step, proof = parse_auth(payload)
-        expected = auth_proof(key, ROLE_ACCEPTOR, my_hello[HEADER_SIZE:], their_hello, nonce, acceptor_nonce)
+        expected = auth_proof(key, ROLE_ACCEPTOR, my_hello[HEADER_SIZE:], their_hello, nonce, acceptor_nonce, where)
         assert step == PROOF and hmac.compare_digest(proof, expected), "the acceptor's proof does not verify"
         self.peer_hello = parse_hello(their_hello)
         return self.peer_hello

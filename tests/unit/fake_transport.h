@@ -165,6 +165,37 @@ class FakeTransport final : public tunnel::Transport {
     sink_ = nullptr;  // the sink is never called again
   }
   std::string remote_address() const override { return "fake:0"; }
+  // Records the keys and seals nothing: the fake wire carries frames as
+  // they are (the records themselves: frame_cipher_test, the integration
+  // tests).
+  bool protect(const tunnel::CipherKey& send, const tunnel::CipherKey& receive, tunnel::Protection how,
+               std::string*) override {
+    protected_records = true;
+    protection = how;
+    send_key = send;
+    receive_key = receive;
+    return true;
+  }
+  bool addresses(IpBytes* local, IpBytes* remote) const override {
+    *local = local_ip;
+    *remote = remote_ip;
+    return true;
+  }
+  // Both ends of every fake wire: what a dialer dials is what an acceptor
+  // is reached at, unless a test says otherwise (a relay).
+  static IpBytes test_ip(uint8_t last) {
+    IpBytes ip{};
+    ip[10] = ip[11] = 0xff;
+    ip[12] = 192;
+    ip[14] = 2;
+    ip[15] = last;
+    return ip;
+  }
+  IpBytes local_ip = test_ip(1);
+  IpBytes remote_ip = test_ip(1);
+  bool protected_records = false;
+  tunnel::Protection protection = tunnel::Protection::kEncrypt;
+  tunnel::CipherKey send_key{}, receive_key{};
 
   // --- the test's side ---
 

@@ -35,9 +35,14 @@ SessionSettings with_keys(SessionSettings s, const AuthKeyring* ring) {
   return s;
 }
 
-Bytes auth_bytes(AuthStep step, const AuthValue& value) {
-  Bytes out(kHeaderSize + kAuthPayloadSize);
-  encode_auth(out.data(), AuthPayload{step, value});
+Bytes auth_bytes(AuthStep step, const AuthValue& value, const IpBytes* dialed = nullptr) {
+  AuthPayload a{step, value};
+  if (dialed) {
+    a.has_dialed = true;
+    a.dialed = *dialed;
+  }
+  Bytes out(kHeaderSize + (dialed ? kAuthDialerChallengeSize : kAuthPayloadSize));
+  encode_auth(out.data(), a);
   return out;
 }
 
@@ -79,8 +84,9 @@ struct TestDialer {
   HelloPayload hello = rdmagw::test::hello(4 * kKiB, 64 * kKiB, 256 * kKiB, "dialer");
   Bytes hello_frame;
   AuthValue nonce{};
+  IpBytes dialed = FakeTransport::test_ip(1);  // where the acceptor's fake wire is reached
   TestDialer() {
-    hello.capabilities = kCapAuth;
+    hello.capabilities = kCapAuth | kCapBound;
     hello_frame = hello_bytes(hello);
     nonce.fill(7);
   }
@@ -94,13 +100,15 @@ struct TestDialer {
     t.acceptor_hello = acceptor_hello;
     t.dialer_nonce = nonce;
     t.acceptor_nonce = acceptor_nonce;
+    t.dialed = dialed;
     return t;
   }
+  Bytes challenge() const { return auth_bytes(AuthStep::kChallenge, nonce, &dialed); }
 };
 
 }  // namespace
 
-TEST_CASE("auth: proofs bind the key, the role, both nonces and both HELLOs") {
+TEST_CASE("auth: proofs bind the key, the role, both nonces, both HELLOs and the address dialed") {
   AuthTranscript t;
   Bytes hello_d = {1, 2, 3}, hello_a = {4, 5};
   t.dialer_hello = hello_d;
@@ -129,6 +137,9 @@ TEST_CASE("auth: proofs bind the key, the role, both nonces and both HELLOs") {
   CHECK_FALSE(verify_auth_proof(keys, AuthRole::kAcceptor, changed, proof));
   changed = t;
   changed.transport = TransportKind::kRdma;
+  CHECK_FALSE(verify_auth_proof(keys, AuthRole::kAcceptor, changed, proof));
+  changed = t;
+  changed.dialed[15] ^= 1;  // a proof made for another host
   CHECK_FALSE(verify_auth_proof(keys, AuthRole::kAcceptor, changed, proof));
   Bytes other_hello = {4, 6};
   changed = t;
@@ -251,7 +262,7 @@ TEST_CASE("auth: a resumed session authenticates its new transport again") {
 TEST_CASE("auth: an acceptor facing a peer without the key") {
   Acceptor acc(keyring({kKeyA}));
   TestDialer d;
-  acc.wire->inject(cat({d.hello_frame, auth_bytes(AuthStep::kChallenge, d.nonce)}));
+  acc.wire->inject(cat({d.hello_frame, d.challenge()}));
   auto w = acc.wire->written();
   // Before the peer proves anything: a nonce, nothing else (no HELLO, no name, no HMAC).
   REQUIRE(w.size() == 1);
@@ -315,4 +326,59 @@ TEST_CASE("auth: an acceptor with a key refuses a HELLO that does not offer auth
   acc.wire->inject(hello_bytes(h));
   CHECK(acc.wire->written().empty());
   CHECK(acc.session->state() == Session::State::kClosed);
+}
+
+// A keyless host the dialer reached (its address in peer_cidrs, say) passes
+// the dialer's HELLO and challenge to a real member and the answers back:
+// the challenge names the relay's address, which the member refuses before
+// it shows anything but a nonce would have.
+TEST_CASE("auth: an acceptor refuses a dialer that dialed another address (a relay)") {
+  Acceptor acc(keyring({kKeyA}));
+  TestDialer d;
+  d.dialed = FakeTransport::test_ip(9);  // the relay's address
+  acc.wire->inject(cat({d.hello_frame, d.challenge()}));
+  CHECK(acc.wire->written().empty());
+  CHECK(acc.session->state() == Session::State::kClosed);
+  acc.loop.end_batch();
+  REQUIRE(acc.owner.closed.size() == 1);
+  CHECK(acc.owner.closed[0].end == SessionEnd::kAuthFailed);
+  CHECK_THAT(acc.owner.closed[0].reason, Contains("the peer dialed 192.0.2.9, not this host's 192.0.2.1"));
+}
+
+TEST_CASE("auth: an older peer (no kCapBound, a challenge without the address) is refused, saying why") {
+  SECTION("its HELLO") {
+    Acceptor acc(keyring({kKeyA}));
+    TestDialer d;
+    d.hello.capabilities = kCapAuth;
+    d.hello_frame = hello_bytes(d.hello);
+    acc.wire->inject(cat({d.hello_frame, d.challenge()}));
+    CHECK(acc.wire->written().empty());
+    acc.loop.end_batch();
+    REQUIRE(acc.owner.closed.size() == 1);
+    CHECK_THAT(acc.owner.closed[0].reason, Contains("the peer is an older rdmagw"));
+  }
+  SECTION("its challenge") {
+    Acceptor acc(keyring({kKeyA}));
+    TestDialer d;
+    acc.wire->inject(cat({d.hello_frame, auth_bytes(AuthStep::kChallenge, d.nonce)}));
+    CHECK(acc.wire->written().empty());
+    acc.loop.end_batch();
+    REQUIRE(acc.owner.closed.size() == 1);
+    CHECK_THAT(acc.owner.closed[0].reason, Contains("does not name the address it dialed"));
+  }
+}
+
+TEST_CASE("auth: every authenticated transport seals its records, with the keys its peer opens them with") {
+  bool encrypt = GENERATE(false, true);
+  AuthKeyring ring = keyring({kKeyA});
+  ring.encrypt = encrypt;
+  Pair p(with_keys(resumable_settings("dialer"), &ring), with_keys(resumable_settings("acceptor"), &ring));
+  REQUIRE(p.dialer->open());
+  for (FakeTransport* w : {p.dial_wire, p.accept_wire}) {
+    CHECK(w->protected_records);
+    CHECK(w->protection == (encrypt ? Protection::kEncrypt : Protection::kAuthenticate));
+  }
+  CHECK(p.dial_wire->send_key == p.accept_wire->receive_key);
+  CHECK(p.accept_wire->send_key == p.dial_wire->receive_key);
+  CHECK(p.dial_wire->send_key != p.dial_wire->receive_key);
 }

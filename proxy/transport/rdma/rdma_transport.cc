@@ -557,9 +557,18 @@ void RdmaTransport::flush() {
   }
 }
 
-bool RdmaTransport::encrypt(const tunnel::CipherKey& send, const tunnel::CipherKey& receive, std::string* error) {
-  sealer_ = tunnel::FrameCipher::create(send, tunnel::FrameCipher::Use::kSeal, error);
-  opener_ = sealer_ ? tunnel::FrameCipher::create(receive, tunnel::FrameCipher::Use::kOpen, error) : nullptr;
+bool RdmaTransport::addresses(IpBytes* local, IpBytes* remote) const {
+  if (!id_) return false;
+  sockaddr* a = rdma_get_local_addr(id_);
+  sockaddr* b = rdma_get_peer_addr(id_);
+  return a && b && ip_bytes_of(a, sizeof(sockaddr_storage), local) && ip_bytes_of(b, sizeof(sockaddr_storage), remote);
+}
+
+bool RdmaTransport::protect(const tunnel::CipherKey& send, const tunnel::CipherKey& receive,
+                            tunnel::Protection protection, std::string* error) {
+  sealer_ = tunnel::FrameCipher::create(send, tunnel::FrameCipher::Use::kSeal, protection, error);
+  opener_ =
+      sealer_ ? tunnel::FrameCipher::create(receive, tunnel::FrameCipher::Use::kOpen, protection, error) : nullptr;
   if (!opener_) {
     sealer_.reset();
     return false;
@@ -620,7 +629,7 @@ bool RdmaTransport::post_sealed(bool with_data, uint32_t slot, uint8_t* header) 
   uint8_t* message = pool_.acquire();
   if (!message) {
     // Sends in flight give theirs back on completion; with none, nothing would.
-    if (sends_in_flight_ == 0) fail("out of slab buffers for an encrypted message (tunnel.rdma.slab_size)");
+    if (sends_in_flight_ == 0) fail("out of slab buffers for a sealed message (tunnel.rdma.slab_size)");
     return false;
   }
   size_t size = std::min<size_t>(peer_buffer_size_, pool_.buffer_size());
@@ -645,7 +654,7 @@ bool RdmaTransport::post_sealed(bool with_data, uint32_t slot, uint8_t* header) 
   if (!sealer_->seal(std::span<const iovec>(iov, static_cast<size_t>(count)),
                      std::span<const uint8_t>(message, kRdmaHeaderSize), message + kRdmaHeaderSize)) {
     pool_.release(message);
-    fail("encryption failed (OpenSSL)");
+    fail("sealing a record failed (OpenSSL)");
     return false;
   }
   uint32_t length = static_cast<uint32_t>(kRdmaHeaderSize + payload + tunnel::kCipherTagSize);

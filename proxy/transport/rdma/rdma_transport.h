@@ -90,7 +90,9 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   bool post_recv(uint32_t index);
   void on_admitted() override { post_all_receives_ = true; }
  public:
-  bool encrypt(const tunnel::CipherKey& send, const tunnel::CipherKey& receive, std::string* error) override;
+  bool protect(const tunnel::CipherKey& send, const tunnel::CipherKey& receive, tunnel::Protection protection,
+               std::string* error) override;
+  bool addresses(IpBytes* local, IpBytes* remote) const override;
 
  private:
   // An encrypted message: | header (authenticated) | sealed frames | tag |,

@@ -1,5 +1,7 @@
 #include "proxy/transport/tcp/tcp_transport.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -112,7 +114,7 @@ bool TcpTransport::seal_records() {
     tunnel::put_u32(record, static_cast<uint32_t>(take + tunnel::kCipherTagSize));
     if (!sealer_->seal(std::span<const iovec>(iov_, static_cast<size_t>(used)), std::span<const uint8_t>(record, 4),
                        record + 4)) {
-      fail("encryption failed (OpenSSL)");
+      fail("sealing a record failed (OpenSSL)");
       return false;
     }
     tx_len_ += take + kRecordOverhead;
@@ -130,12 +132,22 @@ void TcpTransport::account_sent(size_t n) {
   }
 }
 
-bool TcpTransport::encrypt(const tunnel::CipherKey& send, const tunnel::CipherKey& receive, std::string* error) {
-  auto sealer = tunnel::FrameCipher::create(send, tunnel::FrameCipher::Use::kSeal, error);
-  auto opener = sealer ? tunnel::FrameCipher::create(receive, tunnel::FrameCipher::Use::kOpen, error) : nullptr;
+bool TcpTransport::addresses(IpBytes* local, IpBytes* remote) const {
+  sockaddr_storage a{}, b{};
+  socklen_t la = sizeof(a), lb = sizeof(b);
+  return fd_.valid() && getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &la) == 0 &&
+         getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&b), &lb) == 0 &&
+         ip_bytes_of(reinterpret_cast<sockaddr*>(&a), la, local) && ip_bytes_of(reinterpret_cast<sockaddr*>(&b), lb, remote);
+}
+
+bool TcpTransport::protect(const tunnel::CipherKey& send, const tunnel::CipherKey& receive,
+                           tunnel::Protection protection, std::string* error) {
+  auto sealer = tunnel::FrameCipher::create(send, tunnel::FrameCipher::Use::kSeal, protection, error);
+  auto opener =
+      sealer ? tunnel::FrameCipher::create(receive, tunnel::FrameCipher::Use::kOpen, protection, error) : nullptr;
   if (!opener) return false;
   if (!adopt_ciphers(std::move(sealer), std::move(opener))) {
-    *error = "out of memory for the encryption buffers";
+    *error = "out of memory for the record buffers";
     return false;
   }
   opening_started_ = true;           // the rest of this receive is records

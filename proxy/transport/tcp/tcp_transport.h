@@ -59,7 +59,9 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   void close(tunnel::CloseMode mode) override;
   std::string remote_address() const override { return remote_; }
   bool hand_off(std::function<void(tunnel::MovedConnection)> done) override;
-  bool encrypt(const tunnel::CipherKey& send, const tunnel::CipherKey& receive, std::string* error) override;
+  bool protect(const tunnel::CipherKey& send, const tunnel::CipherKey& receive, tunnel::Protection protection,
+               std::string* error) override;
+  bool addresses(IpBytes* local, IpBytes* remote) const override;
   // A connection another worker encrypted: its ciphers go on here.
   // An admitted connection that arrived from another worker takes its full
   // receive buffer before start(); false (and closed) without memory.
