@@ -87,7 +87,8 @@ const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port"
 const Keys kPeerCidrKeys = {"cidr", "tcp_port", "rdma_port"};
 // The route's `peer:` value that means "the host of the original destination".
 constexpr std::string_view kPeerByDestination = "destination";
-const Keys kLimitKeys = {"handshakes", "handshakes_per_address", "streams_per_session", "opens_per_second"};
+const Keys kLimitKeys = {"handshakes", "handshakes_per_address", "streams_per_session", "opens_per_second",
+                         "sessions_per_address"};
 const Keys kAuthKeys = {"mode", "key_files", "encrypt"};
 // More is a mistake: rotation needs two (the current key and the next).
 inline constexpr size_t kMaxKeyFiles = 8;
@@ -617,6 +618,7 @@ void Parser::parse_limits(const Value& v, TunnelLimits* l) {
   bool each_ok = read_number(f, "handshakes_per_address", &l->handshakes_per_address, 1, 65536, false);
   read_number(f, "streams_per_session", &l->streams_per_session, 0, kU32Max, false);
   read_number(f, "opens_per_second", &l->opens_per_second, 0, kU32Max, false);
+  read_number(f, "sessions_per_address", &l->sessions_per_address, 1, 65536, false);
   if (total_ok && each_ok && l->handshakes_per_address > l->handshakes) {
     const Value* at = find(f, "handshakes_per_address") ? find(f, "handshakes_per_address") : find(f, "handshakes");
     error(at->mark, at->path,
@@ -814,6 +816,11 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   if (interval_ok && timeout_ok && t->keepalive_timeout_ms <= t->keepalive_interval_ms)
     relation("keepalive_timeout_ms", t->keepalive_timeout_ms, "keepalive_interval_ms",
              t->keepalive_interval_ms, "must be greater than", false);
+  // Records are opened in user space: there is nothing left to splice.
+  if (const Value* sp = find(f, "tcp_splice"); sp && t->tcp_splice && t->auth.mode == AuthMode::kPsk)
+    error(sp->mark, sp->path,
+          "true does nothing with tunnel.auth.mode psk: every frame then travels in authenticated records, "
+          "which rdmagw opens in user space; set it only on a tunnel without auth");
   // RDMA CM on iWARP-style devices (eRDMA) listens in the TCP port space, so
   // the two tunnel ports would collide whenever RDMA is in use.
   if (listen_ok && rdma_port_ok && transport_ok && t->transport != TransportMode::kTcp &&

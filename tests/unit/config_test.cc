@@ -1091,12 +1091,14 @@ TEST_CASE("tunnel.limits: defaults, values, and the per-address limit within the
   CHECK(d->tunnel.limits.handshakes_per_address == 32);
   CHECK(d->tunnel.limits.streams_per_session == 16384);
   CHECK(d->tunnel.limits.opens_per_second == 20000);
+  CHECK(d->tunnel.limits.sessions_per_address == 32);
   auto c = parse_ok(lines({kNode, "tunnel:", "  limits:", "    handshakes: 8", "    handshakes_per_address: 8",
-                           "    streams_per_session: 0", "    opens_per_second: 0"}));
+                           "    streams_per_session: 0", "    opens_per_second: 0", "    sessions_per_address: 2"}));
   CHECK(c->tunnel.limits.handshakes == 8);
   CHECK(c->tunnel.limits.handshakes_per_address == 8);
   CHECK(c->tunnel.limits.streams_per_session == 0);
   CHECK(c->tunnel.limits.opens_per_second == 0);
+  CHECK(c->tunnel.limits.sessions_per_address == 2);
   expect_errors(lines({kNode, "tunnel:", "  limits:", "    handshakes: 0"}),
                 {{4, 17, "tunnel.limits.handshakes", "must be between 1 and 65536, got 0"}});
   expect_errors(lines({kNode, "tunnel:", "  limits:", "    handshakes: 16"}),
@@ -1137,6 +1139,9 @@ TEST_CASE("tunnel.tcp_splice: off by default, on when asked, a bad value named, 
   CHECK_FALSE(parse_ok(lines({"node: a", "tunnel:", "  tcp_splice: false"}))->tunnel.tcp_splice);
   expect_errors(lines({kNode, "tunnel:", "  tcp_splice: sometimes"}),
                 {{3, 15, "tunnel.tcp_splice", "must be one of true, false, got 'sometimes'"}});
+  // Authenticated records are opened in user space: splice would do nothing.
+  expect_errors(lines({kNode, "tunnel:", "  tcp_splice: true", "  auth: {mode: psk, key_files: [/k]}"}),
+                {{3, 15, "tunnel.tcp_splice", "true does nothing with tunnel.auth.mode psk"}});
   auto off = parse_ok(lines({"node: a"}));
   CHECK(rdmagw::restart_only_changes(*off, *on) == std::vector<std::string>{"tunnel.tcp_splice: false -> true"});
 }
