@@ -131,6 +131,10 @@ class alignas(64) WorkerMetrics {
   Counter sessions_idle_closed;     // on-demand sessions closed after tunnel.session_idle_ms without streams
   Counter sessions_evicted;         // idle sessions closed to make room under tunnel.max_sessions
   Counter sessions_refused;         // new sessions not dialled: max_sessions reached, none idle
+  // tunnel.limits.sessions_per_address: a suspended session from the address
+  // closed to make room for a new one, or the new one refused.
+  Counter address_sessions_closed;
+  Counter address_sessions_refused;
   Counter streams_handed_over;      // accepted here, carried by another worker's session (sessions_per_peer)
   // tunnel.rdma.max_pinned reached (docs/configuration.md, "Fleet").
   Counter rdma_budget_evicted;      // an idle RDMA session closed to make room

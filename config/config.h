@@ -97,6 +97,7 @@ struct TunnelLimits {
   uint32_t handshakes_per_address = 32;  // ... of them from one address
   uint32_t streams_per_session = 16384;  // streams a peer may have open in one session (0: no limit)
   uint32_t opens_per_second = 20000;     // OPENs a peer may send per second per session (0: no limit)
+  uint32_t sessions_per_address = 32;    // sessions peers at one address may hold with one worker
 };
 
 // tunnel.auth: who may use the tunnel (docs/security.md).

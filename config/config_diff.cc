@@ -122,6 +122,7 @@ std::vector<std::string> restart_only_changes(const Config& running, const Confi
   d.check("tunnel.limits.handshakes_per_address", a.limits.handshakes_per_address, b.limits.handshakes_per_address);
   d.check("tunnel.limits.streams_per_session", a.limits.streams_per_session, b.limits.streams_per_session);
   d.check("tunnel.limits.opens_per_second", a.limits.opens_per_second, b.limits.opens_per_second);
+  d.check("tunnel.limits.sessions_per_address", a.limits.sessions_per_address, b.limits.sessions_per_address);
   // Keys rotate on reload; whether peers authenticate at all does not change
   // under live sessions.
   d.check("tunnel.auth.mode", a.auth.mode, b.auth.mode);

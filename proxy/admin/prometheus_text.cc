@@ -208,6 +208,12 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Met
            "streams reset).");
   p.sample("rdmagw_tunnel_session_limit_total", {{"action", "closed_idle"}}, totals.sessions_evicted);
   p.sample("rdmagw_tunnel_session_limit_total", {{"action", "refused"}}, totals.sessions_refused);
+  p.family("rdmagw_tunnel_address_session_limit_total", "counter",
+           "tunnel.limits.sessions_per_address reached by a new session from a peer's address: its oldest suspended "
+           "session closed to make room, or the new one refused.");
+  p.sample("rdmagw_tunnel_address_session_limit_total", {{"action", "closed_suspended"}},
+           totals.address_sessions_closed);
+  p.sample("rdmagw_tunnel_address_session_limit_total", {{"action", "refused"}}, totals.address_sessions_refused);
   p.family("rdmagw_tunnel_streams_handed_over_total", "counter",
            "tunnel.sessions_per_peer: streams accepted by one worker and carried by another worker's session to "
            "the same peer.");

@@ -633,7 +633,45 @@ void Worker::on_inbound(IoPtr<tunnel::Transport> transport) {
   inbound_.back()->start();
 }
 
-void Worker::on_session_open(tunnel::Session&) {}
+void Worker::on_session_open(tunnel::Session& session) {
+  // A resumable one was counted when it named itself (on_session_identified).
+  if (session.resumable() || session.role() != tunnel::Session::Role::kAcceptor) return;
+  if (!room_for_inbound(session))
+    session.close(tunnel::SessionEnd::kLimit, "tunnel.limits.sessions_per_address reached", tunnel::CloseMode::kAbort);
+}
+
+bool Worker::room_for_inbound(tunnel::Session& session) {
+  uint32_t cap = config_->tunnel.limits.sessions_per_address;
+  std::string host = tunnel::host_of(session.remote_address());
+  size_t held = 0;
+  tunnel::Session* first_suspended = nullptr;
+  for (const auto& s : inbound_) {
+    if (s.get() == &session || (s->state() != tunnel::Session::State::kOpen &&
+                                s->state() != tunnel::Session::State::kResuming))
+      continue;
+    if (tunnel::host_of(s->remote_address()) != host) continue;
+    ++held;
+    if (!first_suspended && s->state() == tunnel::Session::State::kResuming) first_suspended = s.get();
+  }
+  if (held < cap) return true;
+  std::string limit = "tunnel.limits.sessions_per_address (" + std::to_string(cap) + ") reached by " + host;
+  if (first_suspended) {
+    // It waits for a transport that may never come (a peer that opens
+    // sessions and drops them), and holds what it kept for a resend.
+    metrics_.address_sessions_closed.add();
+    first_suspended->close(tunnel::SessionEnd::kLimit, limit + ": closed to make room for a new session",
+                           tunnel::CloseMode::kAbort);
+    return true;
+  }
+  metrics_.address_sessions_refused.add();
+  uint64_t suppressed = 0;
+  if (address_limit_log_.allow(loop_.now(), &suppressed)) {
+    log::Line line = log::warn("session_refused");
+    line.kv("remote", session.remote_address()).kv("reason", limit + " and none of them is suspended");
+    if (suppressed) line.kv("suppressed", suppressed);
+  }
+  return false;
+}
 
 void Worker::on_session_closed(tunnel::Session& session, tunnel::SessionEnd, std::string_view) {
   auto it = by_token_.find(session.token());
@@ -644,9 +682,7 @@ void Worker::on_session_closed(tunnel::Session& session, tunnel::SessionEnd, std
   std::erase_if(inbound_, [&](const IoPtr<tunnel::Session>& s) { return s.get() == &session; });
 }
 
-void Worker::on_session_identified(tunnel::Session& session) {
-  by_token_[session.token()] = &session;
-  directory_.add(session.token(), index_);
+bool Worker::on_session_identified(tunnel::Session& session) {
   // A new session from a peer whose suspended sessions came from another
   // instance of its process: that process is gone, and so is any chance
   // of resuming them. Their streams are reset now, not at the timeout.
@@ -655,6 +691,10 @@ void Worker::on_session_identified(tunnel::Session& session) {
     if (s->peer_node() != session.peer_node() || s->token().instance == session.token().instance) continue;
     s->close(tunnel::SessionEnd::kPeerRestarted, "the peer's rdmagw restarted", tunnel::CloseMode::kAbort);
   }
+  if (!room_for_inbound(session)) return false;
+  by_token_[session.token()] = &session;
+  directory_.add(session.token(), index_);
+  return true;
 }
 
 tunnel::Session* Worker::find_session(const tunnel::SessionToken& token) {

@@ -102,7 +102,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   void on_session_draining(tunnel::Session& session) override;
   tunnel::Stream* on_stream_open(tunnel::Session& session, uint32_t id, std::string_view target,
                                  tunnel::ResetCode* refuse) override;
-  void on_session_identified(tunnel::Session& session) override;
+  bool on_session_identified(tunnel::Session& session) override;
   tunnel::Session* find_session(const tunnel::SessionToken& token) override;
   bool token_in_use(const tunnel::SessionToken& token) override;
   bool resume_elsewhere(const tunnel::SessionPayload& request, const tunnel::HelloPayload& hello,
@@ -229,6 +229,10 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   std::unordered_map<std::string, std::unique_ptr<tunnel::PeerLink>> discovered_;
   // Refused sessions (max_sessions): at most a line a second per worker.
   log::LogLimiter session_limit_log_{1, 5};
+  // tunnel.limits.sessions_per_address: whether `session`, new from a peer,
+  // may stay; makes room by closing that address's first suspended session.
+  bool room_for_inbound(tunnel::Session& session);
+  log::LogLimiter address_limit_log_{1, 5};
   std::vector<IoPtr<tunnel::Session>> inbound_;                   // sessions peers dialed to us
   // Resumable inbound sessions by token: where a resume request finds its session.
   std::unordered_map<tunnel::SessionToken, tunnel::Session*, tunnel::SessionTokenHash> by_token_;

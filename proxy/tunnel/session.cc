@@ -41,6 +41,7 @@ std::string_view session_end_name(SessionEnd end) {
     case SessionEnd::kOutOfBuffers: return "out-of-buffers";
     case SessionEnd::kPeerNotReading: return "peer-not-reading";
     case SessionEnd::kResumeTimeout: return "resume-timeout";
+    case SessionEnd::kLimit: return "limit";
     case SessionEnd::kResumeRefused: return "resume-refused";
     case SessionEnd::kPeerGone: return "peer-gone";
     case SessionEnd::kPeerRestarted: return "peer-restarted";

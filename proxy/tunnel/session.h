@@ -68,6 +68,7 @@ enum class SessionEnd : uint8_t {
   kPeerGone,          // the peer's host refused the new connection: its rdmagw is not running
   kPeerRestarted,     // the peer's process is a new one (a fresh session from it says so)
   kAuthFailed,        // the peer did not prove it holds a key (or we could not prove it to the peer)
+  kLimit,             // this side holds as many sessions from the peer's address as tunnel.limits allows
 };
 std::string_view session_end_name(SessionEnd end);
 
@@ -91,7 +92,8 @@ class SessionOwner {
   virtual void on_session_suspended(Session&) {}
   // Acceptor, mid-parse: the dialer named the session (token()) as new.
   // The owner may now find it by token; it must not call this session.
-  virtual void on_session_identified(Session&) {}
+  // False: the owner has no room for it (tunnel.limits), and it closes.
+  virtual bool on_session_identified(Session&) { return true; }
   // Acceptor, mid-parse: the session the dialer asks to resume, or nullptr.
   virtual Session* find_session(const SessionToken&) { return nullptr; }
   // Acceptor, mid-parse: whether a session with this token is held here or
@@ -217,6 +219,8 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   Role role() const { return role_; }
   bool open() const { return state_ == State::kOpen; }
   bool resumable() const { return resumable_; }
+  // The current (or last) transport's peer, "ip:port".
+  const std::string& remote_address() const { return remote_address_; }
   const SessionToken& token() const { return token_; }
   // Open or resuming, and may still open streams of its own (no GOAWAY, ids left).
   bool can_open_streams() const;

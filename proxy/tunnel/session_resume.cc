@@ -75,10 +75,13 @@ bool Session::on_session_as_acceptor(const SessionPayload& request) {
     return protocol_error("SESSION new names the token of a session held here");
   token_ = request.token;
   if (request.kind == SessionKind::kNew) {
+    if (owner_ && !owner_->on_session_identified(*this)) {
+      close(SessionEnd::kLimit, "tunnel.limits.sessions_per_address reached", CloseMode::kAbort);
+      return false;
+    }
     if (!send_session(SessionKind::kAccepted)) return false;
     link_ready();
     open_now();
-    if (owner_) owner_->on_session_identified(*this);
     return true;
   }
   if (request.kind != SessionKind::kResume)

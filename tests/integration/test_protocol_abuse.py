@@ -676,3 +676,47 @@ def test_a_new_session_cannot_take_a_live_sessions_token(gw):
     finally:
         again.close()
     gw.after()
+
+
+def test_sessions_per_address_bound_what_one_address_may_hold(sidecar, backend):
+    """A peer that opens resumable sessions and drops them leaves them
+    suspended, each holding what it kept for a resend until
+    resume_timeout_ms: tunnel.limits.sessions_per_address bounds how many one
+    address holds with a worker. A new session past it ends that address's
+    first suspended one; with none suspended, the new one is refused."""
+    from admin_client import admin_request, parse_metrics
+    from conftest import render_config
+    echo = backend(EchoServer())
+    port, admin = free_port(), free_port()
+    b = sidecar("host-b", render_config("host-b", tunnel_port=port, admin_port=admin, targets=[echo.endpoint],
+                                        workers=1, auth=None,
+                                        tunnel_extra={"resume_timeout_ms": 30000,
+                                                      "limits": "{sessions_per_address: 2}"}))
+    b.start()
+    first, kind = _resumable(port, (7, 1))
+    second, kind2 = _resumable(port, (7, 2))
+    assert kind == kind2 == tf.SESSION_ACCEPTED
+    first.close()  # suspended, waiting for a resume that will not come
+    assert b.wait_log(lambda l: "event=session_suspended" in l, 5)
+    third, kind = _resumable(port, (7, 3))
+    assert kind == tf.SESSION_ACCEPTED, "no room was made by closing the suspended session"
+    line = b.wait_log(lambda l: "event=session_closed" in l and "end=limit" in l, 5)
+    assert line and "sessions_per_address (2) reached by 127.0.0.1" in line, b.tail()
+    fourth, kind = _resumable(port, (7, 4))
+    assert kind is None, "a session past the limit, with none suspended to close, was accepted"
+    assert b.wait_log(lambda l: "event=session_refused" in l and "none of them is suspended" in l, 5)
+    # The sessions that stayed are whole: the second one still carries a stream.
+    second.send(tf.open_frame(1, echo.endpoint, b"still here"))
+    got = b""
+    for _ in range(20):
+        f = second.next_frame(5, skip=(tf.PING, tf.WINDOW, tf.ACK))
+        if f[0] == tf.DATA:
+            got += f[4]
+        if got == b"still here":
+            break
+    assert got == b"still here"
+    metrics = parse_metrics(admin_request(admin, "/metrics").text)
+    assert metrics['rdmagw_tunnel_address_session_limit_total{action="closed_suspended"}'] == 1
+    assert metrics['rdmagw_tunnel_address_session_limit_total{action="refused"}'] == 1
+    for p in (second, third, fourth):
+        p.close()

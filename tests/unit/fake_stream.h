@@ -56,9 +56,10 @@ class FakeOwner final : public tunnel::SessionOwner {
     ++suspended;
     note("owner:suspended");
   }
-  void on_session_identified(tunnel::Session& session) override {
+  bool on_session_identified(tunnel::Session& session) override {
     ++identified;
     identified_session = &session;
+    return true;
   }
   tunnel::Session* find_session(const tunnel::SessionToken& token) override {
     return identified_session && identified_session->token() == token ? identified_session : nullptr;
