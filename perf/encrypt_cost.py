@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""What tunnel.auth.encrypt costs: CPU per GiB and per request, with and without.
+"""What protecting the tunnel costs: CPU per GiB and per request, for three
+pairs side by side on this machine (TCP transport), in front of the same
+redis-server and iperf3 server:
 
-Runs two rdmagw pairs side by side on this machine (TCP transport, both
-authenticated with a pre-shared key, one also encrypting), in front of the
-same redis-server and iperf3 server, and alternates, for --rounds rounds:
+  none           no tunnel.auth (a loopback tunnel may): frames as they are
+  authenticated  tunnel.auth psk, the default: every record authenticated (GMAC)
+  encrypted      tunnel.auth psk with encrypt: true: every record encrypted
+
+It alternates, for --rounds rounds:
 
   iperf3 -n BYTES                   (bulk, one stream)
   redis-benchmark -c 50 -d 512 -t set,get -n REQUESTS   (unpipelined requests)
@@ -11,7 +15,8 @@ same redis-server and iperf3 server, and alternates, for --rounds rounds:
 through each pair. For each run it reads the CPU time (user + system, from
 /proc/PID/stat) both sidecars of the pair used, and prints the medians:
 CPU seconds per GiB moved, CPU microseconds per request, throughput, and the
-ratio encrypted/plain. Only ratios of one run compare on a shared machine.
+ratios to the pair without auth. Only ratios of one run compare on a shared
+machine.
 
 Usage: perf/encrypt_cost.py [--rounds 3] [--bytes 1G] [--requests 50000] [--out FILE]
 """
@@ -67,11 +72,15 @@ def redis_requests(port, requests):
     return 2 * requests, statistics.mean(rates)
 
 
-def write_pair(work, name, key, encrypt, redis_port, iperf_port):
+PAIRS = ("none", "authenticated", "encrypted")
+
+
+def write_pair(work, name, key, redis_port, iperf_port):
     a_tunnel, b_tunnel = free_port(), free_port()
     redis_listen, iperf_listen = free_port(), free_port()
-    auth = f"{{mode: psk, key_files: [{key}], encrypt: {'true' if encrypt else 'false'}}}"
-    tunnel = "{address: 127.0.0.1, tcp_port: %d, transport: tcp, auth: " + auth + "}"
+    auth = "" if name == "none" else (
+        f", auth: {{mode: psk, key_files: [{key}], encrypt: {'true' if name == 'encrypted' else 'false'}}}")
+    tunnel = "{address: 127.0.0.1, tcp_port: %d, transport: tcp" + auth + "}"
     with open(f"{work}/{name}-a.yaml", "w") as f:
         f.write(f"""node: {name}-a
 admin: "127.0.0.1:{free_port()}"
@@ -112,8 +121,7 @@ def main():
         f.write(os.urandom(32).hex() + "\n")
     os.chmod(key, 0o400)
     redis_port, iperf_port = free_port(), free_port()
-    ports = {name: write_pair(work, name, key, name == "encrypted", redis_port, iperf_port)
-             for name in ("plain", "encrypted")}
+    ports = {name: write_pair(work, name, key, redis_port, iperf_port) for name in PAIRS}
     procs, pids = [], {}
     try:
         procs.append(subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
@@ -152,19 +160,20 @@ def main():
                       file=sys.stderr, flush=True)
 
         med = {n: {k: statistics.median(v) for k, v in m.items()} for n, m in runs.items()}
-        p, e = med["plain"], med["encrypted"]
-        lines = [f"tunnel.auth.encrypt: CPU of both sidecars of a pair (TCP transport, workers=1, psk), "
+        base = med["none"]
+        lines = [f"Protected records: CPU of both sidecars of a pair (TCP transport, workers=1), "
                  f"iperf3 -n {args.bytes} and redis-benchmark -c 50 -d 512 -n {args.requests} (SET and GET); "
                  f"median of {args.rounds} rounds, {os.cpu_count()} cores",
                  "",
-                 "| measure | plain | encrypted | encrypted/plain |",
-                 "|---|---:|---:|---:|"]
+                 "| measure | " + " | ".join(PAIRS) + " | authenticated/none | encrypted/none |",
+                 "|---|" + "---:|" * (len(PAIRS) + 2)]
         for key_name, label, fmt in (("cpu_s_per_gib", "CPU seconds per GiB (bulk)", "{:.2f}"),
                                      ("gbit_s", "bulk throughput (Gbit/s)", "{:.2f}"),
                                      ("cpu_us_per_req", "CPU microseconds per request", "{:.1f}"),
                                      ("req_s", "requests per second", "{:.0f}")):
-            lines.append(f"| {label} | {fmt.format(p[key_name])} | {fmt.format(e[key_name])} | "
-                         f"{e[key_name] / p[key_name]:.2f} |")
+            values = " | ".join(fmt.format(med[n][key_name]) for n in PAIRS)
+            ratios = " | ".join(f"{med[n][key_name] / base[key_name]:.2f}" for n in ("authenticated", "encrypted"))
+            lines.append(f"| {label} | {values} | {ratios} |")
         emit("\n".join(lines), args.out)
     finally:
         stop_all(procs)

@@ -19,7 +19,10 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
 import tunnel_frames as tf  # noqa: E402
 
-CAP_RESUME, CAP_PLACEMENT, CAP_AUTH = 1, 2, 4
+CAP_RESUME, CAP_PLACEMENT, CAP_AUTH, CAP_BOUND = 1, 2, 4, 16
+# The address the fuzz harness's fake wires report for both ends
+# (tests/unit/fake_transport.h, FakeTransport::test_ip(1)).
+FAKE_WIRE_IP = tf.ip16("192.0.2.1")
 
 
 def write(name: str, data: bytes) -> None:
@@ -45,20 +48,22 @@ def frames_seeds() -> None:
     write("fuzz_frames", b"\x02" + hello + stream_traffic())
     write("fuzz_frames", b"\x04" + hello + tf.auth_frame(tf.CHALLENGE, b"n" * 32) + tf.auth_frame(tf.PROOF, b"p" * 32)
           + session_frame(1, 2, 0, 0))
+    write("fuzz_frames", b"\x04" + hello + tf.auth_frame(tf.CHALLENGE, b"n" * 32, FAKE_WIRE_IP)
+          + tf.auth_frame(tf.PROOF, b"p" * 32))
 
 
 def session_seeds() -> None:
     plain = tf.hello(max_data=4096, stream_window=16384, session_window=65536, node=b"peer")
     resumable = tf.hello(capabilities=CAP_RESUME, max_data=4096, stream_window=16384, session_window=65536,
                          node=b"peer")
-    authed = tf.hello(capabilities=CAP_AUTH, max_data=4096, stream_window=16384, session_window=65536, node=b"peer")
+    authed = tf.hello(capabilities=CAP_AUTH | CAP_BOUND, max_data=4096, stream_window=16384, session_window=65536, node=b"peer")
     split = b"\x10"
     # mode: bit 0 dialer, bit 1 auth, bit 2 resumable, bits 3-4 streams given
     write("fuzz_session", bytes([0b11000]) + split + plain + stream_traffic())
     write("fuzz_session", bytes([0b11100]) + split + resumable + session_frame(5, 6, 0, 0) + stream_traffic())
     write("fuzz_session", bytes([0b11001]) + split + plain + stream_traffic())
     write("fuzz_session", bytes([0b11101]) + split + resumable + session_frame(0, 0, 2, 0) + stream_traffic())
-    write("fuzz_session", bytes([0b11010]) + split + authed + tf.auth_frame(tf.CHALLENGE, b"n" * 32)
+    write("fuzz_session", bytes([0b11010]) + split + authed + tf.auth_frame(tf.CHALLENGE, b"n" * 32, FAKE_WIRE_IP)
           + tf.auth_frame(tf.PROOF, b"p" * 32) + stream_traffic())
     write("fuzz_session", bytes([0b11011]) + split + tf.auth_frame(tf.CHALLENGE, b"n" * 32) + authed
           + tf.auth_frame(tf.PROOF, b"p" * 32))
@@ -135,8 +140,18 @@ def connect_params_seeds() -> None:
     write("fuzz_connect_params", struct.pack("<IIIIQQ", magic, 32, 4352, 1, 7, 9))
 
 
+def takeover_channel_seeds() -> None:
+    def message(kind: int, payload: bytes = b"") -> bytes:
+        return struct.pack("<IIQI", 0x54574752, kind, len(payload), 0) + payload
+    hello = struct.pack("<III", 1, 4242, 1)
+    write("fuzz_takeover_channel", message(1, hello) + message(6) + message(2) + message(3, b"\x02" + b"\0" * 40)
+          + message(7))
+    write("fuzz_takeover_channel", message(5, b"the new process refused: why") + message(4))
+
+
 def main() -> None:
     frames_seeds()
+    takeover_channel_seeds()
     session_seeds()
     config_seeds()
     endpoint_seeds()
