@@ -41,6 +41,20 @@ struct PeerCidr {
   uint16_t rdma_port = 0;
 };
 
+// An entry of `targets`: an endpoint peers may open, and which peers may
+// (docs/security.md, "Authorization by peer").
+struct TargetRule {
+  Endpoint target;
+  // Peers by the address of their end of the session (the tunnel address
+  // they dialed from): empty, any authenticated peer.
+  std::vector<RouteMatch> peer_cidrs;
+  std::string to_string() const;  // the endpoint, then " peers: a, b" if restricted
+  bool operator==(const TargetRule& other) const { return to_string() == other.to_string(); }
+};
+
+// Why target_refusal() says no.
+enum class TargetRefusal { kNone, kNotListed, kNotForThisPeer };
+
 // A route of a transparent listener: what to do with connections whose
 // original destination matches.
 struct RouteConfig {
@@ -158,7 +172,7 @@ struct Config {
   TunnelConfig tunnel;
   std::vector<PeerConfig> peers;
   std::vector<ListenerConfig> listeners;
-  std::vector<Endpoint> targets;           // inbound allowlist
+  std::vector<TargetRule> targets;         // inbound allowlist
   uint32_t shutdown_timeout_ms = 10000;    // shutdown_timeout_ms: drain time on SIGTERM
   std::string log_level = "info";          // log_level: debug | info | warn | error
 
@@ -173,9 +187,16 @@ struct Config {
       if (c.cidr.matches(destination)) return &c;
     return nullptr;
   }
-  bool target_allowed(const Endpoint& target) const {
-    for (const auto& t : targets)
-      if (t == target) return true;
+  // Whether a peer at `peer` (its end of the session) may open `target`.
+  // `peer` null (its address unknown): only entries open to every peer.
+  TargetRefusal target_refusal(const Endpoint& target, const sockaddr* peer) const;
+  bool target_allowed(const Endpoint& target, const sockaddr* peer) const {
+    return target_refusal(target, peer) == TargetRefusal::kNone;
+  }
+  // Whether any entry lists `target` (a takeover's streams, opened before).
+  bool target_listed(const Endpoint& target) const {
+    for (const auto& rule : targets)
+      if (rule.target == target) return true;
     return false;
   }
 };

@@ -76,7 +76,7 @@ void diff_named(const char* kind, const std::vector<Entry>& running, const std::
   }
 }
 
-size_t count_missing(const std::vector<Endpoint>& from, const std::vector<Endpoint>& in) {
+size_t count_missing(const std::vector<TargetRule>& from, const std::vector<TargetRule>& in) {
   size_t n = 0;
   for (const auto& e : from) {
     bool found = false;

@@ -45,6 +45,24 @@ std::string_view transport_mode_name(TransportMode mode) {
   return "auto";
 }
 
+std::string TargetRule::to_string() const {
+  std::string s = target.to_string();
+  for (size_t i = 0; i < peer_cidrs.size(); ++i) s += (i == 0 ? " peers: " : ", ") + peer_cidrs[i].to_string();
+  return s;
+}
+
+TargetRefusal Config::target_refusal(const Endpoint& t, const sockaddr* peer) const {
+  TargetRefusal why = TargetRefusal::kNotListed;
+  for (const auto& rule : targets) {
+    if (!(rule.target == t)) continue;
+    if (rule.peer_cidrs.empty()) return TargetRefusal::kNone;
+    for (const RouteMatch& cidr : rule.peer_cidrs)
+      if (peer && cidr.matches(peer)) return TargetRefusal::kNone;
+    why = TargetRefusal::kNotForThisPeer;
+  }
+  return why;
+}
+
 std::string_view auth_mode_name(AuthMode mode) { return mode == AuthMode::kPsk ? "psk" : "none"; }
 
 std::string ConfigError::to_string() const {
@@ -97,6 +115,7 @@ const Keys kRdmaKeys = {"device", "slab_size", "max_pinned", "recv_depth", "send
 const Keys kPeerKeys = {"name", "address", "tcp_port", "rdma_port", "connect"};
 const Keys kListenerKeys = {"name", "listen", "peer", "target", "routes", "socket_mode"};
 const Keys kRouteKeys = {"match", "peer", "target", "action"};
+const Keys kTargetKeys = {"target", "peers"};
 
 // A YAML value together with where it lives: its key path, the position to
 // report problems with the value at, and the position of its key.
@@ -1125,7 +1144,49 @@ void Parser::parse_targets(const Value& v, Config* cfg) {
   auto items = read_list(v);
   if (!items) return;
   for (const auto& item : *items) {
-    if (auto ep = get_endpoint(item)) cfg->targets.push_back(*ep);
+    // An endpoint, open to every authenticated peer; or {target, peers}.
+    if (!item.node.IsMap()) {
+      if (auto ep = get_endpoint(item)) cfg->targets.push_back(TargetRule{*ep, {}});
+      continue;
+    }
+    auto fields = read_map(item, kTargetKeys, false);
+    if (!fields || !require(*fields, item, "target") || !require(*fields, item, "peers")) continue;
+    auto ep = get_endpoint(*find(*fields, "target"));
+    TargetRule rule;
+    bool ok = ep.has_value();
+    if (ep) rule.target = *ep;
+    const Value& peers = *find(*fields, "peers");
+    auto list = read_list(peers);
+    if (!list) continue;
+    if (list->empty()) {
+      error(peers.mark, peers.path, "an empty list lets no peer open it; remove the entry instead");
+      continue;
+    }
+    for (const auto& p : *list) {
+      auto text = get_string(p);
+      if (!text) {
+        ok = false;
+        continue;
+      }
+      std::string err;
+      auto m = parse_route_match(*text, &err);
+      if (!m) {
+        // Not an address: a node name, which psk mode cannot vouch for.
+        error(p.mark, p.path,
+              quote(*text) + " is not an address or CIDR (" + err +
+                  "); with tunnel.auth.mode psk every key holder may claim any node name, so peers are named by "
+                  "the address of their end of the session");
+        ok = false;
+        continue;
+      }
+      if (!m->any_port()) {
+        error(p.mark, p.path, quote(*text) + ": a peer is matched by address only, without a port");
+        ok = false;
+        continue;
+      }
+      rule.peer_cidrs.push_back(*m);
+    }
+    if (ok) cfg->targets.push_back(std::move(rule));
   }
 }
 

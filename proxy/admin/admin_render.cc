@@ -257,7 +257,7 @@ std::string render_config_json(const Config& config, uint64_t generation) {
   for (const ListenerConfig& l : config.listeners) write_listener_config(w, l);
   w.end_array();
   w.key("targets").begin_array();
-  for (const Endpoint& t : config.targets) w.value(t.to_string());
+  for (const TargetRule& t : config.targets) w.value(t.to_string());
   w.end_array();
   w.field("shutdown_timeout_ms", config.shutdown_timeout_ms).field("log_level", config.log_level);
   w.field("generation", generation);

@@ -759,15 +759,26 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
                                        tunnel::ResetCode* refuse) {
   std::string error;
   auto endpoint = parse_endpoint(target, &error);
-  if (!endpoint || !config_->target_allowed(*endpoint)) {
+  // Authorization by peer: by the address of the peer's end of the session.
+  auto peer = parse_host_port(session.remote_address(), &error);
+  TargetRefusal refusal = !endpoint ? TargetRefusal::kNotListed
+                                    : config_->target_refusal(*endpoint, peer ? reinterpret_cast<const sockaddr*>(
+                                                                                   &peer->addr)
+                                                                             : nullptr);
+  if (refusal != TargetRefusal::kNone) {
     uint64_t suppressed = 0;
     if (refusal_log_.allow(loop_.now(), &suppressed)) {
       log::Line line = log::warn("stream_refused");
+      std::string detail = !endpoint                                   ? error
+                           : refusal == TargetRefusal::kNotForThisPeer ? "target is not open to peers at " +
+                                                                             tunnel::host_of(session.remote_address())
+                                                                       : "target is not in targets";
       line.kv("peer", session.peer_node())
+          .kv("remote", session.remote_address())
           .kv("stream", id)
           .kv("target", target)
           .kv("reason", "not-allowed")
-          .kv("detail", endpoint ? std::string("target is not in targets") : error);
+          .kv("detail", detail);
       if (suppressed) line.kv("suppressed", suppressed);
     }
     metrics_.failed(metrics::StreamFailure::kNotAllowed);

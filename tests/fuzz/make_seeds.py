@@ -82,6 +82,7 @@ tunnel:
   buffer_size: 32KiB
   resume_timeout_ms: 5000
   auth: {mode: psk, key_files: [/k1, /k2]}
+  limits: {handshakes: 64, sessions_per_address: 4}
   rdma: {device: erdma_0, slab_size: 64MiB, recv_depth: 64, send_depth: 128, inline_threshold: 64}
 peers:
   - {name: b, address: "fd00::2", tcp_port: 7481, rdma_port: 7482}
@@ -92,7 +93,10 @@ listeners:
     routes:
       - {match: "10.0.0.0/8:6379", peer: b, target: "tcp:127.0.0.1:6379"}
       - {match: "0.0.0.0/0", action: passthrough}
-targets: ["tcp:127.0.0.1:6379", "unix:/run/redis.sock"]
+targets:
+  - "tcp:127.0.0.1:6379"
+  - "unix:/run/redis.sock"
+  - {target: "tcp:127.0.0.1:5432", peers: [10.0.1.0/24, "fd00::/64"]}
 shutdown_timeout_ms: 1000
 log_level: debug
 """)

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <initializer_list>
@@ -207,9 +208,51 @@ TEST_CASE("full example parses with every value", "[config]") {
 
   CHECK(c->find_peer("host-c") == &c->peers[1]);
   CHECK(c->find_peer("host-z") == nullptr);
-  CHECK(c->target_allowed(ep("tcp:127.0.0.1:6379")));
-  CHECK(c->target_allowed(ep("tcp:[0::1]:5432")));
-  CHECK_FALSE(c->target_allowed(ep("tcp:127.0.0.1:6378")));
+  CHECK(c->target_listed(ep("tcp:127.0.0.1:6379")));
+  CHECK(c->target_listed(ep("tcp:[0::1]:5432")));
+  CHECK_FALSE(c->target_listed(ep("tcp:127.0.0.1:6378")));
+}
+
+// Authorization by peer: a targets entry may name which peers may open it,
+// by the address of their end of the session.
+TEST_CASE("targets: an entry open to some peers only", "[config][auth]") {
+  auto c = parse_ok(lines({"node: b", "targets:", "  - tcp:127.0.0.1:6379",
+                           "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.1.0/24, 10.0.2.7, \"fd00::/64\"]}"}));
+  REQUIRE(c->targets.size() == 2);
+  CHECK(c->targets[1].to_string() == "tcp:127.0.0.1:5432 peers: 10.0.1.0/24, 10.0.2.7/32, fd00::/64");
+  auto at = [](const char* ip) {
+    static sockaddr_storage ss;
+    std::string error;
+    auto e = rdmagw::make_tcp_endpoint(ip, 1, &error);
+    REQUIRE(e);
+    ss = e->addr;
+    return reinterpret_cast<const sockaddr*>(&ss);
+  };
+  CHECK(c->target_allowed(ep("tcp:127.0.0.1:6379"), at("192.0.2.1")));  // open to all
+  CHECK(c->target_allowed(ep("tcp:127.0.0.1:5432"), at("10.0.1.99")));
+  CHECK(c->target_allowed(ep("tcp:127.0.0.1:5432"), at("10.0.2.7")));
+  CHECK(c->target_allowed(ep("tcp:127.0.0.1:5432"), at("fd00::5")));
+  CHECK(c->target_refusal(ep("tcp:127.0.0.1:5432"), at("10.0.2.8")) == rdmagw::TargetRefusal::kNotForThisPeer);
+  CHECK(c->target_refusal(ep("tcp:127.0.0.1:5432"), nullptr) == rdmagw::TargetRefusal::kNotForThisPeer);  // fails closed
+  CHECK(c->target_refusal(ep("tcp:127.0.0.1:1"), at("10.0.1.1")) == rdmagw::TargetRefusal::kNotListed);
+  CHECK(c->target_listed(ep("tcp:127.0.0.1:5432")));
+
+  // A reload that changes who may open a target is a change of targets.
+  auto d = parse_ok(lines({"node: b", "targets:", "  - tcp:127.0.0.1:6379",
+                           "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.1.0/24]}"}));
+  auto changes = rdmagw::describe_changes(*c, *d);
+  CHECK(std::find(changes.begin(), changes.end(), "targets: 1 added, 1 removed") != changes.end());
+
+  expect_errors(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:5432\", peers: [host-a]}"}),
+                {{3, 44, "targets[0].peers[0]", "'host-a' is not an address or CIDR"}});
+  expect_errors(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:5432\", peers: []}"}),
+                {{3, 43, "targets[0].peers", "an empty list lets no peer open it"}});
+  expect_errors(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:5432\", peers: [\"10.0.0.0/8:80\"]}"}),
+                {{3, 44, "targets[0].peers[0]", "matched by address only"}});
+  expect_errors(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:5432\"}"}),
+                {{3, 5, "targets[0].peers", "required key 'peers' is missing"}});
+  expect_errors(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.0.1], who: x}"}),
+                {{3, 55, "targets[0].who", "unknown key"}});
 }
 
 TEST_CASE("defaults apply to a minimal config", "[config]") {
@@ -235,7 +278,7 @@ TEST_CASE("defaults apply to a minimal config", "[config]") {
   CHECK(c->peers.empty());
   CHECK(c->listeners.empty());
   CHECK(c->targets.empty());
-  CHECK_FALSE(c->target_allowed(ep("tcp:127.0.0.1:6379")));
+  CHECK_FALSE(c->target_listed(ep("tcp:127.0.0.1:6379")));
   CHECK(c->shutdown_timeout_ms == 10000);
   CHECK(c->log_level == "info");
 }
@@ -413,7 +456,7 @@ TEST_CASE("the fleet example is valid: every route by destination lies in peer_c
   REQUIRE(c->tunnel.peer_cidrs.size() == 1);
   CHECK(c->tunnel.peer_cidrs[0].tcp_port == 7471);
   CHECK(c->listeners.at(0).routes.at(0).by_destination);
-  CHECK(c->target_allowed(ep("tcp:10.0.3.7:6379")));
+  CHECK(c->target_listed(ep("tcp:10.0.3.7:6379")));
 }
 
 TEST_CASE("example sidecar pair is valid and consistent", "[config]") {
@@ -438,7 +481,7 @@ TEST_CASE("example sidecar pair is valid and consistent", "[config]") {
   CHECK(peer_b->tcp_port == b.config->tunnel.tcp_port);
   CHECK(peer_b->rdma_port == b.config->tunnel.rdma_port);
   // ...b allows the target a asks for, and the two sidecars use different ports.
-  CHECK(b.config->target_allowed(l.target));
+  CHECK(b.config->target_listed(l.target));
   CHECK(a.config->tunnel.tcp_port != b.config->tunnel.tcp_port);
   CHECK(a.config->tunnel.rdma_port != b.config->tunnel.rdma_port);
   CHECK(a.config->admin != b.config->admin);

@@ -1,0 +1,62 @@
+"""Authorization by peer (docs/security.md): a `targets` entry may say which
+peers may open it, by the address of their end of the session. A peer
+outside gets RESET(not-allowed): its application sees a reset, host-b logs
+why (at a bounded rate) and counts it, and the session carries on with what
+the peer may open. A reload changes who may, without dropping a stream."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from admin_client import admin_request, parse_metrics
+from backends import EchoServer
+from clients import connect, echo_roundtrip, wait_closed
+
+
+def restricted(text: str, target: str, peers: str) -> str:
+    line = f'  - "{target}"\n'
+    assert line in text
+    return text.replace(line, f'  - {{target: "{target}", peers: [{peers}]}}\n', 1)
+
+
+def test_a_target_open_to_some_peers_refuses_the_others_and_a_reload_opens_it(pair, backend):
+    secret, public = backend(EchoServer()), backend(EchoServer())
+    p = pair([{"name": "secret", "target": secret.endpoint}, {"name": "public", "target": public.endpoint}],
+             [secret.endpoint, public.endpoint], start=False)
+    good = p.b.config_path.read_text()
+    # host-a's end of the session is 127.0.0.1: not among these.
+    p.b.config_path.write_text(restricted(good, secret.endpoint, '"127.0.0.2", "10.0.0.0/8"'))
+    p.b.start()
+    p.a.start()
+
+    s = connect(p.address("secret"), timeout=10)
+    s.sendall(b"let me in")
+    how, _, extra = wait_closed(s, timeout=10)
+    s.close()
+    assert (how, extra) == ("reset", 0), (how, extra)
+    line = p.b.wait_log(lambda l: "event=stream_refused" in l and "reason=not-allowed" in l, 5)
+    assert line and "target is not open to peers at 127.0.0.1" in line, line
+    metrics = parse_metrics(admin_request(p.b.admin_port, "/metrics").text)
+    assert metrics['rdmagw_streams_failed_total{reason="not-allowed"}'] >= 1
+    assert secret.completed == 0 and secret.bytes_echoed == 0
+
+    # The same session serves what this peer may open.
+    assert echo_roundtrip(p.address("public"), b"hello", timeout=10) == b"hello"
+    held = connect(p.address("public"), timeout=10)
+    held.sendall(b"before")
+    assert held.recv(6) == b"before"
+
+    p.b.config_path.write_text(restricted(good, secret.endpoint, '"127.0.0.0/8"'))
+    r = admin_request(p.b.admin_port, "/reload", "POST")
+    assert r.status == 200, r.text
+    assert echo_roundtrip(p.address("secret"), b"now", timeout=10) == b"now"
+    held.sendall(b"after")
+    deadline = time.monotonic() + 10
+    got = b""
+    while got != b"after" and time.monotonic() < deadline:
+        got += held.recv(16)
+    assert got == b"after", "a reload of targets dropped an open stream"
+    held.shutdown(socket.SHUT_WR)
+    held.close()
+    assert "event=session_closed" not in p.a.log_text()
