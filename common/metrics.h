@@ -13,6 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/auth_failure.h"
+
 namespace rdmagw::metrics {
 
 class Counter {
@@ -126,7 +128,9 @@ class alignas(64) WorkerMetrics {
   Counter session_resumes;          // sessions that resumed on a new transport
   Counter stream_resume_failures;   // streams reset because their suspended session could not resume
   Counter resent_bytes;             // session frame bytes sent again after a resume
-  Counter auth_failures;            // tunnel handshakes that failed authentication (either side)
+  // Tunnel handshakes that failed authentication (either side), by why.
+  std::array<Counter, static_cast<size_t>(AuthFailure::kCount)> auth_failures;
+  Counter& auth_failure(AuthFailure f) { return auth_failures[static_cast<size_t>(f)]; }
   Counter handshakes_refused;       // tunnel connections refused at accept: tunnel.limits.handshakes reached
   Counter sessions_idle_closed;     // on-demand sessions closed after tunnel.session_idle_ms without streams
   Counter sessions_evicted;         // idle sessions closed to make room under tunnel.max_sessions

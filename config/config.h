@@ -10,6 +10,7 @@
 
 #include "common/address.h"
 #include "common/route_match.h"
+#include "common/node_credentials.h"
 #include "common/secret_keys.h"
 
 namespace rdmagw {
@@ -46,8 +47,10 @@ struct PeerCidr {
 struct TargetRule {
   Endpoint target;
   // Peers by the address of their end of the session (the tunnel address
-  // they dialed from): empty, any authenticated peer.
+  // they dialed from), and (mode cert) by the node name their certificate
+  // proves: both empty, any authenticated peer.
   std::vector<RouteMatch> peer_cidrs;
+  std::vector<std::string> peer_names;
   std::string to_string() const;  // the endpoint, then " peers: a, b" if restricted
   bool operator==(const TargetRule& other) const { return to_string() == other.to_string(); }
 };
@@ -115,7 +118,9 @@ struct TunnelLimits {
 };
 
 // tunnel.auth: who may use the tunnel (docs/security.md).
-enum class AuthMode { kNone, kPsk };
+// psk: one key for the fleet; cert: a certificate per node (X.509, signed by
+// the fleet's CA), its name and addresses in it.
+enum class AuthMode { kNone, kPsk, kCert };
 std::string_view auth_mode_name(AuthMode mode);
 struct AuthConfig {
   bool configured = false;  // tunnel.auth is written (a non-loopback tunnel requires it)
@@ -124,9 +129,17 @@ struct AuthConfig {
   // psk: the keys, read from key_files by load_config_file() (and again on
   // every reload); parse_config_text() alone leaves this null.
   std::shared_ptr<const SecretKeys> keys;
-  // psk: every byte after the handshake is encrypted and authenticated
-  // (AES-256-GCM); both ends must agree.
+  // cert: the CAs peers' certificates must chain to (two during a CA's
+  // rotation), this node's certificate and its private key.
+  std::vector<std::string> ca_files;
+  std::string cert_file, key_file;
+  // cert: all three read and checked by load_config_file() (and again on
+  // every reload); parse_config_text() alone leaves this null.
+  std::shared_ptr<const NodeCredentials> credentials;
+  // Every frame after the handshake is authenticated (AES-256-GCM records);
+  // with encrypt also encrypted. Both ends must agree.
   bool encrypt = false;
+  bool authenticates() const { return mode != AuthMode::kNone; }
 };
 
 struct TunnelConfig {
@@ -187,11 +200,12 @@ struct Config {
       if (c.cidr.matches(destination)) return &c;
     return nullptr;
   }
-  // Whether a peer at `peer` (its end of the session) may open `target`.
-  // `peer` null (its address unknown): only entries open to every peer.
-  TargetRefusal target_refusal(const Endpoint& target, const sockaddr* peer) const;
-  bool target_allowed(const Endpoint& target, const sockaddr* peer) const {
-    return target_refusal(target, peer) == TargetRefusal::kNone;
+  // Whether a peer at `peer` (its end of the session), proven to be node
+  // `peer_name` (mode cert; empty otherwise), may open `target`. `peer` null
+  // (its address unknown): only entries open to it by name, or to every peer.
+  TargetRefusal target_refusal(const Endpoint& target, const sockaddr* peer, std::string_view peer_name = {}) const;
+  bool target_allowed(const Endpoint& target, const sockaddr* peer, std::string_view peer_name = {}) const {
+    return target_refusal(target, peer, peer_name) == TargetRefusal::kNone;
   }
   // Whether any entry lists `target` (a takeover's streams, opened before).
   bool target_listed(const Endpoint& target) const {

@@ -151,6 +151,12 @@ std::vector<std::string> describe_changes(const Config& running, const Config& n
   const AuthConfig& ra = running.tunnel.auth;
   const AuthConfig& na = next.tunnel.auth;
   if (ra.key_files != na.key_files || !same_secrets(ra.keys, na.keys)) out.push_back("tunnel.auth: keys changed (" + std::to_string(na.key_files.size()) + " key files)");
+  // Certificates rotate the same way: files read again, compared by content.
+  bool same_credentials = ra.credentials && na.credentials ? ra.credentials->same_as(*na.credentials)
+                                                           : ra.credentials == na.credentials;
+  if (ra.ca_files != na.ca_files || ra.cert_file != na.cert_file || ra.key_file != na.key_file || !same_credentials)
+    out.push_back("tunnel.auth: certificate, key or CAs changed (" + std::to_string(na.ca_files.size()) +
+                  " CA files)");
   if (running.admin_token_file != next.admin_token_file || !same_secrets(running.admin_token, next.admin_token))
     out.push_back(next.admin_token_file.empty() ? "admin token removed" : "admin token changed");
   return out;

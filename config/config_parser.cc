@@ -30,6 +30,8 @@
 #include <vector>
 
 #include "common/protocol_limits.h"
+#include <openssl/crypto.h>
+
 #include "common/regular_file.h"
 #include "config/config.h"
 #include "config/key_files.h"
@@ -47,23 +49,30 @@ std::string_view transport_mode_name(TransportMode mode) {
 
 std::string TargetRule::to_string() const {
   std::string s = target.to_string();
-  for (size_t i = 0; i < peer_cidrs.size(); ++i) s += (i == 0 ? " peers: " : ", ") + peer_cidrs[i].to_string();
+  std::vector<std::string> who;
+  for (const auto& c : peer_cidrs) who.push_back(c.to_string());
+  who.insert(who.end(), peer_names.begin(), peer_names.end());
+  for (size_t i = 0; i < who.size(); ++i) s += (i == 0 ? " peers: " : ", ") + who[i];
   return s;
 }
 
-TargetRefusal Config::target_refusal(const Endpoint& t, const sockaddr* peer) const {
+TargetRefusal Config::target_refusal(const Endpoint& t, const sockaddr* peer, std::string_view peer_name) const {
   TargetRefusal why = TargetRefusal::kNotListed;
   for (const auto& rule : targets) {
     if (!(rule.target == t)) continue;
-    if (rule.peer_cidrs.empty()) return TargetRefusal::kNone;
+    if (rule.peer_cidrs.empty() && rule.peer_names.empty()) return TargetRefusal::kNone;
     for (const RouteMatch& cidr : rule.peer_cidrs)
       if (peer && cidr.matches(peer)) return TargetRefusal::kNone;
+    for (const std::string& name : rule.peer_names)
+      if (!peer_name.empty() && name == peer_name) return TargetRefusal::kNone;
     why = TargetRefusal::kNotForThisPeer;
   }
   return why;
 }
 
-std::string_view auth_mode_name(AuthMode mode) { return mode == AuthMode::kPsk ? "psk" : "none"; }
+std::string_view auth_mode_name(AuthMode mode) {
+  return mode == AuthMode::kPsk ? "psk" : mode == AuthMode::kCert ? "cert" : "none";
+}
 
 std::string ConfigError::to_string() const {
   return file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + key_path + ": " +
@@ -107,7 +116,7 @@ const Keys kPeerCidrKeys = {"cidr", "tcp_port", "rdma_port"};
 constexpr std::string_view kPeerByDestination = "destination";
 const Keys kLimitKeys = {"handshakes", "handshakes_per_address", "streams_per_session", "opens_per_second",
                          "sessions_per_address"};
-const Keys kAuthKeys = {"mode", "key_files", "encrypt"};
+const Keys kAuthKeys = {"mode", "key_files", "encrypt", "ca_files", "cert_file", "key_file"};
 // More is a mistake: rotation needs two (the current key and the next).
 inline constexpr size_t kMaxKeyFiles = 8;
 const Keys kRdmaKeys = {"device", "slab_size", "max_pinned", "recv_depth", "send_depth", "busy_poll_us",
@@ -296,6 +305,7 @@ class Parser {
   std::vector<ListenUse> parse_listeners(const Value& v, const std::vector<std::string>& peer_names,
                                          Config* cfg);
   void parse_targets(const Value& v, Config* cfg);
+  void parse_cert_auth(const Value& v, const Fields& f, const Value* mode, AuthConfig* a);
 
   std::string file_;
   bool read_key_files_;
@@ -546,6 +556,27 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
 
   std::optional<ListenUse> tunnel_listen = parse_tunnel(find(fields, "tunnel"), &cfg->tunnel);
 
+  // Mode cert: the certificate says who this node is and where it may be.
+  if (const auto& creds = cfg->tunnel.auth.credentials) {
+    const Value* node = find(fields, "node");
+    if (node && !cfg->node.empty() && cfg->node != creds->name())
+      error(node->mark, node->path,
+            quote(cfg->node) + " is not the name in tunnel.auth.cert_file's certificate (CN " + quote(creds->name()) +
+                "): in mode cert the certificate says who this node is");
+    std::string err;
+    auto ep = make_tcp_endpoint(cfg->tunnel.address, 0, &err);
+    IpBytes ip{};
+    bool any = cfg->tunnel.address == "0.0.0.0" || cfg->tunnel.address == "::";
+    if (ep && !any && ip_bytes_of(reinterpret_cast<const sockaddr*>(&ep->addr), ep->addr_len, &ip) &&
+        std::find(creds->addresses().begin(), creds->addresses().end(), ip) == creds->addresses().end()) {
+      std::string listed;
+      for (const IpBytes& a : creds->addresses()) listed += (listed.empty() ? "" : ", ") + ip_bytes_text(a);
+      error(YAML::Mark(), "tunnel.address",
+            cfg->tunnel.address + " is not among the IP addresses of tunnel.auth.cert_file's certificate (" +
+                (listed.empty() ? std::string("it lists none") : listed) + "): every peer would refuse this node");
+    }
+  }
+
   std::vector<std::string> peer_names;
   if (const Value* v = find(fields, "peers")) peer_names = parse_peers(*v, cfg);
 
@@ -699,25 +730,32 @@ void Parser::parse_auth(const Value& v, AuthConfig* a) {
   const Fields& f = *maybe;
   const Value* mode = find(f, "mode");
   if (!mode) {
-    error(v.mark, v.path, "needs mode: psk (with key_files) or none");
+    error(v.mark, v.path, "needs mode: psk (with key_files), cert (with ca_files, cert_file, key_file) or none");
     return;
   }
-  std::optional<std::string> name = get_choice(*mode, {"psk", "none"});
+  std::optional<std::string> name = get_choice(*mode, {"psk", "cert", "none"});
   if (!name) return;
-  a->mode = *name == "psk" ? AuthMode::kPsk : AuthMode::kNone;
-  const Value* files = find(f, "key_files");
+  a->mode = *name == "psk" ? AuthMode::kPsk : *name == "cert" ? AuthMode::kCert : AuthMode::kNone;
   if (const Value* e = find(f, "encrypt")) {
     std::optional<std::string> on = get_choice(*e, {"true", "false"});
     if (on) a->encrypt = *on == "true";
     if (a->encrypt && a->mode == AuthMode::kNone) {
-      error(e->mark, e->path, "encryption needs mode psk: its keys come from the authentication");
+      error(e->mark, e->path, "encryption needs mode psk or cert: its keys come from the authentication");
       a->encrypt = false;  // reported once, here
     }
   }
-  if (a->mode == AuthMode::kNone) {
-    if (files) error(files->key_mark, files->path, "key_files is for mode psk; mode none takes no key");
-    return;
+  // Keys of the other modes are mistakes: say which mode takes them.
+  for (const char* key : {"key_files", "ca_files", "cert_file", "key_file"}) {
+    const Value* x = find(f, key);
+    bool psk_key = std::string_view(key) == "key_files";
+    if (!x || (psk_key && a->mode == AuthMode::kPsk) || (!psk_key && a->mode == AuthMode::kCert)) continue;
+    error(x->key_mark, x->path,
+          std::string(key) + " is for mode " + (psk_key ? "psk" : "cert") + "; mode " + *name +
+              (a->mode == AuthMode::kNone ? " takes no key" : " does not use it"));
   }
+  if (a->mode == AuthMode::kCert) return parse_cert_auth(v, f, mode, a);
+  if (a->mode == AuthMode::kNone) return;
+  const Value* files = find(f, "key_files");
   if (!files) {
     error(mode->mark, v.path, "mode psk needs key_files: the files holding the keys (the first proves, each verifies)");
     return;
@@ -733,6 +771,79 @@ void Parser::parse_auth(const Value& v, AuthConfig* a) {
   for (const Value& item : *items)
     if (auto path = read_secret_file(item, keys.get())) a->key_files.push_back(*path);
   if (read_key_files_) a->keys = std::move(keys);
+}
+
+void Parser::parse_cert_auth(const Value& v, const Fields& f, const Value* mode, AuthConfig* a) {
+  const Value* cas = find(f, "ca_files");
+  const Value* cert = find(f, "cert_file");
+  const Value* key = find(f, "key_file");
+  if (!cas || !cert || !key) {
+    error(mode->mark, v.path,
+          "mode cert needs ca_files (the fleet's CA certificates), cert_file (this node's certificate) and key_file "
+          "(its private key)");
+    return;
+  }
+  auto absolute = [&](const Value& x) -> std::optional<std::string> {
+    std::optional<std::string> path = get_string(x);
+    if (path && path->front() != '/') {
+      error(x.mark, x.path, "must be an absolute path, got " + quote(*path));
+      return std::nullopt;
+    }
+    return path;
+  };
+  std::vector<std::string> ca_pems;
+  bool ok = true;
+  if (auto items = read_list(*cas)) {
+    if (items->empty()) error(cas->mark, cas->path, "mode cert needs at least one CA certificate file");
+    if (items->size() > kMaxKeyFiles)
+      error(cas->mark, cas->path,
+            "has " + std::to_string(items->size()) + " files; at most " + std::to_string(kMaxKeyFiles) +
+                " (a CA's rotation needs two: the current CA and the next)");
+    for (const Value& item : *items) {
+      auto path = absolute(item);
+      if (!path) {
+        ok = false;
+        continue;
+      }
+      a->ca_files.push_back(*path);
+      std::string pem, why;
+      if (read_key_files_ && !read_regular_file(*path, kMaxCertificateFileBytes, &pem, &why)) {
+        error(item.mark, item.path, *path + ": " + why);
+        ok = false;
+      }
+      ca_pems.push_back(std::move(pem));
+    }
+  } else {
+    ok = false;
+  }
+  std::string cert_pem, key_pem, why;
+  if (auto path = absolute(*cert)) {
+    a->cert_file = *path;
+    if (read_key_files_ && !read_regular_file(*path, kMaxCertificateFileBytes, &cert_pem, &why)) {
+      error(cert->mark, cert->path, *path + ": " + why);
+      ok = false;
+    }
+  } else {
+    ok = false;
+  }
+  if (auto path = absolute(*key)) {
+    a->key_file = *path;
+    if (read_key_files_ && !read_private_key_file(*path, &key_pem, &why)) {
+      error(key->mark, key->path, *path + ": " + why);
+      ok = false;
+    }
+  } else {
+    ok = false;
+  }
+  if (ok && read_key_files_) {
+    std::string problem;
+    a->credentials = NodeCredentials::load(ca_pems, cert_pem, key_pem, &problem);
+    size_t colon = problem.find(": ");
+    if (!a->credentials)
+      error(v.mark, v.path + "." + problem.substr(0, colon),
+            colon == std::string::npos ? problem : problem.substr(colon + 2));
+  }
+  OPENSSL_cleanse(key_pem.data(), key_pem.size());
 }
 
 std::optional<std::string> Parser::read_secret_file(const Value& v, SecretKeys* keys) {
@@ -836,10 +947,11 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
     relation("keepalive_timeout_ms", t->keepalive_timeout_ms, "keepalive_interval_ms",
              t->keepalive_interval_ms, "must be greater than", false);
   // Records are opened in user space: there is nothing left to splice.
-  if (const Value* sp = find(f, "tcp_splice"); sp && t->tcp_splice && t->auth.mode == AuthMode::kPsk)
+  if (const Value* sp = find(f, "tcp_splice"); sp && t->tcp_splice && t->auth.authenticates())
     error(sp->mark, sp->path,
-          "true does nothing with tunnel.auth.mode psk: every frame then travels in authenticated records, "
-          "which rdmagw opens in user space; set it only on a tunnel without auth");
+          "true does nothing with tunnel.auth.mode " + std::string(auth_mode_name(t->auth.mode)) +
+              ": every frame then travels in authenticated records, which rdmagw opens in user space; set it only "
+              "on a tunnel without auth");
   // RDMA CM on iWARP-style devices (eRDMA) listens in the TCP port space, so
   // the two tunnel ports would collide whenever RDMA is in use.
   if (listen_ok && rdma_port_ok && transport_ok && t->transport != TransportMode::kTcp &&
@@ -1170,12 +1282,16 @@ void Parser::parse_targets(const Value& v, Config* cfg) {
       }
       std::string err;
       auto m = parse_route_match(*text, &err);
+      if (!m && cfg->tunnel.auth.mode == AuthMode::kCert && !text->empty() && text->size() <= kMaxNodeNameLength &&
+          text->find_first_of(":/ ") == std::string::npos) {
+        rule.peer_names.push_back(*text);  // a node name, as its certificate proves it
+        continue;
+      }
       if (!m) {
-        // Not an address: a node name, which psk mode cannot vouch for.
+        // Not an address: a node name, which only mode cert can vouch for.
         error(p.mark, p.path,
-              quote(*text) + " is not an address or CIDR (" + err +
-                  "); with tunnel.auth.mode psk every key holder may claim any node name, so peers are named by "
-                  "the address of their end of the session");
+              quote(*text) + " is not an address or CIDR (" + err + "); peers are named by node only with "
+              "tunnel.auth.mode cert: in psk mode every key holder may claim any node name");
         ok = false;
         continue;
       }

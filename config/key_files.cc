@@ -42,23 +42,52 @@ std::string octal_mode(mode_t mode) {
 }
 }  // namespace
 
-bool read_key_file(const std::string& path, std::string* key, std::string* error) {
-  // Following symlinks is deliberate: Kubernetes mounts a Secret's keys as
-  // symlinks into a versioned directory, and the target is what must be private.
+namespace {
+// The rules every secret file meets (a PSK key, a node's private key).
+// Following symlinks is deliberate: Kubernetes mounts a Secret's keys as
+// symlinks into a versioned directory, and the target is what must be private.
+UniqueFd open_private_file(const std::string& path, uint64_t max_bytes, std::string* error) {
   struct stat st {};
   std::string why;
   // Opened non-blocking, regular files only, within the size cap: a FIFO or
   // a device at the path is refused at once (common/regular_file.h).
-  UniqueFd fd = open_regular_file(path, kMaxKeyFileBytes, &st, &why);
+  UniqueFd fd = open_regular_file(path, max_bytes, &st, &why);
   if (!fd.valid()) {
     *error = "the key file: " + why;
-    return false;
+    return {};
   }
   if ((st.st_mode & (S_IRWXG | S_IRWXO)) && !private_to_our_group(st)) {
     *error = "the key file is accessible by group or others (mode " + octal_mode(st.st_mode) +
              "): chmod 0400 it (a Kubernetes Secret volume: defaultMode: 0400)";
+    return {};
+  }
+  return fd;
+}
+}  // namespace
+
+bool read_private_key_file(const std::string& path, std::string* pem, std::string* error) {
+  UniqueFd fd = open_private_file(path, kMaxPrivateKeyFileBytes, error);
+  if (!fd.valid()) return false;
+  pem->assign(kMaxPrivateKeyFileBytes + 1, '\0');
+  size_t got = 0;
+  std::string why;
+  if (!read_up_to(fd.get(), reinterpret_cast<uint8_t*>(pem->data()), pem->size(), &got, &why) ||
+      got > kMaxPrivateKeyFileBytes) {
+    *error = got > kMaxPrivateKeyFileBytes ? "the key file grew past " + std::to_string(kMaxPrivateKeyFileBytes) +
+                                                 " bytes while it was read"
+                                           : "the key file: " + why;
+    OPENSSL_cleanse(pem->data(), pem->size());
+    pem->clear();
     return false;
   }
+  pem->resize(got);
+  return true;
+}
+
+bool read_key_file(const std::string& path, std::string* key, std::string* error) {
+  UniqueFd fd = open_private_file(path, kMaxKeyFileBytes, error);
+  if (!fd.valid()) return false;
+  std::string why;
   // One read into a buffer wiped afterwards, so no stray copy of the key
   // stays behind in freed memory.
   std::array<uint8_t, kMaxKeyFileBytes + 1> buffer;

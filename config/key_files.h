@@ -20,4 +20,12 @@ inline constexpr size_t kMaxKeyFileBytes = 4096;
 // also read (a Kubernetes Secret mounted with fsGroup; key_files.cc).
 bool read_key_file(const std::string& path, std::string* key, std::string* error);
 
+// tunnel.auth.key_file (mode cert): a node's PEM private key, under the same
+// rules as a PSK key file (private, regular, bounded); its content in *pem
+// (the caller wipes it with OPENSSL_cleanse once parsed).
+inline constexpr size_t kMaxPrivateKeyFileBytes = 16 * 1024;
+bool read_private_key_file(const std::string& path, std::string* pem, std::string* error);
+// Certificates (cert_file, ca_files) are public: regular files of at most this.
+inline constexpr size_t kMaxCertificateFileBytes = 256 * 1024;
+
 }  // namespace rdmagw

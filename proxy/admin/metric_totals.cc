@@ -85,7 +85,7 @@ MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::
     totals.rdma_recv_completions += w->rdma_recv_completions.value();
     totals.session_resumes += w->session_resumes.value();
     totals.stream_resume_failures += w->stream_resume_failures.value();
-    totals.auth_failures += w->auth_failures.value();
+    for (size_t i = 0; i < totals.auth_failures.size(); ++i) totals.auth_failures[i] += w->auth_failures[i].value();
     totals.handshakes_refused += w->handshakes_refused.value();
     totals.sessions_idle_closed += w->sessions_idle_closed.value();
     totals.sessions_evicted += w->sessions_evicted.value();

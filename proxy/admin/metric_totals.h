@@ -66,7 +66,7 @@ struct MetricTotals {
   std::array<uint64_t, static_cast<size_t>(metrics::StreamFailure::kCount)> streams_failed{};
   uint64_t rdma_send_completions = 0, rdma_recv_completions = 0;
   uint64_t session_resumes = 0, stream_resume_failures = 0, resent_bytes = 0;
-  uint64_t auth_failures = 0;
+  std::array<uint64_t, static_cast<size_t>(AuthFailure::kCount)> auth_failures{};
   uint64_t handshakes_refused = 0;
   uint64_t sessions_idle_closed = 0, sessions_evicted = 0, sessions_refused = 0;
   uint64_t address_sessions_closed = 0, address_sessions_refused = 0;

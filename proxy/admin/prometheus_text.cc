@@ -182,7 +182,7 @@ void write_worker_families(PrometheusWriter& p, const MetricTotals& totals) {
   }
 }
 
-void write_process_families(PrometheusWriter& p, const Status& status, const MetricTotals& totals,
+void write_process_families(PrometheusWriter& p, const Status& status, const Config* config, const MetricTotals& totals,
                             const metrics::ProcessMetrics& process) {
   p.family("rdmagw_rdma_completions_total", "counter", "RDMA work completions, by kind.");
   p.sample("rdmagw_rdma_completions_total", {{"kind", "send"}}, totals.rdma_send_completions);
@@ -195,8 +195,11 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Met
   p.family("rdmagw_resent_bytes_total", "counter", "Session frame bytes sent again after a resume.");
   p.sample("rdmagw_resent_bytes_total", {}, totals.resent_bytes);
   p.family("rdmagw_auth_failures_total", "counter",
-           "Tunnel handshakes that failed authentication: a peer without a valid key, or one that refused ours.");
-  p.sample("rdmagw_auth_failures_total", {}, totals.auth_failures);
+           "Tunnel handshakes that failed authentication, by reason: a peer without a valid key or certificate, "
+           "one that refused ours, or settings the two sides disagree on.");
+  for (size_t i = 0; i < totals.auth_failures.size(); ++i)
+    p.sample("rdmagw_auth_failures_total", {{"reason", std::string(auth_failure_name(static_cast<AuthFailure>(i)))}},
+             totals.auth_failures[i]);
   p.family("rdmagw_tunnel_handshakes_refused_total", "counter",
            "Tunnel connections refused at accept: too many in their handshake at once (tunnel.limits).");
   p.sample("rdmagw_tunnel_handshakes_refused_total", {}, totals.handshakes_refused);
@@ -225,6 +228,11 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Met
   p.sample("rdmagw_tunnel_rdma_pinned_limit_total", {{"action", "tcp_instead"}}, totals.rdma_budget_tcp);
   p.sample("rdmagw_tunnel_rdma_pinned_limit_total", {{"action", "refused"}}, totals.rdma_budget_refused);
   p.sample("rdmagw_tunnel_rdma_pinned_limit_total", {{"action", "rejected"}}, totals.rdma_budget_rejected);
+  p.family("rdmagw_certificate_expiry_seconds", "gauge",
+           "tunnel.auth.mode cert: seconds until this node's certificate expires (negative: it has).");
+  if (config && config->tunnel.auth.credentials)
+    p.sample("rdmagw_certificate_expiry_seconds", {},
+             config->tunnel.auth.credentials->seconds_left());
   p.family("rdmagw_config_reloads_total", "counter", "Configuration reloads applied.");
   p.sample("rdmagw_config_reloads_total", {}, process.config_reloads.value());
   p.family("rdmagw_config_reload_failures_total", "counter", "Configuration reloads refused; the running one was kept.");
@@ -245,7 +253,7 @@ std::string render_metrics_text(const Status& status, const Config* config, cons
   write_stream_families(p, totals);
   write_peer_families(p, totals);
   write_worker_families(p, totals);
-  write_process_families(p, status, totals, process);
+  write_process_families(p, status, config, totals, process);
   p.histogram("rdmagw_stream_open_seconds",
               "Time from accepting an application's connection to sending its OPEN, waiting for a session included.",
               totals.stream_open);

@@ -318,6 +318,7 @@ int Runtime::run() {
   notifier_.ready("Ready: " + std::to_string(config_->listeners.size()) + " listeners, " +
                   std::to_string(config_->workers) + " workers, transport " + transport_ + ", admin " +
                   config_->admin);
+  log_certificate_validity(*config_);
   const AuthConfig& auth = config_->tunnel.auth;
   if (auth.configured && auth.mode == AuthMode::kNone)
     log::warn("auth_disabled")
@@ -601,7 +602,26 @@ admin::ReloadResult Runtime::load_and_apply() {
       .kv("changes", result.changes.empty() ? std::string("none") : join(result.changes));
   // A worker that was slow still applies it when it gets to its mailbox.
   if (!all) log::warn("reload_slow").kv("reason", slow);
+  log_certificate_validity(*config);
   return result;
+}
+
+void Runtime::log_certificate_validity(const Config& config) {
+  const auto& creds = config.tunnel.auth.credentials;
+  if (!creds) return;
+  // Peers refuse a certificate outside its dates; the process keeps the one
+  // it has until a reload brings another, and says so (and the metric
+  // rdmagw_certificate_expiry_seconds lets an alert say it sooner).
+  int64_t left = creds->seconds_left();
+  int64_t until = creds->seconds_until_valid();
+  if (left < 0 || until > 0)
+    log::error("certificate_invalid")
+        .kv("file", config.tunnel.auth.cert_file)
+        .kv("reason", left < 0 ? "expired " + std::to_string(-left / 3600) + " hours ago"
+                               : "valid only in " + std::to_string(until / 3600) + " hours")
+        .kv("effect", "peers refuse this node until a reload brings a valid certificate");
+  else if (left < 7 * 86400)
+    log::warn("certificate_expiring").kv("file", config.tunnel.auth.cert_file).kv("hours_left", left / 3600);
 }
 
 uint64_t Runtime::drain() {

@@ -64,6 +64,9 @@ class Runtime final : public admin::Backend {
   bool on_every_worker(const std::function<void(Worker&)>& task, std::chrono::milliseconds timeout,
                        std::string* error);
   uint64_t live_streams() const;
+  // Mode cert: says whether this node's certificate is out of its dates, or
+  // will be within a week (at start and after each reload).
+  static void log_certificate_validity(const Config& config);
   admin::ReloadResult refuse_reload(std::vector<std::string> errors);
   // reload()'s work once it is known to go ahead (under reload_mu_).
   admin::ReloadResult load_and_apply();

@@ -136,6 +136,7 @@ bool Worker::init(std::string* error) {
   session_settings_.peer_opens_per_second = t.limits.opens_per_second;
   session_settings_.handshake_log = &handshake_log_;
   auth_keyring_.keys = t.auth.mode == AuthMode::kPsk ? t.auth.keys : nullptr;
+  auth_keyring_.credentials = t.auth.mode == AuthMode::kCert ? t.auth.credentials : nullptr;
   auth_keyring_.encrypt = t.auth.encrypt;
   session_settings_.auth = &auth_keyring_;
 
@@ -534,6 +535,7 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
   // Keys read again by the reload: handshakes from now on use them (the
   // mode itself never changes on reload, see config_diff.cc).
   if (config_->tunnel.auth.mode == AuthMode::kPsk) auth_keyring_.keys = config_->tunnel.auth.keys;
+  if (config_->tunnel.auth.mode == AuthMode::kCert) auth_keyring_.credentials = config_->tunnel.auth.credentials;
   // Peers: one whose address changed is a new peer; its old link finishes
   // the streams it carries, like a removed one.
   std::vector<std::unique_ptr<tunnel::PeerLink>> links;
@@ -761,16 +763,19 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
   auto endpoint = parse_endpoint(target, &error);
   // Authorization by peer: by the address of the peer's end of the session.
   auto peer = parse_host_port(session.remote_address(), &error);
-  TargetRefusal refusal = !endpoint ? TargetRefusal::kNotListed
-                                    : config_->target_refusal(*endpoint, peer ? reinterpret_cast<const sockaddr*>(
-                                                                                   &peer->addr)
-                                                                             : nullptr);
+  // Mode cert: its certificate proved its node name too.
+  std::string_view proven = config_->tunnel.auth.mode == AuthMode::kCert ? session.peer_node() : std::string_view();
+  TargetRefusal refusal =
+      !endpoint ? TargetRefusal::kNotListed
+                : config_->target_refusal(*endpoint, peer ? reinterpret_cast<const sockaddr*>(&peer->addr) : nullptr,
+                                          proven);
   if (refusal != TargetRefusal::kNone) {
     uint64_t suppressed = 0;
     if (refusal_log_.allow(loop_.now(), &suppressed)) {
       log::Line line = log::warn("stream_refused");
+      std::string who = proven.empty() ? "peers" : "node " + std::string(proven);
       std::string detail = !endpoint                                   ? error
-                           : refusal == TargetRefusal::kNotForThisPeer ? "target is not open to peers at " +
+                           : refusal == TargetRefusal::kNotForThisPeer ? "target is not open to " + who + " at " +
                                                                              tunnel::host_of(session.remote_address())
                                                                        : "target is not in targets";
       line.kv("peer", session.peer_node())

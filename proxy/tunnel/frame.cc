@@ -59,36 +59,88 @@ bool decode_session(std::span<const uint8_t> payload, SessionPayload* out, std::
   return true;
 }
 
+size_t auth_frame_size(const AuthPayload& auth) {
+  if (auth.step == AuthStep::kCertificate || auth.step == AuthStep::kSignature)
+    return kHeaderSize + 4 + auth.blob.size();
+  return kHeaderSize + kAuthPayloadSize + (auth.has_dialed ? kAuthAddressSize : 0) +
+         (auth.has_share ? kAuthShareSize : 0);
+}
+
 size_t encode_auth(uint8_t* out, const AuthPayload& auth) {
-  size_t size = auth.has_dialed ? kAuthDialerChallengeSize : kAuthPayloadSize;
-  encode_header(out, FrameType::kAuth, 0, static_cast<uint32_t>(size));
+  size_t size = auth_frame_size(auth);
+  encode_header(out, FrameType::kAuth, 0, static_cast<uint32_t>(size - kHeaderSize));
   uint8_t* p = out + kHeaderSize;
   put_u32(p, static_cast<uint32_t>(auth.step));
-  std::memcpy(p + 4, auth.value.data(), kAuthValueSize);
-  if (auth.has_dialed) std::memcpy(p + kAuthPayloadSize, auth.dialed.data(), kAuthAddressSize);
-  return kHeaderSize + size;
+  p += 4;
+  if (auth.step == AuthStep::kCertificate || auth.step == AuthStep::kSignature) {
+    if (!auth.blob.empty()) std::memcpy(p, auth.blob.data(), auth.blob.size());
+    return size;
+  }
+  std::memcpy(p, auth.value.data(), kAuthValueSize);
+  p += kAuthValueSize;
+  if (auth.has_dialed) {
+    std::memcpy(p, auth.dialed.data(), kAuthAddressSize);
+    p += kAuthAddressSize;
+  }
+  if (auth.has_share) std::memcpy(p, auth.share.data(), kAuthShareSize);
+  return size;
 }
 
 bool decode_auth(std::span<const uint8_t> payload, AuthPayload* out, std::string* reason) {
-  if (payload.size() != kAuthPayloadSize && payload.size() != kAuthDialerChallengeSize) {
-    *reason = "AUTH payload must be " + std::to_string(kAuthPayloadSize) + " or " +
-              std::to_string(kAuthDialerChallengeSize) + " bytes";
+  if (payload.size() < 4) {
+    *reason = "AUTH payload shorter than its step";
     return false;
   }
   uint32_t step = get_u32(payload.data());
-  if (step != static_cast<uint32_t>(AuthStep::kChallenge) && step != static_cast<uint32_t>(AuthStep::kProof)) {
-    *reason = "AUTH step " + std::to_string(step) + " unknown";
-    return false;
+  std::span<const uint8_t> rest = payload.subspan(4);
+  *out = AuthPayload{};
+  switch (step) {
+    case static_cast<uint32_t>(AuthStep::kChallenge): {
+      // A nonce, then the dialed address and a key share, each optional:
+      // their sizes (16, 32) tell which are there.
+      size_t extra = rest.size() >= kAuthValueSize ? rest.size() - kAuthValueSize : 1;
+      if (extra != 0 && extra != kAuthAddressSize && extra != kAuthShareSize &&
+          extra != kAuthAddressSize + kAuthShareSize) {
+        *reason = "AUTH challenge of " + std::to_string(payload.size()) + " bytes";
+        return false;
+      }
+      out->step = AuthStep::kChallenge;
+      std::memcpy(out->value.data(), rest.data(), kAuthValueSize);
+      const uint8_t* p = rest.data() + kAuthValueSize;
+      out->has_dialed = extra == kAuthAddressSize || extra == kAuthAddressSize + kAuthShareSize;
+      if (out->has_dialed) {
+        std::memcpy(out->dialed.data(), p, kAuthAddressSize);
+        p += kAuthAddressSize;
+      }
+      out->has_share = extra >= kAuthShareSize;
+      if (out->has_share) std::memcpy(out->share.data(), p, kAuthShareSize);
+      return true;
+    }
+    case static_cast<uint32_t>(AuthStep::kProof):
+      if (rest.size() != kAuthValueSize) {
+        *reason = "AUTH proof of " + std::to_string(payload.size()) + " bytes; it has " +
+                  std::to_string(kAuthPayloadSize);
+        return false;
+      }
+      out->step = AuthStep::kProof;
+      std::memcpy(out->value.data(), rest.data(), kAuthValueSize);
+      return true;
+    case static_cast<uint32_t>(AuthStep::kCertificate):
+    case static_cast<uint32_t>(AuthStep::kSignature): {
+      size_t max = step == static_cast<uint32_t>(AuthStep::kCertificate) ? kMaxCertificateSize : kMaxSignatureSize;
+      if (rest.empty() || rest.size() > max) {
+        *reason = std::string("AUTH ") + (max == kMaxCertificateSize ? "certificate" : "signature") + " of " +
+                  std::to_string(rest.size()) + " bytes (1.." + std::to_string(max) + ")";
+        return false;
+      }
+      out->step = static_cast<AuthStep>(step);
+      out->blob = rest;
+      return true;
+    }
+    default:
+      *reason = "AUTH step " + std::to_string(step) + " unknown";
+      return false;
   }
-  out->step = static_cast<AuthStep>(step);
-  if (payload.size() == kAuthDialerChallengeSize && out->step != AuthStep::kChallenge) {
-    *reason = "AUTH proof with an address";
-    return false;
-  }
-  std::memcpy(out->value.data(), payload.data() + 4, kAuthValueSize);
-  out->has_dialed = payload.size() == kAuthDialerChallengeSize;
-  if (out->has_dialed) std::memcpy(out->dialed.data(), payload.data() + kAuthPayloadSize, kAuthAddressSize);
-  return true;
 }
 
 std::string_view reset_code_name(ResetCode code) {
@@ -179,7 +231,7 @@ bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, st
     case FrameType::kGoaway: limit = 4; needs_stream = false; break;
     case FrameType::kSession: limit = kSessionPayloadSize; needs_stream = false; break;
     case FrameType::kAck: limit = 8; needs_stream = false; break;
-    case FrameType::kAuth: limit = kAuthDialerChallengeSize; needs_stream = false; break;
+    case FrameType::kAuth: limit = kMaxAuthPayloadSize; needs_stream = false; break;
   }
   if (out->length > limit) {
     *reason = std::string(frame_type_name(out->type)) + " payload of " + std::to_string(out->length) +

@@ -64,6 +64,9 @@ inline constexpr uint32_t kCapEncrypt = 8;
 // encrypted only with kCapEncrypt). An authenticating rdmagw requires it of
 // its peer (docs/security.md).
 inline constexpr uint32_t kCapBound = 16;
+// The sender authenticates with its own certificate (tunnel.auth.mode cert)
+// instead of a pre-shared key; both sides must (docs/security.md).
+inline constexpr uint32_t kCapCert = 32;
 
 // GOAWAY codes.
 enum class GoawayCode : uint32_t {
@@ -152,23 +155,36 @@ inline constexpr size_t kSessionPayloadSize = 8 + 8 + 4 + 8;
 size_t encode_session(uint8_t* out, const SessionPayload& session);
 bool decode_session(std::span<const uint8_t> payload, SessionPayload* out, std::string* reason);
 
-// AUTH: the dialer's challenge, the acceptor's challenge, the dialer's
-// proof, the acceptor's proof (in that order). A challenge carries a nonce,
-// a proof an HMAC-SHA256; both are kAuthValueSize bytes. The dialer's
-// challenge also names the address it dialed (kCapBound), 16 bytes.
-enum class AuthStep : uint8_t { kChallenge = 1, kProof = 2 };
+// AUTH: the dialer's challenge, the acceptor's challenge, then each side's
+// proof (docs/protocol.md, "Authentication"). A challenge carries a nonce
+// (kAuthValueSize bytes); the dialer's also the address it dialed
+// (kCapBound, 16 bytes), and with certificates (kCapCert) each also an
+// X25519 public key (32 bytes). A proof is, with a pre-shared key, one
+// HMAC-SHA256 (kProof); with certificates, the prover's certificate (DER,
+// kCertificate) and its signature over the handshake (kSignature).
+enum class AuthStep : uint8_t { kChallenge = 1, kProof = 2, kCertificate = 3, kSignature = 4 };
 inline constexpr size_t kAuthValueSize = 32;
 inline constexpr size_t kAuthAddressSize = 16;
+inline constexpr size_t kAuthShareSize = 32;
+// Bounds that keep a handshake within what a transport holds before its
+// peer is admitted (TcpTransport's kHandshakeReceiveSize).
+inline constexpr size_t kMaxCertificateSize = 2048;
+inline constexpr size_t kMaxSignatureSize = 512;
 struct AuthPayload {
   AuthStep step = AuthStep::kChallenge;
-  std::array<uint8_t, kAuthValueSize> value{};
-  bool has_dialed = false;  // the dialer's challenge, from a peer with kCapBound
+  std::array<uint8_t, kAuthValueSize> value{};  // challenge: nonce; kProof: HMAC
+  bool has_dialed = false;  // the dialer's challenge
   std::array<uint8_t, kAuthAddressSize> dialed{};
+  bool has_share = false;  // a challenge with certificates
+  std::array<uint8_t, kAuthShareSize> share{};
+  std::span<const uint8_t> blob;  // kCertificate, kSignature: the bytes (in the frame decoded from)
 };
 inline constexpr size_t kAuthPayloadSize = 4 + kAuthValueSize;
 inline constexpr size_t kAuthDialerChallengeSize = kAuthPayloadSize + kAuthAddressSize;
-// Writes a whole AUTH frame; returns its size (kHeaderSize + 36, or + 52
-// with the dialed address).
+inline constexpr size_t kMaxAuthPayloadSize = 4 + kMaxCertificateSize;
+// The frame `auth` makes (header included).
+size_t auth_frame_size(const AuthPayload& auth);
+// Writes a whole AUTH frame; returns its size (auth_frame_size()).
 size_t encode_auth(uint8_t* out, const AuthPayload& auth);
 bool decode_auth(std::span<const uint8_t> payload, AuthPayload* out, std::string* reason);
 

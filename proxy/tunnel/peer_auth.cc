@@ -12,6 +12,7 @@ namespace rdmagw::tunnel {
 
 namespace {
 constexpr std::string_view kLabel = "rdmagw peer auth v2";
+constexpr std::string_view kCertLabel = "rdmagw peer auth v2 cert";
 
 void put_bytes(std::vector<uint8_t>* out, std::span<const uint8_t> bytes) {
   out->insert(out->end(), bytes.begin(), bytes.end());
@@ -19,11 +20,11 @@ void put_bytes(std::vector<uint8_t>* out, std::span<const uint8_t> bytes) {
 
 // Every variable-length part is length-prefixed, so no two transcripts
 // concatenate to the same bytes.
-std::vector<uint8_t> transcript_bytes(AuthRole role, const AuthTranscript& t) {
+std::vector<uint8_t> transcript_bytes(AuthRole role, const AuthTranscript& t, std::string_view label = kLabel) {
   std::vector<uint8_t> out;
   out.reserve(kLabel.size() + 8 + t.dialer_hello.size() + t.acceptor_hello.size() + 2 * kAuthValueSize +
               t.dialed.size());
-  out.insert(out.end(), kLabel.begin(), kLabel.end());
+  out.insert(out.end(), label.begin(), label.end());
   out.push_back(static_cast<uint8_t>(role));
   uint8_t field[2];
   put_u16(field, kProtocolVersion);
@@ -40,6 +41,41 @@ std::vector<uint8_t> transcript_bytes(AuthRole role, const AuthTranscript& t) {
   return out;
 }
 }  // namespace
+
+std::vector<uint8_t> signed_transcript(AuthRole role, const AuthTranscript& t) {
+  std::vector<uint8_t> out = transcript_bytes(role, t, kCertLabel);
+  uint8_t field[2];
+  for (auto part : {t.dialer_share, t.acceptor_share, t.certificate}) {
+    put_u16(field, static_cast<uint16_t>(part.size()));
+    put_bytes(&out, field);
+    put_bytes(&out, part);
+  }
+  return out;
+}
+
+KeyShare::~KeyShare() { EVP_PKEY_free(key_); }
+
+bool KeyShare::generate() {
+  EVP_PKEY_CTX* ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_X25519, nullptr);
+  size_t len = public_.size();
+  bool ok = ctx && EVP_PKEY_keygen_init(ctx) > 0 && EVP_PKEY_keygen(ctx, &key_) > 0 &&
+            EVP_PKEY_get_raw_public_key(key_, public_.data(), &len) > 0 && len == public_.size();
+  EVP_PKEY_CTX_free(ctx);
+  return ok;
+}
+
+bool KeyShare::derive(const std::array<uint8_t, kAuthShareSize>& peer, std::array<uint8_t, 32>* secret) const {
+  if (!key_) return false;
+  EVP_PKEY* theirs = EVP_PKEY_new_raw_public_key(EVP_PKEY_X25519, nullptr, peer.data(), peer.size());
+  EVP_PKEY_CTX* ctx = theirs ? EVP_PKEY_CTX_new(key_, nullptr) : nullptr;
+  size_t len = secret->size();
+  // OpenSSL refuses a share that makes an all-zero secret (a small-order point).
+  bool ok = ctx && EVP_PKEY_derive_init(ctx) > 0 && EVP_PKEY_derive_set_peer(ctx, theirs) > 0 &&
+            EVP_PKEY_derive(ctx, secret->data(), &len) > 0 && len == secret->size();
+  EVP_PKEY_CTX_free(ctx);
+  EVP_PKEY_free(theirs);
+  return ok;
+}
 
 bool draw_nonce(AuthValue* out) { return RAND_bytes(out->data(), static_cast<int>(out->size())) == 1; }
 

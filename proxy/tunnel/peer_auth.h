@@ -19,8 +19,12 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <vector>
+
+struct evp_pkey_st;
 
 #include "common/address.h"
+#include "common/node_credentials.h"
 #include "common/secret_keys.h"
 #include "proxy/tunnel/frame.h"
 #include "proxy/tunnel/transport.h"
@@ -32,9 +36,11 @@ using AuthValue = std::array<uint8_t, kAuthValueSize>;
 // The keys a worker's sessions prove and verify with: one per worker, so a
 // reload swaps them on the worker's own thread. Null keys: mode none.
 struct AuthKeyring {
-  std::shared_ptr<const SecretKeys> keys;
+  std::shared_ptr<const SecretKeys> keys;               // mode psk
+  std::shared_ptr<const NodeCredentials> credentials;   // mode cert
   bool encrypt = false;  // tunnel.auth.encrypt (fixed at start)
-  bool enabled() const { return keys && !keys->empty(); }
+  bool certificates() const { return credentials != nullptr; }
+  bool enabled() const { return (keys && !keys->empty()) || credentials; }
 };
 
 enum class AuthRole : uint8_t { kDialer = 1, kAcceptor = 2 };
@@ -46,6 +52,8 @@ struct AuthTranscript {
   AuthValue dialer_nonce{};
   AuthValue acceptor_nonce{};
   IpBytes dialed{};  // the acceptor's address as the dialer dialed it
+  // With certificates: both X25519 public keys, and the prover's certificate.
+  std::span<const uint8_t> dialer_share, acceptor_share, certificate;
 };
 
 // A nonce from the system's CSPRNG; false if it has none to give.
@@ -57,5 +65,30 @@ AuthValue auth_proof(std::span<const uint8_t> key, AuthRole role, const AuthTran
 // key is tried, so the time taken says nothing about which matched.
 std::optional<size_t> verify_auth_proof(const SecretKeys& keys, AuthRole role, const AuthTranscript& transcript,
                                         const AuthValue& proof);
+
+// With certificates: what `role` signs (and its peer verifies), the same
+// transcript under its own label, with both key shares and the prover's
+// certificate.
+std::vector<uint8_t> signed_transcript(AuthRole role, const AuthTranscript& transcript);
+
+// An ephemeral X25519 key pair, one per transport and side: the record keys
+// of a certificate handshake come from the secret the two shares make.
+class KeyShare {
+ public:
+  KeyShare() = default;
+  ~KeyShare();
+  KeyShare(const KeyShare&) = delete;
+  KeyShare& operator=(const KeyShare&) = delete;
+  // False if OpenSSL cannot draw one.
+  bool generate();
+  const std::array<uint8_t, kAuthShareSize>& public_key() const { return public_; }
+  // The shared secret with the peer's public key; false if it is not a
+  // valid one (all-zero output included).
+  bool derive(const std::array<uint8_t, kAuthShareSize>& peer, std::array<uint8_t, 32>* secret) const;
+
+ private:
+  evp_pkey_st* key_ = nullptr;
+  std::array<uint8_t, kAuthShareSize> public_{};
+};
 
 }  // namespace rdmagw::tunnel

@@ -18,6 +18,7 @@ PeerLink::PeerLink(EventLoop& loop, BufferPool& pool, const PeerConfig& peer, co
       budget_(budget),
       last_used_(loop.now()) {
   settings_.peer_label = peer_.name;
+  settings_.expected_peer = peer_.discovered ? std::string() : peer_.name;
   if (settings_.metrics) counters_ = &settings_.metrics->peer(peer_.name);
 }
 

@@ -156,6 +156,7 @@ bool Session::send_hello() {
   if (settings_.resume_timeout_ms > 0) hello.capabilities |= kCapResume;
   hello.capabilities |= kCapRdmaPlacement;
   if (auth_enabled()) hello.capabilities |= kCapAuth | kCapBound;
+  if (auth_enabled() && settings_.auth->certificates()) hello.capabilities |= kCapCert;
   if (auth_enabled() && settings_.auth->encrypt) hello.capabilities |= kCapEncrypt;
   size_t size = kHeaderSize + kHelloFixedSize + hello.node.size();
   uint8_t* out = transport_->outbound().handshake().append_contiguous(size);
@@ -702,9 +703,16 @@ bool Session::on_piped_frame(const FrameHeader& h, std::span<const uint8_t> head
 void Session::on_transport_closed(std::string_view reason) {
   // An acceptor ends the transport without a word when our proof fails:
   // the end right after it is the only answer we get.
-  if (auth_ && role_ == Role::kDialer && auth_->expect == AuthStep::kProof) {
-    auth_failed("the peer ended the connection after our proof: it holds none of the key we prove with "
-                "(do tunnel.auth.key_files differ?)");
+  if (auth_ && role_ == Role::kDialer && auth_->expect != AuthStep::kChallenge) {
+    if (settings_.auth->certificates())
+      auth_failed(AuthFailure::kMismatch,
+                  "the peer ended the connection after our certificate: it did not accept it (do the two sides "
+                  "trust the same CA in tunnel.auth.ca_files? is our certificate valid now, and does it list the "
+                  "address we dial from?)");
+    else
+      auth_failed(AuthFailure::kProof,
+                  "the peer ended the connection after our proof: it holds none of the key we prove with "
+                  "(do tunnel.auth.key_files differ?)");
     return;
   }
   lose_transport(SessionEnd::kTransportFailed, reason);
@@ -730,7 +738,7 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
   if (link_ == Link::kAuth) {
     if (h.type == FrameType::kAuth) return on_auth(payload);
     if (h.type == FrameType::kHello && role_ == Role::kDialer)
-      return auth_failed("the peer does not authenticate (its tunnel.auth.mode is none)");
+      return auth_failed(AuthFailure::kMismatch, "the peer does not authenticate (its tunnel.auth.mode is none)");
     return protocol_error(std::string(frame_type_name(h.type)) + " before AUTH");
   }
   if (link_ == Link::kSession) {

@@ -137,12 +137,17 @@ struct SessionSettings {
   // never admitted (a flood of them must not flood the log); null: every
   // line is written.
   log::LogLimiter* handshake_log = nullptr;
-  // The keys to prove and verify with (tunnel.auth.mode psk), owned by the
-  // worker and swapped by a reload; null or empty: peers are not authenticated.
+  // The keys (tunnel.auth.mode psk) or the node's certificate (mode cert) to
+  // prove and verify with, owned by the worker and swapped by a reload;
+  // null or empty: peers are not authenticated.
   const AuthKeyring* auth = nullptr;
   // Label for this session's peer counters: the configured peer name for
   // sessions we dial; empty for accepted ones, which use the HELLO's node.
   std::string peer_label;
+  // Mode cert, sessions we dial to a named peer: the node its certificate
+  // must name (empty: a peer found by destination, whose certificate must
+  // list the address dialed, whatever its name).
+  std::string expected_peer;
 };
 
 struct SessionCounters {
@@ -296,12 +301,22 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // After our HELLO (whose payload is `hello`): the dialer's challenge, or
   // the acceptor's proof.
   bool send_auth_after_hello(std::span<const uint8_t> hello);
-  bool send_auth(AuthStep step, const AuthValue& value, const IpBytes* dialed = nullptr);
+  bool send_auth(const AuthPayload& auth);
+  // Our AUTH challenge (a nonce; the dialer's: the address it dialed; with
+  // certificates: a fresh key share), and our proof (an HMAC, or our
+  // certificate and signature).
+  bool send_challenge();
+  bool send_proof();
+  bool on_auth_challenge(const AuthPayload& got);
+  bool on_auth_proof(const AuthPayload& got);
+  bool on_auth_signature(const AuthPayload& got);
+  // With certificates: the record keys come from the two key shares.
+  bool protect_records_with_shares();
   // The peer's HELLO on an authenticated tunnel: held until its proof.
   bool hold_hello(std::span<const uint8_t> payload, HelloPayload hello);
   bool on_auth(std::span<const uint8_t> payload);
   // Ends this transport without a word to the peer; logs once per address.
-  bool auth_failed(std::string_view reason);
+  bool auth_failed(AuthFailure failure, std::string_view reason);
   // The transport seals what it sends from now on and opens what it
   // receives after the current frame (authenticated; encrypted with
   // tunnel.auth.encrypt), with keys derived from `key` and both nonces.
@@ -445,6 +460,10 @@ class Session final : public IoObject, public Flushable, private TransportSink {
     AuthStep expect = AuthStep::kChallenge;  // the peer's next AUTH
     AuthValue dialer_nonce{}, acceptor_nonce{};
     IpBytes dialed{};  // the acceptor's address as the dialer dialed it
+    // Mode cert: our X25519 key pair, both public keys, the peer's certificate.
+    KeyShare own_share;
+    std::array<uint8_t, kAuthShareSize> dialer_share{}, acceptor_share{};
+    std::vector<uint8_t> peer_certificate;
     std::vector<uint8_t> dialer_hello, acceptor_hello;  // HELLO payloads as sent
     HelloPayload peer_hello;  // held until the peer's proof verifies
   };

@@ -16,6 +16,8 @@
 // random nonce: not its node name, not its settings, not an HMAC. A failure
 // ends the transport without a word, counts in rdmagw_auth_failures_total
 // and is logged once per peer address.
+#include <openssl/crypto.h>
+
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -50,19 +52,15 @@ AuthTranscript Session::auth_transcript(bool with_acceptor_hello) const {
   t.dialer_nonce = auth_->dialer_nonce;
   t.acceptor_nonce = auth_->acceptor_nonce;
   t.dialed = auth_->dialed;
+  if (settings_.auth->certificates()) {
+    t.dialer_share = auth_->dialer_share;
+    t.acceptor_share = auth_->acceptor_share;
+  }
   return t;
 }
 
-bool Session::send_auth(AuthStep step, const AuthValue& value, const IpBytes* dialed) {
-  AuthPayload auth;
-  auth.step = step;
-  auth.value = value;
-  if (dialed) {
-    auth.has_dialed = true;
-    auth.dialed = *dialed;
-  }
-  size_t size = kHeaderSize + (dialed ? kAuthDialerChallengeSize : kAuthPayloadSize);
-  uint8_t* out = transport_->outbound().handshake().append_contiguous(size);
+bool Session::send_auth(const AuthPayload& auth) {
+  uint8_t* out = transport_->outbound().handshake().append_contiguous(auth_frame_size(auth));
   if (!out) {
     close(SessionEnd::kOutOfBuffers, "out of buffers", CloseMode::kAbort);
     return false;
@@ -73,40 +71,92 @@ bool Session::send_auth(AuthStep step, const AuthValue& value, const IpBytes* di
   return true;
 }
 
+bool Session::send_challenge() {
+  AuthPayload c;
+  c.step = AuthStep::kChallenge;
+  bool dialer = role_ == Role::kDialer;
+  c.value = dialer ? auth_->dialer_nonce : auth_->acceptor_nonce;
+  if (dialer) {
+    c.has_dialed = true;
+    c.dialed = auth_->dialed;
+  }
+  if (settings_.auth->certificates()) {
+    if (!auth_->own_share.generate()) return auth_failed(AuthFailure::kMalformed, "cannot draw an X25519 key (OpenSSL)");
+    c.has_share = true;
+    c.share = auth_->own_share.public_key();
+    (dialer ? auth_->dialer_share : auth_->acceptor_share) = c.share;
+  }
+  return send_auth(c);
+}
+
+bool Session::send_proof() {
+  AuthRole role = role_ == Role::kDialer ? AuthRole::kDialer : AuthRole::kAcceptor;
+  AuthTranscript t = auth_transcript(role == AuthRole::kAcceptor);
+  if (!settings_.auth->certificates()) {
+    AuthPayload proof;
+    proof.step = AuthStep::kProof;
+    proof.value = auth_proof(settings_.auth->keys->key(0), role, t);
+    return send_auth(proof);
+  }
+  // Our certificate, then our signature over the handshake with it in.
+  const NodeCredentials& creds = *settings_.auth->credentials;
+  t.certificate = creds.certificate();
+  std::vector<uint8_t> signature;
+  if (!creds.sign(signed_transcript(role, t), &signature) || signature.size() > kMaxSignatureSize)
+    return auth_failed(AuthFailure::kMalformed, "cannot sign the handshake with tunnel.auth.key_file (OpenSSL)");
+  AuthPayload cert;
+  cert.step = AuthStep::kCertificate;
+  cert.blob = creds.certificate();
+  AuthPayload sig;
+  sig.step = AuthStep::kSignature;
+  sig.blob = signature;
+  return send_auth(cert) && send_auth(sig);
+}
+
 bool Session::send_auth_after_hello(std::span<const uint8_t> hello) {
   if (role_ == Role::kDialer) {
     // A new transport: a new exchange, with a nonce of its own.
     auth_ = std::make_unique<AuthExchange>();
     auth_->dialer_hello.assign(hello.begin(), hello.end());
-    if (!draw_nonce(&auth_->dialer_nonce)) return auth_failed("no random bytes for a nonce (RAND_bytes failed)");
+    if (!draw_nonce(&auth_->dialer_nonce))
+      return auth_failed(AuthFailure::kMalformed, "no random bytes for a nonce (RAND_bytes failed)");
     // The address we dialed goes into both proofs: they are good only at
     // the host we meant to reach.
     IpBytes local;
     if (!transport_->addresses(&local, &auth_->dialed))
-      return auth_failed("this transport cannot tell the address it dialed");
+      return auth_failed(AuthFailure::kMalformed, "this transport cannot tell the address it dialed");
     auth_->expect = AuthStep::kChallenge;
     link_ = Link::kAuth;
-    return send_auth(AuthStep::kChallenge, auth_->dialer_nonce, &auth_->dialed);
+    return send_challenge();
   }
   // Acceptor: the dialer proved itself; now we do, over both HELLOs.
   auth_->acceptor_hello.assign(hello.begin(), hello.end());
-  AuthValue proof = auth_proof(settings_.auth->keys->key(0), AuthRole::kAcceptor, auth_transcript(true));
-  bool sent = send_auth(AuthStep::kProof, proof);
+  bool sent = send_proof();
   auth_.reset();
   return sent;
 }
 
 bool Session::hold_hello(std::span<const uint8_t> payload, HelloPayload hello) {
   if (!(hello.capabilities & kCapAuth))
-    return auth_failed(role_ == Role::kAcceptor
+    return auth_failed(AuthFailure::kMismatch,
+                       role_ == Role::kAcceptor
                            ? "the peer does not authenticate (its tunnel.auth.mode is none, or it is no rdmagw)"
                            : "the peer does not authenticate (its tunnel.auth.mode is none)");
   if (!(hello.capabilities & kCapBound))
-    return auth_failed("the peer is an older rdmagw: its proofs do not name the address it dialed, and its frames "
+    return auth_failed(AuthFailure::kMismatch,
+                       "the peer is an older rdmagw: its proofs do not name the address it dialed, and its frames "
                        "are not authenticated (docs/security.md); upgrade it");
+  bool peer_certs = (hello.capabilities & kCapCert) != 0;
+  if (peer_certs != settings_.auth->certificates())
+    return auth_failed(AuthFailure::kMismatch,
+                       peer_certs ? "the peer authenticates with a certificate (tunnel.auth.mode cert) and this side "
+                                    "with a pre-shared key (psk)"
+                                  : "this side authenticates with a certificate (tunnel.auth.mode cert) and the peer "
+                                    "with a pre-shared key (psk)");
   bool peer_encrypts = (hello.capabilities & kCapEncrypt) != 0;
   if (peer_encrypts != settings_.auth->encrypt)
-    return auth_failed(peer_encrypts ? "the peer encrypts (tunnel.auth.encrypt: true) and this side does not"
+    return auth_failed(AuthFailure::kMismatch,
+                       peer_encrypts ? "the peer encrypts (tunnel.auth.encrypt: true) and this side does not"
                                      : "this side encrypts (tunnel.auth.encrypt: true) and the peer does not");
   if (role_ == Role::kAcceptor) {
     auth_ = std::make_unique<AuthExchange>();
@@ -116,86 +166,161 @@ bool Session::hold_hello(std::span<const uint8_t> payload, HelloPayload hello) {
   }
   auth_->peer_hello = std::move(hello);
   // Acceptor: the dialer's challenge comes next; dialer: the acceptor's proof.
-  auth_->expect = role_ == Role::kAcceptor ? AuthStep::kChallenge : AuthStep::kProof;
+  auth_->expect = role_ == Role::kAcceptor           ? AuthStep::kChallenge
+                  : settings_.auth->certificates() ? AuthStep::kCertificate
+                                                   : AuthStep::kProof;
   link_ = Link::kAuth;
   return true;
 }
+
+namespace {
+std::string_view step_name(AuthStep step) {
+  switch (step) {
+    case AuthStep::kChallenge: return "challenge";
+    case AuthStep::kProof: return "proof";
+    case AuthStep::kCertificate: return "certificate";
+    case AuthStep::kSignature: return "signature";
+  }
+  return "?";
+}
+}  // namespace
 
 bool Session::on_auth(std::span<const uint8_t> payload) {
   std::string reason;
   AuthPayload got;
   if (!decode_auth(payload, &got, &reason)) return protocol_error(reason);
   if (got.step != auth_->expect)
-    return protocol_error(std::string("AUTH ") + (got.step == AuthStep::kProof ? "proof" : "challenge") +
-                          " out of turn");
-  const SecretKeys& keys = *settings_.auth->keys;
+    return protocol_error("AUTH " + std::string(step_name(got.step)) + " out of turn (" +
+                          std::string(step_name(auth_->expect)) + " expected)");
+  bool certs = settings_.auth->certificates();
   if (got.has_dialed != (role_ == Role::kAcceptor && got.step == AuthStep::kChallenge))
     return protocol_error(got.has_dialed ? "AUTH names an address where it should not"
                                          : "the dialer's AUTH challenge does not name the address it dialed");
+  if (got.step == AuthStep::kChallenge && got.has_share != certs)
+    return protocol_error(certs ? "an AUTH challenge without a key share (mode cert)"
+                                : "an AUTH challenge with a key share (mode psk)");
+  switch (got.step) {
+    case AuthStep::kChallenge: return on_auth_challenge(got);
+    case AuthStep::kProof: return on_auth_proof(got);
+    case AuthStep::kCertificate:
+      // Kept until the signature that must verify with it.
+      auth_->peer_certificate.assign(got.blob.begin(), got.blob.end());
+      auth_->expect = AuthStep::kSignature;
+      return true;
+    case AuthStep::kSignature: return on_auth_signature(got);
+  }
+  return protocol_error("AUTH step unknown");
+}
+
+bool Session::on_auth_challenge(const AuthPayload& got) {
+  bool certs = settings_.auth->certificates();
   if (role_ == Role::kAcceptor) {
-    if (got.step == AuthStep::kChallenge) {
-      // A host the dialer reached in our place (a relay that passes our
-      // answers back) would be named here, not us.
-      IpBytes local, remote;
-      if (!transport_->addresses(&local, &remote))
-        return auth_failed("this transport cannot tell the address it was reached at");
-      if (got.dialed != local)
-        return auth_failed("the peer dialed " + ip_bytes_text(got.dialed) + ", not this host's " +
-                           ip_bytes_text(local) +
-                           ": a host between the two relays the connection (or translates its address, which "
-                           "authenticated tunnels do not allow)");
-      auth_->dialed = got.dialed;
-      auth_->dialer_nonce = got.value;
-      if (!draw_nonce(&auth_->acceptor_nonce)) return auth_failed("no random bytes for a nonce (RAND_bytes failed)");
-      auth_->expect = AuthStep::kProof;
-      return send_auth(AuthStep::kChallenge, auth_->acceptor_nonce);
-    }
+    // A host the dialer reached in our place (a relay that passes our
+    // answers back) would be named here, not us.
+    IpBytes local, remote;
+    if (!transport_->addresses(&local, &remote))
+      return auth_failed(AuthFailure::kMalformed, "this transport cannot tell the address it was reached at");
+    if (got.dialed != local)
+      return auth_failed(AuthFailure::kWrongAddress,
+                         "the peer dialed " + ip_bytes_text(got.dialed) + ", not this host's " + ip_bytes_text(local) +
+                             ": a host between the two relays the connection (or translates its address, which "
+                             "authenticated tunnels do not allow)");
+    auth_->dialed = got.dialed;
+    auth_->dialer_nonce = got.value;
+    if (certs) auth_->dialer_share = got.share;
+    if (!draw_nonce(&auth_->acceptor_nonce))
+      return auth_failed(AuthFailure::kMalformed, "no random bytes for a nonce (RAND_bytes failed)");
+    auth_->expect = certs ? AuthStep::kCertificate : AuthStep::kProof;
+    return send_challenge();
+  }
+  auth_->acceptor_nonce = got.value;
+  if (certs) auth_->acceptor_share = got.share;
+  auth_->expect = certs ? AuthStep::kCertificate : AuthStep::kProof;
+  link_ = Link::kHello;  // the acceptor's HELLO comes once our proof holds
+  if (!send_proof()) return false;
+  // Everything after our proof travels in records, both ways: with a key,
+  // keyed by the one we proved with (the one the acceptor verifies it
+  // with); with certificates, by the secret our two key shares make.
+  return certs ? protect_records_with_shares() : protect_records(settings_.auth->keys->key(0));
+}
+
+bool Session::on_auth_proof(const AuthPayload& got) {
+  const SecretKeys& keys = *settings_.auth->keys;
+  if (role_ == Role::kAcceptor) {
     std::optional<size_t> key = verify_auth_proof(keys, AuthRole::kDialer, auth_transcript(false), got.value);
-    if (!key) return auth_failed(no_key_matches(keys));
+    if (!key) return auth_failed(AuthFailure::kProof, no_key_matches(keys));
     // Our HELLO and proof are the first records: the dialer turned its
     // records on when it sent the proof we just verified.
     if (!protect_records(keys.key(*key))) return false;
     HelloPayload hello = std::move(auth_->peer_hello);
     return accept_hello(std::move(hello));  // sends our HELLO and proof
   }
-  if (got.step == AuthStep::kChallenge) {
-    auth_->acceptor_nonce = got.value;
-    AuthValue proof = auth_proof(keys.key(0), AuthRole::kDialer, auth_transcript(false));
-    auth_->expect = AuthStep::kProof;
-    link_ = Link::kHello;  // the acceptor's HELLO comes once our proof holds
-    if (!send_auth(AuthStep::kProof, proof)) return false;
-    // Everything after our proof travels in records, both ways, with keys
-    // from the key we proved with (the one the acceptor verifies it with).
-    return protect_records(keys.key(0));
-  }
   if (!verify_auth_proof(keys, AuthRole::kAcceptor, auth_transcript(true), got.value))
-    return auth_failed(no_key_matches(keys));
+    return auth_failed(AuthFailure::kProof, no_key_matches(keys));
   HelloPayload hello = std::move(auth_->peer_hello);
   auth_.reset();
   return accept_hello(std::move(hello));
+}
+
+bool Session::on_auth_signature(const AuthPayload& got) {
+  bool acceptor = role_ == Role::kAcceptor;
+  // The dialer's certificate must list the address it connects from; the
+  // acceptor's, the address the dialer dialed (as TLS checks a host name).
+  IpBytes local, remote;
+  if (acceptor && !transport_->addresses(&local, &remote))
+    return auth_failed(AuthFailure::kMalformed, "this transport cannot tell the peer's address");
+  const IpBytes& where = acceptor ? remote : auth_->dialed;
+  AuthTranscript t = auth_transcript(!acceptor);
+  t.certificate = auth_->peer_certificate;
+  std::string name, detail;
+  AuthFailure failure = AuthFailure::kMalformed;
+  if (!settings_.auth->credentials->verify_peer(auth_->peer_certificate, where,
+                                                acceptor ? std::string_view() : settings_.expected_peer,
+                                                signed_transcript(acceptor ? AuthRole::kDialer : AuthRole::kAcceptor, t),
+                                                got.blob, &name, &failure, &detail))
+    return auth_failed(failure, detail);
+  // The certificate says who the peer is; its HELLO must not say otherwise.
+  if (auth_->peer_hello.node != name)
+    return auth_failed(AuthFailure::kWrongName, "the peer calls itself " + auth_->peer_hello.node +
+                                                    " in HELLO, but its certificate names " + name);
+  if (acceptor && !protect_records_with_shares()) return false;
+  HelloPayload hello = std::move(auth_->peer_hello);
+  if (!acceptor) auth_.reset();
+  return accept_hello(std::move(hello));  // the acceptor: sends our HELLO, certificate and signature
+}
+
+bool Session::protect_records_with_shares() {
+  std::array<uint8_t, 32> secret{};
+  const auto& peer = role_ == Role::kDialer ? auth_->acceptor_share : auth_->dialer_share;
+  if (!auth_->own_share.derive(peer, &secret))
+    return auth_failed(AuthFailure::kMalformed, "the peer's key share is not a valid X25519 public key");
+  bool ok = protect_records(secret);
+  OPENSSL_cleanse(secret.data(), secret.size());
+  return ok;
 }
 
 bool Session::protect_records(std::span<const uint8_t> key) {
   Protection protection = settings_.auth->encrypt ? Protection::kEncrypt : Protection::kAuthenticate;
   FrameKeys keys;
   if (!derive_frame_keys(key, auth_->dialer_nonce, auth_->acceptor_nonce, protection, &keys))
-    return auth_failed("cannot derive the record keys (OpenSSL HKDF)");
+    return auth_failed(AuthFailure::kMalformed, "cannot derive the record keys (OpenSSL HKDF)");
   bool dialer = role_ == Role::kDialer;
   std::string error;
   if (!transport_->protect(dialer ? keys.dialer_to_acceptor : keys.acceptor_to_dialer,
                            dialer ? keys.acceptor_to_dialer : keys.dialer_to_acceptor, protection, &error))
-    return auth_failed("cannot seal records: " + error);
+    return auth_failed(AuthFailure::kMalformed, "cannot seal records: " + error);
   return true;
 }
 
-bool Session::auth_failed(std::string_view reason) {
-  if (settings_.metrics) settings_.metrics->auth_failures.add();
+bool Session::auth_failed(AuthFailure failure, std::string_view reason) {
+  if (settings_.metrics) settings_.metrics->auth_failure(failure).add();
   std::string host = host_of(remote_address_);
   if (first_failure_from(host))
     log::warn("auth_failed")
         .kv("remote", host)
         .kv("role", role_ == Role::kDialer ? "dialer" : "acceptor")
         .kv("transport", transport_kind_name(transport_kind_))
+        .kv("failure", auth_failure_name(failure))
         .kv("reason", reason)
         .kv("next", "further failures from this address are counted (rdmagw_auth_failures_total), not logged");
   auth_.reset();

@@ -222,7 +222,7 @@ def test_entrypoint_refuses_an_invalid_config_with_its_position(rdmagw_bin, tmp_
 def test_entrypoint_without_a_config_says_where_to_mount_it(rdmagw_bin, tmp_path):
     proc = run([ENTRYPOINT], env=entrypoint_env(rdmagw_bin, tmp_path / "absent.yaml"))
     assert proc.returncode == 2
-    assert f"{tmp_path}/absent.yaml:0:0: (file): cannot read" in proc.stderr, proc.stderr
+    assert f"{tmp_path}/absent.yaml:0:0: (file): cannot open: No such file" in proc.stderr, proc.stderr
     assert "rdmagw-entrypoint: error: no configuration at" in proc.stderr
 
 

@@ -5,10 +5,14 @@
 //
 // The first byte chooses the setting: bit 0 dialer (else acceptor), bit 1
 // authentication on, bit 2 resumable, bits 3-4 how many streams the owner
-// will hand out for the peer's OPENs. The next byte splits the rest into
+// will hand out for the peer's OPENs, bit 5 (with bit 1) certificates
+// instead of a key (tests/unit/certs: the peer's certificate and signature
+// are parsed and checked, however they come). The next byte splits the rest into
 // two deliveries (a frame cut across two reads).
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -31,6 +35,23 @@ const AuthKeyring& keyring() {
   }();
   return ring;
 }
+
+std::string read_text(const char* name) {
+  std::ifstream in(std::string(RDMAGW_SOURCE_DIR) + "/tests/unit/certs/" + name);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+const AuthKeyring& cert_keyring() {
+  static AuthKeyring ring = [] {
+    std::string error;
+    AuthKeyring r;
+    r.credentials = NodeCredentials::load({read_text("ca-a.pem")}, read_text("acceptor.crt.pem"),
+                                          read_text("acceptor.key.pem"), &error);
+    if (!r.credentials) __builtin_trap();  // the test certificates are missing: nothing would be fuzzed
+    return r;
+  }();
+  return ring;
+}
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -47,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   settings.stream_window = 16384;
   settings.session_window = 65536;
   settings.resume_timeout_ms = (mode & 4) ? 10000 : 0;
-  if (mode & 2) settings.auth = &keyring();
+  if (mode & 2) settings.auth = (mode & 32) ? &cert_keyring() : &keyring();
 
   BufferPool pool(kBufferHeadroom + settings.max_data, 64);
   EventLoop loop;

@@ -7,6 +7,7 @@ changes; tests/fuzz/run --merge adds what fuzzing found on top.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import struct
@@ -52,6 +53,12 @@ def frames_seeds() -> None:
           + tf.auth_frame(tf.PROOF, b"p" * 32))
 
 
+def x509_der(pem_path: Path) -> bytes:
+    text = pem_path.read_text()
+    body = text.split("-----BEGIN CERTIFICATE-----")[1].split("-----END CERTIFICATE-----")[0]
+    return base64.b64decode("".join(body.split()))
+
+
 def session_seeds() -> None:
     plain = tf.hello(max_data=4096, stream_window=16384, session_window=65536, node=b"peer")
     resumable = tf.hello(capabilities=CAP_RESUME, max_data=4096, stream_window=16384, session_window=65536,
@@ -65,6 +72,15 @@ def session_seeds() -> None:
     write("fuzz_session", bytes([0b11101]) + split + resumable + session_frame(0, 0, 2, 0) + stream_traffic())
     write("fuzz_session", bytes([0b11010]) + split + authed + tf.auth_frame(tf.CHALLENGE, b"n" * 32, FAKE_WIRE_IP)
           + tf.auth_frame(tf.PROOF, b"p" * 32) + stream_traffic())
+    # Certificates (bit 5): a challenge with a key share, then a certificate
+    # and a signature (from tests/unit/certs, which the harness trusts).
+    cert_hello = tf.hello(capabilities=CAP_AUTH | CAP_BOUND | 32, max_data=4096, stream_window=16384,
+                          session_window=65536, node=b"dialer")
+    share = bytes(range(1, 33))
+    der = x509_der(ROOT / "tests" / "unit" / "certs" / "dialer.crt.pem")
+    write("fuzz_session", bytes([0b111010]) + split + cert_hello
+          + tf.frame(tf.AUTH, 0, struct.pack("<I", 1) + b"n" * 32 + FAKE_WIRE_IP + share)
+          + tf.frame(tf.AUTH, 0, struct.pack("<I", 3) + der) + tf.frame(tf.AUTH, 0, struct.pack("<I", 4) + b"s" * 70))
     write("fuzz_session", bytes([0b11011]) + split + tf.auth_frame(tf.CHALLENGE, b"n" * 32) + authed
           + tf.auth_frame(tf.PROOF, b"p" * 32))
 

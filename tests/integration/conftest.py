@@ -176,10 +176,13 @@ def key_file(name: str = "fleet", content: str | None = None, mode: int = 0o400,
 
 def auth_yaml(auth) -> list[str]:
     """tunnel.auth lines: "psk" (the run's fleet key), "psk+encrypt" (the same,
-    encrypting), a list of key file paths, "none", or None (no auth section:
-    only a loopback tunnel may)."""
+    encrypting), a list of key file paths, "none", None (no auth section:
+    only a loopback tunnel may), or the section's YAML itself (a string that
+    starts with "  auth:", e.g. certs.cert_auth())."""
     if auth is None:
         return []
+    if isinstance(auth, str) and auth.startswith("  auth:"):
+        return auth.rstrip("\n").split("\n")
     if auth == "none":
         return ["  auth: {mode: none}"]
     files = [key_file()] if auth in ("psk", "psk+encrypt") else list(auth)

@@ -27,7 +27,8 @@ MiB = 1 << 20
 
 
 def auth_failures(sc) -> float:
-    return parse_metrics(admin_request(sc.admin_port, "/metrics").text).get("rdmagw_auth_failures_total", -1)
+    metrics = parse_metrics(admin_request(sc.admin_port, "/metrics").text)
+    return sum(v for k, v in metrics.items() if k.startswith("rdmagw_auth_failures_total{"))
 
 
 def closed_without_a_word(peer: TunnelPeer, timeout: float = 5.0) -> list[int]:

@@ -172,7 +172,7 @@ def test_both_ends_must_agree(pair, backend):
     line = p.b.wait_log(lambda l: "event=auth_failed" in l, timeout=10)
     assert line and "the peer encrypts" in line, line
     wait_for(lambda: parse_metrics(admin_request(p.b.admin_port, "/metrics").text)
-             .get("rdmagw_auth_failures_total", 0) >= 1, timeout=5, what="the failure counted")
+             .get('rdmagw_auth_failures_total{reason="mismatch"}', 0) >= 1, timeout=5, what="the failure counted")
     assert "event=session_open" not in p.b.log_text()
 
 

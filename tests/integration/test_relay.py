@@ -18,6 +18,7 @@ import pytest
 
 import tunnel_frames as tf
 from backends import EchoServer
+from certs import Authority, cert_auth
 from clients import connect, free_port, wait_closed
 from conftest import render_config, tcp_only
 
@@ -92,12 +93,17 @@ class KeylessRelay:
 
 
 @tcp_only
-@pytest.mark.parametrize("auth", ["psk", "psk+encrypt"])
-def test_a_keyless_relay_between_two_members_gets_nothing(sidecar, backend, auth):
+@pytest.mark.parametrize("auth", ["psk", "psk+encrypt", "cert"])
+def test_a_keyless_relay_between_two_members_gets_nothing(sidecar, backend, tmp_path, auth):
     echo = backend(EchoServer())
     b_port, b_admin = free_port(), free_port()
+    a_auth = b_auth = auth
+    if auth == "cert":
+        ca = Authority(tmp_path / "pki")
+        b_auth = cert_auth([ca.path], *ca.node("host-b", ["127.0.0.1"]))
+        a_auth = cert_auth([ca.path], *ca.node("host-a", ["127.0.0.1"]))
     b = sidecar("host-b", render_config("host-b", tunnel_port=b_port, admin_port=b_admin, targets=[echo.endpoint],
-                                        auth=auth))
+                                        auth=b_auth))
     b.start()
     marker = b"RELAYED-OPEN-7c1e"
     relay = KeylessRelay(b_port, tf.open_frame(1001, echo.endpoint, marker))
@@ -107,7 +113,7 @@ def test_a_keyless_relay_between_two_members_gets_nothing(sidecar, backend, auth
                                         peers=[("host-x", relay.port)], peer_address=RELAY_ADDR,
                                         listeners=[{"name": "x", "listen": f"tcp:127.0.0.1:{listen_port}",
                                                     "peer": "host-x", "target": echo.endpoint}],
-                                        auth=auth))
+                                        auth=a_auth))
     a.start()
     try:
         line = b.wait_log("event=auth_failed", 10)

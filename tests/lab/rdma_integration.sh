@@ -16,7 +16,8 @@ echo "== lab: integration tests on transport: rdma (recv_depth 32)"
   tests/integration/test_flow_control.py tests/integration/test_shutdown.py \
   tests/integration/test_admin.py tests/integration/test_reload.py \
   tests/integration/test_crash_resets.py tests/integration/test_takeover.py \
-  tests/integration/test_encryption.py tests/integration/test_rdma_budget.py
+  tests/integration/test_encryption.py tests/integration/test_rdma_budget.py \
+  tests/integration/test_certs.py
 
 echo "== lab: live failover (transport auto): the rxe device removed and added again under streams"
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration/test_rdma_failover.py

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -108,7 +110,7 @@ TEST_CASE("tunnel.auth: wrong shapes are refused with the key and the reason", "
   };
   const Case cases[] = {
       {"    key_files: [/k]\n", "tunnel.auth", "needs mode"},
-      {"    mode: tls\n", "tunnel.auth.mode", "psk, none"},
+      {"    mode: tls\n", "tunnel.auth.mode", "psk, cert, none"},
       {"    mode: psk\n", "tunnel.auth", "needs key_files"},
       {"    mode: psk\n    key_files: []\n", "tunnel.auth.key_files", "at least one key file"},
       {"    mode: psk\n    key_files: [keys/current]\n", "tunnel.auth.key_files[0]", "absolute path"},
@@ -117,6 +119,15 @@ TEST_CASE("tunnel.auth: wrong shapes are refused with the key and the reason", "
       {"    mode: psk\n    key_files: [/k]\n    encrypt: maybe\n", "tunnel.auth.encrypt", "true, false"},
       {"    mode: none\n    encrypt: true\n", "tunnel.auth.encrypt", "needs mode psk"},
       {"    mode: psk\n    key_files: [/k]\n    cipher: aes\n", "tunnel.auth.cipher", "unknown key"},
+      {"    mode: cert\n    ca_files: [/ca]\n    cert_file: /c\n", "tunnel.auth", "mode cert needs ca_files"},
+      {"    mode: cert\n    ca_files: []\n    cert_file: /c\n    key_file: /k\n", "tunnel.auth.ca_files",
+       "at least one CA certificate file"},
+      {"    mode: cert\n    ca_files: [ca.pem]\n    cert_file: /c\n    key_file: /k\n", "tunnel.auth.ca_files[0]",
+       "absolute path"},
+      {"    mode: psk\n    key_files: [/k]\n    cert_file: /c\n", "tunnel.auth.cert_file",
+       "cert_file is for mode cert; mode psk does not use it"},
+      {"    mode: cert\n    ca_files: [/ca]\n    cert_file: /c\n    key_file: /k\n    key_files: [/k]\n",
+       "tunnel.auth.key_files", "key_files is for mode psk"},
   };
   for (const Case& c : cases) {
     ConfigError e = only_error(head + c.auth);
@@ -272,3 +283,67 @@ TEST_CASE("tunnel.auth.encrypt: on with psk, off by default, fixed at start", "[
   CHECK(changes[0] == "tunnel.auth.encrypt: false -> true");
 }
 
+
+// tunnel.auth.mode cert, from real files (tests/unit/certs, made by make.py).
+namespace {
+std::string cert_text(const std::string& name) {
+  std::ifstream in(std::string(RDMAGW_SOURCE_DIR) + "/tests/unit/certs/" + name);
+  REQUIRE(in);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+}  // namespace
+
+TEST_CASE("tunnel.auth.mode cert: the certificate names the node and its address, its key is private",
+          "[config][auth]") {
+  KeyDir dir;
+  std::string ca = dir.write("ca.pem", cert_text("ca-a.pem"), 0644);
+  std::string crt = dir.write("dialer.crt", cert_text("dialer.crt.pem"), 0644);
+  std::string key = dir.write("dialer.key", cert_text("dialer.key.pem"), 0400);
+  auto config = [&](const std::string& node, const std::string& address, const std::string& key_file) {
+    std::string file = dir.path + "/rdmagw.yaml";
+    std::ofstream out(file);
+    out << "node: " << node << "\ntunnel:\n  address: " << address << "\n  auth:\n    mode: cert\n    ca_files: ["
+        << ca << "]\n    cert_file: " << crt << "\n    key_file: " << key_file << "\n";
+    return file;
+  };
+  ConfigResult ok = load_config_file(config("dialer", "192.0.2.1", key));
+  INFO((ok.errors.empty() ? std::string() : ok.errors[0].to_string()));
+  REQUIRE(ok.config);
+  REQUIRE(ok.config->tunnel.auth.credentials);
+  CHECK(ok.config->tunnel.auth.credentials->name() == "dialer");
+  CHECK(ok.config->tunnel.auth.mode == AuthMode::kCert);
+
+  ConfigResult r = load_config_file(config("host-a", "192.0.2.1", key));
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].key_path == "node");
+  CHECK_THAT(r.errors[0].message, Contains("is not the name in tunnel.auth.cert_file's certificate (CN 'dialer')"));
+
+  r = load_config_file(config("dialer", "192.0.2.9", key));
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].key_path == "tunnel.address");
+  CHECK_THAT(r.errors[0].message, Contains("is not among the IP addresses of tunnel.auth.cert_file's certificate "
+                                           "(192.0.2.1)"));
+
+  std::string open_key = dir.write("open.key", cert_text("dialer.key.pem"), 0644);
+  r = load_config_file(config("dialer", "192.0.2.1", open_key));
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].key_path == "tunnel.auth.key_file");
+  CHECK_THAT(r.errors[0].message, Contains("accessible by group or others"));
+
+  std::string other_key = dir.write("acceptor.key", cert_text("acceptor.key.pem"), 0400);
+  r = load_config_file(config("dialer", "192.0.2.1", other_key));
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].key_path == "tunnel.auth.key_file");
+  CHECK_THAT(r.errors[0].message, Contains("the key is not cert_file's"));
+
+  // A reload that brings another certificate says so.
+  std::string crt2 = dir.write("dialer.crt", cert_text("dialer-expired.crt.pem"), 0644);
+  (void)crt2;
+  dir.write("dialer.key", cert_text("dialer-expired.key.pem"), 0400);
+  ConfigResult next = load_config_file(config("dialer", "192.0.2.1", key));
+  REQUIRE(next.config);
+  auto changes = describe_changes(*ok.config, *next.config);
+  CHECK(std::find(changes.begin(), changes.end(), "tunnel.auth: certificate, key or CAs changed (1 CA files)") !=
+        changes.end());
+  CHECK(restart_only_changes(*ok.config, *next.config).empty());
+}

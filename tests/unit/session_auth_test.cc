@@ -2,6 +2,8 @@
 // sessions over fake transports, and an acceptor facing a peer the test
 // plays frame by frame, which knows the protocol but maybe not the key.
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -381,4 +383,125 @@ TEST_CASE("auth: every authenticated transport seals its records, with the keys 
   CHECK(p.dial_wire->send_key == p.accept_wire->receive_key);
   CHECK(p.accept_wire->send_key == p.dial_wire->receive_key);
   CHECK(p.dial_wire->send_key != p.dial_wire->receive_key);
+}
+
+// --- tunnel.auth.mode cert: certificates from tests/unit/certs (make.py) ---
+
+namespace {
+
+std::string read_text(const std::string& name) {
+  std::ifstream in(std::string(RDMAGW_SOURCE_DIR) + "/tests/unit/certs/" + name);
+  REQUIRE(in);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+AuthKeyring cert_ring(const std::string& node, std::initializer_list<const char*> cas = {"ca-a.pem"},
+                      bool encrypt = false) {
+  std::vector<std::string> ca_pems;
+  for (const char* c : cas) ca_pems.push_back(read_text(c));
+  std::string error;
+  auto creds = NodeCredentials::load(ca_pems, read_text(node + ".crt.pem"), read_text(node + ".key.pem"), &error);
+  INFO(error);
+  REQUIRE(creds);
+  AuthKeyring ring;
+  ring.credentials = creds;
+  ring.encrypt = encrypt;
+  return ring;
+}
+
+SessionSettings named(SessionSettings s, const AuthKeyring* ring, std::string expected_peer = "") {
+  s.auth = ring;
+  s.expected_peer = std::move(expected_peer);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("cert: two nodes with certificates of one CA open a session; names come from the certificates") {
+  bool encrypt = GENERATE(false, true);
+  AuthKeyring d = cert_ring("dialer", {"ca-a.pem"}, encrypt), a = cert_ring("acceptor", {"ca-a.pem"}, encrypt);
+  Pair p(named(resumable_settings("dialer"), &d, "acceptor"), named(resumable_settings("acceptor"), &a));
+  REQUIRE(p.dialer->open());
+  REQUIRE(p.acceptor->open());
+  CHECK(p.dialer->peer_node() == "acceptor");
+  CHECK(p.acceptor->peer_node() == "dialer");
+  CHECK(p.dial_wire->protected_records);
+  CHECK(p.dial_wire->send_key == p.accept_wire->receive_key);
+  CHECK(p.accept_wire->send_key == p.dial_wire->receive_key);
+  FakeStream x, y;
+  p.open_stream_pair(x, y);
+  std::string data = "carried under certificates";
+  CHECK(p.send(*p.dialer, x, data, 0) == data.size());
+  p.pump();
+  CHECK(y.received == data);
+  // A resumed session proves itself again on its new transport.
+  p.cut();
+  p.reconnect();
+  REQUIRE(p.dialer->open());
+  CHECK(p.dialer->counters().resumes == 1);
+}
+
+TEST_CASE("cert: each bad certificate is refused with its reason") {
+  struct Case {
+    const char* what;
+    const char* dialer_cert;
+    const char* acceptor_cert;
+    std::string expected_peer;
+    bool acceptor_refuses;  // else the dialer does
+    const char* says;
+  };
+  const Case cases[] = {
+      {"expired", "dialer-expired", "acceptor", "acceptor", true, "certificate has expired"},
+      {"another CA", "dialer", "acceptor-other-ca", "acceptor", false, "unable to get local issuer certificate"},
+      {"another name", "dialer", "acceptor", "host-b", false, "names node acceptor, not host-b"},
+      {"not for the address dialed", "dialer", "acceptor-elsewhere", "acceptor", false, "does not list 192.0.2.1"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    // Each side trusts both CAs here, so that only the case's point fails.
+    AuthKeyring d = cert_ring(c.dialer_cert, {"ca-a.pem"});
+    AuthKeyring a = cert_ring(c.acceptor_cert, {"ca-a.pem", "ca-b.pem"});
+    Pair p(named(resumable_settings("dialer"), &d, c.expected_peer), named(resumable_settings("acceptor"), &a));
+    p.loop.end_batch();
+    CHECK_FALSE(p.dialer->open());
+    auto& closed = c.acceptor_refuses ? p.accept_owner.closed : p.dial_owner.closed;
+    REQUIRE(closed.size() == 1);
+    CHECK(closed[0].end == SessionEnd::kAuthFailed);
+    CHECK_THAT(closed[0].reason, Contains(c.says));
+  }
+}
+
+TEST_CASE("cert: a psk side and a cert side refuse each other, saying which is which") {
+  AuthKeyring psk = keyring({kKeyA});
+  AuthKeyring cert = cert_ring("acceptor");
+  Pair p(with_keys(resumable_settings("dialer"), &psk), named(resumable_settings("acceptor"), &cert));
+  p.loop.end_batch();
+  REQUIRE(p.accept_owner.closed.size() == 1);
+  CHECK_THAT(p.accept_owner.closed[0].reason, Contains("this side authenticates with a certificate"));
+}
+
+TEST_CASE("cert: node credentials are checked when loaded") {
+  std::string error;
+  CHECK_FALSE(NodeCredentials::load({read_text("ca-b.pem")}, read_text("dialer.crt.pem"), read_text("dialer.key.pem"),
+                                    &error));
+  CHECK_THAT(error, Contains("cert_file: the certificate does not verify against ca_files"));
+  CHECK_FALSE(NodeCredentials::load({read_text("ca-a.pem")}, read_text("dialer.crt.pem"),
+                                    read_text("acceptor.key.pem"), &error));
+  CHECK_THAT(error, Contains("key_file: the key is not cert_file's"));
+  CHECK_FALSE(NodeCredentials::load({"not a certificate"}, read_text("dialer.crt.pem"), read_text("dialer.key.pem"),
+                                    &error));
+  CHECK_THAT(error, Contains("ca_files[0]: no PEM certificate in it"));
+  // An expired certificate of our own loads (the process says so and peers
+  // refuse it), with its negative time left.
+  auto expired = NodeCredentials::load({read_text("ca-a.pem")}, read_text("dialer-expired.crt.pem"),
+                                       read_text("dialer-expired.key.pem"), &error);
+  REQUIRE(expired);
+  CHECK(expired->seconds_left() < 0);
+  auto good = NodeCredentials::load({read_text("ca-a.pem")}, read_text("dialer.crt.pem"), read_text("dialer.key.pem"),
+                                    &error);
+  REQUIRE(good);
+  CHECK(good->name() == "dialer");
+  REQUIRE(good->addresses().size() == 1);
+  CHECK(ip_bytes_text(good->addresses()[0]) == "192.0.2.1");
+  CHECK(good->seconds_left() > 0);
 }

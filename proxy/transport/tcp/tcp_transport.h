@@ -40,6 +40,9 @@ namespace rdmagw::transport {
 // has proved nothing.
 inline constexpr size_t kHandshakeReceiveSize = 4096;
 static_assert(kHandshakeReceiveSize >= 4 * tunnel::kMaxHandshakeFrameSize);
+// A certificate and its signature come together, before admission.
+static_assert(kHandshakeReceiveSize >= 2 * tunnel::kHeaderSize + 8 + tunnel::kMaxCertificateSize +
+                                           tunnel::kMaxSignatureSize);
 // Frame-stream bytes per record, and the bytes a record adds.
 inline constexpr size_t kRecordSize = 16 * 1024;
 inline constexpr size_t kRecordOverhead = 4 + tunnel::kCipherTagSize;

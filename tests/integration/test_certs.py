@@ -1,0 +1,247 @@
+"""tunnel.auth.mode cert (docs/security.md, "Per-node identity"): each node
+proves itself with its own X.509 certificate, signed by the fleet's CA. Its
+name comes from the certificate, and the certificate's IP addresses say
+where it may be. Real sidecars, certificates made by certs.py:
+
+- a pair opens sessions and carries streams, encrypted or not (on the
+  transport under test: RDMA in the lab, tests/lab/rdma_integration.sh);
+- each bad certificate (expired, not yet valid, another CA, another name, an
+  address it does not list) is refused, counted by reason and logged with
+  why, and no stream gets through;
+- certificates and CAs rotate by reload with a stream open throughout;
+- a target may be opened by peers named in it, which a certificate proves.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from admin_client import admin_json, admin_request, parse_metrics
+from backends import EchoServer
+from certs import DAY, NOW, Authority, cert_auth
+from clients import connect, echo_roundtrip, free_port, wait_closed, wait_for
+from conftest import TUNNEL_ADDR, render_config, tcp_only
+
+
+class CertPair:
+    """host-b (targets) and host-a (a listener to host-b), each with its own
+    certificate from `ca`; either side's auth section may be replaced."""
+
+    def __init__(self, sidecar, tmp_path, targets, *, a_auth=None, b_auth=None, encrypt=False,
+                 b_address=TUNNEL_ADDR, a_dials=TUNNEL_ADDR, peer_name="host-b", b_node="host-b"):
+        self.ca = Authority(tmp_path / "pki")
+        self.b_port, self.b_admin, self.a_admin, self.a_port = free_port(), free_port(), free_port(), free_port()
+        self.listen = free_port()
+        self.target = targets[0]
+        self.b_cert = b_cert = self.ca.node(b_node, [TUNNEL_ADDR])
+        a_cert = self.ca.node("host-a", [TUNNEL_ADDR])
+        self.b = sidecar(b_node, render_config(
+            b_node, tunnel_port=self.b_port, admin_port=self.b_admin, targets=targets, address=b_address,
+            auth=b_auth or cert_auth([self.ca.path], *b_cert, encrypt=encrypt)))
+        self.a_text = lambda auth: render_config(
+            "host-a", tunnel_port=self.a_port, admin_port=self.a_admin, peers=[(peer_name, self.b_port)],
+            peer_address=a_dials,
+            listeners=[{"name": "t", "listen": f"tcp:127.0.0.1:{self.listen}", "peer": peer_name,
+                        "target": self.target}],
+            auth=auth)
+        self.a = sidecar("host-a", self.a_text(a_auth or cert_auth([self.ca.path], *a_cert, encrypt=encrypt)))
+
+    def start(self):
+        self.b.admin_port, self.a.admin_port = self.b_admin, self.a_admin
+        self.b.tunnel_port = self.b_port
+        self.b.start()
+        self.a.start()
+        return self
+
+
+def failures(sc, reason: str) -> float:
+    return parse_metrics(admin_request(sc.admin_port, "/metrics").text).get(
+        f'rdmagw_auth_failures_total{{reason="{reason}"}}', 0)
+
+
+def refused_stream(port: int) -> str:
+    s = connect(("127.0.0.1", port), timeout=10)
+    s.sendall(b"knock knock")
+    how, _, _ = wait_closed(s, timeout=15)
+    s.close()
+    return how
+
+
+@pytest.mark.parametrize("encrypt", [False, True])
+def test_two_nodes_with_certificates_carry_streams(sidecar, backend, tmp_path, encrypt):
+    echo = backend(EchoServer())
+    p = CertPair(sidecar, tmp_path, [echo.endpoint], encrypt=encrypt).start()
+    payload = bytes(range(256)) * 512
+    assert echo_roundtrip(("127.0.0.1", p.listen), payload, timeout=15) == payload
+    peers = admin_json(p.b_admin, "/peers")["peers"]
+    assert any(x["name"] == "host-a" for x in peers), peers
+    assert "auth=cert" in p.a.log_text() and "event=auth_failed" not in p.a.log_text() + p.b.log_text()
+
+
+# A dialer presenting a certificate the acceptor must refuse: (how it is
+# bent, host-a's tunnel address, the reason host-b counts, what it says).
+DIALER_BAD = {
+    "expired": (dict(not_before=NOW - 10 * DAY, not_after=NOW - DAY), "127.0.0.1", "expired",
+                "certificate has expired"),
+    "not-yet-valid": (dict(not_before=NOW + DAY, not_after=NOW + 10 * DAY), "127.0.0.1", "not-yet-valid",
+                      "certificate is not yet valid"),
+    "other-ca": (None, "127.0.0.1", "unknown-ca", "unable to get local issuer certificate"),
+    # Its certificate is for 127.0.0.3 (its tunnel address), and it dials
+    # from 127.0.0.1: the address a node connects from must be in it.
+    "source-address": (dict(addresses=("127.0.0.3",)), "127.0.0.3", "wrong-address", "does not list 127.0.0.1"),
+}
+
+
+@tcp_only
+@pytest.mark.parametrize("case", sorted(DIALER_BAD))
+def test_a_bad_dialer_certificate_is_refused_counted_and_said(sidecar, backend, tmp_path, case):
+    echo = backend(EchoServer())
+    p = CertPair(sidecar, tmp_path, [echo.endpoint])
+    bent, address, reason, said = DIALER_BAD[case]
+    if bent is None:
+        other = Authority(tmp_path / "other", name="another CA")
+        cert = other.node("host-a", ["127.0.0.1"])
+        auth = cert_auth([p.ca.path, other.path], *cert)  # host-a trusts both, host-b the fleet's only
+    else:
+        cert = p.ca.node("host-a", tag="-bad", **({"addresses": ("127.0.0.1",)} | bent))
+        auth = cert_auth([p.ca.path], *cert)
+    p.a = sidecar("host-a", p.a_text(auth).replace("  address: 127.0.0.1\n", f"  address: {address}\n", 1))
+    p.start()
+    if case in ("expired", "not-yet-valid"):
+        assert p.a.wait_log("event=certificate_invalid", 5), p.a.tail()
+    line = p.b.wait_log("event=auth_failed", 10)
+    assert line and f"failure={reason}" in line and said in line, p.b.tail()
+    wait_for(lambda: failures(p.b, reason) >= 1, timeout=5, what=f"auth failure {reason} counted")
+    assert refused_stream(p.listen) == "reset"
+    assert echo.completed == 0 and echo.bytes_echoed == 0
+    assert p.b.log_text().count("event=auth_failed") == 1, "logged once per address"
+    assert "event=session_open" not in p.a.log_text() + p.b.log_text()
+
+
+@tcp_only
+def test_a_named_peer_must_present_its_name(sidecar, backend, tmp_path):
+    """host-a's peer host-b is at 127.0.0.1, but the node there is host-x
+    (a certificate of the same CA, for the same address): refused."""
+    echo = backend(EchoServer())
+    p = CertPair(sidecar, tmp_path, [echo.endpoint], b_node="host-x", peer_name="host-b").start()
+    line = p.a.wait_log("event=auth_failed", 10)
+    assert line and "failure=wrong-name" in line and "names node host-x, not host-b" in line, p.a.tail()
+    assert failures(p.a, "wrong-name") >= 1
+    assert refused_stream(p.listen) == "reset"
+    assert echo.completed == 0
+
+
+@tcp_only
+def test_an_acceptor_whose_certificate_does_not_list_the_address_dialed_is_refused(sidecar, backend, tmp_path):
+    """host-b listens on every address and its certificate lists 127.0.0.1;
+    host-a dials it at 127.0.0.2: host-b may be there, but its certificate
+    does not say so, as a server's certificate must name the host dialed."""
+    echo = backend(EchoServer())
+    p = CertPair(sidecar, tmp_path, [echo.endpoint], b_address="0.0.0.0", a_dials="127.0.0.2").start()
+    line = p.a.wait_log("event=auth_failed", 10)
+    assert line and "failure=wrong-address" in line and "does not list 127.0.0.2" in line, p.a.tail()
+    assert refused_stream(p.listen) == "reset"
+    assert echo.completed == 0
+
+
+@tcp_only
+def test_mode_cert_and_psk_refuse_each_other_saying_so(sidecar, backend, tmp_path):
+    echo = backend(EchoServer())
+    p = CertPair(sidecar, tmp_path, [echo.endpoint], b_auth="psk").start()
+    line = p.b.wait_log("event=auth_failed", 10)
+    assert line and "failure=mismatch" in line and "the peer authenticates with a certificate" in line, p.b.tail()
+
+
+@tcp_only
+@pytest.mark.deadline(120)
+def test_certificates_and_the_ca_rotate_by_reload_with_a_stream_open(sidecar, backend, tmp_path):
+    """A node certificate renewed, then the CA replaced (both CAs trusted
+    during the change): each reload applies to new handshakes and to resumed
+    transports, and the stream open throughout goes on."""
+    echo = backend(EchoServer())
+    p = CertPair(sidecar, tmp_path, [echo.endpoint]).start()
+    s = connect(("127.0.0.1", p.listen), timeout=10)
+    rounds = 0
+
+    def exchange():
+        nonlocal rounds
+        rounds += 1
+        msg = f"round {rounds}".encode()
+        s.sendall(msg)
+        got = b""
+        deadline = time.monotonic() + 10
+        while got != msg and time.monotonic() < deadline:
+            got += s.recv(64)
+        assert got == msg
+
+    def reload(sc, text):
+        sc.config_path.write_text(text)
+        r = admin_request(sc.admin_port, "/reload", "POST")
+        assert r.status == 200, r.text
+        return r.json()
+
+    def cut_tunnel():
+        # The next transport authenticates with the new material: kill the
+        # current one (ss -K on host-b's tunnel port) and let it resume.
+        import subprocess
+        subprocess.run(["ss", "-K", "sport", "=", str(p.b_port)], capture_output=True, timeout=10)
+
+    exchange()
+    # 1. host-a's certificate renewed (same CA, a new key).
+    new_a = p.ca.node("host-a", ["127.0.0.1"], tag="-renewed")
+    result = reload(p.a, p.a_text(cert_auth([p.ca.path], *new_a)))
+    assert any("certificate, key or CAs changed" in c for c in result["changes"]), result
+    cut_tunnel()
+    exchange()
+    # 2. A new CA: every node trusts both, then gets a certificate from the
+    # new one, then trusts only the new one.
+    new_ca = Authority(tmp_path / "pki2", name="rdmagw fleet CA 2")
+    reload(p.b, render_b(p, [p.ca.path, new_ca.path], p.b_cert))
+    a2 = new_ca.node("host-a", ["127.0.0.1"])
+    reload(p.a, p.a_text(cert_auth([p.ca.path, new_ca.path], *a2)))
+    cut_tunnel()
+    exchange()
+    b2 = new_ca.node("host-b", ["127.0.0.1"])
+    reload(p.b, render_b(p, [new_ca.path], b2))
+    reload(p.a, p.a_text(cert_auth([new_ca.path], *a2)))
+    cut_tunnel()
+    exchange()
+    assert echo_roundtrip(("127.0.0.1", p.listen), b"a new stream", timeout=10) == b"a new stream"
+    s.shutdown(socket.SHUT_WR)
+    s.close()
+    assert "event=stream_reset" not in p.a.log_text() + p.b.log_text()
+    assert "event=auth_failed" not in p.a.log_text() + p.b.log_text()
+    # Each cut made the sessions authenticate a new transport with what the
+    # reloads brought.
+    assert p.a.log_text().count("event=session_resumed") >= 3 * 2, p.a.tail()
+
+
+def render_b(p: CertPair, ca_files, cert) -> str:
+    return render_config("host-b", tunnel_port=p.b_port, admin_port=p.b_admin, targets=[p.target],
+                         auth=cert_auth(ca_files, *cert))
+
+
+@tcp_only
+def test_a_target_open_to_a_node_by_name(sidecar, backend, tmp_path):
+    """Mode cert: `peers` may name nodes, which their certificates prove."""
+    echo, other = backend(EchoServer()), backend(EchoServer())
+    p = CertPair(sidecar, tmp_path, [echo.endpoint])
+    text = p.b.config_path.read_text()
+    text = text.replace(f'  - "{echo.endpoint}"\n', f'  - {{target: "{echo.endpoint}", peers: [host-a]}}\n'
+                                                       f'  - {{target: "{other.endpoint}", peers: [host-c]}}\n')
+    p.b.config_path.write_text(text)
+    p.start()
+    assert echo_roundtrip(("127.0.0.1", p.listen), b"for host-a", timeout=10) == b"for host-a"
+    # The same peer asking for the target open to host-c only is refused.
+    port = free_port()
+    p.a.config_path.write_text(p.a.config_path.read_text().replace(
+        "listeners:\n", f'listeners:\n  - name: c\n    listen: "tcp:127.0.0.1:{port}"\n    peer: host-b\n'
+        f'    target: "{other.endpoint}"\n', 1))
+    assert admin_request(p.a_admin, "/reload", "POST").status == 200
+    assert refused_stream(port) == "reset"
+    line = p.b.wait_log(lambda l: "event=stream_refused" in l and "reason=not-allowed" in l, 5)
+    assert line and "target is not open to node host-a at 127.0.0.1" in line, line
+    assert other.completed == 0

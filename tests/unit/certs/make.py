@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Makes the certificates the unit tests load (tests/unit/certs/*.pem), with
+Python's cryptography package: two CAs, and node certificates for the fake
+wires' address (192.0.2.1, tests/unit/fake_transport.h) valid until 2125,
+one expired, one for another address. Test material only: committed so the
+unit tests need no generator. Run again only to change them."""
+
+import datetime
+import ipaddress
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+HERE = Path(__file__).resolve().parent
+START = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
+END = datetime.datetime(2125, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def name(cn):
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def write_key(path, key):
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+
+
+def ca(tag):
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(name(f"test CA {tag}")).issuer_name(name(f"test CA {tag}"))
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(START).not_valid_after(END)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    (HERE / f"ca-{tag}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key, cert
+
+
+def node(file, cn, ca_key, ca_cert, ips=("192.0.2.1",), start=START, end=END):
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(name(cn)).issuer_name(ca_cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(start).not_valid_after(end)
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(i)) for i in ips]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    (HERE / f"{file}.crt.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    write_key(HERE / f"{file}.key.pem", key)
+
+
+a_key, a_cert = ca("a")
+b_key, b_cert = ca("b")
+node("dialer", "dialer", a_key, a_cert)
+node("acceptor", "acceptor", a_key, a_cert)
+node("acceptor-other-ca", "acceptor", b_key, b_cert)
+node("acceptor-elsewhere", "acceptor", a_key, a_cert, ips=("198.51.100.7",))
+node("dialer-expired", "dialer", a_key, a_cert, start=START, end=datetime.datetime(2025, 6, 1, tzinfo=datetime.timezone.utc))
