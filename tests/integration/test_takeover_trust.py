@@ -27,8 +27,8 @@ import pytest
 from backends import EchoServer
 from clients import connect, free_port, recv_exact, require_root_and
 from conftest import RDMAGW_BIN, Sidecar, tcp_only
-from takeover_channel import (ADOPTED, COMMIT, HELLO, IMAGE, REFUSED, RELEASED, SOCKETS, SQUATTER, WELCOME,
-                              StalledTakeover, channel_name, image, receive, send)
+from takeover_channel import (ADOPTED, COMMIT, HEADER, HELLO, IMAGE, MAGIC, REFUSED, RELEASED, SOCKETS, SQUATTER,
+                              WELCOME, StalledTakeover, channel_name, image, receive, send)
 from test_takeover import Upgrades, echo_once, takeover_address
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", SQUATTER]
@@ -110,11 +110,13 @@ class FakeOldProcess:
     says: `sockets` are sent in SOCKETS with `image_bytes`, and ADOPTED is
     answered by `on_adopted` (RELEASED, REFUSED, or None: close)."""
 
-    def __init__(self, tunnel_port: int, image_bytes: bytes, sockets=(), on_adopted: int | None = RELEASED):
+    def __init__(self, tunnel_port: int, image_bytes: bytes, sockets=(), on_adopted: int | None = RELEASED,
+                 announce: int | None = None):
         self.listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listening.bind(channel_name(tunnel_port))
         self.listening.listen(4)
         self.image, self.sockets, self.on_adopted = image_bytes, list(sockets), on_adopted
+        self.announce = announce  # an IMAGE header claiming this many bytes, then only `image_bytes`
         self.hello_features: int | None = None
         self.adopted = False
         self.error: Exception | None = None
@@ -131,6 +133,11 @@ class FakeOldProcess:
             if self.hello_features & COMMIT:
                 send(conn, WELCOME, fds=[self.listening.fileno()], credentials=True)
             send(conn, SOCKETS, fds=[s.fileno() for s in self.sockets])
+            if self.announce is not None:
+                conn.sendall(HEADER.pack(MAGIC, IMAGE, self.announce, 0) + self.image)
+                time.sleep(3)  # the new process waits for the rest, or gives up
+                conn.close()
+                return
             send(conn, IMAGE, self.image)
             kind, _, _, _ = receive(conn)
             self.adopted = kind == ADOPTED
@@ -240,3 +247,27 @@ def test_an_adopted_sent_after_the_old_process_gave_up_gets_no_release(pair, bac
         s.close()
     echo_once(p.address("e"), b"new")
     assert p.a.running() and "event=taken_over" not in p.a.log_text()
+
+
+@tcp_only
+def test_an_image_that_announces_gigabytes_costs_only_what_arrives(sidecar, backend, tmp_path):
+    """A header may claim up to 8 GiB; the payload is read as it comes, so
+    the new process neither allocates nor touches gigabytes for bytes that
+    never come: it fails when the other end closes."""
+    echo = backend(EchoServer())
+    port = free_port()
+    old = FakeOldProcess(port, b"\x02\x00\x00\x00" + b"\0" * 60, announce=6 << 30)
+    new = new_process(sidecar, tmp_path, port, [echo.endpoint])
+    new.start(wait=False)
+    peak = 0
+    deadline = time.monotonic() + 15
+    while new.running() and time.monotonic() < deadline:
+        try:
+            peak = max(peak, new.rss_kib())
+        except (OSError, ValueError):
+            break
+        time.sleep(0.05)
+    assert new.wait(timeout=20) == 1
+    old.close()
+    assert "closed the takeover channel" in new.log_text(), new.tail()
+    assert peak < 256 * 1024, f"the new process grew to {peak} KiB for an image that never came"
