@@ -160,6 +160,7 @@ struct TunnelConfig {
   uint32_t reconnect_max_ms = 2000;             // tunnel.reconnect_max_ms: backoff ceiling
   uint32_t resume_timeout_ms = 10000;           // tunnel.resume_timeout_ms: 0 = sessions do not resume
   uint32_t rdma_probe_interval_ms = 2000;       // tunnel.rdma_probe_interval_ms: auto, a session on TCP tries RDMA; 0 = never
+  uint32_t rdma_head_start_ms = 1000;           // tunnel.rdma_head_start_ms: auto, TCP dialled too if RDMA's connect is not done by then; 0 = never
   uint32_t rdma_share = 100;                    // tunnel.rdma_share: auto, the percentage of peers whose sessions use RDMA
   // Fleet (docs/configuration.md, "Fleet"); these change on reload.
   std::vector<PeerCidr> peer_cidrs;             // tunnel.peer_cidrs: where `peer: destination` may dial

@@ -111,6 +111,7 @@ std::vector<std::string> restart_only_changes(const Config& running, const Confi
   d.check("tunnel.reconnect_max_ms", a.reconnect_max_ms, b.reconnect_max_ms);
   d.check("tunnel.resume_timeout_ms", a.resume_timeout_ms, b.resume_timeout_ms);
   d.check("tunnel.rdma_probe_interval_ms", a.rdma_probe_interval_ms, b.rdma_probe_interval_ms);
+  d.check("tunnel.rdma_head_start_ms", a.rdma_head_start_ms, b.rdma_head_start_ms);
   d.check("tunnel.rdma.device", a.rdma.device, b.rdma.device);
   d.check("tunnel.rdma.slab_size", a.rdma.slab_size, b.rdma.slab_size);
   d.check("tunnel.rdma.recv_depth", a.rdma.recv_depth, b.rdma.recv_depth);

@@ -108,7 +108,7 @@ const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port"
                               "transport",         "buffer_size",        "stream_window",
                               "session_budget",    "keepalive_interval_ms",
                               "keepalive_timeout_ms", "connect_timeout_ms", "reconnect_max_ms",
-                              "resume_timeout_ms", "rdma_probe_interval_ms", "rdma", "auth", "limits",
+                              "resume_timeout_ms", "rdma_probe_interval_ms", "rdma_head_start_ms", "rdma", "auth", "limits",
                               "peer_cidrs", "session_idle_ms", "max_sessions", "sessions_per_peer", "rdma_share",
                               "tcp_splice"};
 const Keys kPeerCidrKeys = {"cidr", "tcp_port", "rdma_port"};
@@ -910,6 +910,7 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   number("reconnect_max_ms", &t->reconnect_max_ms, 100, 600000, false);
   number("resume_timeout_ms", &t->resume_timeout_ms, 0, 600000, false);
   number("rdma_probe_interval_ms", &t->rdma_probe_interval_ms, 0, 600000, false);
+  number("rdma_head_start_ms", &t->rdma_head_start_ms, 0, 600000, false);
   if (const Value* sp = find(f, "tcp_splice")) {
     std::optional<std::string> on = get_choice(*sp, {"true", "false"});
     if (on) t->tcp_splice = *on == "true";

@@ -32,6 +32,7 @@ PeerLink::~PeerLink() {
   // nothing more (they outlive this link until their I/O ends).
   while (!waiting_.empty()) pop_waiting()->abort(ResetCode::kShutdown, "sidecar stopped");
   dial_.reset();
+  tcp_beside_.reset();
   close_all("peer link destroyed", CloseMode::kAbort);
   if (active_) active_->disown();
   for (auto& d : draining_) d->disown();
@@ -65,7 +66,7 @@ TransportKind PeerLink::preferred_kind() const {
 }
 
 void PeerLink::dial() {
-  if (frozen_ || dial_ || shutting_down_ || !needs_dial()) return;
+  if (frozen_ || dial_ || tcp_beside_ || shutting_down_ || !needs_dial()) return;
   if (!active_) {
     dial_new_session(preferred_kind());
     return;
@@ -137,6 +138,56 @@ void PeerLink::dial(TransportKind kind) {
     return;
   }
   dialing_kind_ = kind;
+  // A probe has a session on TCP already; anything else waits for this dial.
+  if (kind == TransportKind::kRdma && !probing_ && tunnel_.transport == TransportMode::kAuto &&
+      tunnel_.rdma_head_start_ms > 0 && connectors_.tcp)
+    tcp_beside_at_ = loop_.now() + std::chrono::milliseconds(head_start_ms());
+}
+
+uint32_t PeerLink::head_start_ms() const {
+  // Never so long that the streams waiting for this session (which give up
+  // after connect_timeout_ms) could not be carried by TCP.
+  return std::min(tunnel_.rdma_head_start_ms, tunnel_.connect_timeout_ms / 2);
+}
+
+void PeerLink::dial_tcp_beside() {
+  tcp_beside_at_.reset();
+  if (!dial_ || dialing_kind_ != TransportKind::kRdma || probing_ || tcp_beside_ || shutting_down_ || frozen_)
+    return;
+  std::string error;
+  const SessionToken* session = active_ && active_->wants_transport() ? &active_->token() : nullptr;
+  tcp_beside_ = connectors_.tcp->dial(peer_.tcp_endpoint, tunnel_.connect_timeout_ms, session, &head_start_observer_,
+                                      &error);
+  log::info("transport_fallback")
+      .kv("peer", peer_.name)
+      .kv("from", "rdma")
+      .kv("to", "tcp")
+      .kv("reason", "the RDMA connect did not complete within tunnel.rdma_head_start_ms (" +
+                        std::to_string(head_start_ms()) + " ms): TCP dialled beside it")
+      .kv("dial", tcp_beside_ ? "started" : error);
+}
+
+void PeerLink::on_tcp_beside_dialed(IoPtr<Transport> transport) {
+  tcp_beside_.reset();
+  // TCP first: the RDMA attempt is cancelled; a resumable session moves to
+  // RDMA once it connects (rdma_probe_interval_ms).
+  dial_.reset();
+  ++rdma_failures_;
+  transport_reason_ = "the RDMA connect did not complete within tunnel.rdma_head_start_ms (" +
+                      std::to_string(head_start_ms()) + " ms); TCP instead";
+  if (shutting_down_) {
+    transport->close(CloseMode::kAbort);
+    return;
+  }
+  use_transport(std::move(transport), false);
+}
+
+void PeerLink::on_tcp_beside_failed(std::string_view reason, bool refused) {
+  tcp_beside_.reset();
+  log::debug("tcp_beside_failed").kv("peer", peer_.name).kv("reason", reason).kv("refused", refused);
+  // The RDMA dial goes on; if it has ended meanwhile, its own failure
+  // already dialled TCP again or scheduled a retry.
+  if (!dial_) connect_failed(TransportKind::kTcp, std::string(reason));
 }
 
 bool PeerLink::should_probe_rdma(Clock::time_point now) const {
@@ -156,11 +207,17 @@ void PeerLink::probe_failed(std::string_view reason) {
 
 void PeerLink::on_dialed(IoPtr<Transport> transport) {
   dial_.reset();
+  tcp_beside_.reset();  // RDMA first: the TCP attempt beside it is cancelled
+  tcp_beside_at_.reset();
   bool probe = std::exchange(probing_, false);
   if (shutting_down_) {
     transport->close(CloseMode::kAbort);
     return;
   }
+  use_transport(std::move(transport), probe);
+}
+
+void PeerLink::use_transport(IoPtr<Transport> transport, bool probe) {
   if (transport->kind() == TransportKind::kRdma) rdma_failures_ = 0;
   if (active_ && active_->wants_transport()) {
     // The suspended session goes on over it; its streams never noticed.
@@ -189,6 +246,7 @@ void PeerLink::on_dialed(IoPtr<Transport> transport) {
 
 void PeerLink::on_dial_failed(std::string_view reason, bool refused) {
   dial_.reset();
+  tcp_beside_at_.reset();
   if (std::exchange(probing_, false) && !needs_dial()) {
     // The session is still up on TCP: it stays there until the next try.
     probe_failed(reason);
@@ -227,6 +285,7 @@ void PeerLink::dial_failed(TransportKind kind, std::string reason, bool refused)
       .kv("rdma_failures", rdma_failures_)
       .kv("reason", reason);
   transport_reason_ = "RDMA failed (" + reason + "); falling back";
+  if (tcp_beside_) return;  // TCP is being dialled already (rdma_head_start_ms)
   if (!shutting_down_ && needs_dial()) dial(TransportKind::kTcp);
 }
 
@@ -341,7 +400,8 @@ void PeerLink::tick(Clock::time_point now) {
   }
   while (!waiting_.empty() && waiting_.front().deadline <= now)
     pop_waiting()->abort(ResetCode::kPeerGone, "no session to peer " + peer_.name + " within connect_timeout_ms");
-  if (needs_dial() && !dial_ && !shutting_down_ && now >= next_dial_) dial();
+  if (needs_dial() && !dial_ && !tcp_beside_ && !shutting_down_ && now >= next_dial_) dial();
+  if (tcp_beside_at_ && now >= *tcp_beside_at_) dial_tcp_beside();
   if (should_probe_rdma(now)) {
     next_probe_ = now + std::chrono::milliseconds(tunnel_.rdma_probe_interval_ms);
     probing_ = true;
@@ -416,6 +476,8 @@ Stream* PeerLink::on_stream_open(Session& session, uint32_t id, std::string_view
 void PeerLink::begin_shutdown() {
   shutting_down_ = true;
   dial_.reset();
+  tcp_beside_.reset();
+  tcp_beside_at_.reset();
   probing_ = false;
   while (!waiting_.empty()) pop_waiting()->abort(ResetCode::kShutdown, "sidecar is shutting down");
 }
@@ -454,6 +516,8 @@ void PeerLink::withdraw(PendingStream* stream) {
 void PeerLink::freeze() {
   frozen_ = true;
   dial_.reset();
+  tcp_beside_.reset();
+  tcp_beside_at_.reset();
   probing_ = false;
   auto freeze = [](IoPtr<Session>& s) {
     if (s && !s->freeze())
@@ -498,7 +562,9 @@ Session* PeerLink::adopt(const SessionImage& image) {
   return s;
 }
 
-bool PeerLink::finished() const { return !active_ && draining_.empty() && waiting_.empty() && !dial_; }
+bool PeerLink::finished() const {
+  return !active_ && draining_.empty() && waiting_.empty() && !dial_ && !tcp_beside_;
+}
 
 void PeerLink::describe(unsigned worker, PeerInfo* out) const {
   out->name = peer_.name;

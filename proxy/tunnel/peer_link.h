@@ -166,6 +166,14 @@ class PeerLink final : public SessionOwner, private DialObserver {
 
   void dial();
   void dial(TransportKind kind);
+  // Happy Eyeballs (tcp_beside_): RDMA's head start (rdma_head_start_ms, at
+  // most half of connect_timeout_ms); start it once due; its outcome.
+  uint32_t head_start_ms() const;
+  void dial_tcp_beside();
+  void on_tcp_beside_dialed(IoPtr<Transport> transport);
+  void on_tcp_beside_failed(std::string_view reason, bool refused);
+  // A dial succeeded (either kind, either slot): the session goes on over it.
+  void use_transport(IoPtr<Transport> transport, bool probe);
   // auto: the session runs on TCP although this host has RDMA, and may move
   // (resumable, the peer places RDMA connects): time to try RDMA again.
   bool should_probe_rdma(Clock::time_point now) const;
@@ -206,6 +214,21 @@ class PeerLink final : public SessionOwner, private DialObserver {
 
   std::unique_ptr<Dial> dial_;  // an attempt in progress
   TransportKind dialing_kind_ = TransportKind::kTcp;
+  // auto: a TCP dial beside an RDMA one that has not connected within
+  // tunnel.rdma_head_start_ms (Happy Eyeballs); whichever completes first
+  // carries the session, and the other is cancelled.
+  class HeadStartObserver final : public DialObserver {
+   public:
+    explicit HeadStartObserver(PeerLink& link) : link_(link) {}
+    void on_dialed(IoPtr<Transport> transport) override { link_.on_tcp_beside_dialed(std::move(transport)); }
+    void on_dial_failed(std::string_view reason, bool refused) override { link_.on_tcp_beside_failed(reason, refused); }
+
+   private:
+    PeerLink& link_;
+  };
+  HeadStartObserver head_start_observer_{*this};
+  std::unique_ptr<Dial> tcp_beside_;
+  std::optional<Clock::time_point> tcp_beside_at_;  // when to dial it, while the RDMA dial is pending
   bool shutting_down_ = false;
   bool was_up_ = false;
   Clock::time_point next_dial_;

@@ -145,14 +145,20 @@ def takeover_address(tunnel_port: int) -> str:
     return f"@rdmagw-takeover/127.0.0.1:{tunnel_port}"
 
 
-@tcp_only
-def test_a_takeover_that_never_finishes_leaves_the_running_process_serving(pair, backend):
+def pair_with_a_stream(pair, backend):
+    """An echo pair, and a connection through it that has carried a message."""
     echo = backend(EchoServer())
     p = pair([{"name": "e", "target": echo.endpoint}], [echo.endpoint])
     s = connect(p.address("e"), timeout=10)
+    s.sendall(b"before")
+    assert recv_exact(s, 6, time.monotonic() + 10) == b"before"
+    return p, s
+
+
+@tcp_only
+def test_a_takeover_that_never_finishes_leaves_the_running_process_serving(pair, backend):
+    p, s = pair_with_a_stream(pair, backend)
     try:
-        s.sendall(b"before")
-        assert recv_exact(s, 6, time.monotonic() + 10) == b"before"
         stalled = StalledTakeover(p.a.tunnel_port)
         assert stalled.take_image() > 0
         assert stalled.sockets >= 3  # listener, tunnel sockets, the connection

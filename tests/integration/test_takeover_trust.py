@@ -29,7 +29,7 @@ from clients import connect, free_port, recv_exact, require_root_and
 from conftest import RDMAGW_BIN, Sidecar, tcp_only
 from takeover_channel import (ADOPTED, COMMIT, HEADER, HELLO, IMAGE, MAGIC, REFUSED, RELEASED, SOCKETS, SQUATTER,
                               WELCOME, StalledTakeover, channel_name, image, receive, send)
-from test_takeover import Upgrades, echo_once, takeover_address
+from test_takeover import Upgrades, echo_once, pair_with_a_stream, takeover_address
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", SQUATTER]
 
@@ -229,12 +229,8 @@ def test_an_adopted_sent_after_the_old_process_gave_up_gets_no_release(pair, bac
     """Split brain, from the old side: a new process that is slow to answer
     (here: not before the old one gives up, a quarter of resume_timeout_ms) is refused; the old one
     carries on alone, and never tells the late one it may serve."""
-    echo = backend(EchoServer())
-    p = pair([{"name": "e", "target": echo.endpoint}], [echo.endpoint])
-    s = connect(p.address("e"), timeout=10)
+    p, s = pair_with_a_stream(pair, backend)
     try:
-        s.sendall(b"before")
-        assert recv_exact(s, 6, time.monotonic() + 10) == b"before"
         late = StalledTakeover(p.a.tunnel_port, features=COMMIT)
         assert late.take_image() > 0
         assert p.a.wait_log("event=takeover_failed", 20), p.a.tail()

@@ -275,6 +275,7 @@ TEST_CASE("defaults apply to a minimal config", "[config]") {
   CHECK(c->tunnel.reconnect_max_ms == 2000);
   CHECK(c->tunnel.resume_timeout_ms == 10000);
   CHECK(c->tunnel.rdma_probe_interval_ms == 2000);
+  CHECK(c->tunnel.rdma_head_start_ms == 1000);
   CHECK(c->peers.empty());
   CHECK(c->listeners.empty());
   CHECK(c->targets.empty());

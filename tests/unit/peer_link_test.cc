@@ -1280,3 +1280,50 @@ TEST_CASE("peer link: rdma_share picks the same peers on every link, and more of
   CHECK(chosen_at_30 < 90);
   CHECK(chosen_at_60 > chosen_at_30);
 }
+
+// --- auto: RDMA's head start (tunnel.rdma_head_start_ms, Happy Eyeballs) ---------
+
+TEST_CASE("peer link: in auto, an RDMA connect not done within rdma_head_start_ms gets TCP beside it; TCP first wins") {
+  Fixture f(TransportMode::kAuto);
+  WaitingStream s;
+  f.link->submit(&s);
+  f.link->start();
+  REQUIRE(f.rdma.calls.size() == 1);
+  f.link->tick(f.t0 + std::chrono::milliseconds(400));
+  CHECK(f.tcp.calls.empty());  // RDMA's head start (half of connect_timeout_ms: 500 ms) is not over
+  f.link->tick(f.t0 + std::chrono::milliseconds(501));
+  REQUIRE(f.tcp.calls.size() == 1);  // TCP beside the RDMA dial, which goes on
+  CHECK(f.rdma.live_dials == 1);
+  f.bring_up(f.tcp);
+  CHECK(f.rdma.live_dials == 0);  // the hanging RDMA connect is cancelled
+  CHECK(s.attaches == 1);         // the waiting stream went over TCP
+  CHECK(s.aborts == 0);
+  PeerInfo info = f.info();
+  CHECK(info.transport == "tcp");
+  CHECK(info.transport_reason.find("did not complete within tunnel.rdma_head_start_ms (500 ms)") != std::string::npos);
+}
+
+TEST_CASE("peer link: in auto, RDMA connecting after its head start but before TCP wins; TCP's dial is cancelled") {
+  Fixture f(TransportMode::kAuto);
+  f.link->start();
+  f.link->tick(f.t0 + std::chrono::milliseconds(501));
+  REQUIRE(f.tcp.calls.size() == 1);
+  f.bring_up(f.rdma);
+  CHECK(f.tcp.live_dials == 0);
+  CHECK(f.info().transport == "rdma");
+  // A later tick starts nothing beside the session.
+  f.link->tick(f.t0 + std::chrono::milliseconds(3000));
+  CHECK(f.tcp.calls.size() == 1);
+}
+
+TEST_CASE("peer link: in auto, an RDMA failure while TCP is dialled beside it waits for that TCP dial") {
+  Fixture f(TransportMode::kAuto);
+  f.link->start();
+  f.link->tick(f.t0 + std::chrono::milliseconds(501));
+  REQUIRE(f.tcp.calls.size() == 1);
+  f.rdma.fail("RDMA_CM_EVENT_UNREACHABLE");
+  CHECK(f.tcp.calls.size() == 1);  // no second TCP dial
+  CHECK(f.tcp.live_dials == 1);
+  f.bring_up(f.tcp);
+  CHECK(f.info().transport == "tcp");
+}

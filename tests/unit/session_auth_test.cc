@@ -56,6 +56,15 @@ AuthPayload auth_of(const Frame& f) {
   return a;
 }
 
+// A stream opened over the pair carries `data` from dialer to acceptor.
+bool carries(Pair& p, const std::string& data) {
+  FakeStream a, b;
+  p.open_stream_pair(a, b);
+  if (p.send(*p.dialer, a, data, 0) != data.size()) return false;
+  p.pump();
+  return b.received == data;
+}
+
 // An acceptor session on a fake transport; the test is its dialer.
 struct Acceptor {
   BufferPool pool{kBufferHeadroom + 4 * kKiB, 256};
@@ -170,12 +179,7 @@ TEST_CASE("auth: two sidecars with the same key open a session, resumable or not
   CHECK(p.acceptor->peer_node() == "dialer");
   CHECK(p.dialer->resumable() == (resume > 0));
 
-  FakeStream a, b;
-  p.open_stream_pair(a, b);
-  std::string data = "authenticated bytes";
-  CHECK(p.send(*p.dialer, a, data, 0) == data.size());
-  p.pump();
-  CHECK(b.received == data);
+  CHECK(carries(p, "authenticated bytes"));
 }
 
 TEST_CASE("auth: rotation: the first key proves, every listed key verifies") {
@@ -428,12 +432,7 @@ TEST_CASE("cert: two nodes with certificates of one CA open a session; names com
   CHECK(p.dial_wire->protected_records);
   CHECK(p.dial_wire->send_key == p.accept_wire->receive_key);
   CHECK(p.accept_wire->send_key == p.dial_wire->receive_key);
-  FakeStream x, y;
-  p.open_stream_pair(x, y);
-  std::string data = "carried under certificates";
-  CHECK(p.send(*p.dialer, x, data, 0) == data.size());
-  p.pump();
-  CHECK(y.received == data);
+  CHECK(carries(p, "carried under certificates"));
   // A resumed session proves itself again on its new transport.
   p.cut();
   p.reconnect();
