@@ -9,6 +9,11 @@ ulimit -n 65536
 export RDMAGW_TEST_TRANSPORT=rdma RDMAGW_TEST_SCALE=0.1 CI=${CI:-}
 : "${RDMAGW_LAB_ADDR:?run me through tools/rdma-lab}"
 
+if [ "${1:-}" = flap ]; then
+  # Only the link-flap run (RDMAGW_LAB_FLAP_PAIRS fresh pairs; test_rdma_flap.py).
+  exec /usr/bin/python3 -m pytest -q -s -p no:cacheprovider tests/integration/test_rdma_flap.py
+fi
+
 echo "== lab: integration tests on transport: rdma (recv_depth 32)"
 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
   tests/integration/test_transport_selection.py tests/integration/test_tunnel.py \
@@ -21,7 +26,7 @@ echo "== lab: integration tests on transport: rdma (recv_depth 32)"
 
 echo "== lab: live failover (transport auto): the rxe device removed and added again under streams; an RDMA connect that hangs"
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration/test_rdma_failover.py \
-  tests/integration/test_rdma_hang.py
+  tests/integration/test_rdma_hang.py tests/integration/test_rdma_flap.py
 
 echo "== lab: credit exhaustion (recv_depth 8, send_depth 8: every few messages wait for credits; a drain closes with frames still waiting)"
 RDMAGW_TEST_RDMA="{slab_size: 64MiB, recv_depth: 8, send_depth: 8}" \
