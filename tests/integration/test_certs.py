@@ -23,7 +23,7 @@ from admin_client import admin_json, admin_request, parse_metrics
 from backends import EchoServer
 from certs import DAY, NOW, Authority, cert_auth
 from clients import connect, echo_roundtrip, free_port, wait_closed, wait_for
-from conftest import TUNNEL_ADDR, render_config, tcp_only
+from conftest import TEST_TRANSPORT, TUNNEL_ADDR, render_config, tcp_only
 
 
 class CertPair:
@@ -34,15 +34,17 @@ class CertPair:
                  b_address=TUNNEL_ADDR, a_dials=TUNNEL_ADDR, peer_name="host-b", b_node="host-b"):
         self.ca = Authority(tmp_path / "pki")
         self.b_port, self.b_admin, self.a_admin, self.a_port = free_port(), free_port(), free_port(), free_port()
+        self.b_rdma = free_port()
         self.listen = free_port()
         self.target = targets[0]
         self.b_cert = b_cert = self.ca.node(b_node, [TUNNEL_ADDR])
         a_cert = self.ca.node("host-a", [TUNNEL_ADDR])
         self.b = sidecar(b_node, render_config(
             b_node, tunnel_port=self.b_port, admin_port=self.b_admin, targets=targets, address=b_address,
+            rdma_port=self.b_rdma,
             auth=b_auth or cert_auth([self.ca.path], *b_cert, encrypt=encrypt)))
         self.a_text = lambda auth: render_config(
-            "host-a", tunnel_port=self.a_port, admin_port=self.a_admin, peers=[(peer_name, self.b_port)],
+            "host-a", tunnel_port=self.a_port, admin_port=self.a_admin, peers=[(peer_name, self.b_port, self.b_rdma)],
             peer_address=a_dials,
             listeners=[{"name": "t", "listen": f"tcp:127.0.0.1:{self.listen}", "peer": peer_name,
                         "target": self.target}],
@@ -54,6 +56,11 @@ class CertPair:
         self.b.tunnel_port = self.b_port
         self.b.start()
         self.a.start()
+        if TEST_TRANSPORT != "tcp":
+            # As the pair fixture does: under the lab's emulation RDMA CM
+            # sessions come up seconds after "ready".
+            wait_for(lambda: self.a.log_text().count("event=session_open") >= 2, timeout=30,
+                     what="host-a's RDMA sessions")
         return self
 
 
@@ -220,7 +227,7 @@ def test_certificates_and_the_ca_rotate_by_reload_with_a_stream_open(sidecar, ba
 
 
 def render_b(p: CertPair, ca_files, cert) -> str:
-    return render_config("host-b", tunnel_port=p.b_port, admin_port=p.b_admin, targets=[p.target],
+    return render_config("host-b", tunnel_port=p.b_port, admin_port=p.b_admin, targets=[p.target], rdma_port=p.b_rdma,
                          auth=cert_auth(ca_files, *cert))
 
 
