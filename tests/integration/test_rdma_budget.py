@@ -21,6 +21,11 @@ pytestmark = pytest.mark.skipif(TEST_TRANSPORT == "tcp", reason="needs an RDMA d
 # KiB: 1 MiB holds one.
 ONE_SESSION = "{slab_size: 64MiB, recv_depth: 16, max_pinned: 1MiB}"
 PLAIN = "{slab_size: 64MiB, recv_depth: 32}"
+# These tests need host-a's sessions on RDMA whenever there is room. The
+# lab's Soft-RoCE can take more than the default head start (1 s) to connect
+# a fresh pair, and TCP beside it would then win (test_rdma_hang.py tests
+# that); without a head start TCP is dialled only once RDMA fails.
+RDMA_FIRST = {"rdma_probe_interval_ms": 0, "rdma_head_start_ms": 0}
 
 
 def with_rdma(text: str, rdma: str) -> str:
@@ -58,7 +63,7 @@ def test_past_max_pinned_idle_rdma_sessions_close_first_then_new_ones_go_to_tcp(
                          peers=[(name, tcp, rdma) for name, (_, tcp, rdma) in hosts.items()],
                          listeners=[{"name": name, "listen": f"tcp:127.0.0.1:{listen[name]}", "peer": name,
                                      "target": echo.endpoint} for name in hosts],
-                         peer_connect="on_demand", tunnel_extra={"rdma_probe_interval_ms": 0})
+                         peer_connect="on_demand", tunnel_extra=RDMA_FIRST)
     a = sidecar("host-a", with_rdma(text, ONE_SESSION), admin_port=admin)
     a.start()
     assert admin_json(admin, "/config")["tunnel"]["rdma"]["max_pinned"] == 1 << 20
@@ -106,7 +111,7 @@ def test_an_accepting_side_past_max_pinned_rejects_new_rdma_sessions_and_the_dia
                                         peers=[("host-b", b_tcp, b_rdma)], peer_connect="always",
                                         listeners=[{"name": "echo", "listen": f"tcp:127.0.0.1:{listen}",
                                                     "peer": "host-b", "target": echo.endpoint}],
-                                        tunnel_extra={"rdma_probe_interval_ms": 0}),
+                                        tunnel_extra=RDMA_FIRST),
                 admin_port=admin)
     a.start()
     wait_for(lambda: len(sessions_of(a, "host-b")) == 2, timeout=60, what="both of host-a's workers' sessions")

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs inside the RDMA lab VM (tools/rdma-lab run -- tests/lab/rdma_integration.sh):
+# Runs inside the RDMA lab VM (tools/rdma-lab run -- tests/lab/rdma_integration.sh [flap | PYTEST-ARGS]):
 # the integration tests again, with the sidecars talking over RDMA (rxe), at
 # sizes scaled to the VM's speed (256 MiB -> 25.6 MiB, 1000 streams -> 100).
 set -eu
@@ -12,6 +12,11 @@ export RDMAGW_TEST_TRANSPORT=rdma RDMAGW_TEST_SCALE=0.1 CI=${CI:-}
 if [ "${1:-}" = flap ]; then
   # Only the link-flap run (RDMAGW_LAB_FLAP_PAIRS fresh pairs; test_rdma_flap.py).
   exec /usr/bin/python3 -m pytest -q -s -p no:cacheprovider tests/integration/test_rdma_flap.py
+fi
+if [ $# -gt 0 ]; then
+  # Only what is named (pytest arguments: files, -k EXPR, ...), for one test
+  # on RDMA without the whole run.
+  exec /usr/bin/python3 -m pytest -q -p no:cacheprovider "$@"
 fi
 
 echo "== lab: integration tests on transport: rdma (recv_depth 32)"
