@@ -20,7 +20,7 @@ if [ $# -gt 0 ]; then
 fi
 
 echo "== lab: integration tests on transport: rdma (recv_depth 32)"
-/usr/bin/python3 -m pytest -q -p no:cacheprovider \
+/usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=10 \
   tests/integration/test_transport_selection.py tests/integration/test_tunnel.py \
   tests/integration/test_failures.py tests/integration/test_resources.py \
   tests/integration/test_flow_control.py tests/integration/test_shutdown.py \
