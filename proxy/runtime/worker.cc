@@ -51,6 +51,25 @@ std::optional<Endpoint> endpoint_of_address(const std::string& address) {
   std::string error;
   return make_tcp_endpoint(address, 1, &error);
 }
+
+// Where this node's dials come from. In mode cert a peer checks that the
+// address a dialer connects from is in its certificate, which lists
+// tunnel.address (--check): dialling from there, rather than from whatever
+// the route picks on a host with several addresses, keeps that true. Not
+// for a wildcard tunnel.address, and not in the other modes (a node that
+// only dials may leave tunnel.address at its loopback default).
+std::optional<Endpoint> dial_source(const TunnelConfig& t) {
+  if (t.auth.mode != AuthMode::kCert) return std::nullopt;
+  std::string error;
+  std::optional<Endpoint> source = make_tcp_endpoint(t.address, 0, &error);
+  if (!source) return std::nullopt;
+  const sockaddr* sa = reinterpret_cast<const sockaddr*>(&source->addr);
+  bool wildcard = sa->sa_family == AF_INET6
+                      ? IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr)
+                      : reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr == htonl(INADDR_ANY);
+  if (wildcard) return std::nullopt;
+  return source;
+}
 }  // namespace
 
 Worker::Worker(unsigned index, std::shared_ptr<const Config> config, ListenerSet listeners, TunnelSockets& tunnel,
@@ -140,8 +159,9 @@ bool Worker::init(std::string* error) {
   auth_keyring_.encrypt = t.auth.encrypt;
   session_settings_.auth = &auth_keyring_;
 
-  tcp_connector_ = std::make_unique<transport::TcpConnector>(loop_, *pool_, t.buffer_size, t.tcp_splice);
-  if (rdma_) rdma_connector_ = std::make_unique<transport::RdmaConnector>(loop_, *rdma_, t.buffer_size);
+  std::optional<Endpoint> source = dial_source(t);
+  tcp_connector_ = std::make_unique<transport::TcpConnector>(loop_, *pool_, t.buffer_size, t.tcp_splice, source);
+  if (rdma_) rdma_connector_ = std::make_unique<transport::RdmaConnector>(loop_, *rdma_, t.buffer_size, source);
   if (!make_tunnel_listeners(error)) return false;
   for (const PeerConfig& peer : config_->peers) links_.push_back(make_link(peer));
   for (auto& socket : initial_listeners_) listeners_.push_back(make_listener(std::move(socket)));

@@ -22,7 +22,7 @@ import pytest
 from admin_client import admin_json, admin_request, parse_metrics
 from backends import EchoServer
 from certs import DAY, NOW, Authority, cert_auth
-from clients import connect, echo_roundtrip, free_port, wait_closed, wait_for
+from clients import RESET_ERRORS, connect, echo_roundtrip, free_port, wait_closed, wait_for
 from conftest import TEST_TRANSPORT, TUNNEL_ADDR, render_config
 
 # Two cases need what only the TCP transport on loopback has here: a second
@@ -80,9 +80,18 @@ def failures(sc, reason: str) -> float:
 
 
 def refused_stream(port: int) -> str:
-    s = connect(("127.0.0.1", port), timeout=10)
-    s.sendall(b"knock knock")
-    how, _, _ = wait_closed(s, timeout=15)
+    """How a stream through `port` ends. The reset may come before the
+    connect has returned or while it sends (the refusal is that quick when
+    the session is open): that is a reset too."""
+    try:
+        s = connect(("127.0.0.1", port), timeout=10)
+    except RESET_ERRORS:
+        return "reset"
+    try:
+        s.sendall(b"knock knock")
+        how, _, _ = wait_closed(s, timeout=15)
+    except RESET_ERRORS:
+        how = "reset"
     s.close()
     return how
 
@@ -106,9 +115,10 @@ DIALER_BAD = {
     "not-yet-valid": (dict(not_before=NOW + DAY, not_after=NOW + 10 * DAY), TUNNEL_ADDR, "not-yet-valid",
                       "certificate is not yet valid"),
     "other-ca": (None, TUNNEL_ADDR, "unknown-ca", "unable to get local issuer certificate"),
-    # Its certificate is for 127.0.0.3 (its tunnel address), and it dials
-    # from 127.0.0.1: the address a node connects from must be in it.
-    "source-address": (dict(addresses=("127.0.0.3",)), "127.0.0.3", "wrong-address", "does not list 127.0.0.1"),
+    # Its certificate is for 127.0.0.3 and it listens on every address, so
+    # it dials from where the route says, 127.0.0.1: the address a node
+    # connects from must be in its certificate.
+    "source-address": (dict(addresses=("127.0.0.3",)), "0.0.0.0", "wrong-address", "does not list 127.0.0.1"),
 }
 
 
@@ -149,6 +159,22 @@ def test_a_named_peer_must_present_its_name(sidecar, backend, tmp_path):
     assert failures(p.a, "wrong-name") >= 1
     assert refused_stream(p.listen) == "reset"
     assert echo.completed == 0
+
+
+@needs_loopback
+def test_a_node_with_several_addresses_dials_from_its_tunnel_address(sidecar, backend, tmp_path):
+    """host-a's tunnel.address (and certificate) is 127.0.0.3, and the route
+    to host-b at 127.0.0.1 would pick 127.0.0.1 as its source: host-a dials
+    from 127.0.0.3 all the same, which its certificate lists."""
+    echo = backend(EchoServer())
+    p = CertPair(sidecar, tmp_path, [echo.endpoint])
+    auth = cert_auth([p.ca.path], *p.ca.node("host-a", ["127.0.0.3"], tag="-3"))
+    p.a = sidecar("host-a", p.a_text(auth).replace("  address: 127.0.0.1\n", "  address: 127.0.0.3\n", 1))
+    p.start()
+    assert echo_roundtrip(("127.0.0.1", p.listen), b"from .3", timeout=10) == b"from .3"
+    line = p.b.wait_log("event=session_open", 10)
+    assert line and "remote=127.0.0.3:" in line, p.b.tail()
+    assert "event=auth_failed" not in p.a.log_text() + p.b.log_text()
 
 
 @needs_loopback

@@ -45,7 +45,8 @@ std::unique_ptr<tunnel::Dial> RdmaConnector::dial(const Endpoint& peer, uint32_t
                                                   const tunnel::SessionToken* session, tunnel::DialObserver* observer,
                                                   std::string* error) {
   auto dial = std::make_unique<RdmaDial>(observer);
-  auto transport = RdmaTransport::dial(loop_, ctx_, peer, max_data_, timeout_ms, session, dial->as_observer(), error);
+  auto transport = RdmaTransport::dial(loop_, ctx_, peer, max_data_, timeout_ms, session, dial->as_observer(), error,
+                                       source_ ? &*source_ : nullptr);
   if (!transport) return nullptr;
   dial->adopt(std::move(transport));
   return dial;

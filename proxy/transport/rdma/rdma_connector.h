@@ -21,7 +21,10 @@ namespace rdmagw::transport {
 
 class RdmaConnector final : public tunnel::Connector {
  public:
-  RdmaConnector(EventLoop& loop, RdmaContext& ctx, uint32_t max_data) : loop_(loop), ctx_(ctx), max_data_(max_data) {}
+  // `source`: the address every dial connects from, or none to let the
+  // route choose (the worker gives tunnel.address in mode cert).
+  RdmaConnector(EventLoop& loop, RdmaContext& ctx, uint32_t max_data, std::optional<Endpoint> source = std::nullopt)
+      : loop_(loop), ctx_(ctx), max_data_(max_data), source_(std::move(source)) {}
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kRdma; }
   std::unique_ptr<tunnel::Dial> dial(const Endpoint& peer, uint32_t timeout_ms, const tunnel::SessionToken* session,
                                      tunnel::DialObserver* observer,
@@ -31,6 +34,7 @@ class RdmaConnector final : public tunnel::Connector {
   EventLoop& loop_;
   RdmaContext& ctx_;
   uint32_t max_data_;
+  std::optional<Endpoint> source_;
 };
 
 class RdmaTransportListener final : public tunnel::TransportListener, private RdmaTransport::Observer {

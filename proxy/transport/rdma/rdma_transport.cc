@@ -83,7 +83,7 @@ bool RdmaTransport::open_channel(std::string* error) {
 
 IoPtr<RdmaTransport> RdmaTransport::dial(EventLoop& loop, RdmaContext& ctx, const Endpoint& peer, uint32_t max_data,
                                          uint32_t timeout_ms, const tunnel::SessionToken* session,
-                                         Observer* observer, std::string* error) {
+                                         Observer* observer, std::string* error, const Endpoint* source) {
   auto t = make_io<RdmaTransport>(loop, ctx, max_data, nullptr);
   t->remote_ = "rdma:" + sockaddr_to_string(reinterpret_cast<const sockaddr*>(&peer.addr), peer.addr_len);
   t->timeout_ms_ = timeout_ms;
@@ -94,8 +94,11 @@ IoPtr<RdmaTransport> RdmaTransport::dial(EventLoop& loop, RdmaContext& ctx, cons
     return nullptr;
   }
   sockaddr_storage dst = peer.addr;
-  if (rdma_resolve_addr(t->id_, nullptr, reinterpret_cast<sockaddr*>(&dst), static_cast<int>(timeout_ms)) != 0) {
+  sockaddr_storage src = source ? source->addr : sockaddr_storage{};
+  if (rdma_resolve_addr(t->id_, source ? reinterpret_cast<sockaddr*>(&src) : nullptr,
+                        reinterpret_cast<sockaddr*>(&dst), static_cast<int>(timeout_ms)) != 0) {
     *error = std::string("rdma_resolve_addr: ") + strerror(errno);
+    if (source) *error += " (from tunnel.address " + source->to_string() + ")";
     t->close(tunnel::CloseMode::kAbort);
     return nullptr;
   }

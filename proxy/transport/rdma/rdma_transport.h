@@ -55,9 +55,10 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   // is not called); later ones go to the observer.
   // `session`: the session it resumes, named in the connect's private data
   // so that the peer's listener hands it to the worker holding the session.
+  // `source`: the local address to connect from (null: the route's).
   static IoPtr<RdmaTransport> dial(EventLoop& loop, RdmaContext& ctx, const Endpoint& peer, uint32_t max_data,
                                    uint32_t timeout_ms, const tunnel::SessionToken* session, Observer* observer,
-                                   std::string* error);
+                                   std::string* error, const Endpoint* source = nullptr);
   // Passive side: `id` is from an acknowledged CONNECT_REQUEST.
   static IoPtr<RdmaTransport> accept(EventLoop& loop, RdmaContext& ctx, IncomingConnect connect,
                                      const void* private_data, size_t private_len, uint32_t max_data,

@@ -1,5 +1,6 @@
 #include "proxy/transport/tcp/tcp_connector.h"
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -75,7 +76,19 @@ std::unique_ptr<tunnel::Dial> TcpConnector::dial(const Endpoint& peer, uint32_t 
     *error = std::string("socket: ") + strerror(errno);
     return nullptr;
   }
-  auto attempt = make_io<TcpConnectAttempt>(loop_, pool_, max_data_, splice_, UniqueFd(fd),
+  UniqueFd owned(fd);
+  if (source_) {
+    // The port comes with the connect (the 4-tuple), not with bind: a bind
+    // that picked it would spend one port of the host per dial.
+    int one = 1;
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(&source_->addr), source_->addr_len) != 0) {
+      *error = "bind to " + sockaddr_to_string(reinterpret_cast<const sockaddr*>(&source_->addr), source_->addr_len) +
+               " (tunnel.address) to dial from it: " + strerror(errno);
+      return nullptr;
+    }
+  }
+  auto attempt = make_io<TcpConnectAttempt>(loop_, pool_, max_data_, splice_, std::move(owned),
       sockaddr_to_string(reinterpret_cast<const sockaddr*>(&peer.addr), peer.addr_len), observer);
   attempt->start(peer, timeout_ms);
   return std::make_unique<TcpDial>(std::move(attempt));

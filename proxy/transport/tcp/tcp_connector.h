@@ -16,8 +16,11 @@ class TcpConnector final : public tunnel::Connector {
  public:
   // `max_data`: our buffer size, the largest DATA payload we accept.
   // `splice`: tunnel.tcp_splice (tcp_transport.h).
-  TcpConnector(EventLoop& loop, BufferPool& pool, uint32_t max_data, bool splice)
-      : loop_(loop), pool_(pool), max_data_(max_data), splice_(splice) {}
+  // `source`: the address every dial connects from (port 0), or none to let
+  // the route choose (the worker gives tunnel.address in mode cert).
+  TcpConnector(EventLoop& loop, BufferPool& pool, uint32_t max_data, bool splice,
+               std::optional<Endpoint> source = std::nullopt)
+      : loop_(loop), pool_(pool), max_data_(max_data), splice_(splice), source_(std::move(source)) {}
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kTcp; }
   std::unique_ptr<tunnel::Dial> dial(const Endpoint& peer, uint32_t timeout_ms, const tunnel::SessionToken* session,
                                      tunnel::DialObserver* observer,
@@ -28,6 +31,7 @@ class TcpConnector final : public tunnel::Connector {
   BufferPool& pool_;
   uint32_t max_data_;
   bool splice_;
+  std::optional<Endpoint> source_;
 };
 
 class TcpTransportListener final : public tunnel::TransportListener {
