@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Fails the build when a file includes a layer it must not depend on.
 # Dependencies point one way (docs/architecture.md, "Layers"):
 #   common, config  <-  proxy/io  <-  proxy/tunnel  <-  proxy/local, proxy/transport/{tcp,rdma}

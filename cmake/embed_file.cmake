@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Writes a C++ source file that holds the bytes of another file, so that a
 # static asset (the admin endpoint's stats page) ships inside the binary and
 # stays a plain file in the tree. CMake only: no xxd, no new build dependency.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The Debian package for hosts without containers: what it installs, and
 # CPack's DEB generator (packaging/build-deb runs it; docs/deploy.md, "Hosts
 # without containers: the .deb"). The paths are the package's: the unit

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Endpoint strings used in config and on the wire: "tcp:IP:PORT" (IPv6 as
 // "tcp:[::1]:PORT") and "unix:PATH". Parsing is strict so that the allowlist

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Why a tunnel handshake's authentication failed (docs/security.md).
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "common/buffer_pool.h"
 
 #include <sys/mman.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A per-worker slab of fixed-size buffers. The slab is one anonymous mapping
 // reserved up front (so the RDMA transport can register it once as a single

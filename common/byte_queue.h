@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A FIFO of bytes held in BufferPool buffers, for one direction of one
 // connection. Bytes enter either by adopting a filled buffer (zero copy: a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A JSON string literal, shared by the admin endpoint and rdmagwctl.
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One line per event on stderr, as key=value pairs so that both people and
 // scripts can read it:  2026-11-22T12:00:00.123Z warn node=a worker=0 event=... peer=... reason=...

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A line a peer can make rdmagw write at will (a refused OPEN: one session
 // once turned 6 MB of frames into 34 MB of log) is rate-limited: `burst`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Counters a worker keeps about itself, read by the admin thread on request.
 // Each value has one writer (its worker); the admin thread only loads. So an

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Per-node identity (tunnel.auth.mode cert; docs/security.md): this node's
 // X.509 certificate and private key, and the certificate authorities its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The limits of the tunnel protocol that configuration values travel under.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Reading a file named in the configuration (the configuration itself, key
 // files, certificates) without letting the file decide how long that takes:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Matching an original destination (from SO_ORIGINAL_DST) against a route's
 // `match`: "CIDR", "CIDR:PORT" or "CIDR:LO-HI" for IPv4 ("10.1.0.0/16:6379",

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Pre-shared keys as the process holds them: read once from their files
 // (config/key_files.h), shared read-only by every session that proves or

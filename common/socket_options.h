@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Socket options every rdmagw connection wants.
 #include <netinet/in.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "common/splice_pipe.h"
 
 #include <fcntl.h>

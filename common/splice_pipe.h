@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A pipe that carries payload between two sockets inside the kernel:
 // splice(2) moves page references from the tunnel socket into it and from

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A token bucket: `burst` events at once, then `per_second`. For rates a
 // peer or a client controls (log lines, OPENs); single-threaded.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // UTF-8 validation for text rdmagw prints as JSON or Prometheus text. Some strings come from
 // the network (a peer's node name in its HELLO), and JSON and the Prometheus

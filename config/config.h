@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The validated, immutable configuration snapshot. Parsing (config_parser.cc)
 // turns YAML into this; the proxy only ever sees a fully validated Config.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What a reload would change, compared key by key: the settings that only
 // a restart can apply, and a readable list of everything else.

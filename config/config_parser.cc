@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // YAML -> Config. Every problem found is collected as a ConfigError with its
 // position and key path; a Config is only returned when there are none.
 //

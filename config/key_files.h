@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Pre-shared key files (tunnel.auth.key_files): what makes a file a key.
 #include <cstddef>

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # rdmagw sidecar entrypoint: checks the configuration, warns about a memlock
 # limit too low for RDMA, then execs rdmagw, so that rdmagw itself is the
 # container's main process and receives SIGTERM (graceful drain) directly.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # rdmagw init step: installs the iptables rules that send the application's
 # outbound TCP connections to rdmagw's transparent listener, in the network
 # namespace it runs in (the pod's, or the one compose services share).

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # rdmagw node mode, init step: prepares the host for one rdmagw serving every
 # pod on it (docs/deploy.md, "Node mode").  Runs in the DaemonSet's pod, on
 # the host's network (hostNetwork: true), as root with CAP_NET_ADMIN and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the benchmark scripts share: ports, processes, CPU time, and parsing
 the output of the load generators (redis-benchmark, iperf3, sockperf, wrk).
 

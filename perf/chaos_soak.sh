@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The long chaos soak: tests/integration/test_chaos.py (which CI runs for 90 s)
 # for SECONDS (default 1800), its summary recorded in perf/results/.
 #

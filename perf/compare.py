@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """rdmagw against HAProxy and against no proxy at all, in one run, same topology.
 
 Five paths to the same backends on this machine:

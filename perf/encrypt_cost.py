@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """What protecting the tunnel costs: CPU per GiB and per request, for three
 pairs side by side on this machine (TCP transport), in front of the same
 redis-server and iperf3 server:

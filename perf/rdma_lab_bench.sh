@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Benchmark inside the RDMA lab VM (Soft-RoCE under TCG emulation):
 #
 #   tools/rdma-lab run --timeout 900 -- perf/rdma_lab_bench.sh [SECONDS]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark: what connections cost an rdmagw pair (TCP transport) at scale.
 
 In one run on this machine (client, echo backend and both sidecars share the

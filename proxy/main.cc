@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rdmagw: per-host sidecar that carries TCP and Unix-socket streams to a
 // peer sidecar over a multiplexed tunnel (RDMA, or TCP where RDMA is absent).
 #include <sys/resource.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """redis over an rdmagw pair on eRDMA, against kernel TCP, between two hosts.
 
 Run on the client host; the server host is driven over ssh (--server). Paths:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Running things on the two hosts of the eRDMA kit, the same way on both.
 
 Every operation is one POSIX sh script, run either here (`sh -c`) or on the

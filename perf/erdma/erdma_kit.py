@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The parts of the eRDMA redis kit that need no hosts: arguments, the port
 plan, the files it writes (rdmagw and redis configurations), the
 redis-benchmark command, and what it makes of the numbers (medians, ratios,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Who may ask the admin endpoint what (docs/admin.md, "Access"):
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the admin endpoint reports, as plain structs: the runtime fills them
 // (workers answer through their mailboxes, counters are read directly) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The JSON answers. /metrics is in prometheus_text.cc.
 #include <algorithm>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The admin endpoint's answers as text, from the plain structs of
 // admin_model.h. Pure functions: no I/O, no clock, no locks beyond the ones

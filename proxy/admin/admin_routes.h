@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the admin endpoint answers to a request, apart from HTTP transport:
 // the route table of docs/admin.md, query parameters, status codes and

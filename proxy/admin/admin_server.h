@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The admin HTTP endpoint (docs/admin.md): a small HTTP/1.1 server on
 // libevent (a listener and bufferevents) on a thread of its own, so that a

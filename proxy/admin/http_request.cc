@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "proxy/admin/http_request.h"
 
 #include <cctype>

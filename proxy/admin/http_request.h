@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The admin endpoint's HTTP/1.x request parser: what a client sends, read
 // with hard limits and nothing allocated beyond them. A pure function of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "proxy/admin/json_writer.h"
 
 #include <charconv>

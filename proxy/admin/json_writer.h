@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A small streaming JSON writer for the admin endpoint's answers. It appends
 // to one string as the caller walks its data, and places commas and colons

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The process-wide view of the per-worker counters: every WorkerMetrics
 // summed, listeners and peers matched by name and merged with the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GET /metrics: Prometheus text exposition format 0.0.4. Every family of the
 // table in docs/admin.md is always present with its HELP and TYPE lines,
 // even while it has no series yet, so dashboards and alerts can tell "no

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The stats page served at GET / (docs/admin.md): proxy/admin/stats_page.html,
 // one self-contained HTML file (inline CSS and JavaScript) that polls the

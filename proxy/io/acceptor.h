@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Accepts connections on a listening socket through io_uring. Uses multishot
 // accept where the kernel has it (5.19+) and falls back to one accept per

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One io_uring per worker thread: the ground floor every layer stands on.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The one lifetime rule for objects with I/O in flight (io_uring operations,
 // RDMA work requests, frames in a transport): they derive from IoObject.

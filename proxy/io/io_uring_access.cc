@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "proxy/io/io_uring_access.h"
 
 #include <linux/io_uring.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Receive buffers handed to the kernel ahead of time (an io_uring provided
 // buffer ring, kernel 5.19+), so that a socket receive waiting for data holds

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Connects a non-blocking socket with a deadline: an io_uring connect linked
 // to a link-timeout, so the kernel cancels the connect when time runs out.

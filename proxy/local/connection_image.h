@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What a takeover moves to the new process for each application connection
 // (docs/operations.md, "Takeover"): its sockets (passed with SCM_RIGHTS;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A passthrough route: the application's connection is joined straight to
 // its original destination, on this host, without the tunnel. rdmagw's own

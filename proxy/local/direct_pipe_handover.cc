@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A takeover moves a passthrough connection to a new process
 // (docs/operations.md, "Takeover"): both sockets, and the bytes each
 // direction had received and not yet passed on.

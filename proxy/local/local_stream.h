@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One stream: an application connection joined to one tunnel stream, and
 // every piece of its state in one object: the socket, both directions'

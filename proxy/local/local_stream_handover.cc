@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A takeover moves a stream to a new process (docs/operations.md,
 // "Takeover"): the old process stops its I/O and writes down its state and
 // the bytes it held; the new one rebuilds it on the same socket and on the

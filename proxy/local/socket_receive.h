@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A receive from an application socket that holds no buffer while it waits
 // (docs/architecture.md, "Memory per connection"): with the worker's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What every application connection of a worker shares: its loop, its
 // buffers, limits, counters, and the list of live connections (streams and

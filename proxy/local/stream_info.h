@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the local layer tells about a stream, as a plain struct (GET
 // /streams). The admin endpoint renders it. Schema: docs/admin.md.

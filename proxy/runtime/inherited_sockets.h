@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What a new process checks of the sockets a takeover brought, before it
 // builds anything on them: each is what the image says it is. A listener is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "proxy/runtime/listener_sockets.h"
 
 #include <sys/socket.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Listening sockets, opened by the main thread (at start and on reload) so
 // that bind errors are reported once, clearly, before any worker uses them.

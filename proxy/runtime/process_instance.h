@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A number drawn once per rdmagw process: the first half of the session
 // tokens it dials with, so that a peer can tell a restarted rdmagw (whose

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The process: opens the sockets, runs one thread per worker and the admin
 // thread, waits for signals, and applies reloads. It is also what the admin

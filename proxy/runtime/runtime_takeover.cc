@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Takeover (docs/operations.md, "Takeover"): a new rdmagw process started
 // with --takeover on the same configuration takes everything over from the
 // running one, on the same host, without an application noticing.

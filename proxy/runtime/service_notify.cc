@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "proxy/runtime/service_notify.h"
 
 #include <sys/time.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Tells a service manager (systemd, Type=notify) what the process is doing,
 // by the sd_notify protocol and without libsystemd: one datagram of

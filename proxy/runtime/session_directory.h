@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Which worker holds each resumable session peers dialed to this process.
 // A peer's new connection lands on whichever worker the kernel picks

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The takeover channel (docs/operations.md, "Takeover"): the running
 // process listens on an abstract Unix socket named after its tunnel address,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Everything a takeover moves from the old rdmagw process to the new one
 // (docs/operations.md, "Takeover"), and its byte encoding on the takeover

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A worker thread: one io_uring loop, one buffer slab, its own accepted
 // connections and its own sessions to every peer. Nothing on the data path

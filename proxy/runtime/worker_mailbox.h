@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Work handed to a worker by other threads (the admin thread, the main
 // thread on reload). Tasks run on the worker's own thread between loop

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A worker's part in a takeover (docs/operations.md, "Takeover"). In the old
 // process: stop accepting, freeze, wait until no connection has I/O in
 // flight, write everything down, then let go without touching a socket. In

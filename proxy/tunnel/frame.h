@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Tunnel frames: the same bytes travel over the TCP and RDMA transports.
 // Layout and rules: docs/protocol.md. Every field of a received frame is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "proxy/tunnel/frame_cipher.h"
 
 #include <openssl/crypto.h>

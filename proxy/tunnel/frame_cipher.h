@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Protection of a transport's bytes after the handshake (docs/protocol.md,
 // "Protected records"): AES-256-GCM through OpenSSL's EVP, one key per

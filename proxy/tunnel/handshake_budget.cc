@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "proxy/tunnel/handshake_budget.h"
 
 #include "common/log.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // How many tunnel connections may be in their handshake at once: a
 // connection that has not yet authenticated (or, without tunnel.auth, not

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What one transport sends: its own handshake frames (HELLO, SESSION) first,
 // then the session's frames, taken from the session's queue. That queue

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Mutual authentication of two sidecars with a pre-shared key: the proofs
 // the AUTH frames carry (docs/protocol.md, "Authentication"). The exchange

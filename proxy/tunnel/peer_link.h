@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The dialing side's view of one peer, per worker: keeps one session up
 // (reconnecting with exponential backoff), queues streams that arrive while

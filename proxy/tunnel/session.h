@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A session carries streams over one transport to one peer sidecar: it
 // frames and multiplexes them, keeps the session-wide credit, and runs the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Authentication: a tunnel with tunnel.auth.mode psk admits a peer only once
 // it has proved that it holds one of our keys, and proves the same to it.
 // The exchange, after the dialer's HELLO (docs/protocol.md, "Authentication"):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A takeover (docs/operations.md, "Takeover"): the old process freezes a
 // resumable session and writes down its state; the new process rebuilds it,
 // suspended, and resumes it with the peer over a new transport like after

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What a takeover moves from the old rdmagw process to the new one for each
 // resumable session and each of its streams (docs/operations.md,

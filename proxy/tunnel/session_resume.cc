@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Resumption: how a resumable session outlives its transport. The state
 // machine and the exchange are in docs/protocol.md ("Resumption").
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The tunnel half of a stream: its id on the session carrying it, its flow
 // control windows in both directions and how far its FINs went. The local

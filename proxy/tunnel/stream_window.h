@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Credit-based flow control, used for each stream and for the session as a
 // whole (the session window is the per-session memory budget).

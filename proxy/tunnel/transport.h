@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The seam between the tunnel (frames, streams, flow control) and the byte
 // carriers underneath. The tunnel knows transports only through this file:

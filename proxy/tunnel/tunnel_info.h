@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the tunnel layer tells about its peers and sessions, as plain structs
 // (GET /peers). The admin endpoint renders them; the tunnel knows nothing of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures for the container tests (docker/).
 
 No container engine is used: the init step and the entrypoint run the way the

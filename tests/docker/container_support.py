@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared pieces of the container tests (docker/): paths, the skip rule,
 running commands with a bound on their time, and reading the Dockerfile.
 Fixtures are in conftest.py."""

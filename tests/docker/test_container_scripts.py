@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The image's init step (docker/init.sh) and entrypoint (docker/entrypoint.sh),
 run the way the container runs them, without a container engine:
 

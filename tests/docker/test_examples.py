@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The deployment examples: docker/compose.yaml with docker/examples/*.yaml,
 and docker/kubernetes/pod.yaml.  No engine or cluster runs them here, so
 what would break them silently is checked: each rdmagw configuration passes

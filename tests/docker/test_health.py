@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The health checks as the deployment files write them, run against a real
 rdmagw started through the image's entrypoint: the Dockerfile's HEALTHCHECK,
 the compose health check, the pod's readiness and liveness probes and its

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tools/rdmagw-inject: run as a subprocess on real files, its output parsed
 and checked piece by piece (and once against a golden file), including
 that what it adds agrees with the hand-written docker/kubernetes/pod.yaml,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The monitoring files (docker/monitoring/) against a real rdmagw.
 
 A pair of rdmagw processes on 127.0.0.1 (TCP transport: one with a listener,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The admin harnesses' backend: fixed answers, so that the router and the
 // HTTP parser are what the fuzzer explores.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The admin endpoint's request router and access check (proxy/admin/) on
 // arbitrary requests: method, path, query and the headers that decide
 // access, one per line of the input. The backend answers with fixed data.

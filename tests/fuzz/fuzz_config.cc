@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The configuration parser and checker (config/) on arbitrary text, and the
 // reload diff of whatever it accepts against a fixed running configuration.
 // Key files are not read (parse_config_text's default): the fuzzer must not

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RDMA CM private data (proxy/transport/rdma/connect_params.h): what any
 // host that reaches the RDMA CM port sends with its connect request. What
 // decodes must encode back to the same parameters.

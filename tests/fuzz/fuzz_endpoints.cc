@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Endpoint, address and route-match parsing (common/address.h,
 // common/route_match.h): what the config and OPEN frames hand them. Whatever
 // parses must print back as text that parses to the same thing (the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The frame decoder (proxy/tunnel/frame.h) on arbitrary bytes, as a peer's
 // transport delivers them: every header and payload decoder on whatever
 // frames the bytes hold.

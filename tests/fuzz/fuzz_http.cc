@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The admin endpoint's HTTP request parser (proxy/admin/http_request.h) on
 // arbitrary bytes, as the server uses it: requests are parsed one after
 // another from the input, each checked for access and routed.

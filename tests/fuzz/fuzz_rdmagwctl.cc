@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rdmagwctl's parsers (tools/rdmagwctl/) on arbitrary answers: the HTTP
 // response framing (Content-Length, chunked, close-delimited) and the JSON
 // an admin endpoint, or anything posing as one, sends.

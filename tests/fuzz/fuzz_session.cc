@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A tunnel::Session fed arbitrary bytes as its peer's frames, through the
 // unit tests' fake transport (tests/unit/fake_transport.h): the whole
 // frame-handling state machine (handshake, authentication, resumption

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The takeover channel's messages (proxy/runtime/takeover_channel.h) as a
 // process at the other end could send them: the bytes go into one end of a
 // socket pair, and the other end reads messages until one is refused or the

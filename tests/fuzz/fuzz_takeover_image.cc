@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The takeover image decoder (proxy/runtime/takeover_image.h): the bytes a
 // new process receives on the takeover socket. What it accepts must encode
 // back to bytes that decode the same (a process rebuilds from it).

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the seed corpora of the fuzz harnesses (tests/fuzz/corpus/NAME/):
 well-formed inputs each harness starts from, so that the fuzzer begins
 inside the formats rather than at random bytes. Run again after a format

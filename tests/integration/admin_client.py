@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small client of rdmagw's admin endpoint (docs/admin.md) for the tests."""
 
 from __future__ import annotations

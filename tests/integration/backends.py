@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Backend servers for the rdmagw integration tests.
 
 Every server listens on loopback TCP (127.0.0.1, port chosen by the kernel) or

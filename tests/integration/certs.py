@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A fleet's certificates for tunnel.auth.mode cert, made with Python's
 cryptography package (Debian's python3-cryptography): a CA, and per node a
 private key and a certificate whose common name is the node's name and whose

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Client-side socket helpers for the rdmagw integration tests.
 
 Every operation is bounded: sockets always carry a timeout and every loop has

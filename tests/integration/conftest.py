@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures for the rdmagw integration tests.
 
 The suite drives real rdmagw processes on loopback (127.0.0.1) only.  Every

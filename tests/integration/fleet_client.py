@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A client on one host of test_fleet.py's fleet, run inside that host's
 namespace (as a user iptables redirects). Every socket is driven from one
 thread, non-blocking, so a reset is read as a reset and never as an EOF.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """N hosts as network namespaces on one bridge (the bridge in a namespace of
 its own), made for one test and deleted after it. Addresses exist only inside
 these namespaces, so nothing a test sends through them leaves the machine."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Two hosts as network namespaces joined by a veth pair, made for one test
 and deleted after it. Addresses exist only inside these namespaces, so
 nothing a test sends through them leaves the machine."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The takeover channel (proxy/runtime/takeover_channel.h) spoken by hand, for
 tests that play either end against a real rdmagw: a new process that stalls
 or answers late, an old process that refuses to let go or sends a forged

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The admin endpoint (docs/admin.md) of real sidecars: every endpoint, the
 Prometheus text checked by promtool, and counters that move by exactly the
 traffic sent."""

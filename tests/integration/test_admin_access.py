@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Who may use the admin endpoint (issue 12, item 4; docs/admin.md,
 "Access"): a real rdmagw, asked over real sockets.
 

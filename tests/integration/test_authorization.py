@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Authorization by peer (docs/security.md): a `targets` entry may say which
 peers may open it, by the address of their end of the session. A peer
 outside gets RESET(not-allowed): its application sees a reset, host-b logs

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tunnel.auth.mode cert (docs/security.md, "Per-node identity"): each node
 proves itself with its own X.509 certificate, signed by the fleet's CA. Its
 name comes from the certificate, and the certificate's IP addresses say

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Chaos soak (issue 11): random tunnel faults for a bounded time over mixed
 traffic, and not one application connection may notice.
 

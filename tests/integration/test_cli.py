@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Command line: --check, --help, --version."""
 
 from __future__ import annotations

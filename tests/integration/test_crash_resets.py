@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Faults mid-transfer reach every application socket as a reset, never as a
 clean EOF after a short read.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Refusals, a far-side crash, and untrusted input on the tunnel port."""
 
 from __future__ import annotations

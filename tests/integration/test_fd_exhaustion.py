@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Out of file descriptors (issue 12, items 5 and 6): a real rdmagw whose
 descriptor limit is lowered while it runs (prlimit --pid), then flooded
 with connections to a listener and to the admin endpoint. Neither accept

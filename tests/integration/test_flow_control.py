@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Session-level flow control under connection patterns that once starved a
 session: many idle connections, and many streams reset with reads pending.
 Both run with a small session budget so that a leak shows within seconds."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a peer that has proved nothing may cost, and what an authenticated
 peer may ask of one session (issue 12, items 5 and 6; docs/security.md,
 "Limits"): real sidecars, and raw sockets that play the peers.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A seccomp profile that blocks io_uring (the container runtimes' defaults
 do) makes rdmagw refuse to start with one line that says what blocks it and
 which profile to use, before it binds anything.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Addresses another process holds (issue 12, item 6): rdmagw refuses to
 start rather than share them, and leaves them as they were.
 

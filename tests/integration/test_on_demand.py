@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Named peers on demand (`connect: on_demand`, the default; docs/configuration.md,
 "Fleet"): no session until a stream needs one, the first stream carried while
 the session is dialled, the session closed after tunnel.session_idle_ms

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """SIGTERM and passthrough connections (transparent listener, route action
 passthrough): they drain like tunnelled streams (docs/configuration.md,
 `shutdown_timeout_ms`: "On SIGTERM, how long open streams may drain before

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A hostile or broken peer speaks the tunnel protocol (docs/protocol.md) by hand
 to a real host-b.
 

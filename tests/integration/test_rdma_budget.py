@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tunnel.rdma.max_pinned (docs/configuration.md, "Fleet"): the slab memory a
 worker's RDMA sessions may hold with their posted receives. Past it, an idle
 RDMA session of another peer is closed first, and the new session goes to TCP

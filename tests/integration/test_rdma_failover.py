@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Live failover between transports, in the RDMA lab (issue 11, items 2 and 5).
 
 With `transport: auto` on both sides, streams move both ways (SHA-256 at

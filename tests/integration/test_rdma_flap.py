@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`transport: auto` through link flaps, in the RDMA lab: after the lab's
 link has gone down for 3 s and up again once (after which, before
 `rdma_head_start_ms`, a fresh pair's RDMA CM connect could hang and every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`transport: auto` when the RDMA path hangs (docs/configuration.md,
 `rdma_head_start_ms`), in the RDMA lab: host-a's peer entry names an RDMA
 port where an RDMA CM listener takes connect requests and never answers (an

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdmagwctl, the admin endpoint's command-line client, against a real pair:
 status, peers, streams (tables and --json), top, check, and an unreachable
 endpoint.

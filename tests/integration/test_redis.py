@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A real application behind the pair: redis-benchmark -> rdmagw -> rdmagw -> redis-server."""
 
 from __future__ import annotations

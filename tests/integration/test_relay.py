@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A host without the key between two fleet members (docs/security.md): a
 member dials it (it is in peer_cidrs, or named as a peer), and it relays the
 connection to another member, both ways, byte for byte, then speaks on its

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hot reload (SIGHUP and POST /reload) of real sidecars: open streams go on
 undisturbed, added listeners accept, removed ones refuse, and an invalid file
 changes nothing."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Backpressure: a backend that does not read must not make rdmagw buffer
 without bound, and nothing may be lost once it reads again."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Streams survive the loss of their tunnel: resumable sessions (issue 11).
 
 STREAMS application connections through a host-a -> host-b pair each move

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Streams survive network faults on the tunnel's path (issue 11): host-a and
 host-b are network namespaces joined by a veth pair that the test makes;
 the application and the target reach their rdmagw over Unix sockets, so

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rdmagw under a service manager (systemd's Type=notify): a real AF_UNIX
 datagram socket bound where NOTIFY_SOCKET points, as systemd's is, and a real
 rdmagw told about it. READY=1 only once its listener accepts; SIGHUP gives

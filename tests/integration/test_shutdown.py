@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """SIGTERM drains: open streams finish, new connections are refused, exit 0."""
 
 from __future__ import annotations

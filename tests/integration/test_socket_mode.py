@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """listeners[].socket_mode on a real unix listener: the file gets the bits,
 a process of another uid can connect only when they allow it, and a reload
 changes them on the socket already listening (node mode shares the socket

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tunnel.tcp_splice: large DATA payloads that pass from the tunnel socket to
 the application's socket by splice(2), never through user space.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The admin endpoint's stats page (GET /, docs/admin.md) in a real browser.
 
 Headless Chromium, driven by Selenium through chromedriver, loads the page

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Upgrades that drop no connection (issue 11): `rdmagw --takeover --config
 FILE` started beside the running rdmagw takes over its listening sockets,
 its open connections and its sessions; the old process exits 0.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The takeover channel against processes that should not be trusted with
 it (docs/operations.md, "Takeover"; docs/security.md):
 

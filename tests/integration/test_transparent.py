@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Transparent redirect, end to end: two hosts as network namespaces joined by
 a veth pair (made here, deleted after). In host A, iptables (installed by
 tools/rdmagw-iptables) sends an untouched client's connection to rdmagw A's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Transport selection between sidecars (runs where RDMA exists: the lab)."""
 
 from __future__ import annotations

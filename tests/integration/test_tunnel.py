@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Data path through a host-a -> host-b rdmagw pair: bulk bytes, many streams,
 half-close, reset propagation and Unix sockets."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tunnel protocol version 1 spoken by hand (docs/protocol.md), for tests that
 play a hostile or broken peer against a real rdmagw.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A TCP relay on loopback between two rdmagw processes' tunnel, for fault
 tests: it forwards every connection to `to_host`:`to_port` with splice(2)
 (no copy through Python, so it keeps up with the tunnel), and close_all()

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures for the tools/rdmagw-iptables tests.
 
 Two kinds of test:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers for the tools/rdmagw-iptables tests (fixtures: conftest.py).
 
 Named uniquely (not imported from conftest) so these tests can be collected

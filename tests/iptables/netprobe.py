@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Run inside a test network namespace: where do TCP connections land?
 
     netprobe.py --listen 15001,8080,8081 --case NAME:HOST:PORT[:UID] ...

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`--dry-run` output, byte for byte against tests/iptables/golden/*.txt.
 
 The tool reads the nat table from a fake iptables-save, so the output does not

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """iptables missing, no CAP_NET_ADMIN, or rules refused: exit 1 with a clear
 message (the real no-capability case runs in test_ipt_netns.py)."""
 

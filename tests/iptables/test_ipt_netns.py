@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tools/rdmagw-iptables for real, as root, inside a throwaway network namespace
 (see conftest.py: the host's own rules are never touched)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Bad input: exit 2, a message naming the option, the value and why, and
 iptables never run."""
 

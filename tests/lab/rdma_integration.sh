@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs inside the RDMA lab VM (tools/rdma-lab run -- tests/lab/rdma_integration.sh [flap | PYTEST-ARGS]):
 # the integration tests again, with the sidecars talking over RDMA (rxe), at
 # sizes scaled to the VM's speed (256 MiB -> 25.6 MiB, 1000 streams -> 100).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Smoke test of tools/rdma-lab: boots the Soft-RoCE VM a few times and checks
 # that verbs, RDMA CM and the tool's own plumbing (exit status, output, cwd,
 # quoting, timeout) work.  Each VM run is bounded by the tool's --timeout.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Debian package's own files (packaging/), checked on this machine
 without building or installing the package (tests/docker/e2e/test_deb.py
 installs it): the unit as systemd-analyze reads it, the settings the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Reading a systemd unit file the simple way, for the packaging tests and
 tests/docker/e2e/test_deb.py (which reads the unit the package installed)."""
 

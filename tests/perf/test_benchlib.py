@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """perf/benchlib.py's parsers against output the tools really printed.
 
 The samples in samples/ were recorded on 127.0.0.1 (redis-benchmark 7.0.15,

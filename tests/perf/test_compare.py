@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """perf/compare.py's own logic: its arguments, and how it turns runs into
 ratios and the guard's verdict (CI runs the real thing, --guard)."""
 import os

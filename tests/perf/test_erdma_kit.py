@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """perf/erdma: the eRDMA redis kit, in the parts that need no eRDMA and no ssh.
 
 Arguments and their errors, the rdmagw configurations (validated by the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Run-time defaults of the sanitizers, compiled into every executable of an
 // RDMAGW_SANITIZE build (CMakeLists.txt), so that ctest, the integration
 // tests and a hand-run build-asan/bin/rdmagw behave alike.  ASAN_OPTIONS,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Who may ask the admin endpoint what (proxy/admin/admin_access.h).
 #include <catch2/catch.hpp>
 #include <string>

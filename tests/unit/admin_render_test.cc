@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The admin endpoint's text output: the JSON writer, /stats, /peers,
 // /streams, /config and the Prometheus text of /metrics. Where a real parser
 // is at hand (python3's json, promtool) the output is also fed to it.

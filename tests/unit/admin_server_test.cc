@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AdminServer over real HTTP: a server on 127.0.0.1, an ephemeral port, a
 // fake Backend, and requests written by hand on a plain socket, so that what
 // is checked is exactly what goes over the wire.

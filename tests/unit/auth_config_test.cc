@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tunnel.auth: the parser's rules, key files as load_config_file reads them
 // (real files with real modes), and what a reload may change.
 #include <grp.h>

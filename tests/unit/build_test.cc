@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The build the tests run is built like what they test: assert() is in
 // (RDMAGW_ASSERTIONS, CMakeLists.txt), not compiled out by -DNDEBUG.
 #include <catch2/catch.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RDMA CM private data between rdmagw processes (connect_params.h): what a
 // dialer names, what a listener accepts, and what it refuses.
 #include <catch2/catch.hpp>

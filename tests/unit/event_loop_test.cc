@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // EventLoop with a real io_uring: completions, cancellation, the linked
 // timeout of TimedConnect, the IoObject lifetime rule and Flushable batching.
 // Network: loopback only.

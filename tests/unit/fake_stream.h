@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What sits above a tunnel::Session in unit tests that drive it frame by
 // frame over a FakeTransport (fake_transport.h):

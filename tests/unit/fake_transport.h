@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A fake tunnel::Transport for driving a tunnel::Session frame by frame in
 // unit tests, and the frames a test plays the peer with:

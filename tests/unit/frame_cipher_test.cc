@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tunnel::FrameCipher and derive_frame_keys: records open only in order,
 // once, unaltered, under the other direction's key of the same handshake,
 // whether they are encrypted or only authenticated.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tunnel::HandshakeBudget: the process-wide and per-address limits on
 // connections in their handshake, and slots that go back exactly once.
 #include <catch2/catch.hpp>

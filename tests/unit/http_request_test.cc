@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The admin endpoint's HTTP request parser (proxy/admin/http_request.h):
 // what it takes, where it waits for more, and what it refuses with which status.
 #include <catch2/catch.hpp>

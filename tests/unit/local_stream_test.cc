@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LocalStream's state machine with real loopback sockets and a real ring,
 // over a real Session whose transport is a fake: the test plays the peer
 // sidecar (frames in, frames out) and the application (the other end of a

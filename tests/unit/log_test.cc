@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How values appear in log lines (common/log.h): a value a peer chose (its
 // node name in HELLO, a target in OPEN) must not reach a terminal or a log
 // file as control bytes, nor forge a line.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PeerLink with fake connectors: which transport it dials, backoff, the
 // fallback from RDMA to TCP, waiting streams, drain (GOAWAY), shutdown and
 // retirement. Sessions run over FakeTransport; no I/O happens, so the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rdmagwctl: admin addresses, HTTP response framing and the command line.
 #include <catch2/catch.hpp>
 #include <string>

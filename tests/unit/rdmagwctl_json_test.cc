@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rdmagwctl: the JSON reader and writer, tables and human units, and the
 // views over the documented admin answers (docs/admin.md).
 #include <catch2/catch.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sd_notify side of rdmagw (proxy/runtime/service_notify.h): what
 // $NOTIFY_SOCKET may name, the datagram's text, and real sends to a bound
 // AF_UNIX datagram socket (path and abstract), as systemd's receiving end is.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Authentication with a pre-shared key (docs/protocol.md, "Authentication"):
 // sessions over fake transports, and an acceptor facing a peer the test
 // plays frame by frame, which knows the protocol but maybe not the key.

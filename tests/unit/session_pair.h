@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A dialer and an acceptor tunnel::Session joined by fake transports
 // (fake_transport.h) that a test carries bytes between, cuts (dropping what

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Resumable sessions (docs/protocol.md, "Resumption"): a dialer and an
 // acceptor tunnel::Session joined by fake transports that the test carries
 // bytes between, cuts (dropping what was in flight) and replaces.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tunnel::Session driven frame by frame through a fake transport
 // (fake_transport.h, fake_stream.h): what it writes, what it tells its streams and owner,
 // and when (hooks other than on_peer_data only at the end of the batch).

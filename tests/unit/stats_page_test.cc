@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stats page (proxy/admin/stats_page.html) as built into the binary:
 // the bytes are the source file's, and the page keeps the rules it is
 // written to: nothing from elsewhere, no markup made from data.

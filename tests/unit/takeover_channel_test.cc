@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The takeover channel's messages (proxy/runtime/takeover_channel.h) over a
 // real Unix socket pair: sockets travel with the header and stay usable.
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The takeover image (proxy/runtime/takeover_image.h): what the old process
 // writes, the new one reads back exactly; and what a broken or hostile
 // writer sends is refused with a reason, never trusted.

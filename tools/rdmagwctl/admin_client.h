@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The admin endpoint as rdmagwctl's commands see it: requests by path, JSON
 // answers, and failures already worded for the user ("cannot reach admin at

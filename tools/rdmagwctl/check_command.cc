@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // check CONFIG: validates a configuration offline with rdmagw's own parser,
 // so it accepts and rejects exactly what `rdmagw --check` does.
 #include <cstdio>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // rdmagwctl's command line, parsed apart from running anything so that
 // usage errors are decided in one place (and can be tested).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // rdmagwctl's commands. Each prints its result on stdout, problems on stderr
 // prefixed "rdmagwctl: ", and returns the process exit status.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // reload and drain, the two POST endpoints that change the running rdmagw,
 // and ready, the health check.
 #include <chrono>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tools/rdmagwctl/http_client.h"
 
 #include <netdb.h>

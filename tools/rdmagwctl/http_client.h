@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A blocking HTTP/1.1 client for one request per connection
 // (`Connection: close`), bounded by a timeout: enough to talk to the admin

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Parsing an HTTP/1.x response from the bytes read so far, apart from any
 // socket, so that framing (Content-Length, chunked, close-delimited) can be

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A small, strict JSON (RFC 8259) reader for the admin endpoint's answers,
 // and a writer that prints a parsed tree back out. Objects keep the server's

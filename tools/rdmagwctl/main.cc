@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rdmagwctl: the command-line client of rdmagw's admin endpoint.
 #include <cstdio>
 #include <cstdlib>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `rdmagwctl peers`: one row per tunnel session, and a row for each peer
 // that has none, saying why.
 #include "tools/rdmagwctl/table.h"

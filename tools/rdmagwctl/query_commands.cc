@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // status, peers, streams: read-only views of one or more GET answers.
 #include <cstdio>
 #include <vector>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `rdmagwctl status`: the whole of GET /stats on one screen.
 #include <cstdio>
 

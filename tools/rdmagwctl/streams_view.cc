@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `rdmagwctl streams`: the active streams, oldest first, as the server pages them.
 #include "tools/rdmagwctl/table.h"
 #include "tools/rdmagwctl/view_fields.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Aligned text tables (like `ss` or `ps`) and the human units their cells
 // use: bytes in IEC units, rates, durations.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // top: a live view refreshed every interval, until Ctrl-C or --count frames.
 #include <signal.h>
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `rdmagwctl top`: one frame of rates, from two GET /stats answers.
 #include "tools/rdmagwctl/table.h"
 #include "tools/rdmagwctl/view_fields.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Reading admin JSON fields for display, shared by the view files.
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The human views of rdmagwctl: each turns an admin answer (docs/admin.md)
 // into text, without I/O, so they can be tested on fixed JSON. Fields a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What two rdmagw processes tell each other in RDMA CM private data when
 // they connect (little-endian):

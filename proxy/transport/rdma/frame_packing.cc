@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "proxy/transport/rdma/frame_packing.h"
 
 #include "proxy/tunnel/frame.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Chooses what one SEND carries: whole frames only (the receiver parses each
 // message on its own), taken in order from queued buffer segments, at most

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A connect request taken off the RDMA listener. Its cm_id is moved at once
 // onto an event channel of its own: an id left on the listener's channel

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The RDMA transport's two ends of the tunnel seam (tunnel/transport.h): a
 // Connector that dials the peer's rdma_port through RDMA CM, and a

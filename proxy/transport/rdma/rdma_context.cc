@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "proxy/transport/rdma/rdma_context.h"
 
 #include <sys/resource.h>

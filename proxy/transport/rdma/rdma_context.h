@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Per-worker RDMA state: for each device a session lands on, one protection
 // domain and one memory region covering the worker's whole buffer slab, so

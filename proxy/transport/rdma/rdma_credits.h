@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Receive credits of one RDMA session, kept apart from the verbs so that the
 // rules can be tested without a device:

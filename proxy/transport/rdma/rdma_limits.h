@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What rdmagw asks of an RDMA device, kept in one pure function so that a
 // unit test can prove it stays within eRDMA's limits on machines without a

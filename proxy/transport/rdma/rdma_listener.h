@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The passive side of RDMA CM: listens on tunnel.address:rdma_port and hands
 // each connection request (its cm_id and private data) to a handler, which

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Tunnel frames over one RC queue pair, connected through RDMA CM.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "proxy/transport/tcp/tcp_connector.h"
 
 #include <netinet/in.h>

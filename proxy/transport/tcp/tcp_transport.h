@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Tunnel frames over one TCP connection. Sends gather queued frames into one
 // sendmsg (one in flight at a time, so frames never reorder); receives land

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures of the podman end-to-end tests.  tests/docker/e2e/run prepares
 everything they use (images, podman settings, podman-compose) and exports
 where it is; run directly, without it, every test fails and says so."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared pieces of the podman end-to-end tests: the podman and
 podman-compose commands as tests/docker/e2e/run set them up, polling with a
 deadline, and the examples copied where they can run."""

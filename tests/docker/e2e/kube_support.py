@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """podman kube play of the Kubernetes examples, shared by test_kube.py and
 test_inject.py.
 

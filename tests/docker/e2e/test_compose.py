@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """docker/compose.yaml run for real with podman-compose: two "hosts" (network
 namespaces on a podman bridge), the init container's redirect, Redis on host
 B reached from an unmodified redis-cli on host A through both sidecars (the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Debian package (packaging/, docs/deploy.md, "Hosts without containers:
 the .deb") installed with apt on the locally made minimal Debian 12, in two
 ways:

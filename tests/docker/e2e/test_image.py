@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The image as built by podman from docker/Dockerfile: its size, what its
 configuration keeps (HEALTHCHECK, user, entrypoint), no apt leftovers, and
 the seccomp profile: blocked under the runtime's default, running under

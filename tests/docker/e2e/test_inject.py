@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tools/rdmagw-inject on a plain Redis Deployment
 (docker/kubernetes/redis-deployment.yaml), run with podman kube play: the
 injected pod serves Redis to pod.yaml's client through both sidecars, under

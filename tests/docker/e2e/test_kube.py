@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """docker/kubernetes/pod.yaml and its peer redis-server.yaml under podman kube
 play: the init container's redirect, the sidecar under the shipped seccomp
 profile (Localhost, from --seccomp-profile-root), PONG from Redis in the other

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Node mode (docker/kubernetes/node-daemonset.yaml) under podman kube play:
 one rdmagw on the host's network; a pod without sidecar or capabilities
 reaches Redis in redis-server.yaml's pod through it, over the unix socket it

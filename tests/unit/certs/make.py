@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Makes the certificates the unit tests load (tests/unit/certs/*.pem), with
 Python's cryptography package: two CAs, and node certificates for the fake
 wires' address (192.0.2.1, tests/unit/fake_transport.h) valid until 2125,
