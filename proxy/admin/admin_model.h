@@ -31,6 +31,7 @@ struct ReloadResult {
 
 struct Status {
   std::string version;
+  std::string commit;  // built from (common/version.h)
   std::string node;
   std::string config_file;
   uint64_t config_generation = 0;  // 1 at start, +1 per applied reload

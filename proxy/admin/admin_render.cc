@@ -172,7 +172,7 @@ std::string render_stats_json(const Status& status, const Config* config, const 
   const MetricTotals totals = sum_metrics(config, workers);
   JsonWriter w;
   w.begin_object();
-  w.field("version", status.version).field("node", status.node);
+  w.field("version", status.version).field("commit", status.commit).field("node", status.node);
   w.field("uptime_seconds", status.uptime_seconds);
   w.field("ready", status.ready).field("draining", status.draining);
   w.field("workers", status.workers);

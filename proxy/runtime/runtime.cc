@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "common/log.h"
+#include "common/version.h"
 #include "config/config_diff.h"
 #include "proxy/admin/admin_server.h"
 #include "proxy/io/io_uring_access.h"
@@ -306,6 +307,7 @@ int Runtime::run() {
   }
   log::info("ready")
       .kv("version", RDMAGW_VERSION)
+      .kv("commit", build_commit())
       .kv("workers", config_->workers)
       .kv("listeners", listeners)
       .kv("tunnel", "tcp:" + config_->tunnel.address + ":" + std::to_string(config_->tunnel.tcp_port))
@@ -486,6 +488,7 @@ uint64_t Runtime::live_streams() const {
 admin::Status Runtime::status() {
   admin::Status s;
   s.version = RDMAGW_VERSION;
+  s.commit = build_commit();
   s.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   s.ready = ready_.load();
   s.draining = draining_.load();

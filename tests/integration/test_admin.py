@@ -5,6 +5,7 @@ traffic sent."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import socket
@@ -52,10 +53,11 @@ def test_every_endpoint_answers_as_documented(pair, backend):
     assert ready.status == 200 and ready.text.strip() == "ready"
 
     stats = admin_json(port, "/stats")
-    for key in ["version", "node", "uptime_seconds", "ready", "draining", "workers", "transport",
+    for key in ["version", "commit", "node", "uptime_seconds", "ready", "draining", "workers", "transport",
                 "transport_reason", "io_uring", "config", "listeners", "peers", "streams", "rdma", "latency"]:
         assert key in stats, f"/stats lacks {key}"
     assert stats["node"] == "host-a" and stats["ready"] is True and stats["workers"] == 2
+    assert re.fullmatch(r"[0-9a-f]{12}(-dirty)?|unknown", stats["commit"]), stats["commit"]
     assert stats["config"]["generation"] == 1
     assert [entry["name"] for entry in stats["listeners"]] == ["echo"]
     assert stats["listeners"][0]["listen"] == p.listeners["echo"]["listen"]

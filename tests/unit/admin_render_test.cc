@@ -148,6 +148,7 @@ struct TwoWorkers {
 Status sample_status() {
   Status s;
   s.version = "0.1.0";
+  s.commit = "0123456789ab";
   s.node = "host-a";
   s.config_file = "/etc/rdmagw/rdmagw.yaml";
   s.config_generation = 2;
@@ -420,7 +421,7 @@ TEST_CASE("stats: process, listeners, peers, streams, latency", "[admin][stats]"
   INFO(json);
   require_valid_json(json);
 
-  CHECK_THAT(json, Catch::StartsWith(R"({"version":"0.1.0","node":"host-a","uptime_seconds":12.5,"ready":true,)"
+  CHECK_THAT(json, Catch::StartsWith(R"({"version":"0.1.0","commit":"0123456789ab","node":"host-a","uptime_seconds":12.5,"ready":true,)"
                                      R"("draining":false,"workers":2,"transport":"rdma,tcp",)"
                                      R"("transport_reason":"RDMA device available",)"
                                      R"("io_uring":"defer_taskrun,multishot_accept",)"));

@@ -221,7 +221,7 @@ TEST_CASE("units: bytes, rates, durations, latencies", "[rdmagwctl][table]") {
 namespace {
 
 const char* kStatsExample = R"({
-  "version": "0.1.0", "node": "host-a", "uptime_seconds": 12.5, "ready": true, "draining": false,
+  "version": "0.1.0", "commit": "0123456789ab", "node": "host-a", "uptime_seconds": 12.5, "ready": true, "draining": false,
   "workers": 2, "transport": "rdma,tcp", "transport_reason": "RDMA device available",
   "io_uring": "defer_taskrun,multishot_accept",
   "config": {"file": "/etc/rdmagw/rdmagw.yaml", "generation": 2, "reloads": 1, "reload_failures": 0,
@@ -251,7 +251,7 @@ bool contains(const std::string& haystack, const std::string& needle) {
 TEST_CASE("views: status from the documented /stats", "[rdmagwctl][views]") {
   std::string out = rdmagw::ctl::render_status(parse_ok(kStatsExample));
   INFO(out);
-  CHECK(contains(out, "rdmagw 0.1.0 on node host-a, up 12.5s, 2 workers\n"));
+  CHECK(contains(out, "rdmagw 0.1.0 (commit 0123456789ab) on node host-a, up 12.5s, 2 workers\n"));
   CHECK(contains(out, "state      ready\n"));
   CHECK(contains(out, "transport  rdma,tcp (RDMA device available)\n"));
   CHECK(contains(out, "/etc/rdmagw/rdmagw.yaml  generation 2, 1 reload, 0 failed\n"));

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/version.h"
 #include "config/key_files.h"
 #include "tools/rdmagwctl/cli_options.h"
 #include "tools/rdmagwctl/commands.h"
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (options.command == Command::kVersion) {
-    printf("rdmagwctl %s\n", RDMAGW_VERSION);
+    printf("%s\n", rdmagw::version_line("rdmagwctl").c_str());
     return kExitOk;
   }
   try {

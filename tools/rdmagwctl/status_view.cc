@@ -114,7 +114,9 @@ std::string indent_lines(const std::string& text, int spaces) {
 }
 
 std::string render_status(const JsonValue& stats) {
-  std::string out = "rdmagw " + text_or_dash(stats, "version") + " on node " + text_or_dash(stats, "node") +
+  std::string commit = stats.string_or("commit");
+  std::string out = "rdmagw " + text_or_dash(stats, "version") + (commit.empty() ? "" : " (commit " + commit + ")") +
+                    " on node " + text_or_dash(stats, "node") +
                     ", up " + format_duration_seconds(stats.number_or("uptime_seconds")) + ", " +
                     plural(counter(stats, "workers"), "worker") + "\n";
   out += "state      " + state_text(stats) + "\n";

@@ -7,6 +7,7 @@ docker/seccomp.json, and confined all the same."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -53,6 +54,16 @@ def test_image_keeps_its_healthcheck_user_and_entrypoint():
     assert config.get("User") == f"{SIDECAR_UID}:{SIDECAR_UID}"
     assert config.get("Entrypoint") == ["/usr/local/bin/entrypoint.sh"]
     assert config.get("StopSignal") in ("SIGTERM", "15")
+
+
+def test_image_binaries_name_the_commit_they_were_built_from():
+    """The build context has no .git: tests/docker/e2e/run passes the
+    commit as a build argument, and --version says it."""
+    head = subprocess.run(["git", "-C", str(DOCKER), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    for binary in ("rdmagw", "rdmagwctl"):
+        r = podman("run", "--rm", "--no-healthcheck", "--entrypoint", binary, IMAGE, "--version")
+        assert r.stdout.strip().endswith(f"(commit {head})"), (binary, r.stdout, head)
 
 
 def test_image_has_no_apt_lists_caches_or_documentation():
