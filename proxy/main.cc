@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // rdmagw: per-host sidecar that carries TCP and Unix-socket streams to a
 // peer sidecar over a multiplexed tunnel (RDMA, or TCP where RDMA is absent).
+#include <getopt.h>
 #include <sys/resource.h>
 
 #include <cstdio>
 #include <string>
 
 #include "common/log.h"
+#include "common/version.h"
 #include "config/config.h"
 #include "proxy/runtime/runtime.h"
 
@@ -20,7 +22,7 @@ rdmagw is a per-host sidecar: local applications connect to its listeners
 (TCP or Unix socket) and it carries each connection, multiplexed, to a peer
 rdmagw, which connects to the real target. See README.md and docs/.
 
-Options:
+Options (a value may follow as the next argument or after '='):
   -c, --config FILE      YAML configuration (see docs/configuration.md)
       --check            validate the configuration and exit: 0 if valid,
                          2 with one "FILE:LINE:COL: key: message" line per error
@@ -31,7 +33,7 @@ Options:
                          none running, start as usual. See docs/operations.md
       --log-level LEVEL  debug | info | warn | error (overrides log_level)
   -h, --help             show this help
-  -V, --version          show the version
+  -V, --version          show the version and the commit it was built from
 
 Signals:
   SIGTERM, SIGINT        stop accepting, let open streams finish for up to
@@ -56,45 +58,61 @@ struct Options {
   std::string log_level;
 };
 
+// GNU long options, as rdmagwctl takes them: "--config FILE" and
+// "--config=FILE" alike, "-c FILE". Every option is checked here, before
+// the configuration is read, so that --check refuses what a start would.
 int parse_args(int argc, char** argv, Options* opt) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "rdmagw: %s needs a value\n", name);
-        return nullptr;
+  enum : int { kCheck = 256, kTakeover, kLogLevel };
+  static const option kOptions[] = {
+      {"config", required_argument, nullptr, 'c'},  {"check", no_argument, nullptr, kCheck},
+      {"takeover", no_argument, nullptr, kTakeover}, {"log-level", required_argument, nullptr, kLogLevel},
+      {"help", no_argument, nullptr, 'h'},           {"version", no_argument, nullptr, 'V'},
+      {nullptr, 0, nullptr, 0}};
+  opterr = 0;  // our messages, not getopt's
+  optind = 1;
+  auto usage_error = [](const std::string& message) {
+    fprintf(stderr, "rdmagw: %s\n\n%s", message.c_str(), kUsage);
+    return 2;
+  };
+  int c;
+  while ((c = getopt_long(argc, argv, ":c:hV", kOptions, nullptr)) != -1) {
+    switch (c) {
+      case 'h':
+        fputs(kUsage, stdout);
+        return 0;
+      case 'V':
+        printf("%s\n", version_line("rdmagw").c_str());
+        return 0;
+      case 'c':
+        opt->config = optarg;
+        break;
+      case kCheck:
+        opt->check = true;
+        break;
+      case kTakeover:
+        opt->takeover = true;
+        break;
+      case kLogLevel: {
+        log::Level level;
+        if (!log::parse_level(optarg, &level))
+          return usage_error(std::string("--log-level '") + optarg + "' must be one of debug, info, warn, error");
+        opt->log_level = optarg;
+        break;
       }
-      return argv[++i];
-    };
-    if (a == "-h" || a == "--help") {
-      fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "-V" || a == "--version") {
-      printf("rdmagw %s\n", RDMAGW_VERSION);
-      return 0;
-    } else if (a == "-c" || a == "--config") {
-      const char* v = value("--config");
-      if (!v) return 2;
-      opt->config = v;
-    } else if (a.starts_with("--config=")) {
-      opt->config = a.substr(9);
-    } else if (a == "--check") {
-      opt->check = true;
-    } else if (a == "--takeover") {
-      opt->takeover = true;
-    } else if (a == "--log-level") {
-      const char* v = value("--log-level");
-      if (!v) return 2;
-      opt->log_level = v;
-    } else {
-      fprintf(stderr, "rdmagw: unknown option '%s'\n%s", a.c_str(), kUsage);
-      return 2;
+      case ':':
+        return usage_error(std::string(argv[optind - 1]) + " needs a value");
+      default: {
+        std::string given = argv[optind - 1];
+        std::string name = given.substr(0, given.find('='));
+        for (const option* o = kOptions; o->name; ++o)
+          if (name == std::string("--") + o->name && o->has_arg == no_argument)
+            return usage_error(name + " takes no value");
+        return usage_error("unknown option '" + given + "'");
+      }
     }
   }
-  if (opt->config.empty()) {
-    fprintf(stderr, "rdmagw: --config FILE is required\n\n%s", kUsage);
-    return 2;
-  }
+  if (optind < argc) return usage_error(std::string("unexpected argument '") + argv[optind] + "'");
+  if (opt->config.empty()) return usage_error("--config FILE is required");
   return -1;  // continue
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 from clients import free_port
 from conftest import check_sanitizers, render_config, sanitized
@@ -74,10 +75,42 @@ def test_help_exits_0_with_usage_on_stdout(rdmagw_bin):
     assert "--config" in out, f"usage on stdout does not mention --config:\n{out}"
 
 
-def test_version_exits_0(rdmagw_bin):
+def test_version_names_the_release_and_the_commit(rdmagw_bin):
     rc, out, err = run(rdmagw_bin, "--version")
     assert rc == 0, f"rc={rc}\n{out}{err}"
-    assert re.search(r"\d", out + err), f"no version number in:\n{out}{err}"
+    m = re.fullmatch(r"rdmagw (\d+\.\d+\.\d+) \(commit ([0-9a-f]{12}(-dirty)?|unknown)\)\n", out)
+    assert m, f"not 'rdmagw X.Y.Z (commit ...)':\n{out}{err}"
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent)
+    if head.returncode == 0 and m.group(2) != "unknown":
+        # A build of a checkout names the checkout's commit (the build ran
+        # before this test, at the same HEAD).
+        assert m.group(2).removesuffix("-dirty") == head.stdout.strip(), (out, head.stdout)
+
+
+def test_options_take_their_value_either_way_and_every_one_is_checked(rdmagw_bin, tmp_path):
+    """One convention, as rdmagwctl's: `--opt value` and `--opt=value`;
+    --check refuses any option a start would refuse (exit 2, naming it)."""
+    cfg = tmp_path / "ok.yaml"
+    cfg.write_text(valid_config())
+    for args in (["--config", str(cfg)], [f"--config={cfg}"], ["-c", str(cfg)],
+                 ["-c", str(cfg), "--log-level", "debug"], ["-c", str(cfg), "--log-level=warn"]):
+        rc, out, err = run(rdmagw_bin, "--check", *args)
+        assert rc == 0, (args, rc, out, err)
+    refused = {
+        ("--log-level", "bogus"): "--log-level 'bogus' must be one of debug, info, warn, error",
+        ("--log-level=bogus",): "--log-level 'bogus' must be one of",
+        ("--log-level",): "--log-level needs a value",
+        ("--check=yes",): "--check takes no value",
+        ("--takeover=1",): "--takeover takes no value",
+        ("--bogus",): "unknown option '--bogus'",
+        ("extra",): "unexpected argument 'extra'",
+    }
+    for extra, said in refused.items():
+        rc, out, err = run(rdmagw_bin, "--check", "-c", str(cfg), *extra)
+        assert rc == 2 and said in err, (extra, rc, out, err)
+    rc, out, err = run(rdmagw_bin, "--check")
+    assert rc == 2 and "--config FILE is required" in err, (rc, err)
 
 
 def test_transport_rdma_without_a_device_exits_1_saying_why(rdmagw_bin, tmp_path):
