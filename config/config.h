@@ -148,7 +148,7 @@ struct TunnelConfig {
   uint16_t tcp_port = 7471;
   uint16_t rdma_port = 7472;
   TransportMode transport = TransportMode::kAuto;
-  // Extensions beyond the schema (all optional):
+  // Beyond address, ports and transport (all optional):
   // Announced in HELLO; their ranges are the protocol's (common/protocol_limits.h).
   uint32_t buffer_size = 32 * 1024;             // tunnel.buffer_size: max DATA payload per frame (docs/rdma.md, "Defaults")
   bool tcp_splice = false;                      // tunnel.tcp_splice: large DATA payloads on TCP pass by splice (docs/architecture.md)

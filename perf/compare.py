@@ -25,7 +25,7 @@ For every run it reads the CPU time of both proxy processes of the path
 this script's waited-for child), and prints medians: throughput and its
 ratio to direct, CPU per request, per GiB or per round trip, latencies,
 everyone's CPU per request with the throughput ratio it predicts on shared
-cores, the targets of issue 14 as ratios against HAProxy at its best
+cores, the targets (CPU, throughput, latency) as ratios against HAProxy at its best
 setting for each figure, and the rdmagw pair's RSS and descriptors before
 the run and after each round.  --perf-sched adds one ping-pong per path
 under `perf sched record`: the wake-ups of a round trip and their delays.
@@ -531,7 +531,7 @@ def report(results, paths, tests, args, pair_state, sched=None):
                                            "client: delay µs"], sched), ""]
     targets, missed = targets_table(results, paths, tests, pair_state)
     if targets:
-        lines += ["### Targets (issue 14): rdmagw against HAProxy at its best setting for each figure", "",
+        lines += ["### Targets: rdmagw against HAProxy at its best setting for each figure", "",
                   benchlib.markdown_table(["figure", "rdmagw", "HAProxy best", "ratio", "target", "met"], targets),
                   ""]
     if pair_state:

@@ -61,7 +61,7 @@ TARGET_LABELS = {"job", "instance"}
 # Series Prometheus makes itself for every scrape; no /metrics has them.
 SCRAPE_SERIES = {"up"}
 SEVERITIES = {"critical", "warning", "info"}
-# The dashboard's rows, as issue 15 asked for them.
+# The dashboard's rows (docker/monitoring/README.md).
 DASHBOARD_ROWS = {"Traffic", "Sessions and transports", "Failures", "Latency", "RDMA", "Resources and limits"}
 
 # PromQL words that are not metric names: aggregation operators (not

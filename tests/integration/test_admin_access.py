@@ -1,6 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Who may use the admin endpoint (issue 12, item 4; docs/admin.md,
-"Access"): a real rdmagw, asked over real sockets.
+"""Who may use the admin endpoint (docs/admin.md, "Access"): a real rdmagw, asked over real sockets.
 
 Without a token (loopback only): a browser cannot drive it, neither by a
 cross-origin "simple" POST (Origin header) nor by DNS rebinding (a Host that

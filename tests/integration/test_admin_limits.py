@@ -1,6 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What an admin client may cost (issue 12, items 5 and 6; docs/admin.md,
-"Limits"): a real rdmagw, and raw sockets that play greedy or broken HTTP
+"""What an admin client may cost (docs/admin.md, "Limits"): a real rdmagw, and raw sockets that play greedy or broken HTTP
 clients.
 
 - At most 64 admin connections: an idle one beyond evicts the oldest idle

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Only authenticated peers get in (issue 12, items 1 and 2): real sidecars,
+"""Only authenticated peers get in (docs/security.md): real sidecars,
 and raw sockets that play a peer with the wrong key, with no key, or with
 the right one (docs/protocol.md, "Authentication").
 

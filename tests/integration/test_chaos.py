@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Chaos soak (issue 11): random tunnel faults for a bounded time over mixed
+"""Chaos soak (docs/operations.md, "The chaos soak"): random tunnel faults for a bounded time over mixed
 traffic, and not one application connection may notice.
 
 host-a and host-b are network namespaces on a veth pair (the test makes

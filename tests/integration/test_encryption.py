@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""tunnel.auth.encrypt (issue 12, item 3; docs/protocol.md, "Encryption"):
+"""tunnel.auth.encrypt (docs/protocol.md, "Protected records"):
 real sidecars talking through a relay that reads, and alters, what crosses
 the wire between them.
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Out of file descriptors (issue 12, items 5 and 6): a real rdmagw whose
+"""Out of file descriptors: a real rdmagw whose
 descriptor limit is lowered while it runs (prlimit --pid), then flooded
 with connections to a listener and to the admin endpoint. Neither accept
 loop may spin a core or flood the log, the process stays up, and once the

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A fleet, not a pair (issue 13; docs/configuration.md, "Fleet"): 16 hosts as
+"""A fleet, not a pair (docs/configuration.md, "Fleet"): 16 hosts as
 network namespaces on one bridge, each with its rdmagw, an echo server and
 iptables redirecting its clients' connections to port 8000 of any host to its
 rdmagw. No host names another in `peers:`; every route says

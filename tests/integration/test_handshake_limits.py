@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What a peer that has proved nothing may cost, and what an authenticated
-peer may ask of one session (issue 12, items 5 and 6; docs/security.md,
-"Limits"): real sidecars, and raw sockets that play the peers.
+peer may ask of one session (docs/configuration.md, "tunnel.limits";
+docs/security.md): real sidecars, and raw sockets that play the peers.
 
 - A connection in its handshake costs a few KiB (a small receive buffer),
   not a session's buffers: 400 idle connections used to take ~100 MiB.

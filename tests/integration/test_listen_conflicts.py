@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Addresses another process holds (issue 12, item 6): rdmagw refuses to
+"""Addresses another process holds: rdmagw refuses to
 start rather than share them, and leaves them as they were.
 
 - A TCP port another process listens on, even with SO_REUSEPORT (which

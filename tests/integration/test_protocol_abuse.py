@@ -478,8 +478,8 @@ def test_open_to_target_not_on_allowlist_is_reset_not_allowed_and_session_surviv
 
 def test_a_flood_of_refused_opens_is_answered_in_full_but_logged_at_a_bounded_rate(gw):
     """Each refused OPEN is answered and counted; the log gets a few lines a
-    second, and the next line written says how many were left out (issue 12,
-    item 6: one session once turned 6 MB of frames into 34 MB of log)."""
+    second, and the next line written says how many were left out (one
+    session once turned 6 MB of frames into 34 MB of log)."""
     forbidden = f"tcp:127.0.0.1:{free_port()}"
     mark = gw.b.log_size()
     n = 2000

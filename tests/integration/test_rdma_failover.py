@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Live failover between transports, in the RDMA lab (issue 11, items 2 and 5).
+"""Live failover between transports, in the RDMA lab (docs/operations.md,
+"What survives what").
 
 With `transport: auto` on both sides, streams move both ways (SHA-256 at
 both ends) while the RDMA device itself goes away and comes back: the rxe

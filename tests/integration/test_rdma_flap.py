@@ -8,8 +8,8 @@ ways (SHA-256 at both ends) across a 3 s link-down of its own. Every stream
 of every pair must arrive whole: no reset, no short read. The sessions may
 run on RDMA or TCP, and move between them, as the link allows.
 
-RDMAGW_LAB_FLAP_PAIRS sets how many pairs (CI: 2; the acceptance run of
-issue 29: 20, `tools/rdma-lab run --timeout 3000 -- env
+RDMAGW_LAB_FLAP_PAIRS sets how many pairs (CI: 2; the run recorded in
+perf/results/2026-11-27-lab-flap.md: 20, `tools/rdma-lab run --timeout 3000 -- env
 RDMAGW_LAB_FLAP_PAIRS=20 tests/lab/rdma_integration.sh flap`).
 
 Runs only in the lab (tests/lab/rdma_integration.sh): it needs the rxe device.

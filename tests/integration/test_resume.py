@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Streams survive the loss of their tunnel: resumable sessions (issue 11).
+"""Streams survive the loss of their tunnel: resumable sessions (docs/protocol.md, "Resumption").
 
 STREAMS application connections through a host-a -> host-b pair each move
 SIZE bytes both ways at once (the client sends its seed's stream, the target

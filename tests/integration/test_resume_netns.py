@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Streams survive network faults on the tunnel's path (issue 11): host-a and
-host-b are network namespaces joined by a veth pair that the test makes;
+"""Streams survive network faults on the tunnel's path (docs/operations.md):
+host-a and host-b are network namespaces joined by a veth pair that the test makes;
 the application and the target reach their rdmagw over Unix sockets, so
 only the tunnel crosses the link. While STREAMS streams move SIZE bytes
 both ways (test_resume.py's transfer), the link is broken again and again

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Upgrades that drop no connection (issue 11): `rdmagw --takeover --config
-FILE` started beside the running rdmagw takes over its listening sockets,
+"""Upgrades that drop no connection (docs/operations.md, "Takeover"):
+`rdmagw --takeover --config FILE` started beside the running rdmagw takes over its listening sockets,
 its open connections and its sessions; the old process exits 0.
 
 While STREAMS streams move SIZE bytes both ways (test_resume.py's

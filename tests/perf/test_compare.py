@@ -47,7 +47,7 @@ def test_guard_fails_when_rdmagw_costs_more_cpu_per_request_than_haproxy():
     rows, worse = compare.targets_table(results, ["direct", "haproxy", "rdmagw"], ["redis-set", "http-close"], None)
     assert worse == ["http-close"]
     by_figure = {r[0]: r for r in rows}
-    # 10 µs against 20 µs: 0.50, above issue 14's 0.33 for SET.
+    # 10 µs against 20 µs: 0.50, above the 0.33 target for SET.
     assert by_figure["CPU per request, redis-set (µs)"][3] == "0.50"
     assert by_figure["CPU per request, redis-set (µs)"][5] == "**no**"
     assert by_figure["http-close, ratio to direct"][1] == "0.45"
