@@ -35,6 +35,7 @@
 
 #include "common/regular_file.h"
 #include "config/config.h"
+#include "config/config_keys.h"
 #include "config/key_files.h"
 
 namespace rdmagw {
@@ -100,32 +101,23 @@ static_assert(sizeof("unix:") - 1 + sizeof(sockaddr_un::sun_path) - 1 <= kMaxTar
 static_assert(sizeof("tcp:[]:65535") - 1 + INET6_ADDRSTRLEN - 1 <= kMaxTargetLength,
               "a tcp endpoint the parser accepts would not fit in an OPEN frame");
 
-using Keys = std::vector<std::string_view>;
+using Keys = config_keys::Keys;
 
-const Keys kTopKeys = {"node",    "admin",     "admin_token_file", "workers", "worker_cpus", "tunnel",
-                           "peers",   "listeners", "targets", "shutdown_timeout_ms",
-                           "log_level"};
-const Keys kTunnelKeys = {"address",           "tcp_port",           "rdma_port",
-                              "transport",         "buffer_size",        "stream_window",
-                              "session_budget",    "keepalive_interval_ms",
-                              "keepalive_timeout_ms", "connect_timeout_ms", "reconnect_max_ms",
-                              "resume_timeout_ms", "rdma_probe_interval_ms", "rdma_head_start_ms", "rdma", "auth", "limits",
-                              "peer_cidrs", "session_idle_ms", "max_sessions", "sessions_per_peer", "rdma_share",
-                              "tcp_splice"};
-const Keys kPeerCidrKeys = {"cidr", "tcp_port", "rdma_port"};
+// The keys each mapping may hold: config/config_keys.h.
+const Keys& kTopKeys = config_keys::kTop;
+const Keys& kTunnelKeys = config_keys::kTunnel;
+const Keys& kPeerCidrKeys = config_keys::kPeerCidr;
+const Keys& kLimitKeys = config_keys::kLimits;
+const Keys& kAuthKeys = config_keys::kAuth;
+const Keys& kRdmaKeys = config_keys::kRdma;
+const Keys& kPeerKeys = config_keys::kPeer;
+const Keys& kListenerKeys = config_keys::kListener;
+const Keys& kRouteKeys = config_keys::kRoute;
+const Keys& kTargetKeys = config_keys::kTarget;
 // The route's `peer:` value that means "the host of the original destination".
 constexpr std::string_view kPeerByDestination = "destination";
-const Keys kLimitKeys = {"handshakes", "handshakes_per_address", "streams_per_session", "opens_per_second",
-                         "sessions_per_address"};
-const Keys kAuthKeys = {"mode", "key_files", "encrypt", "ca_files", "cert_file", "key_file"};
 // More is a mistake: rotation needs two (the current key and the next).
 inline constexpr size_t kMaxKeyFiles = 8;
-const Keys kRdmaKeys = {"device", "slab_size", "max_pinned", "recv_depth", "send_depth", "busy_poll_us",
-                        "inline_threshold"};
-const Keys kPeerKeys = {"name", "address", "tcp_port", "rdma_port", "connect"};
-const Keys kListenerKeys = {"name", "listen", "peer", "target", "routes", "socket_mode"};
-const Keys kRouteKeys = {"match", "peer", "target", "action"};
-const Keys kTargetKeys = {"target", "peers"};
 
 // A YAML value together with where it lives: its key path, the position to
 // report problems with the value at, and the position of its key.

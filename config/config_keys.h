@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Every key the configuration file may hold, once: the parser accepts these
+// and no others (config_parser.cc), and tests/unit/config_keys_test.cc
+// checks that each one is classified for reload (config_diff.cc) and has a
+// row in docs/configuration.md. A new key added here fails that test until
+// both are done.
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rdmagw::config_keys {
+
+using Keys = std::vector<std::string_view>;
+
+inline const Keys kTop = {"node",      "admin",   "admin_token_file",    "workers",  "worker_cpus", "tunnel",
+                          "peers",     "listeners", "targets", "shutdown_timeout_ms", "log_level"};
+inline const Keys kTunnel = {"address",
+                             "tcp_port",
+                             "rdma_port",
+                             "transport",
+                             "buffer_size",
+                             "stream_window",
+                             "session_budget",
+                             "keepalive_interval_ms",
+                             "keepalive_timeout_ms",
+                             "connect_timeout_ms",
+                             "reconnect_max_ms",
+                             "resume_timeout_ms",
+                             "rdma_probe_interval_ms",
+                             "rdma_head_start_ms",
+                             "rdma",
+                             "auth",
+                             "limits",
+                             "peer_cidrs",
+                             "session_idle_ms",
+                             "max_sessions",
+                             "sessions_per_peer",
+                             "rdma_share",
+                             "tcp_splice"};
+inline const Keys kPeerCidr = {"cidr", "tcp_port", "rdma_port"};  // tunnel.peer_cidrs[] in mapping form
+inline const Keys kLimits = {"handshakes", "handshakes_per_address", "streams_per_session", "opens_per_second",
+                             "sessions_per_address"};
+inline const Keys kAuth = {"mode", "key_files", "encrypt", "ca_files", "cert_file", "key_file"};
+inline const Keys kRdma = {"device",     "slab_size",    "max_pinned",      "recv_depth",
+                           "send_depth", "busy_poll_us", "inline_threshold"};
+inline const Keys kPeer = {"name", "address", "tcp_port", "rdma_port", "connect"};
+inline const Keys kListener = {"name", "listen", "peer", "target", "routes", "socket_mode"};
+inline const Keys kRoute = {"match", "peer", "target", "action"};
+inline const Keys kTarget = {"target", "peers"};  // targets[] in mapping form
+
+// A mapping of the file and the keys it may hold, by path: "" (the top),
+// "tunnel", "tunnel.rdma", "peers[]", "listeners[].routes[]", ...
+struct Section {
+  std::string_view path;
+  const Keys* keys;
+};
+inline const Section kSections[] = {
+    {"", &kTop},           {"tunnel", &kTunnel},       {"tunnel.peer_cidrs[]", &kPeerCidr},
+    {"tunnel.limits", &kLimits}, {"tunnel.auth", &kAuth}, {"tunnel.rdma", &kRdma},
+    {"peers[]", &kPeer},   {"listeners[]", &kListener}, {"listeners[].routes[]", &kRoute},
+    {"targets[]", &kTarget}};
+
+// Every key by its full path ("tunnel.rdma.slab_size", "peers[].name"),
+// mappings that are sections themselves included ("tunnel.rdma").
+inline std::vector<std::string> all_paths() {
+  std::vector<std::string> out;
+  for (const Section& s : kSections)
+    for (std::string_view key : *s.keys) out.push_back(s.path.empty() ? std::string(key) : std::string(s.path) + "." + std::string(key));
+  return out;
+}
+
+}  // namespace rdmagw::config_keys

@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: Apache-2.0
+// Every key of config/config_keys.h, the parser's list: changing it in a
+// file makes a reload either apply it and say so, or refuse it as
+// restart-only (config_diff.cc), and docs/configuration.md has a row for it
+// in its section. A key added to the parser fails here until both are done.
+#include <catch2/catch.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "config/config_diff.h"
+#include "config/config_keys.h"
+
+using namespace rdmagw;
+
+namespace {
+
+// Sets every section (a psk tunnel, two peers, a plain, a Unix and a
+// transparent listener, both forms of targets and of peer_cidrs).
+constexpr const char* kBase = R"(node: host-a
+admin: 127.0.0.1:9901
+workers: 2
+shutdown_timeout_ms: 10000
+log_level: info
+tunnel:
+  address: 127.0.0.1
+  tcp_port: 7471
+  rdma_port: 7472
+  transport: tcp
+  connect_timeout_ms: 3000
+  auth: {mode: psk, key_files: [/etc/rdmagw/a]}
+  rdma: {}
+  limits: {}
+  peer_cidrs:
+    - 10.0.0.0/16
+    - {cidr: 10.9.0.0/24, tcp_port: 17471, rdma_port: 17472}
+peers:
+  - {name: host-b, address: 127.0.0.1, tcp_port: 7481}
+  - {name: host-c, address: 127.0.0.1, tcp_port: 7491}
+listeners:
+  - {name: plain, listen: "tcp:127.0.0.1:6380", peer: host-b, target: "tcp:127.0.0.1:6379"}
+  - {name: local, listen: "unix:/run/rdmagw-test.sock", peer: host-b, target: "tcp:127.0.0.1:6379", socket_mode: "0660"}
+  - name: out
+    listen: "transparent:127.0.0.1:15001"
+    routes:
+      - {match: 10.0.0.0/16, peer: host-b, target: "tcp:127.0.0.1:6379", action: tunnel}
+targets:
+  - "tcp:127.0.0.1:6379"
+  - {target: "tcp:127.0.0.1:6390", peers: [10.0.0.0/8]}
+)";
+
+// A change to one key: `before` is set in both files (when the key needs
+// another setting around it), `value` and `also` only in the second. Paths
+// name list items by index ("peers[1].name"); the key's path drops them.
+struct Change {
+  std::string at;
+  std::string value;
+  std::map<std::string, std::string> before = {};
+  std::map<std::string, std::string> also = {};
+};
+
+// The certificate keys need mode cert around them.
+std::map<std::string, std::string> kCertMode() {
+  return {{"tunnel.auth", "{mode: cert, ca_files: [/etc/rdmagw/ca.pem], cert_file: /etc/rdmagw/node.pem, "
+                          "key_file: /etc/rdmagw/node.key}"}};
+}
+
+const std::vector<Change>& changes() {
+  static const std::vector<Change> kChanges = {
+      {"node", "host-z"},
+      {"admin", "127.0.0.1:19901"},
+      {"admin_token_file", "/etc/rdmagw/token"},
+      {"workers", "3"},
+      {"worker_cpus", "[0]"},
+      {"shutdown_timeout_ms", "5000"},
+      {"log_level", "debug"},
+      {"tunnel.address", "127.0.0.2"},
+      {"tunnel.tcp_port", "7571"},
+      {"tunnel.rdma_port", "7572"},
+      {"tunnel.transport", "auto"},
+      {"tunnel.buffer_size", "65536"},
+      {"tunnel.tcp_splice", "true", {{"tunnel.auth", "{mode: none}"}}},
+      {"tunnel.stream_window", "524288"},
+      {"tunnel.session_budget", "64MiB"},
+      {"tunnel.keepalive_interval_ms", "4000"},
+      {"tunnel.keepalive_timeout_ms", "20000"},
+      {"tunnel.connect_timeout_ms", "4000"},
+      {"tunnel.reconnect_max_ms", "3000"},
+      {"tunnel.resume_timeout_ms", "20000"},
+      {"tunnel.rdma_probe_interval_ms", "3000"},
+      {"tunnel.rdma_head_start_ms", "500"},
+      {"tunnel.session_idle_ms", "60000"},
+      {"tunnel.max_sessions", "16"},
+      {"tunnel.sessions_per_peer", "1"},
+      {"tunnel.rdma_share", "50"},
+      {"tunnel.rdma.device", "erdma_0"},
+      {"tunnel.rdma.slab_size", "256MiB"},
+      {"tunnel.rdma.max_pinned", "32MiB"},
+      {"tunnel.rdma.recv_depth", "32"},
+      {"tunnel.rdma.send_depth", "32"},
+      {"tunnel.rdma.busy_poll_us", "10"},
+      {"tunnel.rdma.inline_threshold", "0"},
+      {"tunnel.limits.handshakes", "100"},
+      {"tunnel.limits.handshakes_per_address", "4"},
+      {"tunnel.limits.streams_per_session", "1000"},
+      {"tunnel.limits.opens_per_second", "100"},
+      {"tunnel.limits.sessions_per_address", "8"},
+      {"tunnel.auth.mode", "psk", {{"tunnel.auth", "{mode: none}"}}, {{"tunnel.auth.key_files", "[/etc/rdmagw/a]"}}},
+      {"tunnel.auth.key_files", "[/etc/rdmagw/b]"},
+      {"tunnel.auth.encrypt", "true"},
+      {"tunnel.auth.ca_files", "[/etc/rdmagw/ca2.pem]", kCertMode()},
+      {"tunnel.auth.cert_file", "/etc/rdmagw/node2.pem", kCertMode()},
+      {"tunnel.auth.key_file", "/etc/rdmagw/node2.key", kCertMode()},
+      {"tunnel.peer_cidrs[1].cidr", "10.8.0.0/24"},
+      {"tunnel.peer_cidrs[1].tcp_port", "17481"},
+      {"tunnel.peer_cidrs[1].rdma_port", "17482"},
+      {"peers[1].name", "host-d"},
+      {"peers[1].address", "127.0.0.3"},
+      {"peers[1].tcp_port", "7499"},
+      {"peers[1].rdma_port", "7498"},
+      {"peers[1].connect", "always"},
+      {"listeners[0].name", "renamed"},
+      {"listeners[0].listen", "\"tcp:127.0.0.1:6381\""},
+      {"listeners[0].peer", "host-c"},
+      {"listeners[0].target", "\"tcp:127.0.0.1:6390\""},
+      {"listeners[1].socket_mode", "\"0666\""},
+      {"listeners[2].routes[0].match", "10.1.0.0/16"},
+      {"listeners[2].routes[0].peer", "host-c"},
+      {"listeners[2].routes[0].target", "\"tcp:127.0.0.1:6390\""},
+      {"listeners[2].routes[0].action", "passthrough", {},
+       {{"listeners[2].routes[0].peer", "~"}, {"listeners[2].routes[0].target", "~"}}},
+      {"targets[1].target", "\"tcp:127.0.0.1:6391\""},
+      {"targets[1].peers", "[10.0.0.0/16]"},
+  };
+  return kChanges;
+}
+
+// "listeners[2].routes[0].match" -> "listeners[].routes[].match".
+std::string key_path(const std::string& at) { return std::regex_replace(at, std::regex(R"(\[\d+\])"), "[]"); }
+
+// The node at `at`, made if missing; "~" as a value removes the key.
+void set(YAML::Node root, const std::string& at, const std::string& value) {
+  std::vector<std::pair<std::string, int>> steps;  // key, index or -1
+  std::stringstream in(at);
+  std::string part;
+  while (std::getline(in, part, '.')) {
+    std::smatch m;
+    if (std::regex_match(part, m, std::regex(R"((\w+)\[(\d+)\])"))) steps.push_back({m[1], std::stoi(m[2])});
+    else steps.push_back({part, -1});
+  }
+  YAML::Node node = root;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto& [key, index] = steps[i];
+    bool last = i + 1 == steps.size();
+    if (last && index < 0) {
+      if (value == "~") node.remove(key);
+      else node[key] = YAML::Load(value);
+      return;
+    }
+    node.reset(node[key]);
+    if (index >= 0) node.reset(node[index]);
+  }
+}
+
+std::string with(const std::map<std::string, std::string>& edits) {
+  YAML::Node root = YAML::Load(kBase);
+  for (const auto& [at, value] : edits) set(root, at, value);
+  YAML::Emitter out;
+  out << root;
+  return out.c_str();
+}
+
+std::shared_ptr<const Config> parse_ok(const std::string& text) {
+  ConfigResult r = parse_config_text(text, "keys.yaml");
+  std::string errors;
+  for (const auto& e : r.errors) errors += e.to_string() + "\n";
+  INFO(text << "\n" << errors);
+  REQUIRE(r.errors.empty());
+  return r.config;
+}
+
+// Keys that are mappings or lists of mappings of their own: their changes
+// are their keys' changes.
+bool is_section(const std::string& path) {
+  for (const auto& s : config_keys::kSections)
+    if (s.path == path || s.path == path + "[]") return true;
+  return false;
+}
+
+std::string read_docs() {
+  std::ifstream in(std::string(RDMAGW_SOURCE_DIR) + "/docs/configuration.md");
+  REQUIRE(in);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The heading of docs/configuration.md under which a section's keys have
+// their table rows.
+std::string docs_heading(std::string_view section) {
+  if (section.empty() || section == "targets[]") return "## Top-level keys";
+  if (section == "tunnel.peer_cidrs[]") return "### Fleet: peers found by destination";
+  if (section == "listeners[].routes[]") return "#### Transparent listeners";
+  return "### `" + std::string(section) + "`";
+}
+
+// The text from `heading` to the next heading of the same or a higher level.
+std::string docs_section(const std::string& docs, const std::string& heading) {
+  size_t at = docs.find("\n" + heading + "\n");
+  REQUIRE(at != std::string::npos);
+  size_t level = heading.find(' ');
+  size_t end = at + 1 + heading.size();
+  while ((end = docs.find("\n#", end)) != std::string::npos) {
+    size_t hashes = docs.find_first_not_of('#', end + 1) - (end + 1);
+    if (hashes <= level) break;
+    ++end;
+  }
+  return docs.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+}  // namespace
+
+TEST_CASE("config keys: every key the parser accepts has a change below") {
+  std::set<std::string> covered;
+  for (const Change& c : changes()) covered.insert(key_path(c.at));
+  for (const std::string& path : config_keys::all_paths()) {
+    INFO(path << ": add a change for it to config_keys_test.cc (and classify it in config_diff.cc)");
+    CHECK((is_section(path) || covered.count(path) == 1));
+  }
+  std::vector<std::string> all = config_keys::all_paths();
+  for (const std::string& path : covered) {
+    INFO(path << " is not a key the parser accepts");
+    CHECK(std::find(all.begin(), all.end(), path) != all.end());
+  }
+}
+
+TEST_CASE("config keys: a change to any key is either reloaded and said, or refused as restart-only") {
+  for (const Change& c : changes()) {
+    INFO(c.at << ": " << c.value);
+    std::map<std::string, std::string> edits = c.before;
+    auto running = parse_ok(with(edits));
+    edits[c.at] = c.value;
+    for (const auto& [at, value] : c.also) edits[at] = value;
+    auto next = parse_ok(with(edits));
+    std::vector<std::string> restart = restart_only_changes(*running, *next);
+    std::vector<std::string> reload = describe_changes(*running, *next);
+    std::string said;
+    for (const auto& s : restart) said += "restart: " + s + "\n";
+    for (const auto& s : reload) said += "reload: " + s + "\n";
+    INFO(said);
+    CHECK(!said.empty());
+  }
+}
+
+TEST_CASE("config keys: docs/configuration.md has a row for every key, in its section") {
+  std::string docs = read_docs();
+  for (const auto& section : config_keys::kSections) {
+    std::string text = docs_section(docs, docs_heading(section.path));
+    for (std::string_view key : *section.keys) {
+      INFO((section.path.empty() ? "" : std::string(section.path) + ".") << key << " under " << docs_heading(section.path));
+      // A table row, or for list items given in a flow mapping, the key
+      // shown in one (`{cidr: ..., tcp_port: ...}`).
+      bool row = text.find("| `" + std::string(key) + "` |") != std::string::npos;
+      bool flow = section.path.ends_with("[]") && text.find(std::string(key) + ": ") != std::string::npos;
+      CHECK((row || flow));
+    }
+  }
+}
