@@ -90,8 +90,7 @@ std::optional<Endpoint> parse_endpoint(std::string_view text, std::string* error
       return std::nullopt;
     }
     if (path.size() >= sizeof(un->sun_path)) {
-      *error = "unix socket path is longer than " + std::to_string(sizeof(un->sun_path) - 1) +
-               " bytes";
+      *error = "unix socket path is longer than " + std::to_string(sizeof(un->sun_path) - 1) + " bytes";
       return std::nullopt;
     }
     if (path.front() != '/') {
@@ -145,8 +144,10 @@ bool ip_bytes_of(const sockaddr* sa, socklen_t len, IpBytes* out) {
 std::string ip_bytes_text(const IpBytes& ip) {
   char buf[INET6_ADDRSTRLEN] = {};
   static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::memcmp(ip.data(), kMapped, 12) == 0) inet_ntop(AF_INET, ip.data() + 12, buf, sizeof(buf));
-  else inet_ntop(AF_INET6, ip.data(), buf, sizeof(buf));
+  if (std::memcmp(ip.data(), kMapped, 12) == 0)
+    inet_ntop(AF_INET, ip.data() + 12, buf, sizeof(buf));
+  else
+    inet_ntop(AF_INET6, ip.data(), buf, sizeof(buf));
   return buf;
 }
 

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-
 #include <cassert>
 #include <cerrno>
 #include <string>
@@ -25,8 +24,7 @@ BufferPool::BufferPool(size_t buffer_size, size_t buffer_count, bool trimmable)
                              : (buffer_size + 63) & ~size_t{63}),
       buffer_count_(buffer_count),
       trimmable_(trimmable) {
-  void* p = mmap(nullptr, slab_bytes(), PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = mmap(nullptr, slab_bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
     throw std::system_error(errno, std::generic_category(),
                             "cannot reserve " + std::to_string(slab_bytes() >> 20) + " MiB for the buffer slab (mmap)");

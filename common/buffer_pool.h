@@ -58,11 +58,11 @@ class BufferPool {
   size_t buffer_size_;
   size_t buffer_count_;
   uint8_t* base_ = nullptr;
-  size_t next_fresh_ = 0;        // buffers below this index have been handed out at least once
-  std::vector<uint8_t*> free_;   // LIFO: a recently used buffer is likely still in cache
+  size_t next_fresh_ = 0;       // buffers below this index have been handed out at least once
+  std::vector<uint8_t*> free_;  // LIFO: a recently used buffer is likely still in cache
   bool trimmable_;
-  size_t low_water_ = 0;         // fewest free buffers since the last trim(): free_[0, low_water_) stayed free
-  size_t trimmed_ = 0;           // free_[0, trimmed_) were given back already
+  size_t low_water_ = 0;  // fewest free buffers since the last trim(): free_[0, low_water_) stayed free
+  size_t trimmed_ = 0;    // free_[0, trimmed_) were given back already
 };
 
 }  // namespace rdmagw

@@ -18,8 +18,10 @@ void ByteQueue::SegmentList::pop_front() {
 
 void ByteQueue::SegmentList::clear() {
   // A queue that once held a long run of segments gives that memory back.
-  if (v_.capacity() > 16) std::vector<Segment>().swap(v_);
-  else v_.clear();
+  if (v_.capacity() > 16)
+    std::vector<Segment>().swap(v_);
+  else
+    v_.clear();
   first_ = 0;
 }
 
@@ -137,8 +139,10 @@ void ByteQueue::release_to(uint64_t offset) {
     }
     pool_->release(s.buffer);
     segments_.pop_front();
-    if (head_ > 0) --head_;
-    else head_skip_ = 0;
+    if (head_ > 0)
+      --head_;
+    else
+      head_skip_ = 0;
   }
 }
 

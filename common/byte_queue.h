@@ -115,9 +115,9 @@ class ByteQueue {
 
   BufferPool* pool_;
   SegmentList segments_;  // kept bytes, then unsent bytes
-  size_t bytes_ = 0;              // unsent
-  size_t retained_ = 0;           // sent, kept
-  uint64_t base_ = 0;             // absolute offset of the first kept byte
+  size_t bytes_ = 0;      // unsent
+  size_t retained_ = 0;   // sent, kept
+  uint64_t base_ = 0;     // absolute offset of the first kept byte
   // The first unsent byte: segment index, and the bytes of that segment
   // (from its begin) already sent.
   size_t head_ = 0;

@@ -20,10 +20,14 @@ thread_local int t_worker = -1;
 
 const char* level_name(Level level) {
   switch (level) {
-    case Level::kDebug: return "debug";
-    case Level::kInfo: return "info";
-    case Level::kWarn: return "warn";
-    case Level::kError: return "error";
+    case Level::kDebug:
+      return "debug";
+    case Level::kInfo:
+      return "info";
+    case Level::kWarn:
+      return "warn";
+    case Level::kError:
+      return "error";
   }
   return "?";
 }
@@ -82,11 +86,16 @@ void set_node(std::string_view node) { g_node = std::string(node); }
 void set_level(Level level) { g_level.store(static_cast<int>(level)); }
 
 bool parse_level(std::string_view text, Level* level) {
-  if (text == "debug") *level = Level::kDebug;
-  else if (text == "info") *level = Level::kInfo;
-  else if (text == "warn") *level = Level::kWarn;
-  else if (text == "error") *level = Level::kError;
-  else return false;
+  if (text == "debug")
+    *level = Level::kDebug;
+  else if (text == "info")
+    *level = Level::kInfo;
+  else if (text == "warn")
+    *level = Level::kWarn;
+  else if (text == "error")
+    *level = Level::kError;
+  else
+    return false;
   return true;
 }
 bool enabled(Level level) { return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed); }
@@ -99,9 +108,8 @@ Line::Line(Level level, std::string_view event) : active_(enabled(level)) {
   tm utc;
   gmtime_r(&tv.tv_sec, &utc);
   char stamp[64];
-  snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ ", utc.tm_year + 1900,
-           utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
-           static_cast<int>(tv.tv_usec / 1000));
+  snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ ", utc.tm_year + 1900, utc.tm_mon + 1,
+           utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(tv.tv_usec / 1000));
   text_.reserve(160);
   text_.append(stamp);
   text_.append(level_name(level));

@@ -13,18 +13,30 @@ void Histogram::observe_us(uint64_t us) {
 
 std::string_view stream_failure_name(StreamFailure f) {
   switch (f) {
-    case StreamFailure::kNoSession: return "no-session";
-    case StreamFailure::kNotAllowed: return "not-allowed";
-    case StreamFailure::kTargetRefused: return "target-refused";
-    case StreamFailure::kTargetUnreachable: return "target-unreachable";
-    case StreamFailure::kPeerGone: return "peer-gone";
-    case StreamFailure::kReset: return "reset";
-    case StreamFailure::kResource: return "resource";
-    case StreamFailure::kProtocol: return "protocol";
-    case StreamFailure::kShutdown: return "shutdown";
-    case StreamFailure::kRejected: return "rejected";
-    case StreamFailure::kLimit: return "limit";
-    case StreamFailure::kCount: break;
+    case StreamFailure::kNoSession:
+      return "no-session";
+    case StreamFailure::kNotAllowed:
+      return "not-allowed";
+    case StreamFailure::kTargetRefused:
+      return "target-refused";
+    case StreamFailure::kTargetUnreachable:
+      return "target-unreachable";
+    case StreamFailure::kPeerGone:
+      return "peer-gone";
+    case StreamFailure::kReset:
+      return "reset";
+    case StreamFailure::kResource:
+      return "resource";
+    case StreamFailure::kProtocol:
+      return "protocol";
+    case StreamFailure::kShutdown:
+      return "shutdown";
+    case StreamFailure::kRejected:
+      return "rejected";
+    case StreamFailure::kLimit:
+      return "limit";
+    case StreamFailure::kCount:
+      break;
   }
   return "unknown";
 }
@@ -47,8 +59,7 @@ PeerMetrics& WorkerMetrics::peer(std::string_view name) {
   return *it->second;
 }
 
-void WorkerMetrics::for_each_listener(
-    const std::function<void(const std::string&, const ListenerMetrics&)>& fn) const {
+void WorkerMetrics::for_each_listener(const std::function<void(const std::string&, const ListenerMetrics&)>& fn) const {
   std::lock_guard lock(mu_);
   for (const auto& [name, m] : listeners_) fn(name, *m);
 }

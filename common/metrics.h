@@ -41,8 +41,8 @@ class Gauge {
 // Upper bounds of histogram buckets, in microseconds (rendered in seconds).
 // One fixed set for every latency rdmagw measures: 50 µs to 10 s.
 inline constexpr std::array<uint64_t, 17> kLatencyBucketsUs = {
-    50, 100, 250, 500, 1'000, 2'500, 5'000, 10'000, 25'000, 50'000, 100'000, 250'000, 500'000,
-    1'000'000, 2'500'000, 5'000'000, 10'000'000};
+    50,     100,     250,     500,     1'000,     2'500,     5'000,     10'000,    25'000,
+    50'000, 100'000, 250'000, 500'000, 1'000'000, 2'500'000, 5'000'000, 10'000'000};
 
 class Histogram {
  public:
@@ -61,17 +61,17 @@ class Histogram {
 // Why a stream ended before carrying data both ways as asked. The label
 // values of rdmagw_streams_failed_total{reason=...}.
 enum class StreamFailure : uint8_t {
-  kNoSession,        // no session to the peer came up in time
-  kNotAllowed,       // the peer refused the target (allowlist)
-  kTargetRefused,    // the target refused the connection
-  kTargetUnreachable,// the target could not be reached or timed out
-  kPeerGone,         // the session carrying it died
-  kReset,            // an application reset it mid-stream
-  kResource,         // out of buffers
-  kProtocol,         // a stream-level protocol violation
-  kShutdown,         // reset at the end of a drain
-  kRejected,         // a transparent listener's route said reject / no route
-  kLimit,            // a peer's OPEN beyond tunnel.limits (streams per session, OPEN rate)
+  kNoSession,          // no session to the peer came up in time
+  kNotAllowed,         // the peer refused the target (allowlist)
+  kTargetRefused,      // the target refused the connection
+  kTargetUnreachable,  // the target could not be reached or timed out
+  kPeerGone,           // the session carrying it died
+  kReset,              // an application reset it mid-stream
+  kResource,           // out of buffers
+  kProtocol,           // a stream-level protocol violation
+  kShutdown,           // reset at the end of a drain
+  kRejected,           // a transparent listener's route said reject / no route
+  kLimit,              // a peer's OPEN beyond tunnel.limits (streams per session, OPEN rate)
   kCount
 };
 std::string_view stream_failure_name(StreamFailure f);
@@ -123,29 +123,29 @@ class alignas(64) WorkerMetrics {
   size_t buffer_slab_bytes() const { return slab_bytes_.load(std::memory_order_relaxed); }
   std::array<Counter, static_cast<size_t>(StreamFailure::kCount)> streams_failed;
   Counter rdma_send_completions, rdma_recv_completions;
-  Histogram stream_open;     // accept -> OPEN sent (includes waiting for a session)
-  Histogram target_connect;  // OPEN received -> target connected
-  Histogram session_rtt;     // PING -> PONG
-  Counter session_resumes;          // sessions that resumed on a new transport
-  Counter stream_resume_failures;   // streams reset because their suspended session could not resume
-  Counter resent_bytes;             // session frame bytes sent again after a resume
+  Histogram stream_open;           // accept -> OPEN sent (includes waiting for a session)
+  Histogram target_connect;        // OPEN received -> target connected
+  Histogram session_rtt;           // PING -> PONG
+  Counter session_resumes;         // sessions that resumed on a new transport
+  Counter stream_resume_failures;  // streams reset because their suspended session could not resume
+  Counter resent_bytes;            // session frame bytes sent again after a resume
   // Tunnel handshakes that failed authentication (either side), by why.
   std::array<Counter, static_cast<size_t>(AuthFailure::kCount)> auth_failures;
   Counter& auth_failure(AuthFailure f) { return auth_failures[static_cast<size_t>(f)]; }
-  Counter handshakes_refused;       // tunnel connections refused at accept: tunnel.limits.handshakes reached
-  Counter sessions_idle_closed;     // on-demand sessions closed after tunnel.session_idle_ms without streams
-  Counter sessions_evicted;         // idle sessions closed to make room under tunnel.max_sessions
-  Counter sessions_refused;         // new sessions not dialled: max_sessions reached, none idle
+  Counter handshakes_refused;    // tunnel connections refused at accept: tunnel.limits.handshakes reached
+  Counter sessions_idle_closed;  // on-demand sessions closed after tunnel.session_idle_ms without streams
+  Counter sessions_evicted;      // idle sessions closed to make room under tunnel.max_sessions
+  Counter sessions_refused;      // new sessions not dialled: max_sessions reached, none idle
   // tunnel.limits.sessions_per_address: a suspended session from the address
   // closed to make room for a new one, or the new one refused.
   Counter address_sessions_closed;
   Counter address_sessions_refused;
-  Counter streams_handed_over;      // accepted here, carried by another worker's session (sessions_per_peer)
+  Counter streams_handed_over;  // accepted here, carried by another worker's session (sessions_per_peer)
   // tunnel.rdma.max_pinned reached (docs/configuration.md, "Fleet").
-  Counter rdma_budget_evicted;      // an idle RDMA session closed to make room
-  Counter rdma_budget_tcp;          // a new session went to TCP instead (auto)
-  Counter rdma_budget_refused;      // a new session not dialled (transport: rdma)
-  Counter rdma_budget_rejected;     // a peer's RDMA connect rejected (accepting side)
+  Counter rdma_budget_evicted;   // an idle RDMA session closed to make room
+  Counter rdma_budget_tcp;       // a new session went to TCP instead (auto)
+  Counter rdma_budget_refused;   // a new session not dialled (transport: rdma)
+  Counter rdma_budget_rejected;  // a peer's RDMA connect rejected (accepting side)
 
   void failed(StreamFailure f) { streams_failed[static_cast<size_t>(f)].add(); }
   ListenerMetrics& listener(std::string_view name);

@@ -102,16 +102,26 @@ BioPtr memory_bio(const std::string& text) {
 
 std::string_view auth_failure_name(AuthFailure f) {
   switch (f) {
-    case AuthFailure::kProof: return "proof";
-    case AuthFailure::kMalformed: return "malformed";
-    case AuthFailure::kExpired: return "expired";
-    case AuthFailure::kNotYetValid: return "not-yet-valid";
-    case AuthFailure::kUnknownCa: return "unknown-ca";
-    case AuthFailure::kWrongName: return "wrong-name";
-    case AuthFailure::kWrongAddress: return "wrong-address";
-    case AuthFailure::kBadSignature: return "bad-signature";
-    case AuthFailure::kMismatch: return "mismatch";
-    case AuthFailure::kCount: break;
+    case AuthFailure::kProof:
+      return "proof";
+    case AuthFailure::kMalformed:
+      return "malformed";
+    case AuthFailure::kExpired:
+      return "expired";
+    case AuthFailure::kNotYetValid:
+      return "not-yet-valid";
+    case AuthFailure::kUnknownCa:
+      return "unknown-ca";
+    case AuthFailure::kWrongName:
+      return "wrong-name";
+    case AuthFailure::kWrongAddress:
+      return "wrong-address";
+    case AuthFailure::kBadSignature:
+      return "bad-signature";
+    case AuthFailure::kMismatch:
+      return "mismatch";
+    case AuthFailure::kCount:
+      break;
   }
   return "?";
 }
@@ -275,7 +285,8 @@ bool NodeCredentials::verify_peer(std::span<const uint8_t> certificate, const Ip
   const unsigned char* ip = v4 ? address.data() + 12 : address.data();
   if (X509_check_ip(cert, ip, v4 ? 4 : 16, 0) != 1) {
     ERR_clear_error();
-    return refuse(AuthFailure::kWrongAddress, who + " does not list " + ip_bytes_text(address) + " among its IP addresses (subjectAltName)");
+    return refuse(AuthFailure::kWrongAddress,
+                  who + " does not list " + ip_bytes_text(address) + " among its IP addresses (subjectAltName)");
   }
   EVP_PKEY* key = X509_get0_pubkey(cert);
   EVP_MD_CTX* md = EVP_MD_CTX_new();
@@ -284,7 +295,8 @@ bool NodeCredentials::verify_peer(std::span<const uint8_t> certificate, const Ip
   EVP_MD_CTX_free(md);
   ERR_clear_error();
   if (!verified) {
-    return refuse(AuthFailure::kBadSignature, "the peer's signature over the handshake does not verify with " + who + "'s key");
+    return refuse(AuthFailure::kBadSignature,
+                  "the peer's signature over the handshake does not verify with " + who + "'s key");
   }
   return true;
 }

@@ -26,7 +26,6 @@ struct evp_pkey_st;
 
 namespace rdmagw {
 
-
 class NodeCredentials {
  public:
   // From PEM text: each CA file may hold several certificates; the key must

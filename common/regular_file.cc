@@ -36,8 +36,8 @@ UniqueFd open_regular_file(const std::string& path, uint64_t max_bytes, struct s
     return {};
   }
   if (static_cast<uint64_t>(st->st_size) > max_bytes) {
-    *error = "the file has " + std::to_string(st->st_size) + " bytes; at most " + std::to_string(max_bytes) +
-             " are read";
+    *error =
+        "the file has " + std::to_string(st->st_size) + " bytes; at most " + std::to_string(max_bytes) + " are read";
     return {};
   }
   return fd;

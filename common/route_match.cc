@@ -27,8 +27,7 @@ bool parse_ports(std::string_view s, RouteMatch* m, std::string* error) {
     }
     hi = lo;
   } else {
-    if (!parse_number(s.substr(0, dash), 65535, &lo) || !parse_number(s.substr(dash + 1), 65535, &hi) ||
-        lo == 0) {
+    if (!parse_number(s.substr(0, dash), 65535, &lo) || !parse_number(s.substr(dash + 1), 65535, &hi) || lo == 0) {
       *error = "port range '" + std::string(s) + "' must be LO-HI with ports 1-65535";
       return false;
     }
@@ -90,7 +89,8 @@ std::optional<RouteMatch> parse_route_match(std::string_view text, std::string* 
     }
     return m;
   }
-  if (text.find(':') != text.rfind(':') || (text.find(':') != std::string_view::npos && text.find('.') == std::string_view::npos)) {
+  if (text.find(':') != text.rfind(':') ||
+      (text.find(':') != std::string_view::npos && text.find('.') == std::string_view::npos)) {
     // Bare IPv6 (several colons): no port allowed without brackets.
     if (!parse_cidr(text, AF_INET6, &m, error)) return std::nullopt;
     return m;

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "common/address.h"
-#include "common/route_match.h"
 #include "common/node_credentials.h"
+#include "common/route_match.h"
 #include "common/secret_keys.h"
 
 namespace rdmagw {
@@ -65,12 +65,12 @@ struct RouteConfig {
   enum class Action { kTunnel, kPassthrough, kReject };
   RouteMatch match;
   Action action = Action::kTunnel;
-  std::string peer;      // kTunnel: the peer to carry it to (empty with by_destination)
+  std::string peer;  // kTunnel: the peer to carry it to (empty with by_destination)
   // peer: destination -- the sidecar on the host of the original destination
   // (inside tunnel.peer_cidrs).
   bool by_destination = false;
   bool has_target = false;
-  Endpoint target;       // kTunnel: rewritten target; default: the original destination
+  Endpoint target;  // kTunnel: rewritten target; default: the original destination
 };
 
 struct ListenerConfig {
@@ -91,12 +91,12 @@ struct ListenerConfig {
 
 // The RDMA transport's knobs (tunnel.rdma). Defaults suit eRDMA.
 struct RdmaConfig {
-  std::string device;                        // device name (e.g. erdma_0); empty: the one routing to the peer
-  uint64_t slab_size = 128ull * 1024 * 1024; // registered (pinned) buffer memory per worker
-  uint32_t recv_depth = 64;                  // receives posted per session: the peer's send credits
-  uint32_t send_depth = 256;                 // send work requests in flight per session
-  uint32_t busy_poll_us = 0;                 // spin on the CQ this long before sleeping
-  uint32_t inline_threshold = 96;            // sends up to this size go inline (eRDMA: at most 96)
+  std::string device;                         // device name (e.g. erdma_0); empty: the one routing to the peer
+  uint64_t slab_size = 128ull * 1024 * 1024;  // registered (pinned) buffer memory per worker
+  uint32_t recv_depth = 64;                   // receives posted per session: the peer's send credits
+  uint32_t send_depth = 256;                  // send work requests in flight per session
+  uint32_t busy_poll_us = 0;                  // spin on the CQ this long before sleeping
+  uint32_t inline_threshold = 96;             // sends up to this size go inline (eRDMA: at most 96)
   // Slab memory the posted receives of a worker's RDMA sessions may hold
   // (each holds recv_depth buffers); past it new sessions go to TCP (auto)
   // or are refused. 0: half of slab_size (which holds 4 sessions at least).
@@ -150,27 +150,30 @@ struct TunnelConfig {
   TransportMode transport = TransportMode::kAuto;
   // Beyond address, ports and transport (all optional):
   // Announced in HELLO; their ranges are the protocol's (common/protocol_limits.h).
-  uint32_t buffer_size = 32 * 1024;             // tunnel.buffer_size: max DATA payload per frame (docs/rdma.md, "Defaults")
-  bool tcp_splice = false;                      // tunnel.tcp_splice: large DATA payloads on TCP pass by splice (docs/architecture.md)
-  bool buffer_size_given = false;               // set in the file (a takeover from an older default needs to know)
-  uint32_t stream_window = 256 * 1024;          // tunnel.stream_window: initial per-stream window
+  uint32_t buffer_size = 32 * 1024;  // tunnel.buffer_size: max DATA payload per frame (docs/rdma.md, "Defaults")
+  bool tcp_splice = false;  // tunnel.tcp_splice: large DATA payloads on TCP pass by splice (docs/architecture.md)
+  bool buffer_size_given = false;                 // set in the file (a takeover from an older default needs to know)
+  uint32_t stream_window = 256 * 1024;            // tunnel.stream_window: initial per-stream window
   uint64_t session_budget = 32ull * 1024 * 1024;  // tunnel.session_budget: bytes buffered per session
-  uint32_t keepalive_interval_ms = 5000;        // tunnel.keepalive_interval_ms
-  uint32_t keepalive_timeout_ms = 15000;        // tunnel.keepalive_timeout_ms
-  uint32_t connect_timeout_ms = 3000;           // tunnel.connect_timeout_ms
-  uint32_t reconnect_max_ms = 2000;             // tunnel.reconnect_max_ms: backoff ceiling
-  uint32_t resume_timeout_ms = 10000;           // tunnel.resume_timeout_ms: 0 = sessions do not resume
-  uint32_t rdma_probe_interval_ms = 2000;       // tunnel.rdma_probe_interval_ms: auto, a session on TCP tries RDMA; 0 = never
-  uint32_t rdma_head_start_ms = 1000;           // tunnel.rdma_head_start_ms: auto, TCP dialled too if RDMA's connect is not done by then; 0 = never
-  uint32_t rdma_share = 100;                    // tunnel.rdma_share: auto, the percentage of peers whose sessions use RDMA
+  uint32_t keepalive_interval_ms = 5000;          // tunnel.keepalive_interval_ms
+  uint32_t keepalive_timeout_ms = 15000;          // tunnel.keepalive_timeout_ms
+  uint32_t connect_timeout_ms = 3000;             // tunnel.connect_timeout_ms
+  uint32_t reconnect_max_ms = 2000;               // tunnel.reconnect_max_ms: backoff ceiling
+  uint32_t resume_timeout_ms = 10000;             // tunnel.resume_timeout_ms: 0 = sessions do not resume
+  uint32_t rdma_probe_interval_ms =
+      2000;  // tunnel.rdma_probe_interval_ms: auto, a session on TCP tries RDMA; 0 = never
+  uint32_t rdma_head_start_ms =
+      1000;  // tunnel.rdma_head_start_ms: auto, TCP dialled too if RDMA's connect is not done by then; 0 = never
+  uint32_t rdma_share = 100;  // tunnel.rdma_share: auto, the percentage of peers whose sessions use RDMA
   // Fleet (docs/configuration.md, "Fleet"); these change on reload.
-  std::vector<PeerCidr> peer_cidrs;             // tunnel.peer_cidrs: where `peer: destination` may dial
-  uint32_t session_idle_ms = 300000;            // tunnel.session_idle_ms: on-demand sessions close this long without streams; 0 = never
-  uint32_t max_sessions = 1024;                 // tunnel.max_sessions: sessions one worker dials, at most
-  uint32_t sessions_per_peer = 0;               // tunnel.sessions_per_peer: workers holding a session to one peer; 0 = each
-  RdmaConfig rdma;                              // tunnel.rdma
-  AuthConfig auth;                              // tunnel.auth
-  TunnelLimits limits;                          // tunnel.limits
+  std::vector<PeerCidr> peer_cidrs;  // tunnel.peer_cidrs: where `peer: destination` may dial
+  uint32_t session_idle_ms =
+      300000;  // tunnel.session_idle_ms: on-demand sessions close this long without streams; 0 = never
+  uint32_t max_sessions = 1024;    // tunnel.max_sessions: sessions one worker dials, at most
+  uint32_t sessions_per_peer = 0;  // tunnel.sessions_per_peer: workers holding a session to one peer; 0 = each
+  RdmaConfig rdma;                 // tunnel.rdma
+  AuthConfig auth;                 // tunnel.auth
+  TunnelLimits limits;             // tunnel.limits
 };
 
 struct Config {
@@ -182,14 +185,14 @@ struct Config {
   // load_config_file() (and again on every reload).
   std::string admin_token_file;
   std::shared_ptr<const SecretKeys> admin_token;
-  unsigned workers = 0;  // 0 in YAML is invalid; the parser fills in nproc when absent
+  unsigned workers = 0;               // 0 in YAML is invalid; the parser fills in nproc when absent
   std::vector<unsigned> worker_cpus;  // worker_cpus: worker i runs on worker_cpus[i % size]; empty = anywhere
   TunnelConfig tunnel;
   std::vector<PeerConfig> peers;
   std::vector<ListenerConfig> listeners;
-  std::vector<TargetRule> targets;         // inbound allowlist
-  uint32_t shutdown_timeout_ms = 10000;    // shutdown_timeout_ms: drain time on SIGTERM
-  std::string log_level = "info";          // log_level: debug | info | warn | error
+  std::vector<TargetRule> targets;       // inbound allowlist
+  uint32_t shutdown_timeout_ms = 10000;  // shutdown_timeout_ms: drain time on SIGTERM
+  std::string log_level = "info";        // log_level: debug | info | warn | error
 
   const PeerConfig* find_peer(const std::string& name) const {
     for (const auto& p : peers)
@@ -219,8 +222,8 @@ struct Config {
 
 struct ConfigError {
   std::string file;
-  int line = 0;    // 1-based; 0 when the error has no position (file unreadable)
-  int column = 0;  // 1-based
+  int line = 0;          // 1-based; 0 when the error has no position (file unreadable)
+  int column = 0;        // 1-based
   std::string key_path;  // e.g. "listeners[0].target"
   std::string message;
   // "FILE:LINE:COL: key.path: message"

@@ -32,8 +32,8 @@ bool same_routes(const std::vector<RouteConfig>& a, const std::vector<RouteConfi
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].match.to_string() != b[i].match.to_string() || a[i].action != b[i].action || a[i].peer != b[i].peer ||
-        a[i].by_destination != b[i].by_destination ||
-        a[i].has_target != b[i].has_target || (a[i].has_target && !(a[i].target == b[i].target)))
+        a[i].by_destination != b[i].by_destination || a[i].has_target != b[i].has_target ||
+        (a[i].has_target && !(a[i].target == b[i].target)))
       return false;
   }
   return true;
@@ -41,8 +41,7 @@ bool same_routes(const std::vector<RouteConfig>& a, const std::vector<RouteConfi
 
 bool same_listener(const ListenerConfig& a, const ListenerConfig& b) {
   return a.listen == b.listen && a.transparent == b.transparent && a.peer == b.peer &&
-         (a.transparent || a.target == b.target) && same_routes(a.routes, b.routes) &&
-         a.socket_mode == b.socket_mode;
+         (a.transparent || a.target == b.target) && same_routes(a.routes, b.routes) && a.socket_mode == b.socket_mode;
 }
 
 bool same_peer(const PeerConfig& a, const PeerConfig& b) {
@@ -67,8 +66,10 @@ void diff_named(const char* kind, const std::vector<Entry>& running, const std::
     const Entry* old = nullptr;
     for (const auto& r : running)
       if (r.name == n.name) old = &r;
-    if (!old) out->push_back(std::string(kind) + " " + n.name + " added");
-    else if (!same(*old, n)) out->push_back(std::string(kind) + " " + n.name + " changed");
+    if (!old)
+      out->push_back(std::string(kind) + " " + n.name + " added");
+    else if (!same(*old, n))
+      out->push_back(std::string(kind) + " " + n.name + " changed");
   }
   for (const auto& r : running) {
     bool kept = false;
@@ -152,13 +153,13 @@ std::vector<std::string> describe_changes(const Config& running, const Config& n
   // (the same file, new content) counts as a change too.
   const AuthConfig& ra = running.tunnel.auth;
   const AuthConfig& na = next.tunnel.auth;
-  if (ra.key_files != na.key_files || !same_secrets(ra.keys, na.keys)) out.push_back("tunnel.auth: keys changed (" + std::to_string(na.key_files.size()) + " key files)");
+  if (ra.key_files != na.key_files || !same_secrets(ra.keys, na.keys))
+    out.push_back("tunnel.auth: keys changed (" + std::to_string(na.key_files.size()) + " key files)");
   // Certificates rotate the same way: files read again, compared by content.
-  bool same_credentials = ra.credentials && na.credentials ? ra.credentials->same_as(*na.credentials)
-                                                           : ra.credentials == na.credentials;
+  bool same_credentials =
+      ra.credentials && na.credentials ? ra.credentials->same_as(*na.credentials) : ra.credentials == na.credentials;
   if (ra.ca_files != na.ca_files || ra.cert_file != na.cert_file || ra.key_file != na.key_file || !same_credentials)
-    out.push_back("tunnel.auth: certificate, key or CAs changed (" + std::to_string(na.ca_files.size()) +
-                  " CA files)");
+    out.push_back("tunnel.auth: certificate, key or CAs changed (" + std::to_string(na.ca_files.size()) + " CA files)");
   if (running.admin_token_file != next.admin_token_file || !same_secrets(running.admin_token, next.admin_token))
     out.push_back(next.admin_token_file.empty() ? "admin token removed" : "admin token changed");
   return out;

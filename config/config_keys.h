@@ -14,8 +14,8 @@ namespace rdmagw::config_keys {
 
 using Keys = std::vector<std::string_view>;
 
-inline const Keys kTop = {"node",      "admin",   "admin_token_file",    "workers",  "worker_cpus", "tunnel",
-                          "peers",     "listeners", "targets", "shutdown_timeout_ms", "log_level"};
+inline const Keys kTop = {"node",      "admin",   "admin_token_file",    "workers",  "worker_cpus", "tunnel", "peers",
+                          "listeners", "targets", "shutdown_timeout_ms", "log_level"};
 inline const Keys kTunnel = {"address",
                              "tcp_port",
                              "rdma_port",
@@ -56,18 +56,24 @@ struct Section {
   std::string_view path;
   const Keys* keys;
 };
-inline const Section kSections[] = {
-    {"", &kTop},           {"tunnel", &kTunnel},       {"tunnel.peer_cidrs[]", &kPeerCidr},
-    {"tunnel.limits", &kLimits}, {"tunnel.auth", &kAuth}, {"tunnel.rdma", &kRdma},
-    {"peers[]", &kPeer},   {"listeners[]", &kListener}, {"listeners[].routes[]", &kRoute},
-    {"targets[]", &kTarget}};
+inline const Section kSections[] = {{"", &kTop},
+                                    {"tunnel", &kTunnel},
+                                    {"tunnel.peer_cidrs[]", &kPeerCidr},
+                                    {"tunnel.limits", &kLimits},
+                                    {"tunnel.auth", &kAuth},
+                                    {"tunnel.rdma", &kRdma},
+                                    {"peers[]", &kPeer},
+                                    {"listeners[]", &kListener},
+                                    {"listeners[].routes[]", &kRoute},
+                                    {"targets[]", &kTarget}};
 
 // Every key by its full path ("tunnel.rdma.slab_size", "peers[].name"),
 // mappings that are sections themselves included ("tunnel.rdma").
 inline std::vector<std::string> all_paths() {
   std::vector<std::string> out;
   for (const Section& s : kSections)
-    for (std::string_view key : *s.keys) out.push_back(s.path.empty() ? std::string(key) : std::string(s.path) + "." + std::string(key));
+    for (std::string_view key : *s.keys)
+      out.push_back(s.path.empty() ? std::string(key) : std::string(s.path) + "." + std::string(key));
   return out;
 }
 

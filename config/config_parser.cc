@@ -10,6 +10,7 @@
 //  - A null value's Mark() points at the token after it (often the next line),
 //    so errors about an empty value are reported at its key instead.
 #include <fcntl.h>
+#include <openssl/crypto.h>
 #include <sched.h>
 #include <unistd.h>
 #include <yaml-cpp/eventhandler.h>
@@ -31,8 +32,6 @@
 #include <vector>
 
 #include "common/protocol_limits.h"
-#include <openssl/crypto.h>
-
 #include "common/regular_file.h"
 #include "config/config.h"
 #include "config/config_keys.h"
@@ -42,9 +41,12 @@ namespace rdmagw {
 
 std::string_view transport_mode_name(TransportMode mode) {
   switch (mode) {
-    case TransportMode::kAuto: return "auto";
-    case TransportMode::kRdma: return "rdma";
-    case TransportMode::kTcp: return "tcp";
+    case TransportMode::kAuto:
+      return "auto";
+    case TransportMode::kRdma:
+      return "rdma";
+    case TransportMode::kTcp:
+      return "tcp";
   }
   return "auto";
 }
@@ -77,8 +79,7 @@ std::string_view auth_mode_name(AuthMode mode) {
 }
 
 std::string ConfigError::to_string() const {
-  return file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + key_path + ": " +
-         message;
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + key_path + ": " + message;
 }
 
 namespace {
@@ -137,9 +138,7 @@ std::string join_path(const std::string& path, std::string_view key) {
   return path + "." + std::string(key);
 }
 
-std::string index_path(const std::string& path, size_t index) {
-  return path + "[" + std::to_string(index) + "]";
-}
+std::string index_path(const std::string& path, size_t index) { return path + "[" + std::to_string(index) + "]"; }
 
 std::string quote(std::string_view text) {
   constexpr size_t kMaxShown = 80;
@@ -182,9 +181,7 @@ std::string join_words(const std::vector<std::string>& words) {
   return out;
 }
 
-bool contains(const Keys& keys, std::string_view key) {
-  return std::find(keys.begin(), keys.end(), key) != keys.end();
-}
+bool contains(const Keys& keys, std::string_view key) { return std::find(keys.begin(), keys.end(), key) != keys.end(); }
 
 // Decimal digits only (no sign, no base prefix). Sets *overflow when the digits
 // do not fit in 64 bits.
@@ -295,8 +292,7 @@ class Parser {
   // Returns the tunnel's TCP listen address when address and tcp_port are valid.
   std::optional<ListenUse> parse_tunnel(const Value* v, TunnelConfig* t);
   std::vector<std::string> parse_peers(const Value& v, Config* cfg);
-  std::vector<ListenUse> parse_listeners(const Value& v, const std::vector<std::string>& peer_names,
-                                         Config* cfg);
+  std::vector<ListenUse> parse_listeners(const Value& v, const std::vector<std::string>& peer_names, Config* cfg);
   void parse_targets(const Value& v, Config* cfg);
   void parse_cert_auth(const Value& v, const Fields& f, const Value* mode, AuthConfig* a);
 
@@ -323,16 +319,14 @@ std::optional<Parser::Fields> Parser::read_map(const Value& v, const Keys& allow
     const std::string name = key.Scalar();
     std::string path = join_path(v.path, name);
     if (!contains(allowed, name)) {
-      error(key.Mark(), path,
-            "unknown key " + quote(name) + "; allowed keys here: " + join_words(allowed));
+      error(key.Mark(), path, "unknown key " + quote(name) + "; allowed keys here: " + join_words(allowed));
       continue;
     }
     auto [pos, inserted] = fields.try_emplace(name, make_value(it->second, key.Mark(), path));
     if (!inserted) {
       error(key.Mark(), path,
-            "duplicate key " + quote(name) + " (first given at line " +
-                std::to_string(pos->second.key_mark.line + 1) + ", column " +
-                std::to_string(pos->second.key_mark.column + 1) + ")");
+            "duplicate key " + quote(name) + " (first given at line " + std::to_string(pos->second.key_mark.line + 1) +
+                ", column " + std::to_string(pos->second.key_mark.column + 1) + ")");
     }
   }
   return fields;
@@ -383,16 +377,14 @@ std::optional<uint64_t> Parser::get_uint(const Value& v, uint64_t min, uint64_t 
     return std::nullopt;
   }
   if (negative || overflow || *value < min || *value > max) {
-    error(v.mark, v.path,
-          "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " + text);
+    error(v.mark, v.path, "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " + text);
     return std::nullopt;
   }
   return value;
 }
 
 std::optional<uint64_t> Parser::get_size(const Value& v, uint64_t min, uint64_t max) {
-  static const std::string kWhat =
-      "must be a byte size (an integer, or a number with suffix KiB, MiB or GiB), got ";
+  static const std::string kWhat = "must be a byte size (an integer, or a number with suffix KiB, MiB or GiB), got ";
   if (!v.node.IsScalar()) {
     error(v.mark, v.path, kWhat + describe(v.node));
     return std::nullopt;
@@ -424,11 +416,10 @@ std::optional<uint64_t> Parser::get_size(const Value& v, uint64_t min, uint64_t 
   uint64_t bytes = overflow ? 0 : *number * unit;
   if (overflow || bytes < min || bytes > max) {
     std::string range = max == kU64Max ? "must be at least " + format_size(min)
-                                       : "must be between " + format_size(min) + " and " +
-                                             format_size(max);
-    std::string got = overflow ? quote(text) + " (too large)"
-                    : unit == 1 ? text
-                                : quote(text) + " (" + std::to_string(bytes) + " bytes)";
+                                       : "must be between " + format_size(min) + " and " + format_size(max);
+    std::string got = overflow    ? quote(text) + " (too large)"
+                      : unit == 1 ? text
+                                  : quote(text) + " (" + std::to_string(bytes) + " bytes)";
     error(v.mark, v.path, range + ", got " + got);
     return std::nullopt;
   }
@@ -458,8 +449,7 @@ std::optional<std::string> Parser::get_ip(const Value& v) {
 
 std::optional<Endpoint> Parser::get_endpoint(const Value& v) {
   if (!v.node.IsScalar() || v.node.Scalar().empty()) {
-    error(v.mark, v.path,
-          "must be an endpoint (tcp:IP:PORT or unix:/path), got " + describe(v.node));
+    error(v.mark, v.path, "must be an endpoint (tcp:IP:PORT or unix:/path), got " + describe(v.node));
     return std::nullopt;
   }
   std::string err;
@@ -481,8 +471,7 @@ std::optional<std::string> Parser::get_choice(const Value& v, const Keys& choice
 
 void Parser::parse(const YAML::Node& root, Config* cfg) {
   if (!root.IsMap()) {
-    error(root.Mark(), "",
-          "the top level must be a mapping of configuration keys, got " + describe(root));
+    error(root.Mark(), "", "the top level must be a mapping of configuration keys, got " + describe(root));
     return;
   }
   Value top{root, root.Mark(), root.Mark(), ""};
@@ -589,9 +578,9 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
   if (tunnel_listen) {
     for (const auto& l : listens) {
       if (l.endpoint == tunnel_listen->endpoint)
-        error(l.mark, l.path,
-              quote(l.endpoint.to_string()) + " is also the tunnel's own listen address (" +
-                  tunnel_listen->owner + ")");
+        error(
+            l.mark, l.path,
+            quote(l.endpoint.to_string()) + " is also the tunnel's own listen address (" + tunnel_listen->owner + ")");
     }
   }
   // The admin address must not clash with the listeners or the tunnel either.
@@ -601,12 +590,10 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
     for (const auto& l : others) {
       if (!(l.endpoint == *admin)) continue;
       if (admin_value)
-        error(admin_value->mark, admin_value->path,
-              quote(cfg->admin) + " is also the listen address of " + l.owner);
+        error(admin_value->mark, admin_value->path, quote(cfg->admin) + " is also the listen address of " + l.owner);
       else
         error(l.mark, l.path,
-              quote(l.endpoint.to_string()) + " is also the admin address (default " + cfg->admin +
-                  ")");
+              quote(l.endpoint.to_string()) + " is also the admin address (default " + cfg->admin + ")");
     }
   }
 }
@@ -921,8 +908,8 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
   // Cross-field rules. Reported at the dependent key when it was given,
   // otherwise at the key whose value broke the rule against a default.
   std::string prefix = v ? v->path : "tunnel";
-  auto relation = [&](std::string_view later, uint64_t later_value, std::string_view earlier,
-                      uint64_t earlier_value, const std::string& rule, bool sizes) {
+  auto relation = [&](std::string_view later, uint64_t later_value, std::string_view earlier, uint64_t earlier_value,
+                      const std::string& rule, bool sizes) {
     const Value* at = find(f, later) ? find(f, later) : find(f, earlier);
     if (!at) return;  // both defaults: always consistent
     auto show = [&](std::string_view key, uint64_t n) {
@@ -932,14 +919,12 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
     error(at->mark, at->path, show(later, later_value) + " " + rule + " " + show(earlier, earlier_value));
   };
   if (buffer_ok && window_ok && t->stream_window < t->buffer_size)
-    relation("stream_window", t->stream_window, "buffer_size", t->buffer_size,
-             "must be at least", true);
+    relation("stream_window", t->stream_window, "buffer_size", t->buffer_size, "must be at least", true);
   if (window_ok && budget_ok && t->session_budget < t->stream_window)
-    relation("session_budget", t->session_budget, "stream_window", t->stream_window,
-             "must be at least", true);
+    relation("session_budget", t->session_budget, "stream_window", t->stream_window, "must be at least", true);
   if (interval_ok && timeout_ok && t->keepalive_timeout_ms <= t->keepalive_interval_ms)
-    relation("keepalive_timeout_ms", t->keepalive_timeout_ms, "keepalive_interval_ms",
-             t->keepalive_interval_ms, "must be greater than", false);
+    relation("keepalive_timeout_ms", t->keepalive_timeout_ms, "keepalive_interval_ms", t->keepalive_interval_ms,
+             "must be greater than", false);
   // Records are opened in user space: there is nothing left to splice.
   if (const Value* sp = find(f, "tcp_splice"); sp && t->tcp_splice && t->auth.authenticates())
     error(sp->mark, sp->path,
@@ -948,9 +933,7 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
               "on a tunnel without auth");
   // RDMA CM on iWARP-style devices (eRDMA) listens in the TCP port space, so
   // the two tunnel ports would collide whenever RDMA is in use.
-  if (listen_ok && rdma_port_ok && transport_ok && t->transport != TransportMode::kTcp &&
-      t->tcp_port == t->rdma_port)
-  {
+  if (listen_ok && rdma_port_ok && transport_ok && t->transport != TransportMode::kTcp && t->tcp_port == t->rdma_port) {
     const Value* at = rdma_port ? rdma_port : tcp_port;
     if (at)
       error(at->mark, at->path,
@@ -1002,8 +985,9 @@ std::vector<std::string> Parser::parse_peers(const Value& v, Config* cfg) {
         auto [pos, inserted] = seen.try_emplace(*name, item.path);
         if (*name == kPeerByDestination) {
           error(x->mark, x->path,
-                quote(*name) + " is reserved: a route's `peer: destination` means the host of the original "
-                               "destination");
+                quote(*name) +
+                    " is reserved: a route's `peer: destination` means the host of the original "
+                    "destination");
           ok = false;
         } else if (!inserted) {
           error(x->mark, x->path, "duplicate peer name " + quote(*name) + " (also " + pos->second + ")");
@@ -1047,8 +1031,7 @@ std::vector<std::string> Parser::parse_peers(const Value& v, Config* cfg) {
   return names;
 }
 
-std::vector<ListenUse> Parser::parse_listeners(const Value& v,
-                                               const std::vector<std::string>& peer_names,
+std::vector<ListenUse> Parser::parse_listeners(const Value& v, const std::vector<std::string>& peer_names,
                                                Config* cfg) {
   std::vector<ListenUse> listens;
   std::map<std::string, std::string> seen_names;  // name -> path of its first use
@@ -1063,8 +1046,8 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v,
     ListenerConfig listener;
     bool listen_parsed = false;
     const Value* listen_value = find(f, "listen");
-    listener.transparent = listen_value && listen_value->node.IsScalar() &&
-                           listen_value->node.Scalar().rfind("transparent:", 0) == 0;
+    listener.transparent =
+        listen_value && listen_value->node.IsScalar() && listen_value->node.Scalar().rfind("transparent:", 0) == 0;
     if (listener.transparent) {
       // Where a transparent connection goes is decided per route.
       ok = require(f, item, "routes") && ok;
@@ -1088,8 +1071,7 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v,
       if (name) {
         auto [pos, inserted] = seen_names.try_emplace(*name, item.path);
         if (!inserted) {
-          error(x->mark, x->path,
-                "duplicate listener name " + quote(*name) + " (also " + pos->second + ")");
+          error(x->mark, x->path, "duplicate listener name " + quote(*name) + " (also " + pos->second + ")");
           ok = false;
         }
         listener.name = *name;
@@ -1111,8 +1093,7 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v,
         std::string owner = item.path + (listener.name.empty() ? "" : " (" + listener.name + ")");
         for (const auto& other : listens) {
           if (other.endpoint == *ep) {
-            error(x->mark, x->path,
-                  quote(x->node.Scalar()) + " is already the listen address of " + other.owner);
+            error(x->mark, x->path, quote(x->node.Scalar()) + " is already the listen address of " + other.owner);
             ok = false;
             break;
           }
@@ -1284,8 +1265,9 @@ void Parser::parse_targets(const Value& v, Config* cfg) {
       if (!m) {
         // Not an address: a node name, which only mode cert can vouch for.
         error(p.mark, p.path,
-              quote(*text) + " is not an address or CIDR (" + err + "); peers are named by node only with "
-              "tunnel.auth.mode cert: in psk mode every key holder may claim any node name");
+              quote(*text) + " is not an address or CIDR (" + err +
+                  "); peers are named by node only with "
+                  "tunnel.auth.mode cert: in psk mode every key holder may claim any node name");
         ok = false;
         continue;
       }
@@ -1311,9 +1293,7 @@ class DocumentCounter final : public YAML::EventHandler {
   void OnDocumentEnd() override {}
   void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { seen(mark); }
-  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
-    seen(mark);
-  }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override { seen(mark); }
   void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
     seen(mark);
   }
@@ -1367,8 +1347,7 @@ ConfigResult parse_config_text(const std::string& text, const std::string& file_
 
   if (root.IsNull()) {
     YAML::Mark start;  // line 0, column 0 -> reported as 1:1
-    parser.error(start, "",
-                 "the configuration is empty; expected a mapping with at least the key 'node'");
+    parser.error(start, "", "the configuration is empty; expected a mapping with at least the key 'node'");
   } else {
     if (second_document)
       parser.error(*second_document, "", "only one YAML document is allowed; found another one here");

@@ -2,6 +2,7 @@
 #include "config/key_files.h"
 
 #include <fcntl.h>
+#include <openssl/crypto.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,7 +10,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <openssl/crypto.h>
 
 #include "common/regular_file.h"
 #include "common/unique_fd.h"
@@ -74,9 +74,9 @@ bool read_private_key_file(const std::string& path, std::string* pem, std::strin
   std::string why;
   if (!read_up_to(fd.get(), reinterpret_cast<uint8_t*>(pem->data()), pem->size(), &got, &why) ||
       got > kMaxPrivateKeyFileBytes) {
-    *error = got > kMaxPrivateKeyFileBytes ? "the key file grew past " + std::to_string(kMaxPrivateKeyFileBytes) +
-                                                 " bytes while it was read"
-                                           : "the key file: " + why;
+    *error = got > kMaxPrivateKeyFileBytes
+                 ? "the key file grew past " + std::to_string(kMaxPrivateKeyFileBytes) + " bytes while it was read"
+                 : "the key file: " + why;
     OPENSSL_cleanse(pem->data(), pem->size());
     pem->clear();
     return false;

@@ -63,11 +63,13 @@ struct Options {
 // the configuration is read, so that --check refuses what a start would.
 int parse_args(int argc, char** argv, Options* opt) {
   enum : int { kCheck = 256, kTakeover, kLogLevel };
-  static const option kOptions[] = {
-      {"config", required_argument, nullptr, 'c'},  {"check", no_argument, nullptr, kCheck},
-      {"takeover", no_argument, nullptr, kTakeover}, {"log-level", required_argument, nullptr, kLogLevel},
-      {"help", no_argument, nullptr, 'h'},           {"version", no_argument, nullptr, 'V'},
-      {nullptr, 0, nullptr, 0}};
+  static const option kOptions[] = {{"config", required_argument, nullptr, 'c'},
+                                    {"check", no_argument, nullptr, kCheck},
+                                    {"takeover", no_argument, nullptr, kTakeover},
+                                    {"log-level", required_argument, nullptr, kLogLevel},
+                                    {"help", no_argument, nullptr, 'h'},
+                                    {"version", no_argument, nullptr, 'V'},
+                                    {nullptr, 0, nullptr, 0}};
   opterr = 0;  // our messages, not getopt's
   optind = 1;
   auto usage_error = [](const std::string& message) {

@@ -14,7 +14,8 @@ bool bearer_matches(std::string_view authorization, const SecretKeys& token) {
   constexpr std::string_view kScheme = "Bearer ";
   if (authorization.size() < kScheme.size()) return false;
   for (size_t i = 0; i < kScheme.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(authorization[i])) != std::tolower(static_cast<unsigned char>(kScheme[i])))
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) !=
+        std::tolower(static_cast<unsigned char>(kScheme[i])))
       return false;
   std::string_view given = authorization.substr(kScheme.size());
   auto expected = token.key(0);

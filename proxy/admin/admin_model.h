@@ -37,14 +37,14 @@ struct Status {
   uint64_t config_generation = 0;  // 1 at start, +1 per applied reload
   double uptime_seconds = 0;
   bool ready = false;
-  std::string not_ready_reason;    // when !ready
+  std::string not_ready_reason;  // when !ready
   bool draining = false;
   unsigned workers = 0;
-  std::string transport;           // "tcp" | "rdma" | "rdma,tcp"
+  std::string transport;  // "tcp" | "rdma" | "rdma,tcp"
   std::string transport_reason;
-  std::string io_uring;            // features in use
-  ReloadResult last_reload;        // empty errors/changes before the first
-  double last_reload_unix = 0;     // 0: never
+  std::string io_uring;         // features in use
+  ReloadResult last_reload;     // empty errors/changes before the first
+  double last_reload_unix = 0;  // 0: never
 };
 
 // The runtime, as the admin thread sees it. Every call is made from the

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The JSON answers. /metrics is in prometheus_text.cc.
-#include <algorithm>
-
 #include "proxy/admin/admin_render.h"
+
+#include <algorithm>
 
 #include "common/protocol_limits.h"
 #include "proxy/admin/json_writer.h"
@@ -107,9 +107,12 @@ void write_session(JsonWriter& w, const SessionInfo& s) {
 
 const char* route_action_name(RouteConfig::Action action) {
   switch (action) {
-    case RouteConfig::Action::kTunnel: return "tunnel";
-    case RouteConfig::Action::kPassthrough: return "passthrough";
-    case RouteConfig::Action::kReject: return "reject";
+    case RouteConfig::Action::kTunnel:
+      return "tunnel";
+    case RouteConfig::Action::kPassthrough:
+      return "passthrough";
+    case RouteConfig::Action::kReject:
+      return "reject";
   }
   return "tunnel";
 }
@@ -137,7 +140,9 @@ void write_tunnel_config(JsonWriter& w, const TunnelConfig& t) {
   // No device configured means "any"; the key is left out rather than
   // written as "", which the YAML schema would not accept.
   if (!t.rdma.device.empty()) w.field("device", t.rdma.device);
-  w.field("slab_size", t.rdma.slab_size).field("max_pinned", t.rdma.pinned_budget(t.buffer_size + kBufferHeadroom)).field("recv_depth", t.rdma.recv_depth);
+  w.field("slab_size", t.rdma.slab_size)
+      .field("max_pinned", t.rdma.pinned_budget(t.buffer_size + kBufferHeadroom))
+      .field("recv_depth", t.rdma.recv_depth);
   w.field("send_depth", t.rdma.send_depth).field("busy_poll_us", t.rdma.busy_poll_us);
   w.field("inline_threshold", t.rdma.inline_threshold);
   w.end_object();

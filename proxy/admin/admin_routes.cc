@@ -82,13 +82,15 @@ Response get_ready(Backend& backend, std::string_view) {
 Response get_stats(Backend& backend, std::string_view) {
   Status status = backend.status();
   std::shared_ptr<const Config> config = backend.config();
-  return json_response(200, render_stats_json(status, config.get(), backend.worker_metrics(), backend.process_metrics()));
+  return json_response(200,
+                       render_stats_json(status, config.get(), backend.worker_metrics(), backend.process_metrics()));
 }
 
 Response get_metrics(Backend& backend, std::string_view) {
   Status status = backend.status();
   std::shared_ptr<const Config> config = backend.config();
-  return Response{200, std::string(kMetricsContentType),
+  return Response{200,
+                  std::string(kMetricsContentType),
                   render_metrics_text(status, config.get(), backend.worker_metrics(), backend.process_metrics()),
                   {}};
 }
@@ -137,9 +139,9 @@ struct Route {
 
 // docs/admin.md's table, in its order (the 404 answer lists it).
 constexpr Route kRoutes[] = {
-    {"GET", "/", get_stats_page},       {"GET", "/live", get_live},       {"GET", "/ready", get_ready},
-    {"GET", "/stats", get_stats},       {"GET", "/metrics", get_metrics}, {"GET", "/peers", get_peers},
-    {"GET", "/streams", get_streams},   {"GET", "/config", get_config},   {"POST", "/reload", post_reload},
+    {"GET", "/", get_stats_page},     {"GET", "/live", get_live},       {"GET", "/ready", get_ready},
+    {"GET", "/stats", get_stats},     {"GET", "/metrics", get_metrics}, {"GET", "/peers", get_peers},
+    {"GET", "/streams", get_streams}, {"GET", "/config", get_config},   {"POST", "/reload", post_reload},
     {"POST", "/drain", post_drain},
 };
 
@@ -162,8 +164,8 @@ Response method_not_allowed(std::string_view method, std::string_view path) {
     allow += r.method;
     if (r.method == "GET") allow += ", HEAD";
   }
-  Response response =
-      text_response(405, "method " + std::string(method) + " not allowed on " + std::string(path) + "; use " + allow + "\n");
+  Response response = text_response(
+      405, "method " + std::string(method) + " not allowed on " + std::string(path) + "; use " + allow + "\n");
   response.allow = std::move(allow);
   return response;
 }

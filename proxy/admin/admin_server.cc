@@ -33,18 +33,30 @@ constexpr size_t kMaxQueuedAnswerBytes = 1 << 20;
 
 const char* reason_phrase(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Content Too Large";
-    case 431: return "Request Header Fields Too Large";
-    case 501: return "Not Implemented";
-    case 505: return "HTTP Version Not Supported";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 413:
+      return "Content Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 501:
+      return "Not Implemented";
+    case 505:
+      return "HTTP Version Not Supported";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
   }
   return "Unknown";
 }
@@ -101,9 +113,7 @@ struct AdminServer::Connection {
     if (deadline) event_free(deadline);
     if (bev) bufferevent_free(bev);  // closes the socket
   }
-  bool idle() const {
-    return !in_request && !closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0;
-  }
+  bool idle() const { return !in_request && !closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0; }
 };
 
 void AdminServer::EventBaseDeleter::operator()(event_base* base) const { event_base_free(base); }
@@ -127,7 +137,9 @@ bool AdminServer::start(const Endpoint& address, std::string* error) {
   base_.reset(event_base_new());
   if (base_) stop_event_.reset(event_new(base_.get(), -1, 0, &AdminServer::on_stop, this));
   if (base_) resume_event_.reset(evtimer_new(base_.get(), &AdminServer::on_accept_resume, this));
-  if (base_) listener_.reset(evconnlistener_new(base_.get(), &AdminServer::on_accept, this, LEV_OPT_CLOSE_ON_FREE, -1, fd.get()));
+  if (base_)
+    listener_.reset(
+        evconnlistener_new(base_.get(), &AdminServer::on_accept, this, LEV_OPT_CLOSE_ON_FREE, -1, fd.get()));
   if (!base_ || !stop_event_ || !resume_event_ || !listener_) {
     *error = "cannot set up libevent for the admin endpoint";
     release_libevent();
@@ -262,8 +274,7 @@ void AdminServer::on_deadline(int, short, void* connection) {
 void AdminServer::on_event(bufferevent*, short what, void* connection) {
   auto* c = static_cast<Connection*>(connection);
   // A client that half-closed after its request still gets the answer.
-  if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) &&
-      evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) {
+  if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) {
     c->closing = true;
     bufferevent_disable(c->bev, EV_READ);
     return;
@@ -316,13 +327,12 @@ void AdminServer::serve(Connection& c) {
     }
     evbuffer_drain(in, parsed.consumed);
     std::shared_ptr<const Config> config = backend_.config();
-    AccessDecision access = config ? check_access(AccessRequest{request.path, request.authorization, request.origin,
-                                                                request.host},
-                                                  config->admin_token.get(), config->admin)
-                                   : AccessDecision{503, "starting\n"};
-    Response response = access.status != 0
-                            ? Response{access.status, std::string(kTextContentType), access.reason, {}}
-                            : handle_request(backend_, request.method, request.path, request.query);
+    AccessDecision access =
+        config ? check_access(AccessRequest{request.path, request.authorization, request.origin, request.host},
+                              config->admin_token.get(), config->admin)
+               : AccessDecision{503, "starting\n"};
+    Response response = access.status != 0 ? Response{access.status, std::string(kTextContentType), access.reason, {}}
+                                           : handle_request(backend_, request.method, request.path, request.query);
     answer(c, response.status, response.content_type, response.body, response.allow, response.headers,
            request.method == "HEAD", request.keep_alive);
     c.in_request = false;

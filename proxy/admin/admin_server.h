@@ -91,8 +91,8 @@ class AdminServer {
   // Answers every whole request buffered on `c` (in order), within bounds.
   void serve(Connection& c);
   // `headers`: more header lines, each ending in CRLF (Response::headers).
-  void answer(Connection& c, int status, std::string_view content_type, std::string_view body,
-              std::string_view allow, std::string_view headers, bool head, bool keep_alive);
+  void answer(Connection& c, int status, std::string_view content_type, std::string_view body, std::string_view allow,
+              std::string_view headers, bool head, bool keep_alive);
   void arm_deadline(Connection& c, int seconds);
   void close(Connection& c);
   void release_libevent();
@@ -104,8 +104,8 @@ class AdminServer {
   std::unique_ptr<event, EventDeleter> stop_event_;
   std::unique_ptr<event, EventDeleter> resume_event_;  // re-enables a paused listener
   std::unique_ptr<evconnlistener, ListenerDeleter> listener_;
-  bool accept_paused_logged_ = false;  // once per episode
-  bool full_logged_ = false;           // once per episode
+  bool accept_paused_logged_ = false;                   // once per episode
+  bool full_logged_ = false;                            // once per episode
   std::list<std::unique_ptr<Connection>> connections_;  // oldest first
   std::thread thread_;
   std::mutex lifecycle_mu_;  // start() and stop() against each other

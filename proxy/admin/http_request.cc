@@ -97,16 +97,22 @@ HttpParse parse_http_request(std::string_view bytes, HttpRequest* out) {
     if (!line.empty() && (line.front() == ' ' || line.front() == '\t'))
       return refuse(400, "folded header lines are not accepted");
     size_t colon = line.find(':');
-    if (colon == std::string_view::npos || !is_token(line.substr(0, colon))) return refuse(400, "malformed header line");
+    if (colon == std::string_view::npos || !is_token(line.substr(0, colon)))
+      return refuse(400, "malformed header line");
     std::string_view name = line.substr(0, colon);
     std::string_view value = trim(line.substr(colon + 1));
     if (!visible(value, true)) return refuse(400, "control characters in a header");
     bool once = true;
-    if (same_name(name, "Host")) once = set_once(&out->host, value);
-    else if (same_name(name, "Authorization")) once = set_once(&out->authorization, value);
-    else if (same_name(name, "Origin")) once = set_once(&out->origin, value);
-    else if (same_name(name, "Content-Length")) once = set_once(&content_length, value);
-    else if (same_name(name, "Transfer-Encoding")) return refuse(501, "Transfer-Encoding is not accepted");
+    if (same_name(name, "Host"))
+      once = set_once(&out->host, value);
+    else if (same_name(name, "Authorization"))
+      once = set_once(&out->authorization, value);
+    else if (same_name(name, "Origin"))
+      once = set_once(&out->origin, value);
+    else if (same_name(name, "Content-Length"))
+      once = set_once(&content_length, value);
+    else if (same_name(name, "Transfer-Encoding"))
+      return refuse(501, "Transfer-Encoding is not accepted");
     else if (same_name(name, "Connection")) {
       // A comma-separated list of options.
       for (size_t at = 0; at <= value.size();) {

@@ -34,7 +34,7 @@ struct HttpRequest {
 struct HttpParse {
   enum class Status { kNeedMore, kRequest, kError };
   Status status = Status::kNeedMore;
-  size_t consumed = 0;  // kRequest: bytes of the request, body included
+  size_t consumed = 0;   // kRequest: bytes of the request, body included
   int error_status = 0;  // kError: the status to answer with (the connection then closes)
   std::string error;     // kError: why, for the answer's body
 };

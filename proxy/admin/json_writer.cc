@@ -4,7 +4,6 @@
 #include <charconv>
 #include <cmath>
 
-
 namespace rdmagw::admin {
 
 void append_json_double(std::string* out, double value) {

@@ -44,8 +44,7 @@ class JsonWriter {
   JsonWriter& value(bool b);
   JsonWriter& value(double number);
   template <std::integral T>
-    requires(!std::same_as<T, bool>)
-  JsonWriter& value(T number) {
+  requires(!std::same_as<T, bool>) JsonWriter& value(T number) {
     before_value();
     out_ += std::to_string(number);
     return *this;

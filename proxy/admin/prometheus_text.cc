@@ -5,9 +5,9 @@
 // traffic" from "not exported".
 #include <initializer_list>
 
+#include "common/utf8.h"
 #include "proxy/admin/admin_render.h"
 #include "proxy/admin/metric_totals.h"
-#include "common/utf8.h"
 
 namespace rdmagw::admin {
 namespace {
@@ -110,7 +110,8 @@ class PrometheusWriter {
 
 void write_listener_families(PrometheusWriter& p, const MetricTotals& totals) {
   p.family("rdmagw_connections_accepted_total", "counter", "Connections accepted by a listener.");
-  for (const auto& l : totals.listeners) p.sample("rdmagw_connections_accepted_total", {{"listener", l.name}}, l.accepted);
+  for (const auto& l : totals.listeners)
+    p.sample("rdmagw_connections_accepted_total", {{"listener", l.name}}, l.accepted);
   p.family("rdmagw_connections_active", "gauge", "Connections open now on a listener.");
   for (const auto& l : totals.listeners) p.sample("rdmagw_connections_active", {{"listener", l.name}}, l.active);
   p.family("rdmagw_listener_received_bytes_total", "counter",
@@ -137,7 +138,8 @@ void write_stream_families(PrometheusWriter& p, const MetricTotals& totals) {
 
 void write_peer_families(PrometheusWriter& p, const MetricTotals& totals) {
   p.family("rdmagw_peer_sent_bytes_total", "counter", "Stream payload bytes sent to a peer.");
-  for (const auto& peer : totals.peers) p.sample("rdmagw_peer_sent_bytes_total", {{"peer", peer.name}}, peer.bytes_sent);
+  for (const auto& peer : totals.peers)
+    p.sample("rdmagw_peer_sent_bytes_total", {{"peer", peer.name}}, peer.bytes_sent);
   p.family("rdmagw_peer_received_bytes_total", "counter", "Stream payload bytes received from a peer.");
   for (const auto& peer : totals.peers)
     p.sample("rdmagw_peer_received_bytes_total", {{"peer", peer.name}}, peer.bytes_received);
@@ -232,13 +234,14 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Con
   p.family("rdmagw_certificate_expiry_seconds", "gauge",
            "tunnel.auth.mode cert: seconds until this node's certificate expires (negative: it has).");
   if (config && config->tunnel.auth.credentials)
-    p.sample("rdmagw_certificate_expiry_seconds", {},
-             config->tunnel.auth.credentials->seconds_left());
+    p.sample("rdmagw_certificate_expiry_seconds", {}, config->tunnel.auth.credentials->seconds_left());
   p.family("rdmagw_config_reloads_total", "counter", "Configuration reloads applied.");
   p.sample("rdmagw_config_reloads_total", {}, process.config_reloads.value());
-  p.family("rdmagw_config_reload_failures_total", "counter", "Configuration reloads refused; the running one was kept.");
+  p.family("rdmagw_config_reload_failures_total", "counter",
+           "Configuration reloads refused; the running one was kept.");
   p.sample("rdmagw_config_reload_failures_total", {}, process.config_reload_failures.value());
-  p.family("rdmagw_config_generation", "gauge", "Generation of the configuration in effect: 1 at start, +1 per reload applied.");
+  p.family("rdmagw_config_generation", "gauge",
+           "Generation of the configuration in effect: 1 at start, +1 per reload applied.");
   p.sample("rdmagw_config_generation", {}, status.config_generation);
   p.family("rdmagw_ready", "gauge", "1 when ready to serve (listeners bound, not draining), else 0.");
   p.sample("rdmagw_ready", {}, uint64_t{status.ready ? 1u : 0u});

@@ -25,8 +25,10 @@ void Acceptor::start() { arm(); }
 void Acceptor::arm() {
   if (stopping_) return;
   io_uring_sqe* s = loop().sqe(&op_);
-  if (multishot_) io_uring_prep_multishot_accept(s, listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-  else io_uring_prep_accept(s, listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (multishot_)
+    io_uring_prep_multishot_accept(s, listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  else
+    io_uring_prep_accept(s, listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
   armed_ = true;
 }
 

@@ -35,6 +35,7 @@ class Acceptor final : public IoObject {
   const std::string& name() const { return name_; }
   // A reload renamed the listener (logs use the name).
   void rename(std::string name) { name_ = std::move(name); }
+
  private:
   ~Acceptor() override = default;
   void arm();

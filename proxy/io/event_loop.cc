@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <memory>
+#include <string>
 
 namespace rdmagw {
 
@@ -42,8 +42,10 @@ void EventLoop::adopt(IoObject* object) {
 }
 
 void EventLoop::forget(IoObject* object) {
-  if (object->prev_live_) object->prev_live_->next_live_ = object->next_live_;
-  else first_live_ = object->next_live_;
+  if (object->prev_live_)
+    object->prev_live_->next_live_ = object->next_live_;
+  else
+    first_live_ = object->next_live_;
   if (object->next_live_) object->next_live_->prev_live_ = object->prev_live_;
   --live_count_;
 }

@@ -138,7 +138,6 @@ class EventLoop {
   size_t live_count_ = 0;
 };
 
-
 template <auto Method, class T>
 IoOp IoOp::bind(T* self) {
   IoObject* counted = nullptr;

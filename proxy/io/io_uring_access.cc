@@ -43,8 +43,8 @@ std::string io_uring_blocked_reason() {
   if (err != ENOSYS && err != EPERM) return {};
   int sysctl = io_uring_disabled_sysctl();
   if (err == EPERM && sysctl > 0) {
-    return "io_uring is disabled on this host (" + call + "; sysctl kernel.io_uring_disabled=" +
-           std::to_string(sysctl) +
+    return "io_uring is disabled on this host (" + call +
+           "; sysctl kernel.io_uring_disabled=" + std::to_string(sysctl) +
            (sysctl == 1 ? ": only members of kernel.io_uring_group may use it): " : "): ") +
            "rdmagw needs io_uring; set kernel.io_uring_disabled=0" +
            (sysctl == 1 ? " or run rdmagw in kernel.io_uring_group" : "");

@@ -81,8 +81,10 @@ uint8_t* ProvidedBuffers::take(uint32_t cqe_flags) {
   assert(id < by_id_.size() && by_id_[id]);
   uint8_t* buffer = by_id_[id];
   by_id_[id] = nullptr;
-  if (uint8_t* fresh = pool_->acquire()) provide(id, fresh);
-  else empty_.push_back(id);
+  if (uint8_t* fresh = pool_->acquire())
+    provide(id, fresh);
+  else
+    empty_.push_back(id);
   return buffer;
 }
 

@@ -60,8 +60,8 @@ class ProvidedBuffers {
   size_t ring_bytes_ = 0;
   uint32_t offset_ = 0;
   uint32_t length_ = 0;
-  std::vector<uint8_t*> by_id_;   // buffer id -> buffer (nullptr: slot empty)
-  std::vector<uint16_t> empty_;   // ids whose slot waits for a buffer
+  std::vector<uint8_t*> by_id_;  // buffer id -> buffer (nullptr: slot empty)
+  std::vector<uint16_t> empty_;  // ids whose slot waits for a buffer
 };
 
 }  // namespace rdmagw

@@ -8,8 +8,7 @@
 
 namespace rdmagw {
 
-void TimedConnect::start(EventLoop& loop, int fd, const sockaddr_storage& addr, socklen_t len,
-                         uint32_t timeout_ms) {
+void TimedConnect::start(EventLoop& loop, int fd, const sockaddr_storage& addr, socklen_t len, uint32_t timeout_ms) {
   addr_ = addr;
   len_ = len;
   timeout_.tv_sec = timeout_ms / 1000;

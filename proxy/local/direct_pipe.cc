@@ -5,10 +5,9 @@
 #include <cstring>
 #include <utility>
 
-#include "common/protocol_limits.h"
-
 #include "common/address.h"
 #include "common/log.h"
+#include "common/protocol_limits.h"
 #include "common/socket_options.h"
 
 namespace rdmagw::local {

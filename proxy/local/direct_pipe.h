@@ -45,12 +45,12 @@ class DirectPipe final : public LocalConnection {
     // Held only from a receive that brought bytes until they are all sent on
     // (the bytes start at kBufferHeadroom): an idle pipe holds none.
     uint8_t* buffer = nullptr;
-    uint32_t start = 0;    // where in it the bytes begin (kBufferHeadroom, or 0 after a takeover)
-    uint32_t filled = 0;   // bytes received and not yet sent on
+    uint32_t start = 0;   // where in it the bytes begin (kBufferHeadroom, or 0 after a takeover)
+    uint32_t filled = 0;  // bytes received and not yet sent on
     uint32_t sent = 0;
     SocketReceive receive;
-    bool busy = false;     // a recv or send is in flight
-    bool ended = false;    // EOF passed on
+    bool busy = false;   // a recv or send is in flight
+    bool ended = false;  // EOF passed on
     IoOp recv_op, send_op;
     void on_recv(int res, uint32_t flags);
     void on_send(int res, uint32_t flags);

@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "common/protocol_limits.h"
-
 #include "proxy/local/direct_pipe.h"
 
 namespace rdmagw::local {
@@ -64,8 +63,8 @@ void DirectPipe::restore(StreamHost& host, UniqueFd client, UniqueFd server, con
     p->fail("takeover", EMSGSIZE);
     return;
   }
-  for (auto [d, bytes, ended] : {std::tuple{&p->up_, &image.up, image.up_ended},
-                                 std::tuple{&p->down_, &image.down, image.down_ended}}) {
+  for (auto [d, bytes, ended] :
+       {std::tuple{&p->up_, &image.up, image.up_ended}, std::tuple{&p->down_, &image.down, image.down_ended}}) {
     d->ended = ended;
     if (bytes->empty()) continue;
     d->buffer = host.pool.acquire();
@@ -97,8 +96,10 @@ void DirectPipe::resume_io() {
     return;
   }
   for (Direction* d : {&up_, &down_}) {
-    if (d->filled > d->sent) post_send(*d);
-    else if (!d->ended) post_recv(*d);
+    if (d->filled > d->sent)
+      post_send(*d);
+    else if (!d->ended)
+      post_recv(*d);
   }
 }
 

@@ -7,14 +7,14 @@
 
 #include <algorithm>
 #include <cassert>
-#include <climits>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <utility>
 
 #include "common/log.h"
-#include "common/splice_pipe.h"
 #include "common/socket_options.h"
+#include "common/splice_pipe.h"
 
 namespace rdmagw::local {
 
@@ -24,14 +24,22 @@ using tunnel::ResetCode;
 namespace {
 metrics::StreamFailure failure_of(ResetCode code) {
   switch (code) {
-    case ResetCode::kCancel: return metrics::StreamFailure::kReset;
-    case ResetCode::kRefused: return metrics::StreamFailure::kTargetRefused;
-    case ResetCode::kConnectFailed: return metrics::StreamFailure::kTargetUnreachable;
-    case ResetCode::kNotAllowed: return metrics::StreamFailure::kNotAllowed;
-    case ResetCode::kPeerGone: return metrics::StreamFailure::kPeerGone;
-    case ResetCode::kProtocol: return metrics::StreamFailure::kProtocol;
-    case ResetCode::kResource: return metrics::StreamFailure::kResource;
-    case ResetCode::kShutdown: return metrics::StreamFailure::kShutdown;
+    case ResetCode::kCancel:
+      return metrics::StreamFailure::kReset;
+    case ResetCode::kRefused:
+      return metrics::StreamFailure::kTargetRefused;
+    case ResetCode::kConnectFailed:
+      return metrics::StreamFailure::kTargetUnreachable;
+    case ResetCode::kNotAllowed:
+      return metrics::StreamFailure::kNotAllowed;
+    case ResetCode::kPeerGone:
+      return metrics::StreamFailure::kPeerGone;
+    case ResetCode::kProtocol:
+      return metrics::StreamFailure::kProtocol;
+    case ResetCode::kResource:
+      return metrics::StreamFailure::kResource;
+    case ResetCode::kShutdown:
+      return metrics::StreamFailure::kShutdown;
   }
   return metrics::StreamFailure::kProtocol;
 }
@@ -100,22 +108,32 @@ bool LocalStream::describe(StreamInfo* out) const {
   out->peer = peer_;
   out->target = target_;
   out->stream_id = stream_id();
-  out->age_ms = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
+  out->age_ms =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
   out->bytes_from_app = bytes_up_;
   out->bytes_to_app = bytes_down_;
-  if (connecting_) out->state = "connecting";
-  else if (!opened_) out->state = "waiting";
-  else if (read_closed_ || remote_fin_ || write_shut_) out->state = "half-closed";
-  else out->state = "open";
+  if (connecting_)
+    out->state = "connecting";
+  else if (!opened_)
+    out->state = "waiting";
+  else if (read_closed_ || remote_fin_ || write_shut_)
+    out->state = "half-closed";
+  else
+    out->state = "open";
   out->queued_to_app = to_socket_.size();
   out->send_credit = send_credit();
-  if (connecting_) out->waiting_for = "target-connect";
-  else if (!opened_) out->waiting_for = "session";
-  else if (parked_buffer_ || waits_for_session_credit()) out->waiting_for = "session-credit";
-  else if (waits_for_window()) out->waiting_for = "peer-window";
-  else if (sending_) out->waiting_for = "app-read";
-  else if (recv_posted_) out->waiting_for = "app-data";
+  if (connecting_)
+    out->waiting_for = "target-connect";
+  else if (!opened_)
+    out->waiting_for = "session";
+  else if (parked_buffer_ || waits_for_session_credit())
+    out->waiting_for = "session-credit";
+  else if (waits_for_window())
+    out->waiting_for = "peer-window";
+  else if (sending_)
+    out->waiting_for = "app-read";
+  else if (recv_posted_)
+    out->waiting_for = "app-data";
   return true;
 }
 
@@ -131,8 +149,8 @@ void LocalStream::add_bytes_to_app(uint64_t n) {
 
 // --- the one failure path ------------------------------------------------------
 
-void LocalStream::fail(std::string_view event, metrics::StreamFailure why, ResetCode to_peer,
-                       std::string_view reason, std::string_view error) {
+void LocalStream::fail(std::string_view event, metrics::StreamFailure why, ResetCode to_peer, std::string_view reason,
+                       std::string_view error) {
   if (closing_) return;
   auto line = why == metrics::StreamFailure::kReset ? log::info(event) : log::warn(event);
   line.kv("listener", listener_).kv("peer", peer_).kv("stream", stream_id()).kv("target", target_).kv("reason", reason);
@@ -170,13 +188,14 @@ void LocalStream::on_target_connected(int error) {
   if (closing_) return;
   if (error != 0) {
     bool refused = error == ECONNREFUSED;
-    fail("stream_refused", refused ? metrics::StreamFailure::kTargetRefused : metrics::StreamFailure::kTargetUnreachable,
+    fail("stream_refused",
+         refused ? metrics::StreamFailure::kTargetRefused : metrics::StreamFailure::kTargetUnreachable,
          refused ? ResetCode::kRefused : ResetCode::kConnectFailed, "connect-failed", strerror(error));
     return;
   }
   set_nodelay(fd_.get());
-  host_.metrics.target_connect.observe_us(static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
+  host_.metrics.target_connect.observe_us(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
   log::debug("stream_connected").kv("peer", peer_).kv("stream", stream_id()).kv("target", target_);
   start_reading();
   pump_send();
@@ -215,8 +234,8 @@ void LocalStream::attach(tunnel::Session& session) {
   }
   opened_ = true;
   host_.metrics.streams_opened_outbound.add();
-  host_.metrics.stream_open.observe_us(static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
+  host_.metrics.stream_open.observe_us(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
   add_bytes_from_app(static_cast<uint64_t>(n));
   log::debug("stream_open").kv("listener", listener_).kv("peer", peer_).kv("stream", stream_id()).kv("target", target_);
   if (eof) {
@@ -396,8 +415,10 @@ void LocalStream::on_send(int res, uint32_t) {
   sending_ = false;
   if (closing_ || (frozen_ && res == -ECANCELED)) return;
   if (res < 0) {
-    if (res == -EINTR || res == -EAGAIN) pump_send();
-    else fail_local(-res);
+    if (res == -EINTR || res == -EAGAIN)
+      pump_send();
+    else
+      fail_local(-res);
     return;
   }
   to_socket_.consume(static_cast<size_t>(res));

@@ -48,8 +48,8 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   // The peer opened stream `id` to `target`: connect to it. Returns nullptr
   // (and sets *refuse) if no socket could be created. Called mid-parse: it
   // does not touch the session.
-  static LocalStream* to_target(StreamHost& host, const tunnel::Session& session, uint32_t id,
-                                const Endpoint& target, tunnel::ResetCode* refuse);
+  static LocalStream* to_target(StreamHost& host, const tunnel::Session& session, uint32_t id, const Endpoint& target,
+                                tunnel::ResetCode* refuse);
   // A takeover: the old process's stream, on `session` (null: none) and
   // `fd`. Returns nullptr when the pool has no room for its bytes (the
   // socket is then reset). A stream not yet opened waits for a session:
@@ -136,14 +136,14 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   bool error_poll_posted_ = false;  // watching for a reset while not reading
   bool sending_ = false;
   bool connecting_ = false;
-  bool opened_ = false;        // has (had) a stream id on a session
-  bool read_closed_ = false;   // saw EOF from the socket and sent FIN
-  bool remote_fin_ = false;    // peer sent FIN
-  bool write_shut_ = false;    // shutdown(SHUT_WR) done
+  bool opened_ = false;       // has (had) a stream id on a session
+  bool read_closed_ = false;  // saw EOF from the socket and sent FIN
+  bool remote_fin_ = false;   // peer sent FIN
+  bool write_shut_ = false;   // shutdown(SHUT_WR) done
   bool closing_ = false;
-  bool frozen_ = false;        // a takeover is moving it: no I/O
-  uint64_t bytes_up_ = 0;      // socket -> tunnel
-  uint64_t bytes_down_ = 0;    // tunnel -> socket
+  bool frozen_ = false;      // a takeover is moving it: no I/O
+  uint64_t bytes_up_ = 0;    // socket -> tunnel
+  uint64_t bytes_down_ = 0;  // tunnel -> socket
   bool failure_counted_ = false;
   bool target_side_ = false;
   Clock::time_point started_;

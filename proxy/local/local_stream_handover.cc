@@ -43,10 +43,11 @@ bool LocalStream::export_image(HandoverImages* out, const SessionIndex& sessions
   image.target = target_;
   image.bytes_up = bytes_up_;
   image.bytes_down = bytes_down_;
-  image.age_ms = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
+  image.age_ms =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
   to_socket_.copy_out(&image.to_socket);
-  if (parked_buffer_) image.parked.assign(parked_buffer_ + kBufferHeadroom, parked_buffer_ + kBufferHeadroom + parked_len_);
+  if (parked_buffer_)
+    image.parked.assign(parked_buffer_ + kBufferHeadroom, parked_buffer_ + kBufferHeadroom + parked_len_);
   out->fds.push_back(fd_.get());
   out->streams.push_back(std::move(image));
   return true;

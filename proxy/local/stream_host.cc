@@ -14,8 +14,10 @@ LocalConnection::LocalConnection(StreamHost& host) : IoObject(host.loop), host_(
 
 LocalConnection::~LocalConnection() {
   --host_.live;
-  if (prev_) prev_->next_ = next_;
-  else host_.first = next_;
+  if (prev_)
+    prev_->next_ = next_;
+  else
+    host_.first = next_;
   if (next_) next_->prev_ = prev_;
 }
 

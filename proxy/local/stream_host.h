@@ -30,7 +30,7 @@ struct StreamHost {
   // inactive) on kernels without buffer rings: streams then wait for
   // readiness and read into a pool buffer (local_stream.cc).
   ProvidedBuffers* receive_ring = nullptr;
-  uint64_t live = 0;            // connections not yet freed (a drain waits for 0)
+  uint64_t live = 0;  // connections not yet freed (a drain waits for 0)
   LocalConnection* first = nullptr;
 
   // Resets every connection still open (the end of a drain, a forced stop).

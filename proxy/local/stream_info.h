@@ -18,9 +18,9 @@ struct StreamInfo {
   uint64_t age_ms = 0;
   uint64_t bytes_from_app = 0;  // read from the local socket, sent into the tunnel
   uint64_t bytes_to_app = 0;    // received from the tunnel, written to the local socket
-  std::string state;     // "waiting" | "connecting" | "open" | "half-closed"
-  uint64_t queued_to_app = 0;  // received from the tunnel, not yet written to the socket
-  uint64_t send_credit = 0;    // bytes it may still send before the peer's next WINDOW
+  std::string state;            // "waiting" | "connecting" | "open" | "half-closed"
+  uint64_t queued_to_app = 0;   // received from the tunnel, not yet written to the socket
+  uint64_t send_credit = 0;     // bytes it may still send before the peer's next WINDOW
   // What it waits for now: "session" | "target-connect" | "session-credit" |
   // "peer-window" | "app-read" (the socket takes no more) | "app-data" | "".
   std::string waiting_for;

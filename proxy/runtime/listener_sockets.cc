@@ -69,8 +69,8 @@ bool clear_stale_unix_socket(const Endpoint& ep, std::string* error) {
       *error = std::string(un->sun_path) + " is in use by another process";
       return false;
     case UnixProbe::kUnknown:
-      *error = std::string(un->sun_path) + " exists and whether a process serves it cannot be told (" +
-               strerror(err) + "); remove it if it is stale";
+      *error = std::string(un->sun_path) + " exists and whether a process serves it cannot be told (" + strerror(err) +
+               "); remove it if it is stale";
       return false;
     case UnixProbe::kStale:
       break;

@@ -253,7 +253,9 @@ int Runtime::run() {
       return 1;
     }
     if (takeover == TakeoverStart::kNobody)
-      log::info("takeover_none").kv("address", takeover_address(*config_)).kv("reason", "no rdmagw runs this configuration here; starting afresh");
+      log::info("takeover_none")
+          .kv("address", takeover_address(*config_))
+          .kv("reason", "no rdmagw runs this configuration here; starting afresh");
   }
   // A takeover's inherited listeners that the configuration no longer has
   // close at the commit: until then the old process may still need them.
@@ -319,8 +321,7 @@ int Runtime::run() {
   // The service manager's "started" is this moment too: a unit ordered
   // After=rdmagw.service starts once these listeners accept.
   notifier_.ready("Ready: " + std::to_string(config_->listeners.size()) + " listeners, " +
-                  std::to_string(config_->workers) + " workers, transport " + transport_ + ", admin " +
-                  config_->admin);
+                  std::to_string(config_->workers) + " workers, transport " + transport_ + ", admin " + config_->admin);
   log_certificate_validity(*config_);
   const AuthConfig& auth = config_->tunnel.auth;
   if (auth.configured && auth.mode == AuthMode::kNone)
@@ -417,9 +418,8 @@ bool Runtime::on_every_worker(const std::function<void(Worker&)>& task, std::chr
     });
   }
   std::unique_lock lock(wait->mu);
-  bool all = wait->cv.wait_for(lock, timeout, [&] {
-    return std::all_of(wait->done.begin(), wait->done.end(), [](bool d) { return d; });
-  });
+  bool all = wait->cv.wait_for(
+      lock, timeout, [&] { return std::all_of(wait->done.begin(), wait->done.end(), [](bool d) { return d; }); });
   if (!all) {
     for (unsigned i = 0; i < wait->done.size(); ++i) {
       if (!wait->done[i]) {

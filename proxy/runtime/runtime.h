@@ -19,10 +19,10 @@
 #include "proxy/admin/admin_model.h"
 #include "proxy/runtime/listener_sockets.h"
 #include "proxy/runtime/service_notify.h"
-#include "proxy/runtime/worker.h"
 #include "proxy/runtime/session_directory.h"
 #include "proxy/runtime/takeover_channel.h"
 #include "proxy/runtime/takeover_image.h"
+#include "proxy/runtime/worker.h"
 #include "proxy/runtime/worker_mailbox.h"
 
 namespace rdmagw {
@@ -30,7 +30,7 @@ namespace rdmagw {
 struct RuntimeOptions {
   std::string config_file;
   bool log_level_from_command_line = false;  // then a reload leaves the level alone
-  bool takeover = false;  // --takeover: take over from the process running this configuration
+  bool takeover = false;                     // --takeover: take over from the process running this configuration
 };
 
 class Runtime final : public admin::Backend {
@@ -62,8 +62,7 @@ class Runtime final : public admin::Backend {
   void worker_thread(unsigned index);
   // Runs `task(worker)` on every worker and waits up to `timeout` for all.
   // False with *error naming the first worker that did not answer.
-  bool on_every_worker(const std::function<void(Worker&)>& task, std::chrono::milliseconds timeout,
-                       std::string* error);
+  bool on_every_worker(const std::function<void(Worker&)>& task, std::chrono::milliseconds timeout, std::string* error);
   uint64_t live_streams() const;
   // Mode cert: says whether this node's certificate is out of its dates, or
   // will be within a week (at start and after each reload).
@@ -115,8 +114,8 @@ class Runtime final : public admin::Backend {
 
   std::mutex reload_mu_;  // one reload at a time (SIGHUP and POST /reload)
   std::atomic<bool> ready_{false};
-  std::atomic<bool> draining_{false};   // written under mu_ (with ready_), read anywhere
-  std::atomic<bool> running_{false};    // workers started and event=ready logged
+  std::atomic<bool> draining_{false};  // written under mu_ (with ready_), read anywhere
+  std::atomic<bool> running_{false};   // workers started and event=ready logged
   std::atomic<int> stop_level_{0};
 
   TunnelSockets tunnel_;

@@ -118,21 +118,24 @@ Runtime::TakeoverStart Runtime::take_over(std::string* error) {
       *error = "the running rdmagw refused: " + std::string(m.payload.begin(), m.payload.end());
       return TakeoverStart::kFailed;
     }
-    if (m.type != TakeoverMessage::kImage) return refuse("unexpected message " + std::to_string(static_cast<uint32_t>(m.type)));
+    if (m.type != TakeoverMessage::kImage)
+      return refuse("unexpected message " + std::to_string(static_cast<uint32_t>(m.type)));
     if (!decode_process_image(m.payload.data(), m.payload.size(), &image, error))
       return refuse("its image is malformed: " + *error);
     if (image.fd_count != fds->size())
       return refuse("its image names " + std::to_string(image.fd_count) + " sockets, " + std::to_string(fds->size()) +
                     " came");
-    if (!check_inherited_sockets(image, *fds, *config_, error)) return refuse("its sockets do not match its image: " + *error);
+    if (!check_inherited_sockets(image, *fds, *config_, error))
+      return refuse("its sockets do not match its image: " + *error);
     break;
   }
   if (!committing_) {
     takeover_peer_ = listener;
     log::warn("takeover_unconfirmed")
         .kv("old", listener.describe())
-        .kv("reason", "the running rdmagw is an older version: it cannot confirm that it let go, and keeps the "
-                      "channel's socket");
+        .kv("reason",
+            "the running rdmagw is an older version: it cannot confirm that it let go, and keeps the "
+            "channel's socket");
   }
   inherit_process_instance(image.instance);
   unsigned workers = config_->workers;
@@ -184,8 +187,9 @@ bool Runtime::commit_takeover(std::string* error) {
     bool received = receive_takeover_message(takeover_channel_.get(), &answer, &why);
     if (!received || answer.type != TakeoverMessage::kReleased) {
       if (received)
-        why = answer.type == TakeoverMessage::kRefused ? std::string(answer.payload.begin(), answer.payload.end())
-                                                       : "message " + std::to_string(static_cast<uint32_t>(answer.type));
+        why = answer.type == TakeoverMessage::kRefused
+                  ? std::string(answer.payload.begin(), answer.payload.end())
+                  : "message " + std::to_string(static_cast<uint32_t>(answer.type));
       *error = "the old process did not let go (" + why + "); it carries on";
       abandon_takeover(*error);
       return false;
@@ -392,8 +396,8 @@ void Runtime::hand_over(UniqueFd peer, int listening) {
       .kv("streams", streams)
       .kv("sockets", fds.size())
       .kv("image_bytes", payload.size())
-      .kv("pause_ms", std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started)
-                          .count());
+      .kv("pause_ms",
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
   on_every_worker([](Worker& w) { w.finish_takeover(); }, kQuietTimeout, &error);
 }
 

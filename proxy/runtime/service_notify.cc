@@ -131,9 +131,7 @@ void ServiceNotifier::reloading(std::string_view status) {
   send({{"RELOADING", "1"}, {"STATUS", std::string(status)}, {"MONOTONIC_USEC", std::to_string(monotonic_usec())}});
 }
 
-void ServiceNotifier::stopping(std::string_view status) {
-  send({{"STOPPING", "1"}, {"STATUS", std::string(status)}});
-}
+void ServiceNotifier::stopping(std::string_view status) { send({{"STOPPING", "1"}, {"STATUS", std::string(status)}}); }
 
 void ServiceNotifier::status(std::string_view status) { send({{"STATUS", std::string(status)}}); }
 

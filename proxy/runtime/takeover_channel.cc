@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 
 namespace rdmagw {
@@ -20,7 +20,7 @@ namespace {
 constexpr uint32_t kMagic = 0x54574752;  // "RGWT"
 constexpr size_t kHeaderSize = 20;
 constexpr size_t kPayloadChunk = size_t{1} << 20;  // a payload grows by this much as it arrives
-constexpr int kIoTimeoutSeconds = 30;  // a peer process that stops answering
+constexpr int kIoTimeoutSeconds = 30;              // a peer process that stops answering
 
 sockaddr_un address_of(const Config& config, socklen_t* len) {
   sockaddr_un un{};

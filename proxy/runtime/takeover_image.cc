@@ -172,8 +172,8 @@ void put_session(Writer& w, const tunnel::SessionImage& s, uint32_t image_versio
   w.boolean(s.goaway_sent);
   w.boolean(s.goaway_received);
   w.u8(s.transport_kind);
-  for (uint64_t v : {s.age_ms, s.frames_in, s.frames_out, s.bytes_in, s.bytes_out, s.streams_opened, s.resumes,
-                     s.resent_bytes})
+  for (uint64_t v :
+       {s.age_ms, s.frames_in, s.frames_out, s.bytes_in, s.bytes_out, s.streams_opened, s.resumes, s.resent_bytes})
     w.u64(v);
   w.u64(s.blocked.size());
   for (uint32_t id : s.blocked) w.u32(id);
@@ -348,9 +348,12 @@ bool decode_process_image(const uint8_t* data, size_t size, ProcessImage* out, s
   std::vector<bool> used(r.ok() ? image.fd_count : 0);
   auto fd_ok = [&](uint32_t fd) {
     if (!r.ok()) return;
-    if (fd >= image.fd_count) r.fail("socket index " + std::to_string(fd) + " beyond the sockets sent");
-    else if (used[fd]) r.fail("socket index " + std::to_string(fd) + " named twice");
-    else used[fd] = true;
+    if (fd >= image.fd_count)
+      r.fail("socket index " + std::to_string(fd) + " beyond the sockets sent");
+    else if (used[fd])
+      r.fail("socket index " + std::to_string(fd) + " named twice");
+    else
+      used[fd] = true;
   };
   size_t n = r.count("listeners");
   for (size_t i = 0; i < n && r.ok(); ++i) {

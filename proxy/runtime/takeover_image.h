@@ -32,11 +32,11 @@ inline constexpr uint32_t kOldestTakeoverImageVersion = 1;
 
 struct ProcessImage {
   uint32_t version = kTakeoverImageVersion;  // the format it was read in (decode_process_image)
-  uint64_t instance = 0;   // the old process's instance: tokens stay valid
+  uint64_t instance = 0;                     // the old process's instance: tokens stay valid
   std::vector<ListenerImage> listeners;
   std::vector<uint32_t> tunnel_fds;  // the tunnel's listening sockets, by worker
   std::vector<WorkerImage> workers;
-  uint32_t fd_count = 0;   // sockets that travel with it
+  uint32_t fd_count = 0;  // sockets that travel with it
 };
 
 // `version`: what an older rdmagw would have written (tests).

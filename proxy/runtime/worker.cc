@@ -2,6 +2,8 @@
 #include "proxy/runtime/worker.h"
 
 #include <arpa/inet.h>
+#include <linux/netfilter_ipv4.h>
+#include <linux/netfilter_ipv6/ip6_tables.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -11,9 +13,6 @@
 #include <optional>
 #include <system_error>
 #include <utility>
-
-#include <linux/netfilter_ipv4.h>
-#include <linux/netfilter_ipv6/ip6_tables.h>
 
 #include "common/log.h"
 #include "common/socket_options.h"
@@ -41,8 +40,9 @@ constexpr auto kTick = std::chrono::milliseconds(50);
 // The address alone ("10.0.0.5", "fd00::5"): a discovered peer's name.
 std::string address_text(const sockaddr* sa) {
   char buf[INET6_ADDRSTRLEN] = {};
-  const void* addr = sa->sa_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr)
-                                               : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(sa)->sin_addr);
+  const void* addr = sa->sa_family == AF_INET6
+                         ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr)
+                         : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(sa)->sin_addr);
   return inet_ntop(sa->sa_family, addr, buf, sizeof(buf)) ? std::string(buf) : std::string();
 }
 
@@ -176,9 +176,8 @@ bool Worker::init(std::string* error) {
 bool Worker::make_tunnel_listeners(std::string* error) {
   const TunnelConfig& t = config_->tunnel;
   tunnel_listeners_.clear();
-  tunnel_listeners_.push_back(
-      std::make_unique<transport::TcpTransportListener>(loop_, *pool_, tunnel_.tcp_fds[index_], t.buffer_size,
-                                                        t.tcp_splice, handshake_gate()));
+  tunnel_listeners_.push_back(std::make_unique<transport::TcpTransportListener>(
+      loop_, *pool_, tunnel_.tcp_fds[index_], t.buffer_size, t.tcp_splice, handshake_gate()));
   if (!rdma_) return true;
   // RDMA CM has no SO_REUSEPORT: worker 0 listens, and places each connect
   // request with a worker, which sets up the QP on its own device context
@@ -265,7 +264,10 @@ tunnel::PeerLink* Worker::discover(const sockaddr* destination, std::string* why
   auto ep = make_tcp_endpoint(ip, cidr->tcp_port, why);
   if (!ep) return nullptr;
   peer.tcp_endpoint = *ep;
-  log::info("peer_discovered").kv("peer", ip).kv("tcp_port", peer.tcp_port).kv("rdma_port", peer.rdma_port)
+  log::info("peer_discovered")
+      .kv("peer", ip)
+      .kv("tcp_port", peer.tcp_port)
+      .kv("rdma_port", peer.rdma_port)
       .kv("cidr", cidr->cidr.to_string());
   auto link = make_link(peer);
   link->start();  // on demand: dials when the stream is submitted
@@ -353,7 +355,9 @@ void Worker::carry_handed_stream(HandedStream& handed) {
   if (!link) {
     counters->accepted.add();
     metrics_.failed(metrics::StreamFailure::kNoSession);
-    log::warn("stream_failed").kv("listener", handed.listener).kv("peer", handed.peer)
+    log::warn("stream_failed")
+        .kv("listener", handed.listener)
+        .kv("peer", handed.peer)
         .kv("reason", accepting_ ? "the peer is no longer configured" : "draining");
     handed.fd.reset();  // abortive close armed: the application sees a reset
     return;
@@ -399,8 +403,8 @@ tunnel::SessionBudget::RdmaRoom Worker::make_room_for_rdma(const tunnel::PeerLin
   RdmaRoom room = RdmaRoom::kNo;
   // A session closed to make room counts until its QP is gone (a flush and
   // a disconnect later): meanwhile, close no other one for the same room.
-  bool closing_one = rdma_->transports() >= rdma_count_at_eviction_ &&
-                     loop_.now() - rdma_eviction_at_ < std::chrono::seconds(2);
+  bool closing_one =
+      rdma_->transports() >= rdma_count_at_eviction_ && loop_.now() - rdma_eviction_at_ < std::chrono::seconds(2);
   if (closing_one) {
     room = RdmaRoom::kSoon;
   } else if (oldest &&
@@ -412,13 +416,17 @@ tunnel::SessionBudget::RdmaRoom Worker::make_room_for_rdma(const tunnel::PeerLin
     rdma_eviction_at_ = loop_.now();
   }
   bool to_tcp = t.transport == TransportMode::kAuto;
-  if (to_tcp) metrics_.rdma_budget_tcp.add();
-  else if (room == RdmaRoom::kNo) metrics_.rdma_budget_refused.add();
+  if (to_tcp)
+    metrics_.rdma_budget_tcp.add();
+  else if (room == RdmaRoom::kNo)
+    metrics_.rdma_budget_refused.add();
   uint64_t suppressed = 0;
   if ((to_tcp || room == RdmaRoom::kNo) && session_limit_log_.allow(loop_.now(), &suppressed)) {
     log::Line line = to_tcp ? log::info("transport_fallback") : log::warn("session_refused");
-    if (to_tcp) line.kv("peer", link.name()).kv("from", "rdma").kv("to", "tcp").kv("reason", limit);
-    else line.kv("peer", link.name()).kv("reason", limit + " and every RDMA session carries streams");
+    if (to_tcp)
+      line.kv("peer", link.name()).kv("from", "rdma").kv("to", "tcp").kv("reason", limit);
+    else
+      line.kv("peer", link.name()).kv("reason", limit + " and every RDMA session carries streams");
     if (suppressed) line.kv("suppressed", suppressed);
   }
   return room;
@@ -497,9 +505,8 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
   // io_uring's getsockopt serves SOL_SOCKET only, so this one is synchronous.
   sockaddr_storage dst{};
   socklen_t len = sizeof(dst);
-  int rc = l.listen.addr.ss_family == AF_INET6
-               ? getsockopt(fd.get(), SOL_IPV6, IP6T_SO_ORIGINAL_DST, &dst, &len)
-               : getsockopt(fd.get(), SOL_IP, SO_ORIGINAL_DST, &dst, &len);
+  int rc = l.listen.addr.ss_family == AF_INET6 ? getsockopt(fd.get(), SOL_IPV6, IP6T_SO_ORIGINAL_DST, &dst, &len)
+                                               : getsockopt(fd.get(), SOL_IP, SO_ORIGINAL_DST, &dst, &len);
   auto reject = [&](std::string_view reason, const std::string& destination) {
     local.counters->accepted.add();
     metrics_.failed(metrics::StreamFailure::kRejected);
@@ -534,8 +541,8 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
       case RouteConfig::Action::kTunnel: {
         std::string target = route.has_target ? route.target.to_string() : "tcp:" + destination;
         std::string why = "route names an unknown peer";
-        tunnel::PeerLink* link = route.by_destination ? discover(reinterpret_cast<sockaddr*>(&dst), &why)
-                                                      : find_link(route.peer);
+        tunnel::PeerLink* link =
+            route.by_destination ? discover(reinterpret_cast<sockaddr*>(&dst), &why) : find_link(route.peer);
         if (!link) {
           reject(why, destination);
           return;
@@ -570,8 +577,10 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
     }
     if (!link) {
       link = make_link(peer);
-      if (accepting_) link->start();
-      else link->begin_shutdown();
+      if (accepting_)
+        link->start();
+      else
+        link->begin_shutdown();
     }
     links.push_back(std::move(link));
   }
@@ -583,8 +592,10 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
     for (auto& link : links)
       if (link->name() == old->name()) successor = link.get();
     for (tunnel::PendingStream* stream : old->take_waiting()) {
-      if (successor) successor->submit(stream);
-      else stream->abort(tunnel::ResetCode::kPeerGone, "peer " + old->name() + " was removed by a reload");
+      if (successor)
+        successor->submit(stream);
+      else
+        stream->abort(tunnel::ResetCode::kPeerGone, "peer " + old->name() + " was removed by a reload");
     }
     old->retire();
     retired_links_.push_back(std::move(old));
@@ -616,8 +627,7 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
   for (auto& l : listeners_)
     if (l) retire_listener(*l);  // what was not moved to `kept` was removed
   listeners_ = std::move(kept);
-  for (auto& l : listeners_)
-    l->link = l->socket->config.transparent ? nullptr : find_link(l->socket->config.peer);
+  for (auto& l : listeners_) l->link = l->socket->config.transparent ? nullptr : find_link(l->socket->config.peer);
 }
 
 void Worker::describe_peers(std::vector<tunnel::PeerInfo>* out) const {
@@ -669,8 +679,8 @@ bool Worker::room_for_inbound(tunnel::Session& session) {
   size_t held = 0;
   tunnel::Session* first_suspended = nullptr;
   for (const auto& s : inbound_) {
-    if (s.get() == &session || (s->state() != tunnel::Session::State::kOpen &&
-                                s->state() != tunnel::Session::State::kResuming))
+    if (s.get() == &session ||
+        (s->state() != tunnel::Session::State::kOpen && s->state() != tunnel::Session::State::kResuming))
       continue;
     if (tunnel::host_of(s->remote_address()) != host) continue;
     ++held;
@@ -787,18 +797,18 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
   // Mode cert: its certificate proved its node name too.
   std::string_view proven = config_->tunnel.auth.mode == AuthMode::kCert ? session.peer_node() : std::string_view();
   TargetRefusal refusal =
-      !endpoint ? TargetRefusal::kNotListed
-                : config_->target_refusal(*endpoint, peer ? reinterpret_cast<const sockaddr*>(&peer->addr) : nullptr,
-                                          proven);
+      !endpoint
+          ? TargetRefusal::kNotListed
+          : config_->target_refusal(*endpoint, peer ? reinterpret_cast<const sockaddr*>(&peer->addr) : nullptr, proven);
   if (refusal != TargetRefusal::kNone) {
     uint64_t suppressed = 0;
     if (refusal_log_.allow(loop_.now(), &suppressed)) {
       log::Line line = log::warn("stream_refused");
       std::string who = proven.empty() ? "peers" : "node " + std::string(proven);
-      std::string detail = !endpoint                                   ? error
-                           : refusal == TargetRefusal::kNotForThisPeer ? "target is not open to " + who + " at " +
-                                                                             tunnel::host_of(session.remote_address())
-                                                                       : "target is not in targets";
+      std::string detail = !endpoint ? error
+                           : refusal == TargetRefusal::kNotForThisPeer
+                               ? "target is not open to " + who + " at " + tunnel::host_of(session.remote_address())
+                               : "target is not in targets";
       line.kv("peer", session.peer_node())
           .kv("remote", session.remote_address())
           .kv("stream", id)
@@ -862,7 +872,8 @@ void Worker::tick() {
   // session closed; sooner when many are remembered (a link without a
   // session is small, but a scan of a large peer_cidrs must not pile them up).
   constexpr auto kRememberDormant = std::chrono::minutes(5);
-  auto forget_after = std::max<Clock::duration>(kRememberDormant, std::chrono::milliseconds(config_->tunnel.session_idle_ms));
+  auto forget_after =
+      std::max<Clock::duration>(kRememberDormant, std::chrono::milliseconds(config_->tunnel.session_idle_ms));
   bool crowded = discovered_.size() > std::max<size_t>(256, 4 * size_t{config_->tunnel.max_sessions});
   std::erase_if(discovered_, [&](const auto& entry) {
     const tunnel::PeerLink& link = *entry.second;

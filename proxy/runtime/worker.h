@@ -234,7 +234,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // may stay; makes room by closing that address's first suspended session.
   bool room_for_inbound(tunnel::Session& session);
   log::LogLimiter address_limit_log_{1, 5};
-  std::vector<IoPtr<tunnel::Session>> inbound_;                   // sessions peers dialed to us
+  std::vector<IoPtr<tunnel::Session>> inbound_;  // sessions peers dialed to us
   // Resumable inbound sessions by token: where a resume request finds its session.
   std::unordered_map<tunnel::SessionToken, tunnel::Session*, tunnel::SessionTokenHash> by_token_;
   std::vector<WorkerImage> imports_;
@@ -245,8 +245,9 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // many RDMA transports there were then (make_room_for_rdma).
   size_t rdma_count_at_eviction_ = SIZE_MAX;
   Clock::time_point rdma_eviction_at_{};
-  std::unordered_set<std::string> peer_claims_;  // peers this worker claimed (SessionDirectory::claim_peer)  // worker 0: where the next new RDMA session goes
-  bool frozen_ = false;  // a takeover is under way
+  std::unordered_set<std::string> peer_claims_;  // peers this worker claimed (SessionDirectory::claim_peer)  // worker
+                                                 // 0: where the next new RDMA session goes
+  bool frozen_ = false;                          // a takeover is under way
   bool accepting_ = true;
   bool draining_ = false;
   bool closed_all_ = false;

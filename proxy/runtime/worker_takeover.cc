@@ -62,8 +62,9 @@ void Worker::thaw_after_takeover() {
   if (!frozen_) return;
   frozen_ = false;
   for (auto& l : listeners_) {
-    l->acceptor = make_io<Acceptor>(loop_, l->socket->fds->fd_for(index_), l->socket->config.name,
-                                    [this, raw = l.get()](UniqueFd client) { on_local_accept(*raw, std::move(client)); });
+    l->acceptor =
+        make_io<Acceptor>(loop_, l->socket->fds->fd_for(index_), l->socket->config.name,
+                          [this, raw = l.get()](UniqueFd client) { on_local_accept(*raw, std::move(client)); });
     l->acceptor->start();
   }
   std::string error;
@@ -132,7 +133,10 @@ void Worker::import_image(const WorkerImage& image) {
     auto target = s.target_side ? parse_endpoint(s.target, &why) : std::nullopt;
     if (s.target_side && fd.valid() && (!target || !config_->target_listed(*target))) {
       metrics_.failed(metrics::StreamFailure::kNotAllowed);
-      log::warn("stream_reset").kv("target", s.target).kv("peer", s.peer).kv("reason", "takeover: its target is not in targets");
+      log::warn("stream_reset")
+          .kv("target", s.target)
+          .kv("peer", s.peer)
+          .kv("reason", "takeover: its target is not in targets");
       set_abortive_close(fd.get());
       if (session) session->reset_unattached(s.tunnel.id, tunnel::ResetCode::kNotAllowed);
       continue;
@@ -141,7 +145,10 @@ void Worker::import_image(const WorkerImage& image) {
       // Its session did not come over: the application sees a reset (the
       // socket has SO_LINGER 0 since it was accepted), never a clean close.
       metrics_.failed(metrics::StreamFailure::kPeerGone);
-      log::warn("stream_reset").kv("listener", s.listener).kv("peer", s.peer).kv("reason", "takeover: its session could not move");
+      log::warn("stream_reset")
+          .kv("listener", s.listener)
+          .kv("peer", s.peer)
+          .kv("reason", "takeover: its session could not move");
       if (fd.valid()) set_abortive_close(fd.get());
       if (session) session->reset_unattached(s.tunnel.id, tunnel::ResetCode::kPeerGone);
       continue;
@@ -149,8 +156,10 @@ void Worker::import_image(const WorkerImage& image) {
     metrics::ListenerMetrics* counters = s.listener.empty() ? nullptr : &metrics_.listener(s.listener);
     local::LocalStream* stream = local::LocalStream::restore(*host_, std::move(fd), s, session, counters);
     if (stream && !stream->opened()) {
-      if (tunnel::PeerLink* link = find_or_discover(stream->peer())) link->submit(stream);
-      else stream->abort(tunnel::ResetCode::kPeerGone, "takeover: its peer is no longer configured");
+      if (tunnel::PeerLink* link = find_or_discover(stream->peer()))
+        link->submit(stream);
+      else
+        stream->abort(tunnel::ResetCode::kPeerGone, "takeover: its peer is no longer configured");
     }
   }
   for (size_t i = 0; i < sessions.size(); ++i)

@@ -5,29 +5,46 @@ namespace rdmagw::tunnel {
 
 std::string_view frame_type_name(FrameType type) {
   switch (type) {
-    case FrameType::kHello: return "HELLO";
-    case FrameType::kOpen: return "OPEN";
-    case FrameType::kData: return "DATA";
-    case FrameType::kWindow: return "WINDOW";
-    case FrameType::kFin: return "FIN";
-    case FrameType::kReset: return "RESET";
-    case FrameType::kPing: return "PING";
-    case FrameType::kPong: return "PONG";
-    case FrameType::kGoaway: return "GOAWAY";
-    case FrameType::kSession: return "SESSION";
-    case FrameType::kAck: return "ACK";
-    case FrameType::kAuth: return "AUTH";
+    case FrameType::kHello:
+      return "HELLO";
+    case FrameType::kOpen:
+      return "OPEN";
+    case FrameType::kData:
+      return "DATA";
+    case FrameType::kWindow:
+      return "WINDOW";
+    case FrameType::kFin:
+      return "FIN";
+    case FrameType::kReset:
+      return "RESET";
+    case FrameType::kPing:
+      return "PING";
+    case FrameType::kPong:
+      return "PONG";
+    case FrameType::kGoaway:
+      return "GOAWAY";
+    case FrameType::kSession:
+      return "SESSION";
+    case FrameType::kAck:
+      return "ACK";
+    case FrameType::kAuth:
+      return "AUTH";
   }
   return "UNKNOWN";
 }
 
 std::string_view session_kind_name(SessionKind kind) {
   switch (kind) {
-    case SessionKind::kNew: return "new";
-    case SessionKind::kResume: return "resume";
-    case SessionKind::kAccepted: return "accepted";
-    case SessionKind::kResumed: return "resumed";
-    case SessionKind::kUnknown: return "unknown";
+    case SessionKind::kNew:
+      return "new";
+    case SessionKind::kResume:
+      return "resume";
+    case SessionKind::kAccepted:
+      return "accepted";
+    case SessionKind::kResumed:
+      return "resumed";
+    case SessionKind::kUnknown:
+      return "unknown";
   }
   return "invalid";
 }
@@ -119,8 +136,8 @@ bool decode_auth(std::span<const uint8_t> payload, AuthPayload* out, std::string
     }
     case static_cast<uint32_t>(AuthStep::kProof):
       if (rest.size() != kAuthValueSize) {
-        *reason = "AUTH proof of " + std::to_string(payload.size()) + " bytes; it has " +
-                  std::to_string(kAuthPayloadSize);
+        *reason =
+            "AUTH proof of " + std::to_string(payload.size()) + " bytes; it has " + std::to_string(kAuthPayloadSize);
         return false;
       }
       out->step = AuthStep::kProof;
@@ -146,14 +163,22 @@ bool decode_auth(std::span<const uint8_t> payload, AuthPayload* out, std::string
 
 std::string_view reset_code_name(ResetCode code) {
   switch (code) {
-    case ResetCode::kCancel: return "cancel";
-    case ResetCode::kRefused: return "refused";
-    case ResetCode::kConnectFailed: return "connect-failed";
-    case ResetCode::kNotAllowed: return "not-allowed";
-    case ResetCode::kPeerGone: return "peer-gone";
-    case ResetCode::kProtocol: return "protocol";
-    case ResetCode::kResource: return "resource";
-    case ResetCode::kShutdown: return "shutdown";
+    case ResetCode::kCancel:
+      return "cancel";
+    case ResetCode::kRefused:
+      return "refused";
+    case ResetCode::kConnectFailed:
+      return "connect-failed";
+    case ResetCode::kNotAllowed:
+      return "not-allowed";
+    case ResetCode::kPeerGone:
+      return "peer-gone";
+    case ResetCode::kProtocol:
+      return "protocol";
+    case ResetCode::kResource:
+      return "resource";
+    case ResetCode::kShutdown:
+      return "shutdown";
   }
   return "unknown";
 }
@@ -190,11 +215,9 @@ size_t encode_empty_frame(uint8_t* out, FrameType type, uint32_t stream_id) {
   return kHeaderSize;
 }
 
-uint8_t* encode_open_before(uint8_t* payload_start, uint32_t stream_id, std::string_view target,
-                            uint32_t first_bytes) {
+uint8_t* encode_open_before(uint8_t* payload_start, uint32_t stream_id, std::string_view target, uint32_t first_bytes) {
   uint8_t* frame = payload_start - kHeaderSize - 2 - target.size();
-  encode_header(frame, FrameType::kOpen, stream_id,
-                static_cast<uint32_t>(2 + target.size() + first_bytes));
+  encode_header(frame, FrameType::kOpen, stream_id, static_cast<uint32_t>(2 + target.size() + first_bytes));
   put_u16(frame + kHeaderSize, static_cast<uint16_t>(target.size()));
   std::memcpy(frame + kHeaderSize + 2, target.data(), target.size());
   return frame;
@@ -221,18 +244,47 @@ bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, st
   uint32_t limit = kMaxPayload;
   bool needs_stream = true;
   switch (out->type) {
-    case FrameType::kHello: limit = kHelloFixedSize + kMaxNodeNameLength; needs_stream = false; break;
-    case FrameType::kOpen: limit = 2 + kMaxTargetLength + max_data; break;
-    case FrameType::kData: limit = max_data; break;
-    case FrameType::kWindow: limit = 4; needs_stream = false; break;
-    case FrameType::kFin: limit = 0; break;
-    case FrameType::kReset: limit = 4; break;
+    case FrameType::kHello:
+      limit = kHelloFixedSize + kMaxNodeNameLength;
+      needs_stream = false;
+      break;
+    case FrameType::kOpen:
+      limit = 2 + kMaxTargetLength + max_data;
+      break;
+    case FrameType::kData:
+      limit = max_data;
+      break;
+    case FrameType::kWindow:
+      limit = 4;
+      needs_stream = false;
+      break;
+    case FrameType::kFin:
+      limit = 0;
+      break;
+    case FrameType::kReset:
+      limit = 4;
+      break;
     case FrameType::kPing:
-    case FrameType::kPong: limit = 8; needs_stream = false; break;
-    case FrameType::kGoaway: limit = 4; needs_stream = false; break;
-    case FrameType::kSession: limit = kSessionPayloadSize; needs_stream = false; break;
-    case FrameType::kAck: limit = 8; needs_stream = false; break;
-    case FrameType::kAuth: limit = kMaxAuthPayloadSize; needs_stream = false; break;
+    case FrameType::kPong:
+      limit = 8;
+      needs_stream = false;
+      break;
+    case FrameType::kGoaway:
+      limit = 4;
+      needs_stream = false;
+      break;
+    case FrameType::kSession:
+      limit = kSessionPayloadSize;
+      needs_stream = false;
+      break;
+    case FrameType::kAck:
+      limit = 8;
+      needs_stream = false;
+      break;
+    case FrameType::kAuth:
+      limit = kMaxAuthPayloadSize;
+      needs_stream = false;
+      break;
   }
   if (out->length > limit) {
     *reason = std::string(frame_type_name(out->type)) + " payload of " + std::to_string(out->length) +
@@ -245,11 +297,9 @@ bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, st
   }
   bool session_only = out->type == FrameType::kHello || out->type == FrameType::kPing ||
                       out->type == FrameType::kPong || out->type == FrameType::kGoaway ||
-                      out->type == FrameType::kSession || out->type == FrameType::kAck ||
-                      out->type == FrameType::kAuth;
+                      out->type == FrameType::kSession || out->type == FrameType::kAck || out->type == FrameType::kAuth;
   if (session_only && out->stream_id != 0) {
-    *reason = std::string(frame_type_name(out->type)) + " on stream " + std::to_string(out->stream_id) +
-              " (must be 0)";
+    *reason = std::string(frame_type_name(out->type)) + " on stream " + std::to_string(out->stream_id) + " (must be 0)";
     return false;
   }
   return true;
@@ -281,16 +331,16 @@ bool decode_hello(std::span<const uint8_t> payload, HelloPayload* out, std::stri
   // --check is never refused here.
   auto outside = [&](const char* field, uint64_t value, uint64_t min, uint64_t max) {
     if (value >= min && value <= max) return false;
-    *reason = std::string("HELLO ") + field + " " + std::to_string(value) + " outside " + std::to_string(min) +
-              ".." + std::to_string(max);
+    *reason = std::string("HELLO ") + field + " " + std::to_string(value) + " outside " + std::to_string(min) + ".." +
+              std::to_string(max);
     return true;
   };
   if (outside("max_data", out->max_data, kMaxDataMin, kMaxDataMax)) return false;
   if (outside("stream_window", out->stream_window, kStreamWindowMin, kStreamWindowMax)) return false;
   if (outside("session_window", out->session_window, kSessionWindowMin, kSessionWindowMax)) return false;
   if (out->stream_window < out->max_data || out->session_window < out->stream_window) {
-    *reason = "HELLO windows inconsistent (stream " + std::to_string(out->stream_window) +
-              ", session " + std::to_string(out->session_window) + ")";
+    *reason = "HELLO windows inconsistent (stream " + std::to_string(out->stream_window) + ", session " +
+              std::to_string(out->session_window) + ")";
     return false;
   }
   return true;
@@ -311,8 +361,7 @@ bool decode_open(std::span<const uint8_t> payload, OpenPayload* out, std::string
   return true;
 }
 
-bool decode_u32(const FrameHeader& h, std::span<const uint8_t> payload, uint32_t* out,
-                std::string* reason) {
+bool decode_u32(const FrameHeader& h, std::span<const uint8_t> payload, uint32_t* out, std::string* reason) {
   if (payload.size() != 4) {
     *reason = std::string(frame_type_name(h.type)) + " payload must be 4 bytes";
     return false;
@@ -321,8 +370,7 @@ bool decode_u32(const FrameHeader& h, std::span<const uint8_t> payload, uint32_t
   return true;
 }
 
-bool decode_u64(const FrameHeader& h, std::span<const uint8_t> payload, uint64_t* out,
-                std::string* reason) {
+bool decode_u64(const FrameHeader& h, std::span<const uint8_t> payload, uint64_t* out, std::string* reason) {
   if (payload.size() != 8) {
     *reason = std::string(frame_type_name(h.type)) + " payload must be 8 bytes";
     return false;
@@ -332,8 +380,7 @@ bool decode_u64(const FrameHeader& h, std::span<const uint8_t> payload, uint64_t
 }
 
 FrameReader::Status FrameReader::next(const uint8_t* data, size_t size, FrameHeader* header,
-                                      std::span<const uint8_t>* payload, size_t* consumed,
-                                      std::string* reason) const {
+                                      std::span<const uint8_t>* payload, size_t* consumed, std::string* reason) const {
   if (size < kHeaderSize) return Status::kNeedMore;
   if (!validate_header(data, max_data_, header, reason)) return Status::kError;
   if (size < kHeaderSize + header->length) return Status::kNeedMore;

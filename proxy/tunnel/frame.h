@@ -78,14 +78,14 @@ std::string_view frame_type_name(FrameType type);
 
 // Why a stream was reset; carried in RESET frames and printed in logs.
 enum class ResetCode : uint32_t {
-  kCancel = 0,          // the local application reset its socket
-  kRefused = 1,         // target refused the connection
-  kConnectFailed = 2,   // target unreachable / timed out
-  kNotAllowed = 3,      // target not on the receiver's allowlist
-  kPeerGone = 4,        // the session carrying the stream died
-  kProtocol = 5,        // stream-level protocol violation
-  kResource = 6,        // receiver out of buffers
-  kShutdown = 7,        // sidecar shutting down past its drain timeout
+  kCancel = 0,         // the local application reset its socket
+  kRefused = 1,        // target refused the connection
+  kConnectFailed = 2,  // target unreachable / timed out
+  kNotAllowed = 3,     // target not on the receiver's allowlist
+  kPeerGone = 4,       // the session carrying the stream died
+  kProtocol = 5,       // stream-level protocol violation
+  kResource = 6,       // receiver out of buffers
+  kShutdown = 7,       // sidecar shutting down past its drain timeout
 };
 std::string_view reset_code_name(ResetCode code);
 
@@ -97,7 +97,10 @@ struct FrameHeader {
 };
 
 // --- little-endian helpers -------------------------------------------------
-inline void put_u16(uint8_t* p, uint16_t v) { p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); }
+inline void put_u16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v);
+  p[1] = uint8_t(v >> 8);
+}
 inline void put_u32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
 }
@@ -116,8 +119,7 @@ inline uint64_t get_u64(const uint8_t* p) {
   return v;
 }
 
-inline void encode_header(uint8_t* out, FrameType type, uint32_t stream_id, uint32_t length,
-                          uint8_t flags = 0) {
+inline void encode_header(uint8_t* out, FrameType type, uint32_t stream_id, uint32_t length, uint8_t flags = 0) {
   out[0] = static_cast<uint8_t>(type);
   out[1] = flags;
   put_u16(out + 2, 0);
@@ -174,7 +176,7 @@ inline constexpr size_t kMaxSignatureSize = 512;
 struct AuthPayload {
   AuthStep step = AuthStep::kChallenge;
   std::array<uint8_t, kAuthValueSize> value{};  // challenge: nonce; kProof: HMAC
-  bool has_dialed = false;  // the dialer's challenge
+  bool has_dialed = false;                      // the dialer's challenge
   std::array<uint8_t, kAuthAddressSize> dialed{};
   bool has_share = false;  // a challenge with certificates
   std::array<uint8_t, kAuthShareSize> share{};
@@ -212,8 +214,7 @@ size_t encode_empty_frame(uint8_t* out, FrameType type, uint32_t stream_id);
 // OPEN header + target, written so that it ends exactly at `payload_start`
 // (the first bytes of the app, if any, follow there). Returns the frame's
 // first byte. Needs kHeaderSize + 2 + target.size() bytes of room before it.
-uint8_t* encode_open_before(uint8_t* payload_start, uint32_t stream_id, std::string_view target,
-                            uint32_t first_bytes);
+uint8_t* encode_open_before(uint8_t* payload_start, uint32_t stream_id, std::string_view target, uint32_t first_bytes);
 
 // Validates a header read off the wire. `max_data` bounds DATA payloads.
 bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, std::string* reason);
@@ -223,10 +224,8 @@ struct OpenPayload {
   std::span<const uint8_t> first_bytes;
 };
 bool decode_open(std::span<const uint8_t> payload, OpenPayload* out, std::string* reason);
-bool decode_u32(const FrameHeader& h, std::span<const uint8_t> payload, uint32_t* out,
-                std::string* reason);
-bool decode_u64(const FrameHeader& h, std::span<const uint8_t> payload, uint64_t* out,
-                std::string* reason);
+bool decode_u32(const FrameHeader& h, std::span<const uint8_t> payload, uint32_t* out, std::string* reason);
+bool decode_u64(const FrameHeader& h, std::span<const uint8_t> payload, uint64_t* out, std::string* reason);
 
 // Incremental decoder for a byte stream (the TCP transport): feed bytes,
 // get whole frames. It never copies payloads; they point into the caller's
@@ -239,8 +238,8 @@ class FrameReader {
   // Looks at data[0..size): on kFrame sets *header and *payload and
   // *consumed to the frame's full length. On kNeedMore with at least
   // kHeaderSize bytes, *header is set too (valid; its payload is short).
-  Status next(const uint8_t* data, size_t size, FrameHeader* header,
-              std::span<const uint8_t>* payload, size_t* consumed, std::string* reason) const;
+  Status next(const uint8_t* data, size_t size, FrameHeader* header, std::span<const uint8_t>* payload,
+              size_t* consumed, std::string* reason) const;
   uint32_t max_data() const { return max_data_; }
 
  private:

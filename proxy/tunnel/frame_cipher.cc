@@ -13,7 +13,7 @@ namespace rdmagw::tunnel {
 namespace {
 constexpr char kEncryptLabel[] = "rdmagw frame keys v1";
 constexpr char kAuthenticateLabel[] = "rdmagw frame keys v1 authenticate-only";
-}
+}  // namespace
 
 FrameKeys::~FrameKeys() {
   OPENSSL_cleanse(dialer_to_acceptor.data(), dialer_to_acceptor.size());
@@ -51,8 +51,9 @@ std::unique_ptr<FrameCipher> FrameCipher::create(const CipherKey& key, Use use, 
   c->protection_ = protection;
   c->ctx_ = EVP_CIPHER_CTX_new();
   // The key is expanded once here; each record only sets its nonce.
-  bool ok = c->ctx_ && (use == Use::kSeal ? EVP_EncryptInit_ex(c->ctx_, EVP_aes_256_gcm(), nullptr, key.data(), nullptr)
-                                          : EVP_DecryptInit_ex(c->ctx_, EVP_aes_256_gcm(), nullptr, key.data(), nullptr)) > 0;
+  bool ok =
+      c->ctx_ && (use == Use::kSeal ? EVP_EncryptInit_ex(c->ctx_, EVP_aes_256_gcm(), nullptr, key.data(), nullptr)
+                                    : EVP_DecryptInit_ex(c->ctx_, EVP_aes_256_gcm(), nullptr, key.data(), nullptr)) > 0;
   if (!ok) {
     *error = "cannot set up AES-256-GCM (OpenSSL)";
     return nullptr;

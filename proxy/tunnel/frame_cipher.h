@@ -53,8 +53,7 @@ class FrameCipher {
  public:
   enum class Use { kSeal, kOpen };
   // Null (with *error) if OpenSSL cannot set it up.
-  static std::unique_ptr<FrameCipher> create(const CipherKey& key, Use use, Protection protection,
-                                             std::string* error);
+  static std::unique_ptr<FrameCipher> create(const CipherKey& key, Use use, Protection protection, std::string* error);
   ~FrameCipher();
   FrameCipher(const FrameCipher&) = delete;
   FrameCipher& operator=(const FrameCipher&) = delete;

@@ -5,8 +5,7 @@
 
 namespace rdmagw::tunnel {
 
-HandshakeSlot::HandshakeSlot(HandshakeSlot&& other) noexcept
-    : budget_(other.budget_), host_(std::move(other.host_)) {
+HandshakeSlot::HandshakeSlot(HandshakeSlot&& other) noexcept : budget_(other.budget_), host_(std::move(other.host_)) {
   other.budget_ = nullptr;
 }
 

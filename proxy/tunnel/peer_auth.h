@@ -37,9 +37,9 @@ using AuthValue = std::array<uint8_t, kAuthValueSize>;
 // The keys a worker's sessions prove and verify with: one per worker, so a
 // reload swaps them on the worker's own thread. Null keys: mode none.
 struct AuthKeyring {
-  std::shared_ptr<const SecretKeys> keys;               // mode psk
-  std::shared_ptr<const NodeCredentials> credentials;   // mode cert
-  bool encrypt = false;  // tunnel.auth.encrypt (fixed at start)
+  std::shared_ptr<const SecretKeys> keys;              // mode psk
+  std::shared_ptr<const NodeCredentials> credentials;  // mode cert
+  bool encrypt = false;                                // tunnel.auth.encrypt (fixed at start)
   bool certificates() const { return credentials != nullptr; }
   bool enabled() const { return (keys && !keys->empty()) || credentials; }
 };

@@ -124,8 +124,10 @@ void PeerLink::dial(TransportKind kind) {
   Connector* connector = kind == TransportKind::kRdma ? connectors_.rdma : connectors_.tcp;
   std::string error;
   std::optional<Endpoint> at;
-  if (kind == TransportKind::kRdma) at = make_tcp_endpoint(peer_.address, peer_.rdma_port, &error);
-  else at = peer_.tcp_endpoint;
+  if (kind == TransportKind::kRdma)
+    at = make_tcp_endpoint(peer_.address, peer_.rdma_port, &error);
+  else
+    at = peer_.tcp_endpoint;
   // The session it is for, if it is to carry on an existing one: the peer's
   // RDMA listener places the connection with the worker holding it.
   const SessionToken* session = active_ && (active_->wants_transport() || probing_) ? &active_->token() : nullptr;
@@ -153,12 +155,11 @@ uint32_t PeerLink::head_start_ms() const {
 
 void PeerLink::dial_tcp_beside() {
   tcp_beside_at_.reset();
-  if (!dial_ || dialing_kind_ != TransportKind::kRdma || probing_ || tcp_beside_ || shutting_down_ || frozen_)
-    return;
+  if (!dial_ || dialing_kind_ != TransportKind::kRdma || probing_ || tcp_beside_ || shutting_down_ || frozen_) return;
   std::string error;
   const SessionToken* session = active_ && active_->wants_transport() ? &active_->token() : nullptr;
-  tcp_beside_ = connectors_.tcp->dial(peer_.tcp_endpoint, tunnel_.connect_timeout_ms, session, &head_start_observer_,
-                                      &error);
+  tcp_beside_ =
+      connectors_.tcp->dial(peer_.tcp_endpoint, tunnel_.connect_timeout_ms, session, &head_start_observer_, &error);
   log::info("transport_fallback")
       .kv("peer", peer_.name)
       .kv("from", "rdma")
@@ -292,12 +293,12 @@ void PeerLink::dial_failed(TransportKind kind, std::string reason, bool refused)
 
 void PeerLink::open_session(IoPtr<Transport> transport) {
   TransportKind kind = transport->kind();
-  transport_reason_ = kind == TransportKind::kRdma             ? "RDMA CM connect succeeded"
+  transport_reason_ = kind == TransportKind::kRdma               ? "RDMA CM connect succeeded"
                       : tunnel_.transport == TransportMode::kTcp ? "configured"
-                      : !connectors_.rdma                         ? "no usable RDMA device here"
-                      : !in_rdma_share()                          ? rdma_share_reason()
-                      : transport_reason_.empty()                 ? "RDMA failed; falling back"
-                                                                  : transport_reason_;
+                      : !connectors_.rdma                        ? "no usable RDMA device here"
+                      : !in_rdma_share()                         ? rdma_share_reason()
+                      : transport_reason_.empty()                ? "RDMA failed; falling back"
+                                                                 : transport_reason_;
   std::string name(transport_kind_name(kind));
   if (name != last_transport_) {
     log::info("transport_selected")
@@ -556,16 +557,16 @@ Session* PeerLink::adopt(const SessionImage& image) {
   Session* s = session.get();
   // One session takes new streams; one the peer was draining finishes its own.
   // Draining sessions are not dialed for: they resume only if they are the active one.
-  if (active_ || image.goaway_received) draining_.push_back(std::move(session));
-  else active_ = std::move(session);
+  if (active_ || image.goaway_received)
+    draining_.push_back(std::move(session));
+  else
+    active_ = std::move(session);
   was_up_ = true;
   next_dial_ = loop_.now();
   return s;
 }
 
-bool PeerLink::finished() const {
-  return !active_ && draining_.empty() && waiting_.empty() && !dial_ && !tcp_beside_;
-}
+bool PeerLink::finished() const { return !active_ && draining_.empty() && waiting_.empty() && !dial_ && !tcp_beside_; }
 
 void PeerLink::describe(unsigned worker, PeerInfo* out) const {
   out->name = peer_.name;
@@ -574,7 +575,7 @@ void PeerLink::describe(unsigned worker, PeerInfo* out) const {
   out->tcp_port = peer_.tcp_port;
   out->rdma_port = peer_.rdma_port;
   out->transport = std::string(transport_kind_name(active_ ? active_->transport_kind() : preferred_kind()));
-  out->transport_reason = !transport_reason_.empty()                ? transport_reason_
+  out->transport_reason = !transport_reason_.empty()                 ? transport_reason_
                           : tunnel_.transport == TransportMode::kTcp ? "configured"
                           : !connectors_.rdma                        ? "no usable RDMA device here"
                           : !in_rdma_share()                         ? rdma_share_reason()

@@ -184,9 +184,7 @@ class PeerLink final : public SessionOwner, private DialObserver {
   void dial_failed(TransportKind kind, std::string reason, bool refused);
   // No session (and one is wanted: connect: always, or streams wait), or
   // one suspended that waits for a transport.
-  bool needs_dial() const {
-    return active_ ? active_->wants_transport() : peer_.always_connected || !waiting_.empty();
-  }
+  bool needs_dial() const { return active_ ? active_->wants_transport() : peer_.always_connected || !waiting_.empty(); }
   // Dials a new session if the budget has room; otherwise fails the
   // waiting streams.
   void dial_new_session(TransportKind kind);
@@ -236,8 +234,8 @@ class PeerLink final : public SessionOwner, private DialObserver {
   uint32_t backoff_ms_ = 0;
   uint32_t failures_ = 0;
 
-  uint32_t rdma_failures_ = 0;    // consecutive; in auto, 3 of them switch the peer to TCP
-  bool probing_ = false;          // dial_ is an RDMA connect for a session open on TCP
+  uint32_t rdma_failures_ = 0;  // consecutive; in auto, 3 of them switch the peer to TCP
+  bool probing_ = false;        // dial_ is an RDMA connect for a session open on TCP
   Clock::time_point next_probe_;
   std::string last_transport_;    // logged when the choice changes
   std::string transport_reason_;  // why the last session used its transport

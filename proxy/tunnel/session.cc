@@ -34,19 +34,32 @@ std::string_view transport_kind_name(TransportKind kind) { return kind == Transp
 
 std::string_view session_end_name(SessionEnd end) {
   switch (end) {
-    case SessionEnd::kLocalClose: return "local-close";
-    case SessionEnd::kTransportFailed: return "transport-failed";
-    case SessionEnd::kProtocolError: return "protocol-error";
-    case SessionEnd::kHandshakeTimeout: return "handshake-timeout";
-    case SessionEnd::kKeepaliveTimeout: return "keepalive-timeout";
-    case SessionEnd::kOutOfBuffers: return "out-of-buffers";
-    case SessionEnd::kPeerNotReading: return "peer-not-reading";
-    case SessionEnd::kResumeTimeout: return "resume-timeout";
-    case SessionEnd::kLimit: return "limit";
-    case SessionEnd::kResumeRefused: return "resume-refused";
-    case SessionEnd::kPeerGone: return "peer-gone";
-    case SessionEnd::kPeerRestarted: return "peer-restarted";
-    case SessionEnd::kAuthFailed: return "auth-failed";
+    case SessionEnd::kLocalClose:
+      return "local-close";
+    case SessionEnd::kTransportFailed:
+      return "transport-failed";
+    case SessionEnd::kProtocolError:
+      return "protocol-error";
+    case SessionEnd::kHandshakeTimeout:
+      return "handshake-timeout";
+    case SessionEnd::kKeepaliveTimeout:
+      return "keepalive-timeout";
+    case SessionEnd::kOutOfBuffers:
+      return "out-of-buffers";
+    case SessionEnd::kPeerNotReading:
+      return "peer-not-reading";
+    case SessionEnd::kResumeTimeout:
+      return "resume-timeout";
+    case SessionEnd::kLimit:
+      return "limit";
+    case SessionEnd::kResumeRefused:
+      return "resume-refused";
+    case SessionEnd::kPeerGone:
+      return "peer-gone";
+    case SessionEnd::kPeerRestarted:
+      return "peer-restarted";
+    case SessionEnd::kAuthFailed:
+      return "auth-failed";
   }
   return "unknown";
 }
@@ -72,7 +85,8 @@ Session::Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSett
   token_.instance = settings_.instance != 0 ? settings_.instance : draw();
   token_.nonce = draw();
   started_wall_ = Clock::now();
-  if (settings_.metrics && !settings_.peer_label.empty()) peer_metrics_ = &settings_.metrics->peer(settings_.peer_label);
+  if (settings_.metrics && !settings_.peer_label.empty())
+    peer_metrics_ = &settings_.metrics->peer(settings_.peer_label);
   peer_opens_ = TokenBucket(settings_.peer_opens_per_second, settings_.peer_opens_per_second);
 }
 
@@ -115,12 +129,12 @@ void Session::count_session_closed() {
 void Session::describe(SessionInfo* out) const {
   out->role = role_ == Role::kDialer ? "dialer" : "acceptor";
   out->transport = std::string(transport_kind_name(transport_kind_));
-  out->state = state_ == State::kHandshake ? "handshake"
-               : state_ == State::kClosed  ? "closed"
-               : frozen_                    ? "handing-over"
-               : state_ == State::kResuming ? "resuming"
+  out->state = state_ == State::kHandshake                                 ? "handshake"
+               : state_ == State::kClosed                                  ? "closed"
+               : frozen_                                                   ? "handing-over"
+               : state_ == State::kResuming                                ? "resuming"
                : (goaway_sent_ || goaway_received_ || draining_announced_) ? "draining"
-                                                                          : "open";
+                                                                           : "open";
   out->remote_address = remote_address_;
   out->peer_node = peer_node_;
   out->rtt_us = rtt_us_;
@@ -355,9 +369,12 @@ bool Session::send_control(FrameType type, uint32_t id, uint64_t value, size_t v
     close(SessionEnd::kOutOfBuffers, "out of buffers for control frames", CloseMode::kAbort);
     return false;
   }
-  if (value_size == 8) encode_u64_frame(out, type, id, value);
-  else if (value_size == 4) encode_u32_frame(out, type, id, static_cast<uint32_t>(value));
-  else encode_empty_frame(out, type, id);
+  if (value_size == 8)
+    encode_u64_frame(out, type, id, value);
+  else if (value_size == 4)
+    encode_u32_frame(out, type, id, static_cast<uint32_t>(value));
+  else
+    encode_empty_frame(out, type, id);
   ++counters_.frames_out;
   kick();
   return true;
@@ -733,7 +750,8 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
   ++counters_.frames_in;
   last_receive_ = loop().now();
   if (h.type == FrameType::kAuth && !auth_enabled())
-    return protocol_error("AUTH: the peer authenticates (tunnel.auth.mode psk there) but tunnel.auth.mode is none here");
+    return protocol_error(
+        "AUTH: the peer authenticates (tunnel.auth.mode psk there) but tunnel.auth.mode is none here");
   if (link_ == Link::kHello && h.type != FrameType::kHello)
     return protocol_error(std::string(frame_type_name(h.type)) + " before HELLO");
   if (link_ == Link::kAuth) {
@@ -743,8 +761,7 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
     return protocol_error(std::string(frame_type_name(h.type)) + " before AUTH");
   }
   if (link_ == Link::kSession) {
-    if (h.type != FrameType::kSession)
-      return protocol_error(std::string(frame_type_name(h.type)) + " before SESSION");
+    if (h.type != FrameType::kSession) return protocol_error(std::string(frame_type_name(h.type)) + " before SESSION");
     return on_session(payload);
   }
   // Session frames are counted: the count is where a resume starts.
@@ -962,8 +979,10 @@ bool Session::on_data(const FrameHeader& h, std::span<const uint8_t> payload) {
     return protocol_error("DATA overruns the window of stream " + std::to_string(h.stream_id));
   if (!session_receive_.on_receive(n)) return protocol_error("DATA exceeds the session window");
   count_bytes_in(n);
-  if (piped_.fd >= 0) deliver_piped(*stream, payload, piped_);
-  else if (n > 0) gather(*stream, payload);
+  if (piped_.fd >= 0)
+    deliver_piped(*stream, payload, piped_);
+  else if (n > 0)
+    gather(*stream, payload);
   return true;
 }
 
@@ -1016,8 +1035,8 @@ bool Session::on_reset(const FrameHeader& h, std::span<const uint8_t> payload) {
     return true;
   }
   // Codes we do not know (a newer peer) still reset: as a protocol-level cancel.
-  stream->reset_code_ = code <= static_cast<uint32_t>(ResetCode::kShutdown) ? static_cast<ResetCode>(code)
-                                                                            : ResetCode::kProtocol;
+  stream->reset_code_ =
+      code <= static_cast<uint32_t>(ResetCode::kShutdown) ? static_cast<ResetCode>(code) : ResetCode::kProtocol;
   queue_event(*stream, kEventReset);
   return true;
 }

@@ -57,19 +57,19 @@ inline constexpr uint32_t kMaxStreamId = 0x7fffffff;
 
 // Why a session ended.
 enum class SessionEnd : uint8_t {
-  kLocalClose,        // our side closed it (drain, shutdown, reload, no streams left)
-  kTransportFailed,   // the carrier failed or the peer closed it
-  kProtocolError,     // the peer sent something invalid
+  kLocalClose,       // our side closed it (drain, shutdown, reload, no streams left)
+  kTransportFailed,  // the carrier failed or the peer closed it
+  kProtocolError,    // the peer sent something invalid
   kHandshakeTimeout,
   kKeepaliveTimeout,
   kOutOfBuffers,
-  kPeerNotReading,    // control frames piled up: the peer does not read
-  kResumeTimeout,     // suspended longer than resume_timeout_ms
-  kResumeRefused,     // the peer does not know the session (it restarted, or ended it)
-  kPeerGone,          // the peer's host refused the new connection: its rdmagw is not running
-  kPeerRestarted,     // the peer's process is a new one (a fresh session from it says so)
-  kAuthFailed,        // the peer did not prove it holds a key (or we could not prove it to the peer)
-  kLimit,             // this side holds as many sessions from the peer's address as tunnel.limits allows
+  kPeerNotReading,  // control frames piled up: the peer does not read
+  kResumeTimeout,   // suspended longer than resume_timeout_ms
+  kResumeRefused,   // the peer does not know the session (it restarted, or ended it)
+  kPeerGone,        // the peer's host refused the new connection: its rdmagw is not running
+  kPeerRestarted,   // the peer's process is a new one (a fresh session from it says so)
+  kAuthFailed,      // the peer did not prove it holds a key (or we could not prove it to the peer)
+  kLimit,           // this side holds as many sessions from the peer's address as tunnel.limits allows
 };
 std::string_view session_end_name(SessionEnd end);
 
@@ -154,11 +154,11 @@ struct SessionSettings {
 struct SessionCounters {
   uint64_t frames_in = 0, frames_out = 0;
   uint64_t bytes_in = 0, bytes_out = 0;  // stream payload bytes
-  uint64_t bytes_queued = 0;   // of bytes_in: not taken by the socket on arrival, copied into a stream's queue
+  uint64_t bytes_queued = 0;  // of bytes_in: not taken by the socket on arrival, copied into a stream's queue
   uint64_t streams_opened = 0, streams_refused = 0;
   uint64_t credit_stalls = 0;
-  uint64_t resumes = 0;        // transports it resumed on
-  uint64_t resent_bytes = 0;   // session frame bytes sent again after a resume
+  uint64_t resumes = 0;       // transports it resumed on
+  uint64_t resent_bytes = 0;  // session frame bytes sent again after a resume
 };
 
 class Session final : public IoObject, public Flushable, private TransportSink {
@@ -168,8 +168,8 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // new one still in its handshake). Streams keep their calls; frames wait.
   enum class State { kHandshake, kOpen, kResuming, kClosed };
 
-  Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSettings& settings,
-          IoPtr<Transport> transport, SessionOwner* owner);
+  Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSettings& settings, IoPtr<Transport> transport,
+          SessionOwner* owner);
   // In a new process after a takeover: the old process's session, suspended,
   // with no stream yet (restore_stream() reattaches them). Check
   // restored_frames(): false when the pool had no room for its queue.
@@ -290,8 +290,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   bool on_frame(const FrameHeader& header, std::span<const uint8_t> payload) override;
   void on_frames_end() override { deliver_gathered(); }
   bool takes_piped_frames() const override { return state_ == State::kOpen && link_ == Link::kReady; }
-  bool on_piped_frame(const FrameHeader& header, std::span<const uint8_t> head, int pipe_fd,
-                      uint32_t piped) override;
+  bool on_piped_frame(const FrameHeader& header, std::span<const uint8_t> head, int pipe_fd, uint32_t piped) override;
   void on_transport_closed(std::string_view reason) override;
 
   bool handle_frame(const FrameHeader& header, std::span<const uint8_t> payload);
@@ -433,19 +432,19 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // still be sending are released only once they are idle.
   std::vector<IoPtr<Transport>> old_transports_;
   bool resumable_ = false;
-  bool handed_off_ = false;       // acceptor: our transport went to the session it resumes
-  bool peer_closing_ = false;     // the peer said GOAWAY(closing): never resume
-  bool frozen_ = false;           // a takeover is moving it to a new process
+  bool handed_off_ = false;    // acceptor: our transport went to the session it resumes
+  bool peer_closing_ = false;  // the peer said GOAWAY(closing): never resume
+  bool frozen_ = false;        // a takeover is moving it to a new process
   bool restored_frames_ = true;
   // The kept frames of an image, each whole in one buffer; false if they do
   // not parse as frames or the pool has no room.
   bool restore_frames(std::span<const uint8_t> frames);
   SessionToken token_;
-  uint64_t received_ = 0;         // the peer's session frame bytes taken in
-  uint64_t ack_sent_ = 0;         // received_ as of our last ACK
-  uint64_t peer_acked_ = 0;       // our session frame bytes the peer has
+  uint64_t received_ = 0;    // the peer's session frame bytes taken in
+  uint64_t ack_sent_ = 0;    // received_ as of our last ACK
+  uint64_t peer_acked_ = 0;  // our session frame bytes the peer has
   Clock::time_point last_ack_;
-  Clock::time_point link_started_;   // the current transport's handshake began
+  Clock::time_point link_started_;  // the current transport's handshake began
   Clock::time_point suspended_at_;
   bool suspended_to_announce_ = false;  // owner: on_session_suspended
   TransportKind transport_kind_;
@@ -466,14 +465,14 @@ class Session final : public IoObject, public Flushable, private TransportSink {
     std::array<uint8_t, kAuthShareSize> dialer_share{}, acceptor_share{};
     std::vector<uint8_t> peer_certificate;
     std::vector<uint8_t> dialer_hello, acceptor_hello;  // HELLO payloads as sent
-    HelloPayload peer_hello;  // held until the peer's proof verifies
+    HelloPayload peer_hello;                            // held until the peer's proof verifies
   };
   std::unique_ptr<AuthExchange> auth_;
 
   std::unordered_map<uint32_t, Stream*> streams_;
   uint32_t next_local_id_;
   uint32_t highest_remote_id_ = 0;
-  uint32_t peer_streams_ = 0;  // streams the peer opened, attached now
+  uint32_t peer_streams_ = 0;     // streams the peer opened, attached now
   TokenBucket peer_opens_{0, 0};  // tunnel.limits.opens_per_second (set by the constructors)
   log::LogLimiter open_limit_log_{10, 20};
   SendCredit session_send_;
@@ -494,14 +493,14 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   static constexpr size_t kMaxGatheredPieces = 256;  // delivered in parts beyond
   std::vector<Stream*> gathered_streams_, delivering_streams_;
   std::vector<iovec> sorted_pieces_;
-  bool open_to_announce_ = false;         // owner: on_session_open
-  bool draining_to_announce_ = false;     // owner: on_session_draining
+  bool open_to_announce_ = false;      // owner: on_session_open
+  bool draining_to_announce_ = false;  // owner: on_session_draining
   bool draining_announced_ = false;
-  bool closed_to_announce_ = false;       // owner: on_session_closed
+  bool closed_to_announce_ = false;  // owner: on_session_closed
   SessionEnd end_ = SessionEnd::kLocalClose;
   std::string end_reason_;
   bool goaway_sent_ = false;
-  bool goaway_pending_ = false;     // asked for during the handshake
+  bool goaway_pending_ = false;  // asked for during the handshake
   bool goaway_received_ = false;
 
   Clock::time_point started_;

@@ -82,7 +82,8 @@ bool Session::send_challenge() {
     c.dialed = auth_->dialed;
   }
   if (settings_.auth->certificates()) {
-    if (!auth_->own_share.generate()) return auth_failed(AuthFailure::kMalformed, "cannot draw an X25519 key (OpenSSL)");
+    if (!auth_->own_share.generate())
+      return auth_failed(AuthFailure::kMalformed, "cannot draw an X25519 key (OpenSSL)");
     c.has_share = true;
     c.share = auth_->own_share.public_key();
     (dialer ? auth_->dialer_share : auth_->acceptor_share) = c.share;
@@ -167,7 +168,7 @@ bool Session::hold_hello(std::span<const uint8_t> payload, HelloPayload hello) {
   }
   auth_->peer_hello = std::move(hello);
   // Acceptor: the dialer's challenge comes next; dialer: the acceptor's proof.
-  auth_->expect = role_ == Role::kAcceptor           ? AuthStep::kChallenge
+  auth_->expect = role_ == Role::kAcceptor         ? AuthStep::kChallenge
                   : settings_.auth->certificates() ? AuthStep::kCertificate
                                                    : AuthStep::kProof;
   link_ = Link::kAuth;
@@ -177,10 +178,14 @@ bool Session::hold_hello(std::span<const uint8_t> payload, HelloPayload hello) {
 namespace {
 std::string_view step_name(AuthStep step) {
   switch (step) {
-    case AuthStep::kChallenge: return "challenge";
-    case AuthStep::kProof: return "proof";
-    case AuthStep::kCertificate: return "certificate";
-    case AuthStep::kSignature: return "signature";
+    case AuthStep::kChallenge:
+      return "challenge";
+    case AuthStep::kProof:
+      return "proof";
+    case AuthStep::kCertificate:
+      return "certificate";
+    case AuthStep::kSignature:
+      return "signature";
   }
   return "?";
 }
@@ -201,14 +206,17 @@ bool Session::on_auth(std::span<const uint8_t> payload) {
     return protocol_error(certs ? "an AUTH challenge without a key share (mode cert)"
                                 : "an AUTH challenge with a key share (mode psk)");
   switch (got.step) {
-    case AuthStep::kChallenge: return on_auth_challenge(got);
-    case AuthStep::kProof: return on_auth_proof(got);
+    case AuthStep::kChallenge:
+      return on_auth_challenge(got);
+    case AuthStep::kProof:
+      return on_auth_proof(got);
     case AuthStep::kCertificate:
       // Kept until the signature that must verify with it.
       auth_->peer_certificate.assign(got.blob.begin(), got.blob.end());
       auth_->expect = AuthStep::kSignature;
       return true;
-    case AuthStep::kSignature: return on_auth_signature(got);
+    case AuthStep::kSignature:
+      return on_auth_signature(got);
   }
   return protocol_error("AUTH step unknown");
 }
@@ -275,10 +283,9 @@ bool Session::on_auth_signature(const AuthPayload& got) {
   t.certificate = auth_->peer_certificate;
   std::string name, detail;
   AuthFailure failure = AuthFailure::kMalformed;
-  if (!settings_.auth->credentials->verify_peer(auth_->peer_certificate, where,
-                                                acceptor ? std::string_view() : settings_.expected_peer,
-                                                signed_transcript(acceptor ? AuthRole::kDialer : AuthRole::kAcceptor, t),
-                                                got.blob, &name, &failure, &detail))
+  if (!settings_.auth->credentials->verify_peer(
+          auth_->peer_certificate, where, acceptor ? std::string_view() : settings_.expected_peer,
+          signed_transcript(acceptor ? AuthRole::kDialer : AuthRole::kAcceptor, t), got.blob, &name, &failure, &detail))
     return auth_failed(failure, detail);
   // The certificate says who the peer is; its HELLO must not say otherwise.
   if (auth_->peer_hello.node != name)

@@ -102,7 +102,7 @@ Session::Session(EventLoop& loop, BufferPool& pool, const SessionSettings& setti
       ack_sent_(image.ack_sent),
       peer_acked_(image.peer_acked),
       transport_kind_(image.transport_kind == static_cast<uint8_t>(TransportKind::kRdma) ? TransportKind::kRdma
-                                                                                          : TransportKind::kTcp),
+                                                                                         : TransportKind::kTcp),
       owner_(owner),
       state_(State::kResuming),
       peer_node_(image.peer_node),

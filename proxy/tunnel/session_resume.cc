@@ -64,8 +64,8 @@ bool Session::on_session(std::span<const uint8_t> payload) {
     return true;
   }
   if (state_ == State::kResuming && got.kind == SessionKind::kUnknown) {
-    close(SessionEnd::kResumeRefused, "the peer does not know the session (its rdmagw restarted, or it ended the session)",
-          CloseMode::kAbort);
+    close(SessionEnd::kResumeRefused,
+          "the peer does not know the session (its rdmagw restarted, or it ended the session)", CloseMode::kAbort);
     return false;
   }
   return protocol_error(std::string("unexpected SESSION ") + std::string(session_kind_name(got.kind)));
@@ -115,7 +115,8 @@ bool Session::on_session_as_acceptor(const SessionPayload& request) {
 }
 
 bool Session::can_resume_from(const HelloPayload& hello, uint64_t peer_received) const {
-  if (frozen_ || state_ == State::kClosed || state_ == State::kHandshake || !resumable_ || role_ != Role::kAcceptor) return false;
+  if (frozen_ || state_ == State::kClosed || state_ == State::kHandshake || !resumable_ || role_ != Role::kAcceptor)
+    return false;
   return same_settings(hello) && peer_received >= peer_acked_ && peer_received >= frames_->base_offset() &&
          peer_received <= frames_->end_offset();
 }
@@ -133,8 +134,10 @@ void Session::take_over(IoPtr<Transport> transport, uint64_t peer_received, bool
   transport_ = std::move(transport);
   transport_kind_ = transport_->kind();
   remote_address_ = transport_->remote_address();
-  if (started) transport_->rebind(this);
-  else transport_->start(this);
+  if (started)
+    transport_->rebind(this);
+  else
+    transport_->start(this);
   if (!send_session(SessionKind::kResumed)) return;
   if (!resend_from(peer_received)) return;
   link_ready();
@@ -206,7 +209,7 @@ void Session::lose_transport(SessionEnd why, std::string_view reason) {
 }
 
 void Session::suspend(std::string_view reason) {
-  deliver_gathered();  // before the transport goes: the pieces live in its buffer
+  deliver_gathered();                    // before the transport goes: the pieces live in its buffer
   if (state_ == State::kClosed) return;  // a delivery ran out of buffers and closed it
   if (state_ == State::kOpen) suspended_at_ = loop().now();
   state_ = State::kResuming;

@@ -30,8 +30,8 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
-  uint32_t stream_id() const { return id_; }       // 0 before it was opened
-  Session* session() const { return session_; }   // null while detached
+  uint32_t stream_id() const { return id_; }     // 0 before it was opened
+  Session* session() const { return session_; }  // null while detached
   bool fin_sent() const { return fin_sent_; }
   bool fin_received() const { return fin_received_; }
   // Both FINs crossed the tunnel: nothing more is owed to or by the session.
@@ -44,8 +44,8 @@ class Stream {
 
   // What on_peer_data() did with the bytes it was handed.
   struct Delivery {
-    bool accepted = true;      // false: no room to keep them (the session resets the stream)
-    uint32_t delivered = 0;    // written to the local socket already (the rest is kept)
+    bool accepted = true;    // false: no room to keep them (the session resets the stream)
+    uint32_t delivered = 0;  // written to the local socket already (the rest is kept)
   };
 
  protected:
@@ -91,7 +91,7 @@ class Stream {
   // (Session::deliver_gathered).
   uint32_t gathered_pieces_ = 0;
   uint32_t gathered_bytes_ = 0;
-  uint32_t gather_order_ = 0;       // first arrival in the batch, then the delivery cursor
+  uint32_t gather_order_ = 0;                  // first arrival in the batch, then the delivery cursor
   ResetCode reset_code_ = ResetCode::kCancel;  // with Event::kReset
 };
 

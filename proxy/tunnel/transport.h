@@ -58,8 +58,7 @@ class TransportSink {
   // A DATA frame whose payload is `head` (in the receive buffer, possibly
   // empty) followed by `piped` bytes in a pipe (common/splice_pipe.h). The
   // sink empties the pipe of them; the rest is as on_frame().
-  virtual bool on_piped_frame(const FrameHeader& header, std::span<const uint8_t> head, int pipe_fd,
-                              uint32_t piped) {
+  virtual bool on_piped_frame(const FrameHeader& header, std::span<const uint8_t> head, int pipe_fd, uint32_t piped) {
     (void)header, (void)head, (void)pipe_fd, (void)piped;
     return false;
   }

@@ -19,8 +19,8 @@ struct SessionInfo {
   std::string peer_node;       // node name from the peer's HELLO ("" before it)
   int64_t rtt_us = -1;         // last keepalive round trip; -1 before the first
   uint64_t age_ms = 0;
-  uint64_t streams = 0;        // open now
-  int64_t idle_ms = -1;        // on demand: how long it has carried no stream (-1: busy, or kept connected)
+  uint64_t streams = 0;  // open now
+  int64_t idle_ms = -1;  // on demand: how long it has carried no stream (-1: busy, or kept connected)
   uint64_t streams_opened = 0;
   uint64_t bytes_sent = 0, bytes_received = 0;  // stream payload
   // Of bytes_received: what the application's socket did not take on
@@ -34,8 +34,8 @@ struct SessionInfo {
   uint64_t spliced_bytes = 0;  // TCP: DATA payload bytes its transport received by splice
   // RDMA sessions only (has_rdma): the queue pair and its credits.
   bool has_rdma = false;
-  std::string qp_state;        // "RTS", "ERR", ... (ibv_query_qp)
-  uint32_t send_credits = 0;   // peer receives we may still use
+  std::string qp_state;       // "RTS", "ERR", ... (ibv_query_qp)
+  uint32_t send_credits = 0;  // peer receives we may still use
   uint32_t peer_recv_depth = 0;
   uint32_t pending_returns = 0;  // credits we owe the peer
   uint32_t sends_in_flight = 0;
@@ -46,18 +46,18 @@ struct SessionInfo {
 // session is up; peers that dialed us appear under their node name.
 struct PeerInfo {
   std::string name;
-  bool configured = false;     // in peers: (we dial it)
-  std::string address;         // configured: "IP" with the two ports below
+  bool configured = false;  // in peers: (we dial it)
+  std::string address;      // configured: "IP" with the two ports below
   uint16_t tcp_port = 0, rdma_port = 0;
-  std::string transport;       // in use (or to be tried next): "tcp" | "rdma" | "" (inbound only)
+  std::string transport;         // in use (or to be tried next): "tcp" | "rdma" | "" (inbound only)
   std::string transport_reason;  // why that transport
   // "up" | "connecting" | "down" | "removed" (draining after a reload) |
   // "idle" (on demand: no session, none needed)
   std::string state;
-  bool discovered = false;     // found by a route's `peer: destination`
-  std::string connect;         // dialled links: "always" | "on_demand"
-  std::string last_close;      // why its last session ended ("END: reason"), "" if none has
-  std::string last_error;      // last dial failure, "" if none
+  bool discovered = false;       // found by a route's `peer: destination`
+  std::string connect;           // dialled links: "always" | "on_demand"
+  std::string last_close;        // why its last session ended ("END: reason"), "" if none has
+  std::string last_error;        // last dial failure, "" if none
   uint64_t waiting_streams = 0;  // streams queued for a session
   std::vector<SessionInfo> sessions;
 };

@@ -43,5 +43,4 @@ class FixedBackend : public Backend {
   metrics::ProcessMetrics process_;
 };
 
-
 }  // namespace rdmagw::admin

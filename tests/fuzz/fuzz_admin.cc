@@ -11,13 +11,12 @@
 #include <vector>
 
 #include "common/secret_keys.h"
-#include "proxy/admin/admin_access.h"
 #include "fixed_backend.h"
+#include "proxy/admin/admin_access.h"
 #include "proxy/admin/admin_routes.h"
 
 using namespace rdmagw;
 using namespace rdmagw::admin;
-
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static FixedBackend backend;

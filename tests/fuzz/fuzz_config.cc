@@ -13,10 +13,13 @@
 using namespace rdmagw;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::shared_ptr<const Config> running = parse_config_text(
-      "node: a\ntunnel: {address: 127.0.0.1, tcp_port: 7471}\npeers: [{name: b, address: 127.0.0.2, tcp_port: 7481}]\n"
-      "listeners: [{name: l, listen: 'tcp:127.0.0.1:6380', peer: b, target: 'tcp:127.0.0.1:6379'}]\n",
-      "running.yaml").config;
+  static const std::shared_ptr<const Config> running =
+      parse_config_text(
+          "node: a\ntunnel: {address: 127.0.0.1, tcp_port: 7471}\npeers: [{name: b, address: 127.0.0.2, tcp_port: "
+          "7481}]\n"
+          "listeners: [{name: l, listen: 'tcp:127.0.0.1:6380', peer: b, target: 'tcp:127.0.0.1:6379'}]\n",
+          "running.yaml")
+          .config;
   ConfigResult result = parse_config_text(std::string(reinterpret_cast<const char*>(data), size), "fuzz.yaml");
   if (result.config == nullptr && result.errors.empty()) __builtin_trap();  // refused, yet no reason given
   for (const auto& e : result.errors) (void)e.to_string();

@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ConnectParams again;
   if (!decode_connect_params(out, len, &again, &reason)) __builtin_trap();
   if (again.recv_depth != params.recv_depth || again.buffer_size != params.buffer_size ||
-      again.session.has_value() != params.session.has_value() || (again.session && !(*again.session == *params.session)))
+      again.session.has_value() != params.session.has_value() ||
+      (again.session && !(*again.session == *params.session)))
     __builtin_trap();
   return 0;
 }

@@ -30,8 +30,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       return 0;
     }
     if (parsed.consumed == 0 || parsed.consumed > input.size()) __builtin_trap();
-    AccessDecision access = check_access(AccessRequest{request.path, request.authorization, request.origin, request.host},
-                                         nullptr, "127.0.0.1:9901");
+    AccessDecision access = check_access(
+        AccessRequest{request.path, request.authorization, request.origin, request.host}, nullptr, "127.0.0.1:9901");
     if (access.status == 0) {
       Response r = handle_request(backend, request.method, request.path, request.query);
       if (r.status < 200 || r.status > 599) __builtin_trap();

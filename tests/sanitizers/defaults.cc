@@ -12,18 +12,14 @@
 #error "RDMAGW_SOURCE_DIR names the source tree (CMakeLists.txt defines it)"
 #endif
 
-#define RDMAGW_SANITIZER_DEFAULT(name, options)                                          \
-  extern "C" __attribute__((visibility("default"), used, no_sanitize_address)) const char* \
-  name() {                                                                               \
-    return options;                                                                      \
-  }
+#define RDMAGW_SANITIZER_DEFAULT(name, options) \
+  extern "C" __attribute__((visibility("default"), used, no_sanitize_address)) const char* name() { return options; }
 
 RDMAGW_SANITIZER_DEFAULT(__asan_default_options,
                          "halt_on_error=1:exitcode=23:detect_leaks=1:"
                          "detect_stack_use_after_return=1:check_initialization_order=1:"
                          "strict_init_order=1:print_summary=1")
-RDMAGW_SANITIZER_DEFAULT(__ubsan_default_options,
-                         "halt_on_error=1:exitcode=23:print_stacktrace=1:print_summary=1")
+RDMAGW_SANITIZER_DEFAULT(__ubsan_default_options, "halt_on_error=1:exitcode=23:print_stacktrace=1:print_summary=1")
 // ThreadSanitizer (the RDMAGW_TSAN build): the same exit code; the history
 // is deepened so that both sides of a race keep their stacks.
 RDMAGW_SANITIZER_DEFAULT(__tsan_default_options,

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "common/address.h"
+
 #include <arpa/inet.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
-
-#include "common/address.h"
 
 using rdmagw::Endpoint;
 using rdmagw::make_tcp_endpoint;

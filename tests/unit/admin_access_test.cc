@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Who may ask the admin endpoint what (proxy/admin/admin_access.h).
+#include "proxy/admin/admin_access.h"
+
 #include <catch2/catch.hpp>
 #include <string>
 
 #include "common/secret_keys.h"
-#include "proxy/admin/admin_access.h"
 
 using namespace rdmagw;
 using namespace rdmagw::admin;

@@ -2,6 +2,8 @@
 // The admin endpoint's text output: the JSON writer, /stats, /peers,
 // /streams, /config and the Prometheus text of /metrics. Where a real parser
 // is at hand (python3's json, promtool) the output is also fed to it.
+#include "proxy/admin/admin_render.h"
+
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,8 +11,8 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -22,7 +24,6 @@
 #include "common/buffer_pool.h"
 #include "common/metrics.h"
 #include "config/config.h"
-#include "proxy/admin/admin_render.h"
 #include "proxy/admin/json_writer.h"
 
 using namespace rdmagw;
@@ -42,7 +43,9 @@ std::string json_double(double value) {
   return out;
 }
 
-bool have_program(const char* name) { return std::system(("command -v " + std::string(name) + " >/dev/null 2>&1").c_str()) == 0; }
+bool have_program(const char* name) {
+  return std::system(("command -v " + std::string(name) + " >/dev/null 2>&1").c_str()) == 0;
+}
 
 // Runs `command` with `input` on its standard input; returns its exit status
 // and what it printed (stdout and stderr).
@@ -67,8 +70,8 @@ int run_with_input(const std::string& command, const std::string& input, std::st
 void require_valid_json(const std::string& text) {
   if (!have_program("python3")) return;
   std::string output;
-  int rc = run_with_input("python3 -c 'import json, sys; json.loads(sys.stdin.buffer.read().decode(\"utf-8\"))'",
-                          text, &output);
+  int rc = run_with_input("python3 -c 'import json, sys; json.loads(sys.stdin.buffer.read().decode(\"utf-8\"))'", text,
+                          &output);
   INFO("json: " << text << "\npython3: " << output);
   REQUIRE(rc == 0);
 }
@@ -209,10 +212,11 @@ TEST_CASE("json: strings are escaped, UTF-8 passes, invalid bytes are replaced",
   CHECK(json_string("\x7f") == "\"\x7f\"");  // DEL needs no escape in JSON
   CHECK(json_string("h\xC3\xA9llo \xE2\x9C\x93 \xF0\x9F\x98\x80") == "\"h\xC3\xA9llo \xE2\x9C\x93 \xF0\x9F\x98\x80\"");
   const std::string fffd = "\xEF\xBF\xBD";
-  CHECK(json_string("a\xFF" "b") == "\"a" + fffd + "b\"");
-  CHECK(json_string("\xE2\x82") == "\"" + fffd + fffd + "\"");          // truncated sequence
-  CHECK(json_string("\xC0\xAF") == "\"" + fffd + fffd + "\"");          // overlong '/'
-  CHECK(json_string("\xED\xA0\x80") == "\"" + fffd + fffd + fffd + "\"");  // a UTF-16 surrogate
+  CHECK(json_string("a\xFF"
+                    "b") == "\"a" + fffd + "b\"");
+  CHECK(json_string("\xE2\x82") == "\"" + fffd + fffd + "\"");                        // truncated sequence
+  CHECK(json_string("\xC0\xAF") == "\"" + fffd + fffd + "\"");                        // overlong '/'
+  CHECK(json_string("\xED\xA0\x80") == "\"" + fffd + fffd + fffd + "\"");             // a UTF-16 surrogate
   CHECK(json_string("\xF4\x90\x80\x80") == "\"" + fffd + fffd + fffd + fffd + "\"");  // > U+10FFFF
   require_valid_json(json_string("x\x01\xFF\"\\\xE2\x82"));
 }
@@ -421,10 +425,12 @@ TEST_CASE("stats: process, listeners, peers, streams, latency", "[admin][stats]"
   INFO(json);
   require_valid_json(json);
 
-  CHECK_THAT(json, Catch::StartsWith(R"({"version":"0.1.0","commit":"0123456789ab","node":"host-a","uptime_seconds":12.5,"ready":true,)"
-                                     R"("draining":false,"workers":2,"transport":"rdma,tcp",)"
-                                     R"("transport_reason":"RDMA device available",)"
-                                     R"("io_uring":"defer_taskrun,multishot_accept",)"));
+  CHECK_THAT(json,
+             Catch::StartsWith(
+                 R"({"version":"0.1.0","commit":"0123456789ab","node":"host-a","uptime_seconds":12.5,"ready":true,)"
+                 R"("draining":false,"workers":2,"transport":"rdma,tcp",)"
+                 R"("transport_reason":"RDMA device available",)"
+                 R"("io_uring":"defer_taskrun,multishot_accept",)"));
   CHECK_THAT(json, Catch::Contains(R"("config":{"file":"/etc/rdmagw/rdmagw.yaml","generation":2,"reloads":1,)"
                                    R"("reload_failures":0,"last_reload":{"ok":true,"unix_time":1795000000.25,)"
                                    R"("changes":["listener web added"],"errors":[]}})"));
@@ -437,17 +443,20 @@ TEST_CASE("stats: process, listeners, peers, streams, latency", "[admin][stats]"
                        R"("accepted":0,"active":0,"bytes_received":0,"bytes_sent":0},)"
                        R"({"name":"gone","listen":"","configured":false,"accepted":9,"active":0,)"
                        R"("bytes_received":0,"bytes_sent":0}])"));
-  CHECK_THAT(json, Catch::Contains(R"("peers":[{"name":"b","sessions_tcp":1,"sessions_rdma":1,"streams_opened":0,)"
-                                   R"("bytes_sent":1024,"bytes_received":500,"queued_bytes":42,"credit_stalls":0,"reconnects":0},)"
-                                   R"({"name":"host-c","sessions_tcp":0,"sessions_rdma":0,"streams_opened":0,)"
-                                   R"("bytes_sent":0,"bytes_received":0,"queued_bytes":0,"credit_stalls":0,"reconnects":5}])"));
+  CHECK_THAT(json, Catch::Contains(
+                       R"("peers":[{"name":"b","sessions_tcp":1,"sessions_rdma":1,"streams_opened":0,)"
+                       R"("bytes_sent":1024,"bytes_received":500,"queued_bytes":42,"credit_stalls":0,"reconnects":0},)"
+                       R"({"name":"host-c","sessions_tcp":0,"sessions_rdma":0,"streams_opened":0,)"
+                       R"("bytes_sent":0,"bytes_received":0,"queued_bytes":0,"credit_stalls":0,"reconnects":5}])"));
   // Each worker's share: worker 0 has 2 client streams and 1 target stream.
-  CHECK_THAT(json, Catch::Contains(R"("per_worker":[)"
-                                   R"({"worker":0,"sessions_tcp":1,"sessions_rdma":0,"streams_active":3,)"
-                                   R"("bytes_sent":1000,"bytes_received":300,"buffer_bytes_in_use":4096,"buffer_bytes_resident":)" +
-                                   std::to_string(2 * workers.slab.buffer_size()) + "},"
-                                   R"({"worker":1,"sessions_tcp":0,"sessions_rdma":1,"streams_active":2,)"
-                                   R"("bytes_sent":24,"bytes_received":200,"buffer_bytes_in_use":0,"buffer_bytes_resident":0}],)"));
+  CHECK_THAT(json, Catch::Contains(
+                       R"("per_worker":[)"
+                       R"({"worker":0,"sessions_tcp":1,"sessions_rdma":0,"streams_active":3,)"
+                       R"("bytes_sent":1000,"bytes_received":300,"buffer_bytes_in_use":4096,"buffer_bytes_resident":)" +
+                       std::to_string(2 * workers.slab.buffer_size()) +
+                       "},"
+                       R"({"worker":1,"sessions_tcp":0,"sessions_rdma":1,"streams_active":2,)"
+                       R"("bytes_sent":24,"bytes_received":200,"buffer_bytes_in_use":0,"buffer_bytes_resident":0}],)"));
   // active: 3 client side (listeners) + 2 target side.
   CHECK_THAT(json, Catch::Contains(R"("streams":{"opened_outbound":10,"opened_inbound":2,"active":5,)"
                                    R"("failed":{"no-session":0,"not-allowed":2,"target-refused":0,)"
@@ -513,23 +522,24 @@ TEST_CASE("peers: sessions, rdma only on RDMA sessions", "[admin][peers]") {
   const std::string json = render_peers_json({p, inbound, found});
   INFO(json);
   require_valid_json(json);
-  CHECK(json ==
-        R"({"peers":[{"name":"b","configured":true,"discovered":false,"connect":"always","address":"10.0.0.2","tcp_port":7471,"rdma_port":7472,)"
-        R"("transport":"rdma","transport_reason":"RDMA device available","state":"up","last_error":"",)"
-        R"("waiting_streams":0,"last_close":"","sessions":[)"
-        R"({"worker":0,"role":"dialer","transport":"tcp","state":"open","remote_address":"10.0.0.2:7471",)"
-        R"("peer_node":"host-b","rtt_us":-1,"age_ms":0,"streams":0,"streams_opened":0,"idle_ms":-1,"bytes_sent":0,)"
-        R"("bytes_received":0,"queued_bytes":0,"credit_stalls":0,"resumable":false,"resumes":0,"resent_bytes":0,"spliced_bytes":0},)"
-        R"({"worker":1,"role":"dialer","transport":"rdma","state":"open","remote_address":"10.0.0.2:7471",)"
-        R"("peer_node":"host-b","rtt_us":-1,"age_ms":0,"streams":0,"streams_opened":0,"idle_ms":-1,"bytes_sent":0,)"
-        R"("bytes_received":0,"queued_bytes":0,"credit_stalls":0,"resumable":false,"resumes":0,"resent_bytes":0,"spliced_bytes":0,)"
-                   R"("rdma":{"qp_state":"RTS","send_credits":120,)"
-        R"("peer_recv_depth":128,"pending_returns":3,"sends_in_flight":1,"completions":512}}]},)"
-        R"({"name":"host-z","configured":false,"discovered":false,"address":"","tcp_port":0,"rdma_port":0,"transport":"",)"
-        R"("transport_reason":"","state":"up","last_error":"","waiting_streams":0,"last_close":"","sessions":[]},)"
-        R"({"name":"10.0.0.9","configured":false,"discovered":true,"connect":"on_demand","address":"10.0.0.9",)"
-        R"("tcp_port":7471,"rdma_port":7472,"transport":"tcp","transport_reason":"","state":"idle","last_error":"",)"
-        R"x("waiting_streams":0,"last_close":"local-close: idle for 300000 ms (tunnel.session_idle_ms)","sessions":[]}]})x");
+  CHECK(
+      json ==
+      R"({"peers":[{"name":"b","configured":true,"discovered":false,"connect":"always","address":"10.0.0.2","tcp_port":7471,"rdma_port":7472,)"
+      R"("transport":"rdma","transport_reason":"RDMA device available","state":"up","last_error":"",)"
+      R"("waiting_streams":0,"last_close":"","sessions":[)"
+      R"({"worker":0,"role":"dialer","transport":"tcp","state":"open","remote_address":"10.0.0.2:7471",)"
+      R"("peer_node":"host-b","rtt_us":-1,"age_ms":0,"streams":0,"streams_opened":0,"idle_ms":-1,"bytes_sent":0,)"
+      R"("bytes_received":0,"queued_bytes":0,"credit_stalls":0,"resumable":false,"resumes":0,"resent_bytes":0,"spliced_bytes":0},)"
+      R"({"worker":1,"role":"dialer","transport":"rdma","state":"open","remote_address":"10.0.0.2:7471",)"
+      R"("peer_node":"host-b","rtt_us":-1,"age_ms":0,"streams":0,"streams_opened":0,"idle_ms":-1,"bytes_sent":0,)"
+      R"("bytes_received":0,"queued_bytes":0,"credit_stalls":0,"resumable":false,"resumes":0,"resent_bytes":0,"spliced_bytes":0,)"
+      R"("rdma":{"qp_state":"RTS","send_credits":120,)"
+      R"("peer_recv_depth":128,"pending_returns":3,"sends_in_flight":1,"completions":512}}]},)"
+      R"({"name":"host-z","configured":false,"discovered":false,"address":"","tcp_port":0,"rdma_port":0,"transport":"",)"
+      R"("transport_reason":"","state":"up","last_error":"","waiting_streams":0,"last_close":"","sessions":[]},)"
+      R"({"name":"10.0.0.9","configured":false,"discovered":true,"connect":"on_demand","address":"10.0.0.9",)"
+      R"("tcp_port":7471,"rdma_port":7472,"transport":"tcp","transport_reason":"","state":"idle","last_error":"",)"
+      R"x("waiting_streams":0,"last_close":"local-close: idle for 300000 ms (tunnel.session_idle_ms)","sessions":[]}]})x");
 }
 
 TEST_CASE("streams: total, offset and limit", "[admin][streams]") {
@@ -541,10 +551,11 @@ TEST_CASE("streams: total, offset and limit", "[admin][streams]") {
   }
   const std::string page = render_streams_json(streams, 1, 2);
   require_valid_json(page);
-  CHECK_THAT(page, Catch::StartsWith(R"({"total":5,"offset":1,"limit":2,"streams":[{"worker":0,"side":"client",)"
-                                     R"("listener":"","peer":"","target":"","stream_id":2,"age_ms":0,)"
-                                     R"("bytes_from_app":0,"bytes_to_app":0,"state":"open","queued_to_app":0,"send_credit":0,)"
-                                     R"("waiting_for":""},{)"));
+  CHECK_THAT(
+      page, Catch::StartsWith(R"({"total":5,"offset":1,"limit":2,"streams":[{"worker":0,"side":"client",)"
+                              R"("listener":"","peer":"","target":"","stream_id":2,"age_ms":0,)"
+                              R"("bytes_from_app":0,"bytes_to_app":0,"state":"open","queued_to_app":0,"send_credit":0,)"
+                              R"("waiting_for":""},{)"));
   CHECK_THAT(page, Catch::Contains(R"("stream_id":3)"));
   CHECK_THAT(page, !Catch::Contains(R"("stream_id":4)"));
   CHECK(render_streams_json(streams, 4, 100).find(R"("stream_id":5)") != std::string::npos);
@@ -558,22 +569,23 @@ TEST_CASE("config: the YAML schema as JSON, defaults filled in", "[admin][config
   const std::string json = render_config_json(*config, 3);
   INFO(json);
   require_valid_json(json);
-  CHECK(json ==
-        R"({"node":"host-a","admin":"127.0.0.1:9901","workers":2,)"
-        R"("tunnel":{"address":"127.0.0.1","tcp_port":7471,"rdma_port":7472,"transport":"auto",)"
-        R"("buffer_size":32768,"stream_window":262144,"session_budget":33554432,)"
-        R"("keepalive_interval_ms":5000,"keepalive_timeout_ms":15000,"connect_timeout_ms":3000,)"
-        R"("reconnect_max_ms":2000,"session_idle_ms":300000,"max_sessions":1024,"sessions_per_peer":0,"rdma_share":100,"peer_cidrs":[],)"
-        R"("rdma":{"slab_size":134217728,"max_pinned":67108864,"recv_depth":64,"send_depth":256,)"
-        R"("busy_poll_us":0,"inline_threshold":96}},)"
-        R"("peers":[{"name":"b","address":"10.0.0.2","tcp_port":7471,"rdma_port":7472,"connect":"on_demand"}],)"
-        R"("listeners":[{"name":"redis","listen":"tcp:127.0.0.1:6380","peer":"b","target":"tcp:127.0.0.1:6379"},)"
-        R"({"name":"outbound","listen":"transparent:127.0.0.1:15001","routes":[)"
-        R"({"match":"10.1.0.0/16:6379","action":"tunnel","peer":"b"},)"
-        R"({"match":"10.2.0.5/32:8000-8100","action":"tunnel","peer":"b","target":"tcp:127.0.0.1:8080"},)"
-        R"({"match":"0.0.0.0/0","action":"passthrough"}]}],)"
-        R"("targets":["tcp:127.0.0.1:6379","unix:/run/redis.sock"],)"
-        R"("shutdown_timeout_ms":10000,"log_level":"info","generation":3})");
+  CHECK(
+      json ==
+      R"({"node":"host-a","admin":"127.0.0.1:9901","workers":2,)"
+      R"("tunnel":{"address":"127.0.0.1","tcp_port":7471,"rdma_port":7472,"transport":"auto",)"
+      R"("buffer_size":32768,"stream_window":262144,"session_budget":33554432,)"
+      R"("keepalive_interval_ms":5000,"keepalive_timeout_ms":15000,"connect_timeout_ms":3000,)"
+      R"("reconnect_max_ms":2000,"session_idle_ms":300000,"max_sessions":1024,"sessions_per_peer":0,"rdma_share":100,"peer_cidrs":[],)"
+      R"("rdma":{"slab_size":134217728,"max_pinned":67108864,"recv_depth":64,"send_depth":256,)"
+      R"("busy_poll_us":0,"inline_threshold":96}},)"
+      R"("peers":[{"name":"b","address":"10.0.0.2","tcp_port":7471,"rdma_port":7472,"connect":"on_demand"}],)"
+      R"("listeners":[{"name":"redis","listen":"tcp:127.0.0.1:6380","peer":"b","target":"tcp:127.0.0.1:6379"},)"
+      R"({"name":"outbound","listen":"transparent:127.0.0.1:15001","routes":[)"
+      R"({"match":"10.1.0.0/16:6379","action":"tunnel","peer":"b"},)"
+      R"({"match":"10.2.0.5/32:8000-8100","action":"tunnel","peer":"b","target":"tcp:127.0.0.1:8080"},)"
+      R"({"match":"0.0.0.0/0","action":"passthrough"}]}],)"
+      R"("targets":["tcp:127.0.0.1:6379","unix:/run/redis.sock"],)"
+      R"("shutdown_timeout_ms":10000,"log_level":"info","generation":3})");
 }
 
 TEST_CASE("reload, drain and error answers", "[admin]") {

@@ -2,6 +2,8 @@
 // AdminServer over real HTTP: a server on 127.0.0.1, an ephemeral port, a
 // fake Backend, and requests written by hand on a plain socket, so that what
 // is checked is exactly what goes over the wire.
+#include "proxy/admin/admin_server.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -17,7 +19,6 @@
 
 #include "common/address.h"
 #include "common/unique_fd.h"
-#include "proxy/admin/admin_server.h"
 #include "proxy/admin/stats_page.h"
 
 using namespace rdmagw;
@@ -310,7 +311,8 @@ TEST_CASE("admin server: /streams paging and bad parameters", "[admin][server]")
     CHECK_THAT(bad.body, Catch::StartsWith(R"({"error":")"));
   }
   CHECK(s.backend.streams_calls() == calls);  // refused before asking the workers
-  CHECK_THAT(http(s.port(), "GET", "/streams?limit=abc").body, Catch::Contains("limit: must be an integer from 0 to 10000"));
+  CHECK_THAT(http(s.port(), "GET", "/streams?limit=abc").body,
+             Catch::Contains("limit: must be an integer from 0 to 10000"));
   CHECK(http(s.port(), "GET", "/streams?limit=10000&other=x").status == 200);
 }
 

@@ -6,8 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -70,10 +70,10 @@ struct KeyDir {
 const std::string kKey = "0123456789abcdef0123456789abcdef";  // 32 bytes
 
 // Catch2 2.x has no SKIP: say so and pass.
-#define SKIP_OR_RETURN                                 \
-  do {                                                 \
-    WARN("needs root (it changes owners and uids)");   \
-    return;                                            \
+#define SKIP_OR_RETURN                               \
+  do {                                               \
+    WARN("needs root (it changes owners and uids)"); \
+    return;                                          \
   } while (0)
 
 }  // namespace
@@ -269,21 +269,20 @@ TEST_CASE("reload: keys may change, the auth mode may not", "[config][auth]") {
 }
 
 TEST_CASE("tunnel.auth.encrypt: on with psk, off by default, fixed at start", "[config][auth]") {
-  auto on = parse_config_text("node: a\ntunnel:\n  auth:\n    mode: psk\n    key_files: [/k]\n"
-                              "    encrypt: true\n",
-                              "auth.yaml");
+  auto on = parse_config_text(
+      "node: a\ntunnel:\n  auth:\n    mode: psk\n    key_files: [/k]\n"
+      "    encrypt: true\n",
+      "auth.yaml");
   INFO(all_errors(on));
   REQUIRE(on.config);
   CHECK(on.config->tunnel.auth.encrypt);
-  auto off = parse_config_text("node: a\ntunnel:\n  auth:\n    mode: psk\n    key_files: [/k]\n",
-                               "auth.yaml");
+  auto off = parse_config_text("node: a\ntunnel:\n  auth:\n    mode: psk\n    key_files: [/k]\n", "auth.yaml");
   REQUIRE(off.config);
   CHECK_FALSE(off.config->tunnel.auth.encrypt);
   std::vector<std::string> changes = restart_only_changes(*off.config, *on.config);
   REQUIRE(changes.size() == 1);
   CHECK(changes[0] == "tunnel.auth.encrypt: false -> true");
 }
-
 
 // tunnel.auth.mode cert, from real files (tests/unit/certs, made by make.py).
 namespace {
@@ -303,8 +302,8 @@ TEST_CASE("tunnel.auth.mode cert: the certificate names the node and its address
   auto config = [&](const std::string& node, const std::string& address, const std::string& key_file) {
     std::string file = dir.path + "/rdmagw.yaml";
     std::ofstream out(file);
-    out << "node: " << node << "\ntunnel:\n  address: " << address << "\n  auth:\n    mode: cert\n    ca_files: ["
-        << ca << "]\n    cert_file: " << crt << "\n    key_file: " << key_file << "\n";
+    out << "node: " << node << "\ntunnel:\n  address: " << address << "\n  auth:\n    mode: cert\n    ca_files: [" << ca
+        << "]\n    cert_file: " << crt << "\n    key_file: " << key_file << "\n";
     return file;
   };
   ConfigResult ok = load_config_file(config("dialer", "192.0.2.1", key));

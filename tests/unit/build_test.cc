@@ -5,8 +5,9 @@
 
 TEST_CASE("assert() is compiled in") {
 #ifdef NDEBUG
-  FAIL("NDEBUG is defined: every assert() is compiled out of what the tests test "
-       "(configured with RDMAGW_ASSERTIONS=OFF, or -DNDEBUG in CMAKE_CXX_FLAGS?)");
+  FAIL(
+      "NDEBUG is defined: every assert() is compiled out of what the tests test "
+      "(configured with RDMAGW_ASSERTIONS=OFF, or -DNDEBUG in CMAKE_CXX_FLAGS?)");
 #else
   SUCCEED();
 #endif

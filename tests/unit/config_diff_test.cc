@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "config/config_diff.h"
+
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
-#include "config/config_diff.h"
 
 using rdmagw::Config;
 using rdmagw::describe_changes;
@@ -52,9 +53,8 @@ TEST_CASE("tunnel, workers, node and admin changes are named as restart-only", "
                       {"node: host-a", "node: host-z"},
                       {"log_level: info", "log_level: info\nadmin: 127.0.0.1:9999"}});
   auto changes = restart_only_changes(*running, *next);
-  CHECK(changes == std::vector<std::string>{"node: 'host-a' -> 'host-z'",
-                                            "admin: '127.0.0.1:9901' -> '127.0.0.1:9999'", "workers: 2 -> 3",
-                                            "tunnel.tcp_port: 7471 -> 7999"});
+  CHECK(changes == std::vector<std::string>{"node: 'host-a' -> 'host-z'", "admin: '127.0.0.1:9901' -> '127.0.0.1:9999'",
+                                            "workers: 2 -> 3", "tunnel.tcp_port: 7471 -> 7999"});
 }
 
 TEST_CASE("listeners, peers, targets and log level are described, not restart-only", "[config_diff]") {
@@ -64,9 +64,9 @@ TEST_CASE("listeners, peers, targets and log level are described, not restart-on
                       {"targets: ['tcp:127.0.0.1:8080']", "targets: ['tcp:127.0.0.1:8081', 'tcp:127.0.0.1:8082']"},
                       {"log_level: info", "log_level: debug"}});
   CHECK(restart_only_changes(*running, *next).empty());
-  CHECK(describe_changes(*running, *next) ==
-        std::vector<std::string>{"listener redis changed", "peer c added", "targets: 2 added, 1 removed",
-                                 "log_level: 'info' -> 'debug'"});
+  CHECK(describe_changes(*running, *next) == std::vector<std::string>{"listener redis changed", "peer c added",
+                                                                      "targets: 2 added, 1 removed",
+                                                                      "log_level: 'info' -> 'debug'"});
 }
 
 TEST_CASE("a peer whose address changed is reported changed; a renamed listener is removed and added",

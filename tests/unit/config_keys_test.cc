@@ -3,10 +3,12 @@
 // file makes a reload either apply it and say so, or refuse it as
 // restart-only (config_diff.cc), and docs/configuration.md has a row for it
 // in its section. A key added to the parser fails here until both are done.
-#include <catch2/catch.hpp>
+#include "config/config_keys.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -17,7 +19,6 @@
 
 #include "config/config.h"
 #include "config/config_diff.h"
-#include "config/config_keys.h"
 
 using namespace rdmagw;
 
@@ -69,8 +70,9 @@ struct Change {
 
 // The certificate keys need mode cert around them.
 std::map<std::string, std::string> kCertMode() {
-  return {{"tunnel.auth", "{mode: cert, ca_files: [/etc/rdmagw/ca.pem], cert_file: /etc/rdmagw/node.pem, "
-                          "key_file: /etc/rdmagw/node.key}"}};
+  return {{"tunnel.auth",
+           "{mode: cert, ca_files: [/etc/rdmagw/ca.pem], cert_file: /etc/rdmagw/node.pem, "
+           "key_file: /etc/rdmagw/node.key}"}};
 }
 
 const std::vector<Change>& changes() {
@@ -135,7 +137,9 @@ const std::vector<Change>& changes() {
       {"listeners[2].routes[0].match", "10.1.0.0/16"},
       {"listeners[2].routes[0].peer", "host-c"},
       {"listeners[2].routes[0].target", "\"tcp:127.0.0.1:6390\""},
-      {"listeners[2].routes[0].action", "passthrough", {},
+      {"listeners[2].routes[0].action",
+       "passthrough",
+       {},
        {{"listeners[2].routes[0].peer", "~"}, {"listeners[2].routes[0].target", "~"}}},
       {"targets[1].target", "\"tcp:127.0.0.1:6391\""},
       {"targets[1].peers", "[10.0.0.0/16]"},
@@ -153,16 +157,20 @@ void set(YAML::Node root, const std::string& at, const std::string& value) {
   std::string part;
   while (std::getline(in, part, '.')) {
     std::smatch m;
-    if (std::regex_match(part, m, std::regex(R"((\w+)\[(\d+)\])"))) steps.push_back({m[1], std::stoi(m[2])});
-    else steps.push_back({part, -1});
+    if (std::regex_match(part, m, std::regex(R"((\w+)\[(\d+)\])")))
+      steps.push_back({m[1], std::stoi(m[2])});
+    else
+      steps.push_back({part, -1});
   }
   YAML::Node node = root;
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& [key, index] = steps[i];
     bool last = i + 1 == steps.size();
     if (last && index < 0) {
-      if (value == "~") node.remove(key);
-      else node[key] = YAML::Load(value);
+      if (value == "~")
+        node.remove(key);
+      else
+        node[key] = YAML::Load(value);
       return;
     }
     node.reset(node[key]);
@@ -265,7 +273,8 @@ TEST_CASE("config keys: docs/configuration.md has a row for every key, in its se
   for (const auto& section : config_keys::kSections) {
     std::string text = docs_section(docs, docs_heading(section.path));
     for (std::string_view key : *section.keys) {
-      INFO((section.path.empty() ? "" : std::string(section.path) + ".") << key << " under " << docs_heading(section.path));
+      INFO((section.path.empty() ? "" : std::string(section.path) + ".")
+           << key << " under " << docs_heading(section.path));
       // A table row, or for list items given in a flow mapping, the key
       // shown in one (`{cidr: ..., tcp_port: ...}`).
       bool row = text.find("| `" + std::string(key) + "` |") != std::string::npos;

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // RDMA CM private data between rdmagw processes (connect_params.h): what a
 // dialer names, what a listener accepts, and what it refuses.
+#include "proxy/transport/rdma/connect_params.h"
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <vector>
-
-#include "proxy/transport/rdma/connect_params.h"
 
 using namespace rdmagw;
 using namespace rdmagw::transport;

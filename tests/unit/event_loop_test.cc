@@ -2,6 +2,8 @@
 // EventLoop with a real io_uring: completions, cancellation, the linked
 // timeout of TimedConnect, the IoObject lifetime rule and Flushable batching.
 // Network: loopback only.
+#include "proxy/io/event_loop.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -12,16 +14,15 @@
 
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
-#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "common/unique_fd.h"
 #include "proxy/io/acceptor.h"
-#include "proxy/io/event_loop.h"
 #include "proxy/io/io_object.h"
 #include "proxy/io/timed_connect.h"
 
@@ -106,7 +107,8 @@ class Probe final : public IoObject {
 // Owns another IoObject through an IoPtr: its destructor retires the child.
 class Parent final : public IoObject {
  public:
-  Parent(EventLoop& loop, int* deaths, IoPtr<Probe> child) : IoObject(loop), deaths_(deaths), child_(std::move(child)) {}
+  Parent(EventLoop& loop, int* deaths, IoPtr<Probe> child)
+      : IoObject(loop), deaths_(deaths), child_(std::move(child)) {}
 
  private:
   ~Parent() override { ++*deaths_; }  // child_ is retired right after this body
@@ -471,13 +473,13 @@ TEST_CASE("io: shut_down() deletes every live object, retired or not, and ends t
   {
     EventLoop loop;
     init_loop(loop);
-    auto idle = make_io<Probe>(loop, &deaths);             // owned, not retired
-    auto busy = make_io<Probe>(loop, &deaths);             // owned, an op in flight
+    auto idle = make_io<Probe>(loop, &deaths);  // owned, not retired
+    auto busy = make_io<Probe>(loop, &deaths);  // owned, an op in flight
     busy->poll(pipe.read.get());
-    auto retired_busy = make_io<Probe>(loop, &deaths);     // retired, an op in flight
+    auto retired_busy = make_io<Probe>(loop, &deaths);  // retired, an op in flight
     retired_busy->poll(pipe.read.get());
     retired_busy.reset();
-    auto retired_idle = make_io<Probe>(loop, &deaths);     // retired, not yet deleted
+    auto retired_idle = make_io<Probe>(loop, &deaths);  // retired, not yet deleted
     retired_idle.reset();
     // A parent that owns a child created before it (as a session owns its
     // transport): its destructor retires the child during shut_down().
@@ -775,7 +777,7 @@ TEST_CASE("an op submitted after an idle object was retired keeps the object ali
   UniqueFd r(fds[0]), w(fds[1]);
   int deaths = 0, completions = 0;
   auto* p = new Poller(loop, &deaths, &completions);
-  p->retire();   // idle: condemned at once
+  p->retire();       // idle: condemned at once
   p->poll(r.get());  // a late submission (e.g. a callback path that forgot its closing_ check)
   CHECK(p->ops_in_flight() == 1);
   loop.end_batch();

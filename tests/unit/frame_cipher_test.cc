@@ -2,12 +2,12 @@
 // tunnel::FrameCipher and derive_frame_keys: records open only in order,
 // once, unaltered, under the other direction's key of the same handshake,
 // whether they are encrypted or only authenticated.
+#include "proxy/tunnel/frame_cipher.h"
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include "proxy/tunnel/frame_cipher.h"
 
 using namespace rdmagw::tunnel;
 
@@ -134,7 +134,9 @@ TEST_CASE("frame keys: both directions differ, and depend on the key and both no
   dn.fill(1);
   an.fill(2);
   const std::string k1(32, 'a'), k2(32, 'b');
-  auto span = [](const std::string& s) { return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()); };
+  auto span = [](const std::string& s) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
   constexpr Protection kE = Protection::kEncrypt;
   FrameKeys a, b, c, d, e;
   REQUIRE(derive_frame_keys(span(k1), dn, an, kE, &a));

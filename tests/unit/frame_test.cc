@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "proxy/tunnel/frame.h"
+
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
@@ -8,7 +10,6 @@
 
 #include "common/protocol_limits.h"
 #include "config/config.h"
-#include "proxy/tunnel/frame.h"
 
 using namespace rdmagw::tunnel;
 
@@ -319,8 +320,7 @@ namespace {
 // What a sidecar announces for `config`, filled in as proxy/runtime/worker.cc
 // and Session::send_hello do.
 HelloPayload hello_from(const rdmagw::Config& config) {
-  return hello(config.tunnel.buffer_size, config.tunnel.stream_window, config.tunnel.session_budget,
-               config.node);
+  return hello(config.tunnel.buffer_size, config.tunnel.stream_window, config.tunnel.session_budget, config.node);
 }
 
 rdmagw::ConfigResult parse_tunnel(uint64_t buffer_size, uint64_t stream_window, uint64_t session_budget,

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // tunnel::HandshakeBudget: the process-wide and per-address limits on
 // connections in their handshake, and slots that go back exactly once.
-#include <catch2/catch.hpp>
-
 #include "proxy/tunnel/handshake_budget.h"
+
+#include <catch2/catch.hpp>
 
 using namespace rdmagw::tunnel;
 

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The admin endpoint's HTTP request parser (proxy/admin/http_request.h):
 // what it takes, where it waits for more, and what it refuses with which status.
+#include "proxy/admin/http_request.h"
+
 #include <catch2/catch.hpp>
 #include <string>
-
-#include "proxy/admin/http_request.h"
 
 using namespace rdmagw::admin;
 using Status = HttpParse::Status;

@@ -3,14 +3,16 @@
 // over a real Session whose transport is a fake: the test plays the peer
 // sidecar (frames in, frames out) and the application (the other end of a
 // loopback TCP connection). Network: 127.0.0.1 only.
+#include "proxy/local/local_stream.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -25,7 +27,6 @@
 #include "common/unique_fd.h"
 #include "config/config.h"
 #include "proxy/io/event_loop.h"
-#include "proxy/local/local_stream.h"
 #include "proxy/local/stream_host.h"
 #include "proxy/tunnel/peer_link.h"
 #include "proxy/tunnel/session.h"
@@ -91,8 +92,10 @@ struct Rig {
     INFO(error);
     REQUIRE(loop.init(256, &error));
     std::string no_ring;
-    if (receive_ring.init(loop, pool, 64, kBufferHeadroom, kPayload, &no_ring)) host.receive_ring = &receive_ring;
-    else REQUIRE(rdmagw::baseline_io_uring_forced());  // every kernel CI runs on has buffer rings
+    if (receive_ring.init(loop, pool, 64, kBufferHeadroom, kPayload, &no_ring))
+      host.receive_ring = &receive_ring;
+    else
+      REQUIRE(rdmagw::baseline_io_uring_forced());  // every kernel CI runs on has buffer rings
     settings.node = "a";
     auto t = make_io<FakeTransport>(loop, pool, kMaxPayload);
     transport = t.get();
@@ -263,9 +266,7 @@ uint64_t failed(const Rig& rig, metrics::StreamFailure why) {
 
 TEST_CASE("local: from_client + attach sends OPEN carrying the bytes the app already wrote (0-RTT)") {
   Rig rig;
-  ClientStream c = open_client(rig, [](UniqueFd& app) {
-    app_send(app, "GET / HTTP/1.0\r\n\r\n");
-  });
+  ClientStream c = open_client(rig, [](UniqueFd& app) { app_send(app, "GET / HTTP/1.0\r\n\r\n"); });
   auto opens = rig.sent(FrameType::kOpen);
   REQUIRE(opens.size() == 1);
   CHECK(opens[0].id() == 1);
@@ -613,8 +614,10 @@ TEST_CASE("local: a session lost mid-stream after the peer's FIN still resets th
   CHECK((r.eof || r.error == ECONNRESET));
   int send_error = 0;
   for (int i = 0; i < 100 && send_error == 0; ++i) {
-    if (::send(c.pair.app.get(), "x", 1, MSG_NOSIGNAL) < 0) send_error = errno;
-    else std::this_thread::sleep_for(1ms);
+    if (::send(c.pair.app.get(), "x", 1, MSG_NOSIGNAL) < 0)
+      send_error = errno;
+    else
+      std::this_thread::sleep_for(1ms);
   }
   CHECK((send_error == EPIPE || send_error == ECONNRESET));
   CHECK(failed(rig, metrics::StreamFailure::kPeerGone) == 1);
@@ -674,7 +677,8 @@ namespace {
 class DeadConnector final : public Connector {
  public:
   TransportKind kind() const override { return TransportKind::kTcp; }
-  std::unique_ptr<Dial> dial(const Endpoint&, uint32_t, const SessionToken*, DialObserver*, std::string* error) override {
+  std::unique_ptr<Dial> dial(const Endpoint&, uint32_t, const SessionToken*, DialObserver*,
+                             std::string* error) override {
     ++dials;
     *error = "connection refused";
     return nullptr;

@@ -2,10 +2,10 @@
 // How values appear in log lines (common/log.h): a value a peer chose (its
 // node name in HELLO, a target in OPEN) must not reach a terminal or a log
 // file as control bytes, nor forge a line.
+#include "common/log.h"
+
 #include <catch2/catch.hpp>
 #include <string>
-
-#include "common/log.h"
 
 using rdmagw::log::format_value;
 
@@ -32,6 +32,7 @@ TEST_CASE("log values: control bytes a peer sends are written as escapes, never 
 
 TEST_CASE("log values: valid UTF-8 passes, bytes of invalid UTF-8 are escaped") {
   CHECK(format_value("caf\xc3\xa9") == "\"caf\xc3\xa9\"");
-  CHECK(format_value("x\x9b" "1m") == "\"x\\x9b1m\"");  // a lone C1 CSI byte
-  CHECK(format_value("\xc0\xaf") == "\"\\xc0\\xaf\"");   // an overlong form
+  CHECK(format_value("x\x9b"
+                     "1m") == "\"x\\x9b1m\"");          // a lone C1 CSI byte
+  CHECK(format_value("\xc0\xaf") == "\"\\xc0\\xaf\"");  // an overlong form
 }

@@ -4,6 +4,8 @@
 // retirement. Sessions run over FakeTransport; no I/O happens, so the
 // loop's ring is never started and time is passed to tick() explicitly (the
 // loop's now() stays where it was when the loop was made).
+#include "proxy/tunnel/peer_link.h"
+
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -18,7 +20,6 @@
 #include "common/buffer_pool.h"
 #include "config/config.h"
 #include "proxy/io/event_loop.h"
-#include "proxy/tunnel/peer_link.h"
 #include "proxy/tunnel/session.h"
 #include "proxy/tunnel/transport.h"
 #include "tests/unit/fake_transport.h"
@@ -48,7 +49,8 @@ class FakeConnector final : public Connector {
   TransportKind kind() const override { return kind_; }
   std::unique_ptr<Dial> dial(const Endpoint& peer, uint32_t timeout_ms, const SessionToken* session,
                              DialObserver* observer, std::string* error) override {
-    calls.push_back({peer.to_string(), timeout_ms, observer, session ? std::optional<SessionToken>(*session) : std::nullopt});
+    calls.push_back(
+        {peer.to_string(), timeout_ms, observer, session ? std::optional<SessionToken>(*session) : std::nullopt});
     if (!fail_at_once.empty()) {
       *error = fail_at_once;
       return nullptr;
@@ -184,9 +186,7 @@ std::vector<std::string> lines_with(const std::string& log, std::initializer_lis
 }
 
 // The peer's HELLO: node "peer-b", the default limits.
-test::Bytes peer_b_hello() {
-  return test::hello_bytes(test::hello(16384, 256 * 1024, 32ull * 1024 * 1024, "peer-b"));
-}
+test::Bytes peer_b_hello() { return test::hello_bytes(test::hello(16384, 256 * 1024, 32ull * 1024 * 1024, "peer-b")); }
 
 struct Fixture {
   BufferPool pool{kBufferHeadroom + 16384, 256};
@@ -201,8 +201,7 @@ struct Fixture {
 
   // `always`: connect: always (the tests below were written for a link that
   // dials at start); the on-demand tests at the end pass false.
-  explicit Fixture(TransportMode mode, bool with_rdma = true, bool always = true,
-                   SessionBudget* budget = nullptr) {
+  explicit Fixture(TransportMode mode, bool with_rdma = true, bool always = true, SessionBudget* budget = nullptr) {
     peer.name = "b";
     peer.always_connected = always;
     peer.address = "127.0.0.1";
@@ -1161,8 +1160,8 @@ TEST_CASE("peer link: past rdma.max_pinned, a session put on TCP resumes on TCP 
   Fixture f(TransportMode::kAuto, true, /*always=*/true, &budget);
   f.settings.resume_timeout_ms = 10000;
   f.tunnel.rdma_probe_interval_ms = 2000;
-  f.link = std::make_unique<PeerLink>(f.loop, f.pool, f.peer, f.settings, f.tunnel, Connectors{&f.tcp, &f.rdma},
-                                      &budget);
+  f.link =
+      std::make_unique<PeerLink>(f.loop, f.pool, f.peer, f.settings, f.tunnel, Connectors{&f.tcp, &f.rdma}, &budget);
   f.link->start();
   CHECK(f.rdma.calls.empty());
   FakeTransport* wire = f.dialed(f.tcp);

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "proxy/transport/rdma/rdma_credits.h"
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <deque>
@@ -6,7 +8,6 @@
 #include <vector>
 
 #include "proxy/transport/rdma/frame_packing.h"
-#include "proxy/transport/rdma/rdma_credits.h"
 #include "proxy/tunnel/frame.h"
 
 using namespace rdmagw::transport;
@@ -18,11 +19,11 @@ TEST_CASE("credits: the last two are kept for returning credits") {
   c.on_send();
   c.on_send();
   CHECK(c.available() == 2);
-  CHECK_FALSE(c.can_send_data());   // 2 left: data must wait
+  CHECK_FALSE(c.can_send_data());  // 2 left: data must wait
   CHECK_FALSE(c.should_send_update());
   for (int i = 0; i < 4; ++i) c.on_repost();
-  CHECK(c.should_send_update());    // half our receives wait to be announced
-  CHECK(c.on_send() == 4);          // the update carries all of them
+  CHECK(c.should_send_update());  // half our receives wait to be announced
+  CHECK(c.on_send() == 4);        // the update carries all of them
   CHECK(c.pending_returns() == 0);
   CHECK(c.available() == 1);
 }
@@ -44,10 +45,10 @@ TEST_CASE("credits: two sides never overrun each other and never deadlock") {
     std::mt19937 rng(depth);
     struct Side {
       RdmaCredits credits;
-      int backlog = 0;          // data messages still to send
-      int delivered = 0;        // data messages received
-      int unreposted = 0;       // received, not yet re-posted (slow consumer)
-      int posted = 0;           // receives currently posted
+      int backlog = 0;     // data messages still to send
+      int delivered = 0;   // data messages received
+      int unreposted = 0;  // received, not yet re-posted (slow consumer)
+      int posted = 0;      // receives currently posted
     };
     Side s[2];
     for (auto& x : s) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-#include <catch2/catch.hpp>
-
 #include "proxy/transport/rdma/rdma_limits.h"
+
+#include <catch2/catch.hpp>
 
 using namespace rdmagw;
 using namespace rdmagw::transport;

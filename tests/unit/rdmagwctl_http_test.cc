@@ -10,9 +10,9 @@
 
 using rdmagw::ctl::HostPort;
 using rdmagw::ctl::HttpResponse;
-using rdmagw::ctl::ParseStatus;
 using rdmagw::ctl::parse_host_port;
 using rdmagw::ctl::parse_http_response;
+using rdmagw::ctl::ParseStatus;
 
 TEST_CASE("admin address: HOST:PORT and [IPv6]:PORT", "[rdmagwctl][http]") {
   HostPort hp;
@@ -28,8 +28,8 @@ TEST_CASE("admin address: HOST:PORT and [IPv6]:PORT", "[rdmagwctl][http]") {
   CHECK(hp.host == "localhost");
   CHECK(hp.port == "80");
 
-  for (const char* bad : {"", "127.0.0.1", "127.0.0.1:", ":9901", "::1:9901", "[::1]9901", "[::1", "h:0",
-                          "h:65536", "h:12x", "h:-1"}) {
+  for (const char* bad :
+       {"", "127.0.0.1", "127.0.0.1:", ":9901", "::1:9901", "[::1]9901", "[::1", "h:0", "h:65536", "h:12x", "h:-1"}) {
     INFO(bad);
     CHECK_FALSE(parse_host_port(bad, &hp, &error));
     CHECK(error.find("bad admin address") == 0);

@@ -11,8 +11,8 @@
 using rdmagw::ctl::Align;
 using rdmagw::ctl::JsonError;
 using rdmagw::ctl::JsonValue;
-using rdmagw::ctl::Table;
 using rdmagw::ctl::parse_json;
+using rdmagw::ctl::Table;
 using rdmagw::ctl::to_json;
 
 namespace {
@@ -132,8 +132,8 @@ TEST_CASE("json: invalid input names the offset", "[rdmagwctl][json]") {
       {"\"\\ud83d\\u0041\"", 7, "non-low surrogate"},
       {"\"\\ude00\"", 1, "lone low surrogate"},
       {"\"\xC3\"", 1, "UTF-8"},
-      {"\"\xC0\xAF\"", 1, "UTF-8"},          // overlong '/'
-      {"\"\xED\xA0\x80\"", 1, "UTF-8"},      // an encoded surrogate
+      {"\"\xC0\xAF\"", 1, "UTF-8"},      // overlong '/'
+      {"\"\xED\xA0\x80\"", 1, "UTF-8"},  // an encoded surrogate
       {"\"\xFF\"", 1, "UTF-8"},
       {"[1]]", 3, "after the value"},
       {"NaN", 0, "expected a value"},
@@ -258,9 +258,10 @@ TEST_CASE("views: status from the documented /stats", "[rdmagwctl][views]") {
   CHECK(contains(out, "last reload ok, 1 change:\n             listener web added\n"));
   CHECK(contains(out, "failures   no-session 3, reset 1\n"));
   CHECK(contains(out, "latency    mean stream open 400us (10), session rtt 100us (3)\n"));
-  CHECK(contains(out, "  NAME   LISTEN              ACTIVE  ACCEPTED  BYTES IN  BYTES OUT\n"
-                      "  redis  tcp:127.0.0.1:6380       2        10   4.0 KiB    8.0 KiB\n"
-                      "  old    (removed)                0         1       0 B        0 B\n"));
+  CHECK(contains(out,
+                 "  NAME   LISTEN              ACTIVE  ACCEPTED  BYTES IN  BYTES OUT\n"
+                 "  redis  tcp:127.0.0.1:6380       2        10   4.0 KiB    8.0 KiB\n"
+                 "  old    (removed)                0         1       0 B        0 B\n"));
   CHECK(contains(out, "  b            2    2     0              10  4.0 KiB   8.0 KiB"));
 }
 
@@ -269,9 +270,10 @@ TEST_CASE("views: a failed reload lists its errors", "[rdmagwctl][views]") {
       "reloads": 0, "reload_failures": 1, "last_reload": {"ok": false, "unix_time": 5, "changes": [],
       "errors": ["x.yaml:7:13: listeners[1].listen: bad", "x.yaml:9:3: peers[0]: worse"]}}})"));
   INFO(out);
-  CHECK(contains(out, "last reload FAILED (the running config was kept):\n"
-                      "             x.yaml:7:13: listeners[1].listen: bad\n"
-                      "             x.yaml:9:3: peers[0]: worse\n"));
+  CHECK(contains(out,
+                 "last reload FAILED (the running config was kept):\n"
+                 "             x.yaml:7:13: listeners[1].listen: bad\n"
+                 "             x.yaml:9:3: peers[0]: worse\n"));
   CHECK(contains(out, "listeners: none\n"));
 }
 
@@ -302,7 +304,8 @@ TEST_CASE("views: peers, with RDMA columns and a peer without a session", "[rdma
         "b     open   rdma       dialer       0  10.0.0.2:7472  41us        2  4.0 KiB   8.0 KiB  3.0 KiB"
         "              0        2  16.0 KiB  RTS  120/128          1  node host-b\n"
         "c     down   tcp        -            -  -                 -        -        -         -        -"
-        "              -        -         -  -          -          -  no session; last error: connect: Connection refused; "
+        "              -        -         -  -          -          -  no session; last error: connect: Connection "
+        "refused; "
         "transport tcp: configured; "
         "1 stream waiting for a session\n");
   CHECK(rdmagw::ctl::render_peers(parse_ok(R"({"peers": []})")) == "no peers (none configured, none connected)\n");
@@ -323,8 +326,9 @@ TEST_CASE("views: peers found by destination, idle and on demand", "[rdmagwctl][
   INFO(out);
   CHECK(contains(out, "node h9; found by destination; idle 4 s\n"));
   CHECK(contains(out, "10.0.5.10  idle "));
-  CHECK(contains(out, "no session (on demand: none needed); last closed: local-close: idle for 1000 ms "
-                      "(tunnel.session_idle_ms); transport tcp: configured; found by destination\n"));
+  CHECK(contains(out,
+                 "no session (on demand: none needed); last closed: local-close: idle for 1000 ms "
+                 "(tunnel.session_idle_ms); transport tcp: configured; found by destination\n"));
 }
 
 TEST_CASE("views: streams page and its range line", "[rdmagwctl][views]") {

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "common/route_match.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
-
-#include "common/route_match.h"
 
 using namespace rdmagw;
 
@@ -67,8 +67,8 @@ TEST_CASE("route match: IPv6 in brackets with ports, or bare") {
 
 TEST_CASE("route match: bad input is rejected with the reason") {
   std::string error;
-  for (const char* bad : {"", "10.1.0.0/33", "10.1.0.0/16:0", "10.1.0.0/16:70000", "10.2.0.5:9000-8000",
-                          "10.x.0.0/8", "[fd00::/64", "[fd00::/129]:80", "[fd00::]x"}) {
+  for (const char* bad : {"", "10.1.0.0/33", "10.1.0.0/16:0", "10.1.0.0/16:70000", "10.2.0.5:9000-8000", "10.x.0.0/8",
+                          "[fd00::/64", "[fd00::/129]:80", "[fd00::]x"}) {
     error.clear();
     INFO(bad);
     CHECK_FALSE(parse_route_match(bad, &error));

@@ -2,6 +2,8 @@
 // The sd_notify side of rdmagw (proxy/runtime/service_notify.h): what
 // $NOTIFY_SOCKET may name, the datagram's text, and real sends to a bound
 // AF_UNIX datagram socket (path and abstract), as systemd's receiving end is.
+#include "proxy/runtime/service_notify.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
@@ -14,8 +16,6 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
-
-#include "proxy/runtime/service_notify.h"
 
 using namespace rdmagw;
 

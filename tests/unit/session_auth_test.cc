@@ -76,7 +76,8 @@ struct Acceptor {
   FakeTransport* wire = nullptr;
   IoPtr<Session> session;
 
-  explicit Acceptor(AuthKeyring keys) : ring(std::move(keys)), settings(with_keys(resumable_settings("acceptor", 0), &ring)) {
+  explicit Acceptor(AuthKeyring keys)
+      : ring(std::move(keys)), settings(with_keys(resumable_settings("acceptor", 0), &ring)) {
     log::set_level(log::Level::kError);
     std::string error;
     if (!loop.init(64, &error)) FAIL("io_uring: " << error);
@@ -102,9 +103,7 @@ struct TestDialer {
     hello_frame = hello_bytes(hello);
     nonce.fill(7);
   }
-  std::span<const uint8_t> hello_payload() const {
-    return std::span<const uint8_t>(hello_frame).subspan(kHeaderSize);
-  }
+  std::span<const uint8_t> hello_payload() const { return std::span<const uint8_t>(hello_frame).subspan(kHeaderSize); }
   AuthTranscript transcript(const AuthValue& acceptor_nonce, std::span<const uint8_t> acceptor_hello = {}) const {
     AuthTranscript t;
     t.transport = TransportKind::kTcp;
@@ -173,7 +172,8 @@ TEST_CASE("auth: proofs bind the key, the role, both nonces, both HELLOs and the
 TEST_CASE("auth: two sidecars with the same key open a session, resumable or not") {
   AuthKeyring ring = keyring({kKeyA});
   uint32_t resume = GENERATE(0u, 10000u);
-  Pair p(with_keys(resumable_settings("dialer", resume), &ring), with_keys(resumable_settings("acceptor", resume), &ring));
+  Pair p(with_keys(resumable_settings("dialer", resume), &ring),
+         with_keys(resumable_settings("acceptor", resume), &ring));
   REQUIRE(p.dialer->open());
   REQUIRE(p.acceptor->open());
   CHECK(p.dialer->peer_node() == "acceptor");
@@ -311,7 +311,8 @@ TEST_CASE("auth: an acceptor facing a peer without the key") {
   SECTION("the right proof: the acceptor answers with its HELLO and a proof the dialer can check") {
     SecretKeys right;
     right.add(kKeyA);
-    acc.wire->inject(auth_bytes(AuthStep::kProof, auth_proof(right.key(0), AuthRole::kDialer, d.transcript(challenge.value))));
+    acc.wire->inject(
+        auth_bytes(AuthStep::kProof, auth_proof(right.key(0), AuthRole::kDialer, d.transcript(challenge.value))));
     auto answer = acc.wire->written();
     REQUIRE(answer.size() == 2);
     REQUIRE(answer[0].type() == FrameType::kHello);
@@ -482,14 +483,14 @@ TEST_CASE("cert: a psk side and a cert side refuse each other, saying which is w
 
 TEST_CASE("cert: node credentials are checked when loaded") {
   std::string error;
-  CHECK_FALSE(NodeCredentials::load({read_text("ca-b.pem")}, read_text("dialer.crt.pem"), read_text("dialer.key.pem"),
-                                    &error));
+  CHECK_FALSE(
+      NodeCredentials::load({read_text("ca-b.pem")}, read_text("dialer.crt.pem"), read_text("dialer.key.pem"), &error));
   CHECK_THAT(error, Contains("cert_file: the certificate does not verify against ca_files"));
-  CHECK_FALSE(NodeCredentials::load({read_text("ca-a.pem")}, read_text("dialer.crt.pem"),
-                                    read_text("acceptor.key.pem"), &error));
-  CHECK_THAT(error, Contains("key_file: the key is not cert_file's"));
-  CHECK_FALSE(NodeCredentials::load({"not a certificate"}, read_text("dialer.crt.pem"), read_text("dialer.key.pem"),
+  CHECK_FALSE(NodeCredentials::load({read_text("ca-a.pem")}, read_text("dialer.crt.pem"), read_text("acceptor.key.pem"),
                                     &error));
+  CHECK_THAT(error, Contains("key_file: the key is not cert_file's"));
+  CHECK_FALSE(
+      NodeCredentials::load({"not a certificate"}, read_text("dialer.crt.pem"), read_text("dialer.key.pem"), &error));
   CHECK_THAT(error, Contains("ca_files[0]: no PEM certificate in it"));
   // An expired certificate of our own loads (the process says so and peers
   // refuse it), with its negative time left.
@@ -497,8 +498,8 @@ TEST_CASE("cert: node credentials are checked when loaded") {
                                        read_text("dialer-expired.key.pem"), &error);
   REQUIRE(expired);
   CHECK(expired->seconds_left() < 0);
-  auto good = NodeCredentials::load({read_text("ca-a.pem")}, read_text("dialer.crt.pem"), read_text("dialer.key.pem"),
-                                    &error);
+  auto good =
+      NodeCredentials::load({read_text("ca-a.pem")}, read_text("dialer.crt.pem"), read_text("dialer.key.pem"), &error);
   REQUIRE(good);
   CHECK(good->name() == "dialer");
   REQUIRE(good->addresses().size() == 1);

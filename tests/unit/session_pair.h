@@ -118,8 +118,8 @@ struct Pair {
   void reconnect() {
     REQUIRE(dialer->wants_transport());
     dialer->resume(new_wire(&dial_wire));
-    shells.push_back(make_io<Session>(loop, pool, Session::Role::kAcceptor, accept_settings, new_wire(&accept_wire),
-                                      &accept_owner));
+    shells.push_back(
+        make_io<Session>(loop, pool, Session::Role::kAcceptor, accept_settings, new_wire(&accept_wire), &accept_owner));
     shells.back()->start();
     pump();
   }

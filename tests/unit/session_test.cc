@@ -2,6 +2,9 @@
 // tunnel::Session driven frame by frame through a fake transport
 // (fake_transport.h, fake_stream.h): what it writes, what it tells its streams and owner,
 // and when (hooks other than on_peer_data only at the end of the batch).
+#include "proxy/tunnel/session.h"
+
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,14 +13,12 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
 #include <string>
 #include <vector>
 
 #include "common/log.h"
 #include "fake_stream.h"
 #include "fake_transport.h"
-#include "proxy/tunnel/session.h"
 
 using namespace rdmagw;
 using namespace rdmagw::tunnel;
@@ -207,8 +208,8 @@ TEST_CASE("handshake: the acceptor waits for the dialer's HELLO, then answers wi
 
 TEST_CASE("handshake: any frame but HELLO before the handshake is a protocol error that aborts the transport") {
   auto role = GENERATE(Session::Role::kDialer, Session::Role::kAcceptor);
-  auto early = GENERATE(ping_bytes(1), open_bytes(1, kTarget, "x"), window_bytes(0, 100), data_bytes(1, "x"),
-                        goaway_bytes());
+  auto early =
+      GENERATE(ping_bytes(1), open_bytes(1, kTarget, "x"), window_bytes(0, 100), data_bytes(1, "x"), goaway_bytes());
   Harness h(role);
   h.written();
   // The HELLO behind the bad frame is never handed over: the session closed us.
@@ -286,7 +287,8 @@ TEST_CASE("handshake: a GOAWAY asked for during the handshake follows our HELLO"
 // OPEN
 // ============================================================================
 
-TEST_CASE("OPEN: the owner accepts; the stream is attached with the peer's id and gets the first bytes via on_peer_data") {
+TEST_CASE(
+    "OPEN: the owner accepts; the stream is attached with the peer's id and gets the first bytes via on_peer_data") {
   Harness h(Session::Role::kAcceptor);
   h.handshake();
   FakeStream a("a", &h.log);
@@ -466,7 +468,8 @@ TEST_CASE("OPEN: first bytes the stream delivers at once come back as WINDOW cre
 // DATA
 // ============================================================================
 
-TEST_CASE("DATA: payload reaches the stream's on_peer_data in order, a batch's pieces in one call, fewest bytes first") {
+TEST_CASE(
+    "DATA: payload reaches the stream's on_peer_data in order, a batch's pieces in one call, fewest bytes first") {
   Harness h(Session::Role::kAcceptor);
   h.handshake();
   std::vector<std::string> order;
@@ -592,7 +595,7 @@ TEST_CASE("DATA: bytes the stream cannot keep reset it with RESET(resource); the
   h.accept(a, 1);
   a.refuse_data = true;
   h.inject(cat({data_bytes(1, 512), data_bytes(1, 512)}));  // one batch: refused in one call
-  h.inject(data_bytes(1, "late"));  // sent before the peer saw our RESET
+  h.inject(data_bytes(1, "late"));                          // sent before the peer saw our RESET
   CHECK(h.s().open());
   CHECK(a.data_calls == 1);  // the late DATA was dropped
   auto w = h.written();
@@ -750,8 +753,7 @@ TEST_CASE("PONG gives the round-trip time from the echoed clock") {
   CHECK(h.s().rtt_us() == 2000);
   // Values no PING of ours carried: they overflowed a signed subtraction
   // (UB; found by tests/fuzz/fuzz_session) and are ignored now.
-  for (uint64_t crafted : {uint64_t{1} << 63, (uint64_t{1} << 63) + 7, ~uint64_t{0}})
-    h.inject(pong_bytes(crafted));
+  for (uint64_t crafted : {uint64_t{1} << 63, (uint64_t{1} << 63) + 7, ~uint64_t{0}}) h.inject(pong_bytes(crafted));
   CHECK(h.s().rtt_us() == 2000);
   CHECK(h.written().empty());
 }
@@ -889,7 +891,7 @@ TEST_CASE("credit: first bytes in OPEN use stream and session credit") {
   REQUIRE(h.open(a, std::string(1 * kKiB, 'a')));
   REQUIRE(h.open(b, std::string(1 * kKiB, 'b')));
   REQUIRE(h.open(c, std::string(512, 'c')));
-  CHECK(h.s().open_credit() == 512);  // the session's budget is what is left
+  CHECK(h.s().open_credit() == 512);                         // the session's budget is what is left
   CHECK(h.s().take_stream_credit(a, 4 * kKiB) == 1 * kKiB);  // 2 KiB less the 1 KiB in the OPEN
   CHECK(h.s().take_stream_credit(a, 4 * kKiB) == 0);
   auto w = h.written();
@@ -1309,11 +1311,12 @@ TEST_CASE("control backlog: a peer that sends PINGs but never reads ends with kP
 // Keepalive
 // ============================================================================
 
-TEST_CASE("keepalive: tick() sends PING every keepalive_interval_ms and ends a silent session after keepalive_timeout_ms") {
+TEST_CASE(
+    "keepalive: tick() sends PING every keepalive_interval_ms and ends a silent session after keepalive_timeout_ms") {
   Harness h(Session::Role::kDialer);  // interval 5000 ms, timeout 15000 ms
   Clock::time_point t0 = h.loop.now();
   h.s().tick(t0 + 2000ms);  // no PING during the handshake
-  h.handshake();             // (which finds our HELLO alone)
+  h.handshake();            // (which finds our HELLO alone)
   FakeStream a("a", &h.log);
   REQUIRE(h.open(a));
   h.written();
@@ -1405,7 +1408,8 @@ TEST_CASE("admission: a dialer admits its transport on the acceptor's HELLO") {
   CHECK(h.transport->admitted());
 }
 
-TEST_CASE("OPEN: beyond streams_per_session the peer's OPEN is answered RESET(resource); a stream that ends makes room") {
+TEST_CASE(
+    "OPEN: beyond streams_per_session the peer's OPEN is answered RESET(resource); a stream that ends makes room") {
   SessionSettings settings = settings_for();
   settings.max_peer_streams = 2;
   Harness h(Session::Role::kAcceptor, settings);

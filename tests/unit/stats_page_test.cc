@@ -2,12 +2,12 @@
 // The stats page (proxy/admin/stats_page.html) as built into the binary:
 // the bytes are the source file's, and the page keeps the rules it is
 // written to: nothing from elsewhere, no markup made from data.
+#include "proxy/admin/stats_page.h"
+
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <sstream>
 #include <string>
-
-#include "proxy/admin/stats_page.h"
 
 using namespace rdmagw::admin;
 

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "proxy/tunnel/stream_window.h"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -7,7 +9,6 @@
 
 #include "common/buffer_pool.h"
 #include "common/byte_queue.h"
-#include "proxy/tunnel/stream_window.h"
 
 using namespace rdmagw;
 using namespace rdmagw::tunnel;
@@ -163,9 +164,9 @@ TEST_CASE("buffer pool: a trimmable pool gives back the pages of buffers unused 
   pool.release(hot);
   CHECK(pool.trim(4) == 27);  // 31 stayed free the whole time, the 4 used last are kept
   CHECK(resident() == 10);
-  CHECK(pool.trim(4) == 1);   // the 28th was one of the 4 kept last time, and stayed free since
+  CHECK(pool.trim(4) == 1);  // the 28th was one of the 4 kept last time, and stayed free since
   CHECK(resident() == 8);
-  CHECK(pool.trim(4) == 0);   // nothing twice
+  CHECK(pool.trim(4) == 0);  // nothing twice
   // A given-back buffer comes back zeroed, and works.
   std::vector<uint8_t*> again;
   for (int i = 0; i < 32; ++i) again.push_back(pool.acquire());
@@ -233,8 +234,8 @@ TEST_CASE("receive window: grants even small amounts once the sender is nearly o
   // Slow readers hold most of the window; a later, small delivery must still
   // be returned or the sender stalls with credit to spare on this side.
   ReceiveWindow w(1000);
-  REQUIRE(w.on_receive(900));   // remaining 100 <= a quarter
-  w.on_delivered(50);           // far below a quarter of the window
+  REQUIRE(w.on_receive(900));  // remaining 100 <= a quarter
+  w.on_delivered(50);          // far below a quarter of the window
   CHECK(w.take_grant() == 50);
   CHECK(w.remaining() == 150);
 }

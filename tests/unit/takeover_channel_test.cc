@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The takeover channel's messages (proxy/runtime/takeover_channel.h) over a
 // real Unix socket pair: sockets travel with the header and stay usable.
+#include "proxy/runtime/takeover_channel.h"
+
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,8 +11,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include "proxy/runtime/takeover_channel.h"
 
 using namespace rdmagw;
 

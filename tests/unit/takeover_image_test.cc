@@ -2,11 +2,11 @@
 // The takeover image (proxy/runtime/takeover_image.h): what the old process
 // writes, the new one reads back exactly; and what a broken or hostile
 // writer sends is refused with a reason, never trusted.
+#include "proxy/runtime/takeover_image.h"
+
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
-
-#include "proxy/runtime/takeover_image.h"
 
 using namespace rdmagw;
 

@@ -39,8 +39,8 @@ bool AdminClient::send(const HttpRequest& request, HttpResponse* response, std::
 }
 
 std::string AdminClient::describe_http_error(const HttpRequest& request, const HttpResponse& response) const {
-  std::string out = "admin at " + address_.display() + " answered " + what(request) + " with " +
-                    std::to_string(response.status);
+  std::string out =
+      "admin at " + address_.display() + " answered " + what(request) + " with " + std::to_string(response.status);
   if (!response.reason.empty()) out += " " + response.reason;
   std::string body = summary_of(response.body);
   if (!body.empty()) out += ": " + body;
@@ -52,8 +52,8 @@ bool AdminClient::parse_answer(const HttpRequest& request, const HttpResponse& r
   JsonError json_error;
   auto parsed = parse_json(response.body, &json_error);
   if (!parsed) {
-    *error = "admin at " + address_.display() + " sent invalid JSON for " + what(request) + ": " +
-             json_error.to_string();
+    *error =
+        "admin at " + address_.display() + " sent invalid JSON for " + what(request) + ": " + json_error.to_string();
     return false;
   }
   *out = std::move(*parsed);

@@ -30,8 +30,7 @@ class AdminClient {
 
   // The body of a JSON answer of any status; false with *error when it is
   // not JSON (the message names the request).
-  bool parse_answer(const HttpRequest& request, const HttpResponse& response, JsonValue* out,
-                    std::string* error) const;
+  bool parse_answer(const HttpRequest& request, const HttpResponse& response, JsonValue* out, std::string* error) const;
 
   // "admin at ADDR answered GET /x with 404 Not Found: <first line of body>"
   std::string describe_http_error(const HttpRequest& request, const HttpResponse& response) const;

@@ -16,9 +16,9 @@ std::string errors_as_json(const std::string& file, const ConfigResult& result) 
   out += ",\n  \"errors\": [";
   for (size_t i = 0; i < result.errors.size(); ++i) {
     const ConfigError& e = result.errors[i];
-    out += std::string(i ? "," : "") + "\n    {\"file\": " + json_quote(e.file) + ", \"line\": " +
-           std::to_string(e.line) + ", \"column\": " + std::to_string(e.column) + ", \"key\": " +
-           json_quote(e.key_path) + ", \"message\": " + json_quote(e.message) + "}";
+    out += std::string(i ? "," : "") + "\n    {\"file\": " + json_quote(e.file) +
+           ", \"line\": " + std::to_string(e.line) + ", \"column\": " + std::to_string(e.column) +
+           ", \"key\": " + json_quote(e.key_path) + ", \"message\": " + json_quote(e.message) + "}";
   }
   out += result.errors.empty() ? "]\n}" : "\n  ]\n}";
   return out;

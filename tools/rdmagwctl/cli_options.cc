@@ -101,7 +101,7 @@ bool parse_cli(const std::vector<std::string>& args, const char* admin_from_envi
                std::string* error) {
   *out = CliOptions{};
   std::optional<Command> command;
-  std::vector<std::string> operands;     // after the command
+  std::vector<std::string> operands;      // after the command
   std::vector<std::string> options_used;  // checked against the command at the end
   std::string admin_text, admin_origin;
 
@@ -180,9 +180,12 @@ bool parse_cli(const std::vector<std::string>& args, const char* admin_from_envi
         *error = name + " needs a positive number of seconds, not '" + v + "'";
         return false;
       }
-      if (name == "--timeout") out->timeout_seconds = *seconds;
-      else if (name == "--interval") out->top.interval_seconds = *seconds;
-      else out->drain.wait_timeout_seconds = *seconds;
+      if (name == "--timeout")
+        out->timeout_seconds = *seconds;
+      else if (name == "--interval")
+        out->top.interval_seconds = *seconds;
+      else
+        out->drain.wait_timeout_seconds = *seconds;
     } else if (name == "--limit" || name == "--offset" || name == "--count") {
       if (!value(&v)) return false;
       int64_t min = name == "--offset" ? 0 : 1, max = name == "--limit" ? 10000 : INT64_MAX;
@@ -192,9 +195,12 @@ bool parse_cli(const std::vector<std::string>& args, const char* admin_from_envi
                  (max == INT64_MAX ? " up" : " to " + std::to_string(max)) + ", not '" + v + "'";
         return false;
       }
-      if (name == "--limit") out->streams.limit = *n;
-      else if (name == "--offset") out->streams.offset = *n;
-      else out->top.count = *n;
+      if (name == "--limit")
+        out->streams.limit = *n;
+      else if (name == "--offset")
+        out->streams.offset = *n;
+      else
+        out->top.count = *n;
     } else {
       *error = "unknown option '" + arg + "'";
       return false;

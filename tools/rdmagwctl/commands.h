@@ -24,7 +24,7 @@ int run_peers(const CommandContext& ctx);
 struct StreamsOptions {
   int64_t limit = 0;  // 0: the server's default page size
   int64_t offset = 0;
-  bool all = false;   // page through every stream
+  bool all = false;  // page through every stream
 };
 int run_streams(const CommandContext& ctx, const StreamsOptions& options);
 

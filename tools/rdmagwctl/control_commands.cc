@@ -82,8 +82,10 @@ int run_ready(const CommandContext& ctx) {
     return kExitOk;
   }
   // 503 says why (starting, draining); anything else is not rdmagw answering.
-  if (response.status == 503) print_error(body.empty() ? "not ready" : body);
-  else print_error(ctx.admin.describe_http_error(request, response));
+  if (response.status == 503)
+    print_error(body.empty() ? "not ready" : body);
+  else
+    print_error(ctx.admin.describe_http_error(request, response));
   return kExitFailure;
 }
 
@@ -113,8 +115,9 @@ int run_reload(const CommandContext& ctx) {
   }
   if (applied) {
     const auto& changes = answer.array_at("changes");
-    std::string summary = changes.empty() ? "no changes"
-                          : std::to_string(changes.size()) + (changes.size() == 1 ? " change:" : " changes:");
+    std::string summary = changes.empty()
+                              ? "no changes"
+                              : std::to_string(changes.size()) + (changes.size() == 1 ? " change:" : " changes:");
     printf("reloaded: configuration generation %lld, %s\n", static_cast<long long>(answer.int_or("generation")),
            summary.c_str());
     for (const auto& c : changes) printf("  %s\n", c.as_string().c_str());
@@ -144,8 +147,10 @@ int run_drain(const CommandContext& ctx, const DrainOptions& options) {
     // JSON, anything else as sent.
     JsonError json_error;
     auto answer = parse_json(response.body, &json_error);
-    if (answer) printf("%s\n", to_json(*answer).c_str());
-    else fputs(response.body.c_str(), stdout);
+    if (answer)
+      printf("%s\n", to_json(*answer).c_str());
+    else
+      fputs(response.body.c_str(), stdout);
     fflush(stdout);
   } else {
     printf("draining: rdmagw (admin at %s) accepts no new connections; open streams finish\n",

@@ -173,8 +173,8 @@ bool parse_host_port(std::string_view text, HostPort* out, std::string* error) {
   return true;
 }
 
-bool http_exchange(const HostPort& server, const HttpRequest& request, double timeout_seconds,
-                   HttpResponse* response, HttpFailure* failure) {
+bool http_exchange(const HostPort& server, const HttpRequest& request, double timeout_seconds, HttpResponse* response,
+                   HttpFailure* failure) {
   UniqueFd fd = connect_any(server, timeout_seconds, failure);
   if (!fd.valid()) return false;
 

@@ -41,7 +41,7 @@ struct HttpFailure {
 // Connects (trying each resolved address in turn), sends `request`, reads
 // the whole response. `timeout_seconds` bounds the connect and, again,
 // sending plus receiving the answer.
-bool http_exchange(const HostPort& server, const HttpRequest& request, double timeout_seconds,
-                   HttpResponse* response, HttpFailure* failure);
+bool http_exchange(const HostPort& server, const HttpRequest& request, double timeout_seconds, HttpResponse* response,
+                   HttpFailure* failure);
 
 }  // namespace rdmagw::ctl

@@ -14,7 +14,7 @@ struct HttpResponse {
   int status = 0;
   std::string reason;
   std::vector<std::pair<std::string, std::string>> headers;  // in arrival order
-  std::string body;  // de-chunked
+  std::string body;                                          // de-chunked
 
   // The first header of that name (case-insensitive), or nullptr.
   const std::string* header(std::string_view name) const;
@@ -23,7 +23,7 @@ struct HttpResponse {
 enum class ParseStatus {
   kIncomplete,  // need more bytes
   kComplete,
-  kInvalid,     // *error says why
+  kInvalid,  // *error says why
 };
 
 // `raw` is everything received so far; `at_eof` tells whether the server has

@@ -106,14 +106,19 @@ class JsonParser {
   bool parse_value(JsonValue* out, int depth) {
     if (depth > kMaxDepth) return fail("nesting deeper than " + std::to_string(kMaxDepth) + " levels");
     switch (peek()) {
-      case '{': return parse_object(out, depth);
-      case '[': return parse_array(out, depth);
+      case '{':
+        return parse_object(out, depth);
+      case '[':
+        return parse_array(out, depth);
       case '"':
         out->type_ = JsonValue::Type::kString;
         return parse_string(&out->text_);
-      case 't': return parse_literal("true", out, JsonValue::Type::kBool, true);
-      case 'f': return parse_literal("false", out, JsonValue::Type::kBool, false);
-      case 'n': return parse_literal("null", out, JsonValue::Type::kNull, false);
+      case 't':
+        return parse_literal("true", out, JsonValue::Type::kBool, true);
+      case 'f':
+        return parse_literal("false", out, JsonValue::Type::kBool, false);
+      case 'n':
+        return parse_literal("null", out, JsonValue::Type::kNull, false);
       default:
         if (peek() == '-' || (peek() >= '0' && peek() <= '9')) return parse_number(out);
         return fail("expected a value, found " + describe_here());
@@ -238,10 +243,14 @@ class JsonParser {
     for (int i = 0; i < 4; ++i) {
       char c = text_[pos_];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
-      else return fail("expected a hex digit in a \\u escape, found " + describe_here());
+      if (c >= '0' && c <= '9')
+        v |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= static_cast<uint32_t>(c - 'A' + 10);
+      else
+        return fail("expected a hex digit in a \\u escape, found " + describe_here());
       ++pos_;
     }
     *out = v;
@@ -255,7 +264,8 @@ class JsonParser {
     if (!parse_hex4(&cp)) return false;
     if (cp >= 0xDC00 && cp <= 0xDFFF) return fail_at(escape_start, "lone low surrogate in a \\u escape");
     if (cp >= 0xD800 && cp <= 0xDBFF) {
-      if (text_.substr(pos_, 2) != "\\u") return fail_at(escape_start, "high surrogate not followed by a \\u low surrogate");
+      if (text_.substr(pos_, 2) != "\\u")
+        return fail_at(escape_start, "high surrogate not followed by a \\u low surrogate");
       pos_ += 2;
       uint32_t low;
       if (!parse_hex4(&low)) return false;
@@ -273,10 +283,14 @@ class JsonParser {
     unsigned char lead = static_cast<unsigned char>(text_[pos_]);
     int length;
     uint32_t cp;
-    if (lead >= 0xC2 && lead <= 0xDF) length = 2, cp = lead & 0x1F;
-    else if (lead >= 0xE0 && lead <= 0xEF) length = 3, cp = lead & 0x0F;
-    else if (lead >= 0xF0 && lead <= 0xF4) length = 4, cp = lead & 0x07;
-    else return fail("invalid UTF-8 lead byte in a string");
+    if (lead >= 0xC2 && lead <= 0xDF)
+      length = 2, cp = lead & 0x1F;
+    else if (lead >= 0xE0 && lead <= 0xEF)
+      length = 3, cp = lead & 0x0F;
+    else if (lead >= 0xF0 && lead <= 0xF4)
+      length = 4, cp = lead & 0x07;
+    else
+      return fail("invalid UTF-8 lead byte in a string");
     if (text_.size() - pos_ < static_cast<size_t>(length)) return fail("truncated UTF-8 sequence in a string");
     for (int i = 1; i < length; ++i) {
       unsigned char c = static_cast<unsigned char>(text_[pos_ + i]);
@@ -314,14 +328,30 @@ class JsonParser {
       if (at_end()) return fail_at(start, "unterminated string");
       char e = text_[pos_++];
       switch (e) {
-        case '"': out->push_back('"'); break;
-        case '\\': out->push_back('\\'); break;
-        case '/': out->push_back('/'); break;
-        case 'b': out->push_back('\b'); break;
-        case 'f': out->push_back('\f'); break;
-        case 'n': out->push_back('\n'); break;
-        case 'r': out->push_back('\r'); break;
-        case 't': out->push_back('\t'); break;
+        case '"':
+          out->push_back('"');
+          break;
+        case '\\':
+          out->push_back('\\');
+          break;
+        case '/':
+          out->push_back('/');
+          break;
+        case 'b':
+          out->push_back('\b');
+          break;
+        case 'f':
+          out->push_back('\f');
+          break;
+        case 'n':
+          out->push_back('\n');
+          break;
+        case 'r':
+          out->push_back('\r');
+          break;
+        case 't':
+          out->push_back('\t');
+          break;
         case 'u':
           if (!parse_unicode_escape(out)) return false;
           break;
@@ -402,10 +432,18 @@ void write_json(const JsonValue& v, int indent, int level, std::string* out) {
     out->append(static_cast<size_t>(indent * at_level), ' ');
   };
   switch (v.type()) {
-    case JsonValue::Type::kNull: *out += "null"; break;
-    case JsonValue::Type::kBool: *out += v.as_bool() ? "true" : "false"; break;
-    case JsonValue::Type::kNumber: *out += v.number_text(); break;
-    case JsonValue::Type::kString: *out += json_quote(v.as_string()); break;
+    case JsonValue::Type::kNull:
+      *out += "null";
+      break;
+    case JsonValue::Type::kBool:
+      *out += v.as_bool() ? "true" : "false";
+      break;
+    case JsonValue::Type::kNumber:
+      *out += v.number_text();
+      break;
+    case JsonValue::Type::kString:
+      *out += json_quote(v.as_string());
+      break;
     case JsonValue::Type::kArray: {
       if (v.items().empty()) {
         *out += "[]";

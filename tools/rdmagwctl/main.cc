@@ -27,16 +27,24 @@ int run(const CliOptions& options) {
   }
   CommandContext ctx{AdminClient(options.admin, options.timeout_seconds, std::move(token)), options.json};
   switch (options.command) {
-    case Command::kStatus: return run_status(ctx);
-    case Command::kPeers: return run_peers(ctx);
-    case Command::kStreams: return run_streams(ctx, options.streams);
-    case Command::kTop: return run_top(ctx, options.top);
-    case Command::kReload: return run_reload(ctx);
-    case Command::kReady: return run_ready(ctx);
-    case Command::kDrain: return run_drain(ctx, options.drain);
+    case Command::kStatus:
+      return run_status(ctx);
+    case Command::kPeers:
+      return run_peers(ctx);
+    case Command::kStreams:
+      return run_streams(ctx, options.streams);
+    case Command::kTop:
+      return run_top(ctx, options.top);
+    case Command::kReload:
+      return run_reload(ctx);
+    case Command::kReady:
+      return run_ready(ctx);
+    case Command::kDrain:
+      return run_drain(ctx, options.drain);
     case Command::kHelp:
     case Command::kVersion:
-    case Command::kCheck: break;  // handled in main
+    case Command::kCheck:
+      break;  // handled in main
   }
   return kExitUsage;
 }

@@ -22,8 +22,10 @@ std::string peer_note(const JsonValue& peer) {
   auto add = [&](const std::string& s) { note += (note.empty() ? "" : "; ") + s; };
   std::string state = peer.string_or("state");
   if (state == "removed") add("removed by a reload, open streams finish");
-  if (peer.bool_or("discovered", false)) add("found by destination");
-  else if (!peer.bool_or("configured", true)) add("not configured here (dialed us)");
+  if (peer.bool_or("discovered", false))
+    add("found by destination");
+  else if (!peer.bool_or("configured", true))
+    add("not configured here (dialed us)");
   if (uint64_t waiting = counter(peer, "waiting_streams"))
     add(std::to_string(waiting) + (waiting == 1 ? " stream" : " streams") + " waiting for a session");
   return note;
@@ -48,10 +50,19 @@ std::string render_peers(const JsonValue& answer) {
   const auto& peers = answer.array_at("peers");
   if (peers.empty()) return "no peers (none configured, none connected)\n";
   bool rdma = any_rdma_session(peers);
-  std::vector<Column> columns = {{"PEER"}, {"STATE"}, {"TRANSPORT"}, {"ROLE"}, {"WORKER", Align::kRight},
-                                 {"REMOTE"}, {"RTT", Align::kRight}, {"STREAMS", Align::kRight},
-                                 {"SENT", Align::kRight}, {"RECEIVED", Align::kRight},
-                                 {"QUEUED", Align::kRight}, {"CREDIT STALLS", Align::kRight}, {"RESUMES", Align::kRight},
+  std::vector<Column> columns = {{"PEER"},
+                                 {"STATE"},
+                                 {"TRANSPORT"},
+                                 {"ROLE"},
+                                 {"WORKER", Align::kRight},
+                                 {"REMOTE"},
+                                 {"RTT", Align::kRight},
+                                 {"STREAMS", Align::kRight},
+                                 {"SENT", Align::kRight},
+                                 {"RECEIVED", Align::kRight},
+                                 {"QUEUED", Align::kRight},
+                                 {"CREDIT STALLS", Align::kRight},
+                                 {"RESUMES", Align::kRight},
                                  {"RESENT", Align::kRight}};
   if (rdma) {
     columns.push_back({"QP"});
@@ -65,8 +76,20 @@ std::string render_peers(const JsonValue& answer) {
     std::string name = text_or_dash(peer, "name");
     const auto& sessions = peer.array_at("sessions");
     if (sessions.empty()) {
-      std::vector<std::string> row = {name, text_or_dash(peer, "state"), text_or_dash(peer, "transport"),
-                                      "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"};
+      std::vector<std::string> row = {name,
+                                      text_or_dash(peer, "state"),
+                                      text_or_dash(peer, "transport"),
+                                      "-",
+                                      "-",
+                                      "-",
+                                      "-",
+                                      "-",
+                                      "-",
+                                      "-",
+                                      "-",
+                                      "-",
+                                      "-",
+                                      "-"};
       if (rdma) row.insert(row.end(), {"-", "-", "-"});
       row.push_back(no_session_note(peer));
       table.add_row(std::move(row));

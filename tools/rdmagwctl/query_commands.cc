@@ -25,8 +25,10 @@ int show(const CommandContext& ctx, const char* target, Render render) {
     print_error(error);
     return kExitFailure;
   }
-  if (ctx.json) print_json(answer);
-  else fputs(render(answer).c_str(), stdout);
+  if (ctx.json)
+    print_json(answer);
+  else
+    fputs(render(answer).c_str(), stdout);
   return kExitOk;
 }
 
@@ -52,8 +54,10 @@ int run_streams(const CommandContext& ctx, const StreamsOptions& options) {
       print_error(error);
       return kExitFailure;
     }
-    if (ctx.json) print_json(page);
-    else fputs(render_streams(page.array_at("streams"), options.offset, page.int_or("total")).c_str(), stdout);
+    if (ctx.json)
+      print_json(page);
+    else
+      fputs(render_streams(page.array_at("streams"), options.offset, page.int_or("total")).c_str(), stdout);
     return kExitOk;
   }
 

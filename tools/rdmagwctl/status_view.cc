@@ -10,9 +10,7 @@ namespace rdmagw::ctl {
 
 namespace {
 
-std::string plural(uint64_t n, const char* word) {
-  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
-}
+std::string plural(uint64_t n, const char* word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 
 std::string state_text(const JsonValue& stats) {
   if (stats.bool_or("draining")) return "draining (not ready: no new connections)";
@@ -22,12 +20,13 @@ std::string state_text(const JsonValue& stats) {
 // The config line and, once a reload happened, how the last one went.
 std::string config_section(const JsonValue& config) {
   std::string out = "config     " + text_or_dash(config, "file") + "  generation " +
-                    counter_text(config, "generation") + ", " + plural(counter(config, "reloads"), "reload") +
-                    ", " + counter_text(config, "reload_failures") + " failed\n";
+                    counter_text(config, "generation") + ", " + plural(counter(config, "reloads"), "reload") + ", " +
+                    counter_text(config, "reload_failures") + " failed\n";
   const JsonValue& last = config.object_at("last_reload");
   // Before the first reload the server still sends a last_reload object
   // (empty, not ok, unix_time 0): nothing to report yet.
-  bool reloaded = last.number_or("unix_time") > 0 || counter(config, "reloads") + counter(config, "reload_failures") > 0;
+  bool reloaded =
+      last.number_or("unix_time") > 0 || counter(config, "reloads") + counter(config, "reload_failures") > 0;
   if (!reloaded) return out;
   const auto& changes = last.array_at("changes");
   const auto& errors = last.array_at("errors");
@@ -43,8 +42,12 @@ std::string config_section(const JsonValue& config) {
 
 std::string listeners_section(const std::vector<JsonValue>& listeners) {
   if (listeners.empty()) return "listeners: none\n";
-  Table table({{"NAME"}, {"LISTEN"}, {"ACTIVE", Align::kRight}, {"ACCEPTED", Align::kRight},
-               {"BYTES IN", Align::kRight}, {"BYTES OUT", Align::kRight}});
+  Table table({{"NAME"},
+               {"LISTEN"},
+               {"ACTIVE", Align::kRight},
+               {"ACCEPTED", Align::kRight},
+               {"BYTES IN", Align::kRight},
+               {"BYTES OUT", Align::kRight}});
   for (const auto& l : listeners) {
     // A listener dropped by a reload keeps its totals but no address.
     bool configured = l.bool_or("configured", true);
@@ -57,9 +60,15 @@ std::string listeners_section(const std::vector<JsonValue>& listeners) {
 
 std::string peers_section(const std::vector<JsonValue>& peers) {
   if (peers.empty()) return "peers: none\n";
-  Table table({{"NAME"}, {"SESSIONS", Align::kRight}, {"TCP", Align::kRight}, {"RDMA", Align::kRight},
-               {"STREAMS OPENED", Align::kRight}, {"SENT", Align::kRight}, {"RECEIVED", Align::kRight},
-               {"CREDIT STALLS", Align::kRight}, {"RECONNECTS", Align::kRight}});
+  Table table({{"NAME"},
+               {"SESSIONS", Align::kRight},
+               {"TCP", Align::kRight},
+               {"RDMA", Align::kRight},
+               {"STREAMS OPENED", Align::kRight},
+               {"SENT", Align::kRight},
+               {"RECEIVED", Align::kRight},
+               {"CREDIT STALLS", Align::kRight},
+               {"RECONNECTS", Align::kRight}});
   for (const auto& p : peers) {
     uint64_t tcp = counter(p, "sessions_tcp"), rdma = counter(p, "sessions_rdma");
     table.add_row({text_or_dash(p, "name"), std::to_string(tcp + rdma), std::to_string(tcp), std::to_string(rdma),
@@ -72,8 +81,8 @@ std::string peers_section(const std::vector<JsonValue>& peers) {
 
 std::string streams_section(const JsonValue& streams) {
   std::string out = "streams    " + counter_text(streams, "active") + " active, opened " +
-                    counter_text(streams, "opened_outbound") + " outbound, " +
-                    counter_text(streams, "opened_inbound") + " inbound\n";
+                    counter_text(streams, "opened_outbound") + " outbound, " + counter_text(streams, "opened_inbound") +
+                    " inbound\n";
   std::string failed;
   for (const auto& m : streams.object_at("failed").members()) {
     int64_t n = m.value.as_int64().value_or(0);
@@ -116,8 +125,8 @@ std::string indent_lines(const std::string& text, int spaces) {
 std::string render_status(const JsonValue& stats) {
   std::string commit = stats.string_or("commit");
   std::string out = "rdmagw " + text_or_dash(stats, "version") + (commit.empty() ? "" : " (commit " + commit + ")") +
-                    " on node " + text_or_dash(stats, "node") +
-                    ", up " + format_duration_seconds(stats.number_or("uptime_seconds")) + ", " +
+                    " on node " + text_or_dash(stats, "node") + ", up " +
+                    format_duration_seconds(stats.number_or("uptime_seconds")) + ", " +
                     plural(counter(stats, "workers"), "worker") + "\n";
   out += "state      " + state_text(stats) + "\n";
   std::string reason = stats.string_or("transport_reason");

@@ -10,8 +10,16 @@ std::string render_streams(const std::vector<JsonValue>& streams, int64_t offset
   if (total <= 0 && streams.empty()) return "no active streams\n";
   std::string out;
   if (!streams.empty()) {
-    Table table({{"SIDE"}, {"LISTENER"}, {"PEER"}, {"TARGET"}, {"ID", Align::kRight}, {"AGE", Align::kRight},
-                 {"FROM APP", Align::kRight}, {"TO APP", Align::kRight}, {"STATE"}, {"WAITING FOR"}});
+    Table table({{"SIDE"},
+                 {"LISTENER"},
+                 {"PEER"},
+                 {"TARGET"},
+                 {"ID", Align::kRight},
+                 {"AGE", Align::kRight},
+                 {"FROM APP", Align::kRight},
+                 {"TO APP", Align::kRight},
+                 {"STATE"},
+                 {"WAITING FOR"}});
     for (const auto& s : streams) {
       uint64_t id = counter(s, "stream_id");
       table.add_row({text_or_dash(s, "side"), text_or_dash(s, "listener"), text_or_dash(s, "peer"),
@@ -25,8 +33,8 @@ std::string render_streams(const std::vector<JsonValue>& streams, int64_t offset
   if (streams.empty()) {
     out += "showing none of " + std::to_string(total) + " (offset " + std::to_string(offset) + " is past the end)\n";
   } else {
-    out += "showing " + std::to_string(offset + 1) + "-" + std::to_string(offset + static_cast<int64_t>(streams.size())) +
-           " of " + std::to_string(total) + "\n";
+    out += "showing " + std::to_string(offset + 1) + "-" +
+           std::to_string(offset + static_cast<int64_t>(streams.size())) + " of " + std::to_string(total) + "\n";
   }
   return out;
 }

@@ -72,9 +72,7 @@ std::string Table::render() const {
 
 std::string format_bytes(uint64_t bytes) { return format_iec(static_cast<double>(bytes), ""); }
 
-std::string format_byte_rate(double bytes_per_second) {
-  return format_iec(std::max(0.0, bytes_per_second), "/s");
-}
+std::string format_byte_rate(double bytes_per_second) { return format_iec(std::max(0.0, bytes_per_second), "/s"); }
 
 std::string format_count_rate(double per_second) {
   per_second = std::max(0.0, per_second);
@@ -96,9 +94,12 @@ std::string format_duration_ms(uint64_t ms) {
   } else {
     uint64_t s = ms / 1000;
     unsigned long long days = s / 86400, hours = s / 3600 % 24, minutes = s / 60 % 60, seconds = s % 60;
-    if (s < 3600) snprintf(buf, sizeof(buf), "%llum%02llus", minutes, seconds);
-    else if (s < 86400) snprintf(buf, sizeof(buf), "%lluh%02llum", hours, minutes);
-    else snprintf(buf, sizeof(buf), "%llud%02lluh", days, hours);
+    if (s < 3600)
+      snprintf(buf, sizeof(buf), "%llum%02llus", minutes, seconds);
+    else if (s < 86400)
+      snprintf(buf, sizeof(buf), "%lluh%02llum", hours, minutes);
+    else
+      snprintf(buf, sizeof(buf), "%llud%02lluh", days, hours);
   }
   return buf;
 }

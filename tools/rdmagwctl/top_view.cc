@@ -23,7 +23,8 @@ const JsonValue& by_name(const std::vector<JsonValue>& list, const std::string& 
 
 class RateOf {
  public:
-  RateOf(const JsonValue& before, const JsonValue& now, double seconds) : before_(before), now_(now), seconds_(seconds) {}
+  RateOf(const JsonValue& before, const JsonValue& now, double seconds)
+      : before_(before), now_(now), seconds_(seconds) {}
   // Per second; a counter that went down (a restart) counts from zero.
   double operator()(std::string_view key) const {
     uint64_t a = counter(before_, key), b = counter(now_, key);
@@ -50,8 +51,13 @@ std::string render_top(const JsonValue& previous_stats, const JsonValue& current
                     text_or_dash(current, "transport") + "; streams " +
                     counter_text(current.object_at("streams"), "active") + " active\n";
 
-  Table listeners({{"LISTENER"}, {"ACTIVE", Align::kRight}, {"ACCEPTS/S", Align::kRight}, {"IN/S", Align::kRight},
-                   {"OUT/S", Align::kRight}, {"ACCEPTED", Align::kRight}, {"BYTES IN", Align::kRight},
+  Table listeners({{"LISTENER"},
+                   {"ACTIVE", Align::kRight},
+                   {"ACCEPTS/S", Align::kRight},
+                   {"IN/S", Align::kRight},
+                   {"OUT/S", Align::kRight},
+                   {"ACCEPTED", Align::kRight},
+                   {"BYTES IN", Align::kRight},
                    {"BYTES OUT", Align::kRight}});
   const auto& previous_listeners = previous.array_at("listeners");
   for (const auto& l : current.array_at("listeners")) {
@@ -64,8 +70,13 @@ std::string render_top(const JsonValue& previous_stats, const JsonValue& current
   }
   out += "\n" + listeners.render();
 
-  Table peers({{"PEER"}, {"TCP", Align::kRight}, {"RDMA", Align::kRight}, {"OPENS/S", Align::kRight},
-               {"SENT/S", Align::kRight}, {"RECEIVED/S", Align::kRight}, {"CREDIT STALLS", Align::kRight},
+  Table peers({{"PEER"},
+               {"TCP", Align::kRight},
+               {"RDMA", Align::kRight},
+               {"OPENS/S", Align::kRight},
+               {"SENT/S", Align::kRight},
+               {"RECEIVED/S", Align::kRight},
+               {"CREDIT STALLS", Align::kRight},
                {"RECONNECTS", Align::kRight}});
   const auto& previous_peers = previous.array_at("peers");
   for (const auto& p : current.array_at("peers")) {

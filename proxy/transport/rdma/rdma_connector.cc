@@ -164,8 +164,10 @@ IoPtr<RdmaTransport> RdmaTransportListener::take_pending(RdmaTransport* transpor
 void RdmaTransportListener::on_rdma_established(RdmaTransport* transport) {
   IoPtr<RdmaTransport> t = take_pending(transport);
   if (!t) return;
-  if (observer_) observer_->on_inbound(std::move(t));
-  else t->close(tunnel::CloseMode::kAbort);
+  if (observer_)
+    observer_->on_inbound(std::move(t));
+  else
+    t->close(tunnel::CloseMode::kAbort);
 }
 
 void RdmaTransportListener::on_rdma_failed(RdmaTransport* transport, std::string_view reason) {

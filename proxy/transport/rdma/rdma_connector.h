@@ -5,8 +5,8 @@
 // TransportListener that accepts on ours. Both hand over an RdmaTransport
 // only once it is ESTABLISHED.
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,8 +28,7 @@ class RdmaConnector final : public tunnel::Connector {
       : loop_(loop), ctx_(ctx), max_data_(max_data), source_(std::move(source)) {}
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kRdma; }
   std::unique_ptr<tunnel::Dial> dial(const Endpoint& peer, uint32_t timeout_ms, const tunnel::SessionToken* session,
-                                     tunnel::DialObserver* observer,
-                                     std::string* error) override;
+                                     tunnel::DialObserver* observer, std::string* error) override;
 
  private:
   EventLoop& loop_;

@@ -81,8 +81,8 @@ RdmaDeviceState* RdmaContext::device(ibv_context* context, std::string* error) {
   // the memlock limit meet.
   d.mr = ibv_reg_mr(d.pd, pool_.base(), pool_.slab_bytes(), IBV_ACCESS_LOCAL_WRITE);
   if (!d.mr) {
-    *error = "ibv_reg_mr of " + std::to_string(pool_.slab_bytes() >> 20) + " MiB (tunnel.rdma.slab_size) on " +
-             d.name + ": " + strerror(errno) + " (raise ulimit -l / memlock)";
+    *error = "ibv_reg_mr of " + std::to_string(pool_.slab_bytes() >> 20) + " MiB (tunnel.rdma.slab_size) on " + d.name +
+             ": " + strerror(errno) + " (raise ulimit -l / memlock)";
     ibv_dealloc_pd(d.pd);
     return nullptr;
   }

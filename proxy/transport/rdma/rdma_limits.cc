@@ -6,8 +6,8 @@
 
 namespace rdmagw::transport {
 
-bool make_qp_init_attr(const RdmaConfig& config, const DeviceLimits& device, ibv_cq* cq,
-                       ibv_qp_init_attr* out, std::string* error) {
+bool make_qp_init_attr(const RdmaConfig& config, const DeviceLimits& device, ibv_cq* cq, ibv_qp_init_attr* out,
+                       std::string* error) {
   uint32_t max_wr = std::min(device.max_qp_wr, kErdmaMaxSendWr);
   if (config.send_depth > max_wr) {
     *error = "tunnel.rdma.send_depth " + std::to_string(config.send_depth) + " exceeds the device limit of " +
@@ -27,7 +27,7 @@ bool make_qp_init_attr(const RdmaConfig& config, const DeviceLimits& device, ibv
   std::memset(out, 0, sizeof(*out));
   out->send_cq = cq;
   out->recv_cq = cq;
-  out->srq = nullptr;  // eRDMA has no SRQ
+  out->srq = nullptr;         // eRDMA has no SRQ
   out->qp_type = IBV_QPT_RC;  // eRDMA has RC only
   out->sq_sig_all = 1;
   out->cap.max_send_wr = config.send_depth;

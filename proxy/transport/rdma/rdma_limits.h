@@ -30,7 +30,7 @@ struct DeviceLimits {
 // Builds the QP request for a session. Never asks for more than eRDMA or the
 // device allows; returns false with *error naming the config key and the
 // limit when the configuration cannot fit the device.
-bool make_qp_init_attr(const RdmaConfig& config, const DeviceLimits& device, ibv_cq* cq,
-                       ibv_qp_init_attr* out, std::string* error);
+bool make_qp_init_attr(const RdmaConfig& config, const DeviceLimits& device, ibv_cq* cq, ibv_qp_init_attr* out,
+                       std::string* error);
 
 }  // namespace rdmagw::transport

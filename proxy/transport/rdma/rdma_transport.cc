@@ -83,8 +83,8 @@ bool RdmaTransport::open_channel(std::string* error) {
 }
 
 IoPtr<RdmaTransport> RdmaTransport::dial(EventLoop& loop, RdmaContext& ctx, const Endpoint& peer, uint32_t max_data,
-                                         uint32_t timeout_ms, const tunnel::SessionToken* session,
-                                         Observer* observer, std::string* error, const Endpoint* source) {
+                                         uint32_t timeout_ms, const tunnel::SessionToken* session, Observer* observer,
+                                         std::string* error, const Endpoint* source) {
   auto t = make_io<RdmaTransport>(loop, ctx, max_data, nullptr);
   t->remote_ = "rdma:" + sockaddr_to_string(reinterpret_cast<const sockaddr*>(&peer.addr), peer.addr_len);
   t->timeout_ms_ = timeout_ms;
@@ -96,8 +96,8 @@ IoPtr<RdmaTransport> RdmaTransport::dial(EventLoop& loop, RdmaContext& ctx, cons
   }
   sockaddr_storage dst = peer.addr;
   sockaddr_storage src = source ? source->addr : sockaddr_storage{};
-  if (rdma_resolve_addr(t->id_, source ? reinterpret_cast<sockaddr*>(&src) : nullptr,
-                        reinterpret_cast<sockaddr*>(&dst), static_cast<int>(timeout_ms)) != 0) {
+  if (rdma_resolve_addr(t->id_, source ? reinterpret_cast<sockaddr*>(&src) : nullptr, reinterpret_cast<sockaddr*>(&dst),
+                        static_cast<int>(timeout_ms)) != 0) {
     *error = std::string("rdma_resolve_addr: ") + strerror(errno);
     if (source) *error += " (from tunnel.address " + source->to_string() + ")";
     t->close(tunnel::CloseMode::kAbort);
@@ -492,7 +492,8 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
   uint32_t returned = tunnel::get_u32(buf);
   if (tunnel::get_u32(buf + 4) != 0 || !credits_.on_receive(returned)) {
     // Before admission the session's close line says it, rate-limited.
-    if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: bad RDMA transport header");
+    if (admitted())
+      log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: bad RDMA transport header");
     fail("protocol error: bad transport header (returned " + std::to_string(returned) + " credits)");
     return;
   }

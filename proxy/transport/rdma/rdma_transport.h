@@ -91,6 +91,7 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   bool post_receives(uint32_t count, std::string* error);
   bool post_recv(uint32_t index);
   void on_admitted() override { post_all_receives_ = true; }
+
  public:
   bool protect(const tunnel::CipherKey& send, const tunnel::CipherKey& receive, tunnel::Protection protection,
                std::string* error) override;
@@ -143,11 +144,11 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   bool peer_disconnected_ = false;  // taking in the last completions before failing
   __kernel_timespec flush_timeout_{};
 
-  std::vector<uint8_t*> recv_buffers_;   // recv_depth; the first posted_receives_ are posted
+  std::vector<uint8_t*> recv_buffers_;  // recv_depth; the first posted_receives_ are posted
   uint32_t posted_receives_ = 0;
-  bool post_all_receives_ = false;       // admitted: post the rest after this message's frames
-  uint8_t* header_slots_ = nullptr;       // one slab buffer cut into 16-byte header slots
-  std::vector<uint32_t> slot_payload_;    // frame bytes each in-flight SEND carries
+  bool post_all_receives_ = false;      // admitted: post the rest after this message's frames
+  uint8_t* header_slots_ = nullptr;     // one slab buffer cut into 16-byte header slots
+  std::vector<uint32_t> slot_payload_;  // frame bytes each in-flight SEND carries
   uint64_t send_seq_ = 0;
   uint32_t sends_in_flight_ = 0;
   uint32_t send_slots_ = 0;
@@ -156,11 +157,11 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   uint32_t peer_buffer_size_ = 0;
   tunnel::Outbound outbound_;
   bool rejected_ = false;
-  size_t posted_bytes_ = 0;               // outbound bytes handed to the QP, not yet completed
+  size_t posted_bytes_ = 0;  // outbound bytes handed to the QP, not yet completed
   // Encryption (tunnel.auth.encrypt), once the handshake turned it on.
   std::unique_ptr<tunnel::FrameCipher> sealer_, opener_;
-  size_t plain_unposted_ = 0;           // queued before sealing began: goes out as it is
-  std::vector<uint8_t*> slot_sealed_;   // per send slot: its sealed message's buffer
+  size_t plain_unposted_ = 0;          // queued before sealing began: goes out as it is
+  std::vector<uint8_t*> slot_sealed_;  // per send slot: its sealed message's buffer
   uint64_t completions_ = 0;
 };
 

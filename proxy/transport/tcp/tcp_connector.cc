@@ -22,10 +22,15 @@ namespace {
 // the dial was dropped first.
 class TcpConnectAttempt final : public IoObject {
  public:
-  TcpConnectAttempt(EventLoop& loop, BufferPool& pool, uint32_t max_data, bool splice, UniqueFd fd,
-                    std::string remote, tunnel::DialObserver* observer)
-      : IoObject(loop), pool_(pool), max_data_(max_data), splice_(splice), fd_(std::move(fd)),
-        remote_(std::move(remote)), observer_(observer) {
+  TcpConnectAttempt(EventLoop& loop, BufferPool& pool, uint32_t max_data, bool splice, UniqueFd fd, std::string remote,
+                    tunnel::DialObserver* observer)
+      : IoObject(loop),
+        pool_(pool),
+        max_data_(max_data),
+        splice_(splice),
+        fd_(std::move(fd)),
+        remote_(std::move(remote)),
+        observer_(observer) {
     connect_.bind<&TcpConnectAttempt::on_connected>(this);
   }
   void start(const Endpoint& peer, uint32_t timeout_ms) {
@@ -89,7 +94,8 @@ std::unique_ptr<tunnel::Dial> TcpConnector::dial(const Endpoint& peer, uint32_t 
       return nullptr;
     }
   }
-  auto attempt = make_io<TcpConnectAttempt>(loop_, pool_, max_data_, splice_, std::move(owned),
+  auto attempt = make_io<TcpConnectAttempt>(
+      loop_, pool_, max_data_, splice_, std::move(owned),
       sockaddr_to_string(reinterpret_cast<const sockaddr*>(&peer.addr), peer.addr_len), observer);
   attempt->start(peer, timeout_ms);
   return std::make_unique<TcpDial>(std::move(attempt));

@@ -24,8 +24,7 @@ class TcpConnector final : public tunnel::Connector {
       : loop_(loop), pool_(pool), max_data_(max_data), splice_(splice), source_(std::move(source)) {}
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kTcp; }
   std::unique_ptr<tunnel::Dial> dial(const Endpoint& peer, uint32_t timeout_ms, const tunnel::SessionToken* session,
-                                     tunnel::DialObserver* observer,
-                                     std::string* error) override;
+                                     tunnel::DialObserver* observer, std::string* error) override;
 
  private:
   EventLoop& loop_;

@@ -13,8 +13,8 @@
 
 namespace rdmagw::transport {
 
-TcpTransport::TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint32_t max_data,
-                           std::string remote, bool splice)
+TcpTransport::TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint32_t max_data, std::string remote,
+                           bool splice)
     : tunnel::Transport(loop),
       fd_(std::move(fd)),
       remote_(std::move(remote)),
@@ -138,7 +138,8 @@ bool TcpTransport::addresses(IpBytes* local, IpBytes* remote) const {
   socklen_t la = sizeof(a), lb = sizeof(b);
   return fd_.valid() && getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &la) == 0 &&
          getpeername(fd_.get(), reinterpret_cast<sockaddr*>(&b), &lb) == 0 &&
-         ip_bytes_of(reinterpret_cast<sockaddr*>(&a), la, local) && ip_bytes_of(reinterpret_cast<sockaddr*>(&b), lb, remote);
+         ip_bytes_of(reinterpret_cast<sockaddr*>(&a), la, local) &&
+         ip_bytes_of(reinterpret_cast<sockaddr*>(&b), lb, remote);
 }
 
 bool TcpTransport::protect(const tunnel::CipherKey& send, const tunnel::CipherKey& receive,
@@ -327,7 +328,10 @@ TcpTransport::PipeOutcome TcpTransport::pipe_frame(size_t offset) {
     if (!pipe_.open(reader_.max_data(), &error)) {
       static std::atomic<bool> logged{false};
       if (!logged.exchange(true))
-        log::warn("splice_unavailable").kv("remote", remote_).kv("reason", error).kv("note", "copying instead; logged once");
+        log::warn("splice_unavailable")
+            .kv("remote", remote_)
+            .kv("reason", error)
+            .kv("note", "copying instead; logged once");
       splice_ = false;
       return PipeOutcome::kNo;
     }
@@ -338,8 +342,8 @@ TcpTransport::PipeOutcome TcpTransport::pipe_frame(size_t offset) {
   // the frame is then handed over whole, and nothing waits half-piped.
   size_t in = 0;
   while (in < missing) {
-    ssize_t n = ::splice(fd_.get(), nullptr, pipe_.write_end(), nullptr, missing - in,
-                         SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+    ssize_t n =
+        ::splice(fd_.get(), nullptr, pipe_.write_end(), nullptr, missing - in, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
     if (n <= 0) {
       // A kernel that cannot splice this socket: copy from now on.
       if (n < 0 && errno != EAGAIN && errno != EINTR) splice_ = false;
@@ -431,8 +435,10 @@ void TcpTransport::on_send(int res, uint32_t) {
       // then FIN; we keep reading until the peer's FIN. A failed send ends
       // the close at once.
       flushing_on_close_ = false;
-      if (!retry) end_lingering();
-      else ::shutdown(fd_.get(), SHUT_WR);
+      if (!retry)
+        end_lingering();
+      else
+        ::shutdown(fd_.get(), SHUT_WR);
     }
     return;
   }

@@ -42,8 +42,8 @@ namespace rdmagw::transport {
 inline constexpr size_t kHandshakeReceiveSize = 4096;
 static_assert(kHandshakeReceiveSize >= 4 * tunnel::kMaxHandshakeFrameSize);
 // A certificate and its signature come together, before admission.
-static_assert(kHandshakeReceiveSize >= 2 * tunnel::kHeaderSize + 8 + tunnel::kMaxCertificateSize +
-                                           tunnel::kMaxSignatureSize);
+static_assert(kHandshakeReceiveSize >=
+              2 * tunnel::kHeaderSize + 8 + tunnel::kMaxCertificateSize + tunnel::kMaxSignatureSize);
 // Frame-stream bytes per record, and the bytes a record adds.
 inline constexpr size_t kRecordSize = 16 * 1024;
 inline constexpr size_t kRecordOverhead = 4 + tunnel::kCipherTagSize;
@@ -52,8 +52,7 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
  public:
   // `max_data` bounds DATA frames accepted from the peer (our buffer size).
   // `splice`: large DATA payloads may pass by splice (see above).
-  TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint32_t max_data, std::string remote,
-               bool splice);
+  TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint32_t max_data, std::string remote, bool splice);
 
   tunnel::TransportKind kind() const override { return tunnel::TransportKind::kTcp; }
   void start(tunnel::TransportSink* sink) override;
@@ -146,12 +145,12 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   // data it has received but not yet read.
   bool lingering_ = false;
   std::function<void(tunnel::MovedConnection)> hand_off_;  // set while the socket is handed to another worker
-  size_t hand_off_unread_ = 0;               // bytes received after the frame that asked for it
+  size_t hand_off_unread_ = 0;                             // bytes received after the frame that asked for it
 
   // Splice (null pipe until the first frame that qualifies).
   bool splice_;
   SplicePipe pipe_;
-  bool header_only_ = false;  // the next receive takes a header alone (deliver_received)
+  bool header_only_ = false;            // the next receive takes a header alone (deliver_received)
   bool last_frame_large_data_ = false;  // the last frame parsed was DATA of kMinPipedBytes or more
   uint64_t spliced_bytes_ = 0;
 
