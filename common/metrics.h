@@ -142,10 +142,12 @@ class alignas(64) WorkerMetrics {
   Counter address_sessions_refused;
   Counter streams_handed_over;  // accepted here, carried by another worker's session (sessions_per_peer)
   // tunnel.rdma.max_pinned reached (docs/configuration.md, "Fleet").
-  Counter rdma_budget_evicted;   // an idle RDMA session closed to make room
-  Counter rdma_budget_tcp;       // a new session went to TCP instead (auto)
-  Counter rdma_budget_refused;   // a new session not dialled (transport: rdma)
-  Counter rdma_budget_rejected;  // a peer's RDMA connect rejected (accepting side)
+  Counter rdma_budget_evicted;    // an idle RDMA session closed to make room
+  Counter rdma_budget_tcp;        // a new session went to TCP instead (auto)
+  Counter rdma_budget_refused;    // a new session not dialled (transport: rdma)
+  Counter rdma_budget_rejected;   // a peer's RDMA connect rejected (accepting side)
+  Counter access_log_lines;       // access log lines written
+  Counter access_log_suppressed;  // left out by access_log.lines_per_second
 
   void failed(StreamFailure f) { streams_failed[static_cast<size_t>(f)].add(); }
   ListenerMetrics& listener(std::string_view name);

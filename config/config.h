@@ -176,6 +176,16 @@ struct TunnelConfig {
   TunnelLimits limits;             // tunnel.limits
 };
 
+// access_log: one line per application connection when it ends
+// (proxy/local/access_log.h; docs/configuration.md, "access_log").
+struct AccessLogConfig {
+  bool enabled = true;
+  std::string path;                  // empty: the process log (event=access); else a file, reopened on SIGUSR1
+  bool json = false;                 // format: json (one object per line), only with `path`
+  uint32_t lines_per_second = 1000;  // per worker, also the burst; past it lines are counted, not written
+  bool operator==(const AccessLogConfig&) const = default;
+};
+
 struct Config {
   std::string source_file;
   std::string node;
@@ -193,6 +203,7 @@ struct Config {
   std::vector<TargetRule> targets;       // inbound allowlist
   uint32_t shutdown_timeout_ms = 10000;  // shutdown_timeout_ms: drain time on SIGTERM
   std::string log_level = "info";        // log_level: debug | info | warn | error
+  AccessLogConfig access_log;            // access_log
 
   const PeerConfig* find_peer(const std::string& name) const {
     for (const auto& p : peers)

@@ -149,6 +149,12 @@ std::vector<std::string> describe_changes(const Config& running, const Config& n
   d.check("tunnel.max_sessions", running.tunnel.max_sessions, next.tunnel.max_sessions);
   d.check("tunnel.sessions_per_peer", running.tunnel.sessions_per_peer, next.tunnel.sessions_per_peer);
   d.check("tunnel.rdma_share", running.tunnel.rdma_share, next.tunnel.rdma_share);
+  const AccessLogConfig& al = running.access_log;
+  const AccessLogConfig& nl = next.access_log;
+  d.check("access_log.enabled", al.enabled, nl.enabled);
+  d.check("access_log.path", al.path, nl.path);
+  d.check("access_log.format", std::string(al.json ? "json" : "kv"), std::string(nl.json ? "json" : "kv"));
+  d.check("access_log.lines_per_second", al.lines_per_second, nl.lines_per_second);
   // Key files are read again on every reload, so a key rotated in place
   // (the same file, new content) counts as a change too.
   const AuthConfig& ra = running.tunnel.auth;

@@ -294,6 +294,7 @@ class Parser {
   std::vector<std::string> parse_peers(const Value& v, Config* cfg);
   std::vector<ListenUse> parse_listeners(const Value& v, const std::vector<std::string>& peer_names, Config* cfg);
   void parse_targets(const Value& v, Config* cfg);
+  void parse_access_log(const Value& v, AccessLogConfig* a);
   void parse_cert_auth(const Value& v, const Fields& f, const Value* mode, AuthConfig* a);
 
   std::string file_;
@@ -573,6 +574,7 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
   if (const Value* v = find(fields, "log_level")) {
     if (auto s = get_choice(*v, {"debug", "info", "warn", "error"})) cfg->log_level = *s;
   }
+  if (const Value* v = find(fields, "access_log")) parse_access_log(*v, &cfg->access_log);
 
   // Nothing may listen on the tunnel's own TCP address.
   if (tunnel_listen) {
@@ -824,6 +826,35 @@ void Parser::parse_cert_auth(const Value& v, const Fields& f, const Value* mode,
             colon == std::string::npos ? problem : problem.substr(colon + 2));
   }
   OPENSSL_cleanse(key_pem.data(), key_pem.size());
+}
+
+void Parser::parse_access_log(const Value& v, AccessLogConfig* a) {
+  std::optional<Fields> maybe = read_map(v, config_keys::kAccessLog, true);
+  if (!maybe) return;
+  const Fields& f = *maybe;
+  if (const Value* e = find(f, "enabled")) {
+    if (auto on = get_choice(*e, {"true", "false"})) a->enabled = *on == "true";
+  }
+  const Value* path = find(f, "path");
+  if (path) {
+    if (auto p = get_string(*path)) {
+      if (p->empty() || p->front() != '/')
+        error(path->mark, path->path, "must be an absolute path, got " + quote(*p));
+      else
+        a->path = *p;
+    }
+  }
+  if (const Value* format = find(f, "format")) {
+    if (auto name = get_choice(*format, {"kv", "json"})) {
+      a->json = *name == "json";
+      if (a->json && !path)
+        error(format->mark, format->path,
+              "json needs access_log.path: the process log's lines are key=value (use kv, or give a path)");
+    }
+  }
+  if (const Value* n = find(f, "lines_per_second")) {
+    if (auto rate = get_uint(*n, 1, 1000000)) a->lines_per_second = static_cast<uint32_t>(*rate);
+  }
 }
 
 std::optional<std::string> Parser::read_secret_file(const Value& v, SecretKeys* keys) {

@@ -42,6 +42,7 @@ Signals:
   SIGHUP                 reload the configuration file: listeners, peers,
                          routes and targets change, open streams continue;
                          an invalid file keeps the running configuration
+  SIGUSR1                open access_log.path again (after logrotate moved it)
 
 Admin endpoint (admin:, default 127.0.0.1:9901): /ready /live /stats
 /metrics /peers /streams /config, POST /reload /drain. See docs/admin.md;

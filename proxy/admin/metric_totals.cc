@@ -98,6 +98,8 @@ MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::
     totals.rdma_budget_tcp += w->rdma_budget_tcp.value();
     totals.rdma_budget_refused += w->rdma_budget_refused.value();
     totals.rdma_budget_rejected += w->rdma_budget_rejected.value();
+    totals.access_log_lines += w->access_log_lines.value();
+    totals.access_log_suppressed += w->access_log_suppressed.value();
     totals.resent_bytes += w->resent_bytes.value();
     add_histogram(w->stream_open, &totals.stream_open);
     add_histogram(w->target_connect, &totals.target_connect);

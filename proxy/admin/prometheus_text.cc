@@ -231,6 +231,10 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Con
   p.sample("rdmagw_tunnel_rdma_pinned_limit_total", {{"action", "tcp_instead"}}, totals.rdma_budget_tcp);
   p.sample("rdmagw_tunnel_rdma_pinned_limit_total", {{"action", "refused"}}, totals.rdma_budget_refused);
   p.sample("rdmagw_tunnel_rdma_pinned_limit_total", {{"action", "rejected"}}, totals.rdma_budget_rejected);
+  p.family("rdmagw_access_log_lines_total", "counter",
+           "Access log lines: written, or left out past access_log.lines_per_second (per worker).");
+  p.sample("rdmagw_access_log_lines_total", {{"result", "written"}}, totals.access_log_lines);
+  p.sample("rdmagw_access_log_lines_total", {{"result", "suppressed"}}, totals.access_log_suppressed);
   p.family("rdmagw_certificate_expiry_seconds", "gauge",
            "tunnel.auth.mode cert: seconds until this node's certificate expires (negative: it has).");
   if (config && config->tunnel.auth.credentials)

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/protocol_limits.h"
 #include "common/socket_options.h"
+#include "proxy/local/access_log.h"
 
 namespace rdmagw::local {
 
@@ -34,9 +35,15 @@ void DirectPipe::start(StreamHost& host, UniqueFd client, const sockaddr_storage
                        std::string listener, metrics::ListenerMetrics* counters) {
   auto* p = new DirectPipe(host, std::move(client), std::move(listener), counters);
   p->destination_ = sockaddr_to_string(reinterpret_cast<const sockaddr*>(&destination), length);
+  if (host.access_log && host.access_log->enabled()) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    if (getpeername(p->client_.get(), reinterpret_cast<sockaddr*>(&ss), &len) == 0)
+      p->client_address_ = sockaddr_to_string(reinterpret_cast<sockaddr*>(&ss), len);
+  }
   int fd = ::socket(destination.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    p->fail("socket", errno);
+    p->fail("socket", errno, "rdmagw");
     return;
   }
   p->server_.reset(fd);
@@ -47,7 +54,7 @@ void DirectPipe::start(StreamHost& host, UniqueFd client, const sockaddr_storage
 void DirectPipe::on_connected(int error) {
   if (closing_) return;
   if (error != 0) {
-    fail("connect", error);
+    fail("connect", error, "target");
     return;
   }
   log::debug("passthrough_open").kv("listener", listener_).kv("destination", destination_);
@@ -94,6 +101,7 @@ void DirectPipe::Direction::on_recv(int res, uint32_t flags) {
     buffer = got;
     start = kBufferHeadroom;
     filled = static_cast<uint32_t>(res);
+    total += filled;
     sent = 0;
     if (p.counters_) (this == &p.up_ ? p.counters_->bytes_received : p.counters_->bytes_sent).add(filled);
     p.post_send(*this);
@@ -104,7 +112,8 @@ void DirectPipe::Direction::on_recv(int res, uint32_t flags) {
   } else if (res == -EINTR || res == -EAGAIN || res == -ENOBUFS) {
     p.post_recv(*this);
   } else {
-    p.fail(res == -ENOMEM ? "buffers" : "recv", res == -ENOMEM ? ENOBUFS : -res);
+    bool ours = res == -ENOMEM;
+    p.fail(ours ? "buffers" : "recv", ours ? ENOBUFS : -res, ours ? "rdmagw" : this == &p.up_ ? "client" : "target");
   }
 }
 
@@ -113,7 +122,7 @@ void DirectPipe::Direction::on_send(int res, uint32_t) {
   DirectPipe& p = *pipe;
   if (p.closing_ || (p.frozen_ && res == -ECANCELED)) return;
   if (res < 0 && res != -EINTR && res != -EAGAIN) {
-    p.fail("send", -res);
+    p.fail("send", -res, this == &p.up_ ? "target" : "client");
     return;
   }
   if (res > 0) sent += static_cast<uint32_t>(res);
@@ -126,18 +135,33 @@ void DirectPipe::Direction::on_send(int res, uint32_t) {
   p.post_recv(*this);
 }
 
-void DirectPipe::fail(std::string_view what, int error) {
+void DirectPipe::fail(std::string_view what, int error, std::string_view by) {
   if (closing_) return;
-  log::info("passthrough_reset")
-      .kv("listener", listener_)
-      .kv("destination", destination_)
-      .kv("reason", error ? std::string(what) + ": " + strerror(error) : std::string(what));
+  std::string reason = error ? std::string(what) + ": " + strerror(error) : std::string(what);
+  log::info("passthrough_reset").kv("listener", listener_).kv("destination", destination_).kv("reason", reason);
+  ended_by_ = by;
+  end_reason_ = std::move(reason);
   end(false);
 }
 
 void DirectPipe::end(bool clean) {
   if (closing_) return;
   closing_ = true;
+  if (host_.access_log && host_.access_log->enabled()) {
+    AccessRecord r;
+    r.direction = "passthrough";
+    r.listener = listener_;
+    r.client = client_address_;
+    r.destination = destination_;
+    r.bytes_from_app = up_.total;
+    r.bytes_to_app = down_.total;
+    r.duration_us =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count());
+    r.reset = !clean;
+    r.ended_by = ended_by_;
+    r.reason = end_reason_;
+    host_.access_log->write(r);
+  }
   // Only a pipe that finished both ways closes with FIN; otherwise the
   // abortive close armed at the start resets both applications.
   if (clean) {

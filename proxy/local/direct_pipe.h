@@ -30,7 +30,7 @@ class DirectPipe final : public LocalConnection {
                       metrics::ListenerMetrics* counters);
 
   // LocalConnection
-  void reset_now(std::string_view reason) override { fail(reason, 0); }
+  void reset_now(std::string_view reason) override { fail(reason, 0, "rdmagw"); }
   bool ending() const override { return closing_; }
   void freeze() override;
   bool export_image(HandoverImages* out, const SessionIndex& sessions) const override;
@@ -51,6 +51,7 @@ class DirectPipe final : public LocalConnection {
     SocketReceive receive;
     bool busy = false;   // a recv or send is in flight
     bool ended = false;  // EOF passed on
+    uint64_t total = 0;  // bytes received this way (the access log)
     IoOp recv_op, send_op;
     void on_recv(int res, uint32_t flags);
     void on_send(int res, uint32_t flags);
@@ -66,7 +67,9 @@ class DirectPipe final : public LocalConnection {
   void post_recv(Direction& d);
   void post_send(Direction& d);
   // Ends the pipe with a reset both ways. `error` (an errno, or 0) is logged.
-  void fail(std::string_view what, int error);
+  // `by`: whose socket failed, for the access log ("client" | "target" |
+  // "rdmagw"; a string literal).
+  void fail(std::string_view what, int error, std::string_view by);
   void end(bool clean);
 
   UniqueFd client_;
@@ -79,6 +82,12 @@ class DirectPipe final : public LocalConnection {
   bool closing_ = false;
   bool connected_ = false;
   bool frozen_ = false;  // a takeover is moving it: no I/O
+  // The access log's (while it is enabled): the client's address, when the
+  // pipe began, and how it ended.
+  std::string client_address_;
+  Clock::time_point started_ = Clock::now();
+  std::string_view ended_by_;
+  std::string end_reason_;
 };
 
 }  // namespace rdmagw::local

@@ -60,7 +60,7 @@ void DirectPipe::restore(StreamHost& host, UniqueFd client, UniqueFd server, con
   // Up to a whole buffer: an older rdmagw received into all of it.
   size_t room = host.pool.buffer_size();
   if (image.up.size() > room || image.down.size() > room) {
-    p->fail("takeover", EMSGSIZE);
+    p->fail("takeover", EMSGSIZE, "rdmagw");
     return;
   }
   for (auto [d, bytes, ended] :
@@ -69,7 +69,7 @@ void DirectPipe::restore(StreamHost& host, UniqueFd client, UniqueFd server, con
     if (bytes->empty()) continue;
     d->buffer = host.pool.acquire();
     if (!d->buffer) {
-      p->fail("takeover", ENOBUFS);
+      p->fail("takeover", ENOBUFS, "rdmagw");
       return;
     }
     d->start = bytes->size() <= room - kBufferHeadroom ? kBufferHeadroom : 0;

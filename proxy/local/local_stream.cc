@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/socket_options.h"
 #include "common/splice_pipe.h"
+#include "proxy/local/access_log.h"
 
 namespace rdmagw::local {
 
@@ -61,9 +62,17 @@ LocalStream::~LocalStream() {
 }
 
 LocalStream* LocalStream::from_client(StreamHost& host, UniqueFd fd, std::string listener,
-                                      metrics::ListenerMetrics* counters, std::string peer, std::string target) {
+                                      metrics::ListenerMetrics* counters, std::string peer, std::string target,
+                                      std::string destination) {
   set_nodelay(fd.get());
   auto* s = new LocalStream(host, std::move(fd));
+  if (host.access_log && host.access_log->enabled()) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    if (getpeername(s->fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len) == 0)
+      s->client_ = sockaddr_to_string(reinterpret_cast<sockaddr*>(&ss), len);
+    s->destination_ = std::move(destination);
+  }
   s->listener_ = std::move(listener);
   s->peer_ = std::move(peer);
   s->target_ = std::move(target);
@@ -95,6 +104,10 @@ LocalStream* LocalStream::to_target(StreamHost& host, const tunnel::Session& ses
   host.metrics.streams_opened_inbound.add();
   s->peer_ = session.peer_node();
   s->target_ = target.to_string();
+  if (host.access_log && host.access_log->enabled()) {
+    s->client_ = session.remote_address();
+    s->transport_ = tunnel::transport_kind_name(session.transport_kind());
+  }
   s->connecting_ = true;
   s->connector().start(host.loop, fd, target.addr, target.addr_len, host.connect_timeout_ms);
   return s;
@@ -149,9 +162,13 @@ void LocalStream::add_bytes_to_app(uint64_t n) {
 
 // --- the one failure path ------------------------------------------------------
 
-void LocalStream::fail(std::string_view event, metrics::StreamFailure why, ResetCode to_peer, std::string_view reason,
-                       std::string_view error) {
+void LocalStream::fail(std::string_view event, std::string_view by, metrics::StreamFailure why, ResetCode to_peer,
+                       std::string_view reason, std::string_view error) {
   if (closing_) return;
+  note_transport();
+  ended_by_ = by;
+  if (host_.access_log && host_.access_log->enabled())
+    end_reason_ = error.empty() ? std::string(reason) : std::string(reason) + ": " + std::string(error);
   auto line = why == metrics::StreamFailure::kReset ? log::info(event) : log::warn(event);
   line.kv("listener", listener_).kv("peer", peer_).kv("stream", stream_id()).kv("target", target_).kv("reason", reason);
   if (!error.empty()) line.kv("error", error);
@@ -166,11 +183,11 @@ void LocalStream::fail(std::string_view event, metrics::StreamFailure why, Reset
 void LocalStream::fail_local(int error) {
   // The application reset its connection (or its socket broke): abort the
   // whole stream, and tell the peer.
-  fail("stream_reset", metrics::StreamFailure::kReset, ResetCode::kCancel, "local-reset", strerror(error));
+  fail("stream_reset", app_side(), metrics::StreamFailure::kReset, ResetCode::kCancel, "local-reset", strerror(error));
 }
 
 void LocalStream::reset_now(std::string_view reason) {
-  fail("stream_reset", metrics::StreamFailure::kShutdown, ResetCode::kShutdown, reason);
+  fail("stream_reset", "rdmagw", metrics::StreamFailure::kShutdown, ResetCode::kShutdown, reason);
 }
 
 // --- connecting to the target (far side) --------------------------------------
@@ -188,7 +205,7 @@ void LocalStream::on_target_connected(int error) {
   if (closing_) return;
   if (error != 0) {
     bool refused = error == ECONNREFUSED;
-    fail("stream_refused",
+    fail("stream_refused", "target",
          refused ? metrics::StreamFailure::kTargetRefused : metrics::StreamFailure::kTargetUnreachable,
          refused ? ResetCode::kRefused : ResetCode::kConnectFailed, "connect-failed", strerror(error));
     return;
@@ -208,7 +225,7 @@ void LocalStream::attach(tunnel::Session& session) {
   if (closing_) return;
   uint8_t* buffer = host_.pool.acquire();
   if (!buffer) {
-    fail("stream_failed", metrics::StreamFailure::kResource, ResetCode::kResource, "out of buffers");
+    fail("stream_failed", "rdmagw", metrics::StreamFailure::kResource, ResetCode::kResource, "out of buffers");
     return;
   }
   // 0-RTT: if the application already wrote, its first bytes ride in the OPEN.
@@ -229,7 +246,8 @@ void LocalStream::attach(tunnel::Session& session) {
   }
   if (!session.peer_node().empty()) peer_ = session.peer_node();
   if (!session.open_stream(*this, target_, buffer, static_cast<uint32_t>(n))) {
-    fail("stream_failed", metrics::StreamFailure::kResource, ResetCode::kResource, "the session could not open it");
+    fail("stream_failed", "rdmagw", metrics::StreamFailure::kResource, ResetCode::kResource,
+         "the session could not open it");
     return;
   }
   opened_ = true;
@@ -250,8 +268,8 @@ void LocalStream::attach(tunnel::Session& session) {
 
 void LocalStream::abort(ResetCode code, std::string_view reason) {
   // kPeerGone here means no session came up for the stream in time.
-  fail("stream_failed", code == ResetCode::kPeerGone ? metrics::StreamFailure::kNoSession : failure_of(code), code,
-       reason);
+  fail("stream_failed", "tunnel", code == ResetCode::kPeerGone ? metrics::StreamFailure::kNoSession : failure_of(code),
+       code, reason);
 }
 
 // --- socket -> tunnel --------------------------------------------------------
@@ -295,7 +313,7 @@ void LocalStream::on_recv(int res, uint32_t flags) {
   } else if (res == -EINTR || res == -EAGAIN || res == -ENOBUFS) {
     start_reading();
   } else if (res == -ENOMEM) {
-    fail("stream_reset", metrics::StreamFailure::kResource, ResetCode::kResource, "out of buffers");
+    fail("stream_reset", "rdmagw", metrics::StreamFailure::kResource, ResetCode::kResource, "out of buffers");
   } else {
     fail_local(-res);
   }
@@ -444,7 +462,7 @@ void LocalStream::maybe_shutdown_write() {
 
 void LocalStream::on_peer_reset(ResetCode code) {
   // Detached already: nothing goes back to the peer.
-  fail("stream_reset", failure_of(code), code, tunnel::reset_code_name(code));
+  fail("stream_reset", "peer", failure_of(code), code, tunnel::reset_code_name(code));
 }
 
 void LocalStream::on_session_lost(std::string_view reason) {
@@ -455,7 +473,7 @@ void LocalStream::on_session_lost(std::string_view reason) {
     maybe_done();
     return;
   }
-  fail("stream_reset", metrics::StreamFailure::kPeerGone, ResetCode::kPeerGone, "peer-gone", reason);
+  fail("stream_reset", "tunnel", metrics::StreamFailure::kPeerGone, ResetCode::kPeerGone, "peer-gone", reason);
 }
 
 void LocalStream::on_send_credit() {
@@ -491,6 +509,7 @@ void LocalStream::maybe_done() {
   // Our FIN could not leave (the session closed under us): the session's
   // end, dispatched later in this batch, resets the stream instead.
   if (session() && !tunnel_done()) return;
+  note_transport();
   log::debug("stream_closed")
       .kv("peer", peer_)
       .kv("stream", stream_id())
@@ -500,8 +519,33 @@ void LocalStream::maybe_done() {
   terminate(Ending::kClean);
 }
 
+void LocalStream::note_transport() {
+  if (session()) transport_ = tunnel::transport_kind_name(session()->transport_kind());
+}
+
+void LocalStream::write_access_log(Ending how) const {
+  if (!host_.access_log || !host_.access_log->enabled()) return;
+  AccessRecord r;
+  r.direction = target_side_ ? "inbound" : "outbound";
+  r.listener = listener_;
+  r.client = client_;
+  r.destination = destination_;
+  r.peer = peer_;
+  r.transport = transport_;
+  r.target = target_;
+  r.bytes_from_app = bytes_up_;
+  r.bytes_to_app = bytes_down_;
+  r.duration_us =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count());
+  r.reset = how == Ending::kReset;
+  r.ended_by = ended_by_;
+  r.reason = end_reason_;
+  host_.access_log->write(r);
+}
+
 void LocalStream::terminate(Ending how) {
   if (closing_) return;
+  write_access_log(how);
   closing_ = true;
   stop_waiting();  // ended while waiting for a session: the link forgets it
   // The only clean close: both directions finished. Everything else keeps

@@ -43,8 +43,10 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
  public:
   // An application connected to a listener; it waits for a session (attach).
   // `counters` (may be null) are the listener's, kept up to date from here.
+  // `destination`: where a transparent listener's client meant to go.
   static LocalStream* from_client(StreamHost& host, UniqueFd fd, std::string listener,
-                                  metrics::ListenerMetrics* counters, std::string peer, std::string target);
+                                  metrics::ListenerMetrics* counters, std::string peer, std::string target,
+                                  std::string destination = {});
   // The peer opened stream `id` to `target`: connect to it. Returns nullptr
   // (and sets *refuse) if no socket could be created. Called mid-parse: it
   // does not touch the session.
@@ -84,6 +86,7 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   void on_send_credit() override;
   void on_session_lost(std::string_view reason) override;
 
+  enum class Ending { kClean, kReset };
   void on_target_connected(int error);
   TimedConnect& connector();
   // After restore(): picks up the I/O where the old process stopped it.
@@ -96,12 +99,18 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   void maybe_done();
   // The one failure path: logs `event` with the reason, counts `why` once,
   // resets the stream towards the peer (with `to_peer`) if a session still
-  // carries it, and ends it with a reset towards the application.
-  void fail(std::string_view event, metrics::StreamFailure why, tunnel::ResetCode to_peer, std::string_view reason,
-            std::string_view error = {});
+  // carries it, and ends it with a reset towards the application. `by`:
+  // who ended it, for the access log ("client" | "target" | "peer" |
+  // "tunnel" | "rdmagw"; a string literal).
+  void fail(std::string_view event, std::string_view by, metrics::StreamFailure why, tunnel::ResetCode to_peer,
+            std::string_view reason, std::string_view error = {});
+  // This side's application: the client, or on the far side the target.
+  std::string_view app_side() const { return target_side_ ? "target" : "client"; }
+  // The session's transport, while it has one: the access log names it.
+  void note_transport();
+  void write_access_log(Ending how) const;
   // The application's socket failed (recv, send or an error poll).
   void fail_local(int error);
-  enum class Ending { kClean, kReset };
   void terminate(Ending how);
 
   void on_recv(int res, uint32_t flags);
@@ -147,6 +156,14 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   bool failure_counted_ = false;
   bool target_side_ = false;
   Clock::time_point started_;
+  // For the access log (filled only while it is enabled): the application's
+  // address (or the peer's session end), a transparent client's original
+  // destination, and how it ended.
+  std::string client_;
+  std::string destination_;
+  std::string_view transport_;
+  std::string_view ended_by_;
+  std::string end_reason_;
   metrics::ListenerMetrics* listener_counters_ = nullptr;
 };
 

@@ -96,7 +96,7 @@ LocalStream* LocalStream::restore(StreamHost& host, UniqueFd fd, const LocalStre
   }
   if (session) session->restore_stream(*s, image.tunnel);
   if (!ok) {
-    s->fail("stream_failed", metrics::StreamFailure::kResource, tunnel::ResetCode::kResource,
+    s->fail("stream_failed", "rdmagw", metrics::StreamFailure::kResource, tunnel::ResetCode::kResource,
             "out of buffers for the bytes a takeover moved");
     return nullptr;
   }

@@ -17,6 +17,7 @@
 
 namespace rdmagw::local {
 
+class AccessLog;
 class LocalConnection;
 
 struct StreamHost {
@@ -30,6 +31,8 @@ struct StreamHost {
   // inactive) on kernels without buffer rings: streams then wait for
   // readiness and read into a pool buffer (local_stream.cc).
   ProvidedBuffers* receive_ring = nullptr;
+  // One line per connection when it ends (null: none; tests of the layer).
+  AccessLog* access_log = nullptr;
   uint64_t live = 0;  // connections not yet freed (a drain waits for 0)
   LocalConnection* first = nullptr;
 

@@ -148,7 +148,7 @@ void Runtime::worker_thread(unsigned index) {
   std::string pin_error = pin_worker(*config, index);
   {
     Worker worker(index, std::move(config), std::move(listeners), tunnel_, stop_level_, *metrics_[index],
-                  *mailboxes_[index], *directory_);
+                  *mailboxes_[index], *directory_, access_log_file_);
     if (index < worker_imports_.size()) worker.import_on_init(std::move(worker_imports_[index]), inherited_fds_);
     std::string error = pin_error;
     bool ok = error.empty() && worker.init(&error);
@@ -237,6 +237,7 @@ int Runtime::run() {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGHUP);
+  sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -263,6 +264,11 @@ int Runtime::run() {
   if (!ok) {
     log::error("listen_failed").kv("key", key).kv("reason", error);
     abandon_takeover("the new process cannot open its listeners: " + key + ": " + error);
+    return 1;
+  }
+  if (!config_->access_log.path.empty() && !access_log_file_.open(config_->access_log.path, &error)) {
+    log::error("access_log_failed").kv("key", "access_log.path").kv("reason", error);
+    abandon_takeover("the new process cannot open its access log: " + error);
     return 1;
   }
   if (!open_tunnel_sockets() || !prepare_workers()) {
@@ -347,11 +353,14 @@ void Runtime::wait_for_signals() {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGHUP);
+  sigaddset(&signals, SIGUSR1);
   timespec poll{0, 100 * 1000 * 1000};
   while (finished_.load() < workers_.size()) {
     siginfo_t info;
     int sig = sigtimedwait(&signals, &info, &poll);
-    if (sig == SIGHUP) {
+    if (sig == SIGUSR1) {
+      reopen_access_log();
+    } else if (sig == SIGHUP) {
       log::info("reload_requested").kv("signal", "SIGHUP");
       try {
         reload();
@@ -580,6 +589,10 @@ admin::ReloadResult Runtime::load_and_apply() {
   if (!open_listener_set(*loaded.config, current, &next, &key, &error))
     return refuse_reload({options_.config_file + ": " + key + ": " + error});
 
+  const std::string& log_path = loaded.config->access_log.path;
+  if (!log_path.empty() && log_path != running->access_log.path && !access_log_file_.open(log_path, &error))
+    return refuse_reload({options_.config_file + ": access_log.path: " + error});
+
   std::shared_ptr<const Config> config = loaded.config;
   std::string slow;
   bool all = on_every_worker([config, next](Worker& w) { w.apply(config, next); }, kReloadTimeout, &slow);
@@ -608,6 +621,20 @@ admin::ReloadResult Runtime::load_and_apply() {
   if (!all) log::warn("reload_slow").kv("reason", slow);
   log_certificate_validity(*config);
   return result;
+}
+
+void Runtime::reopen_access_log() {
+  // logrotate moved the file and sends SIGUSR1 (docs/logging.md): lines go
+  // to a new file at the configured path from now on.
+  std::string path = access_log_file_.path(), error;
+  if (path.empty()) {
+    log::info("access_log_reopened").kv("signal", "SIGUSR1").kv("path", "none (access_log.path is not set)");
+    return;
+  }
+  if (access_log_file_.reopen(&error))
+    log::info("access_log_reopened").kv("signal", "SIGUSR1").kv("path", path);
+  else
+    log::error("access_log_failed").kv("key", "access_log.path").kv("reason", error).kv("kept", "the open file");
 }
 
 void Runtime::log_certificate_validity(const Config& config) {

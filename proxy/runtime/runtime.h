@@ -66,6 +66,8 @@ class Runtime final : public admin::Backend {
   uint64_t live_streams() const;
   // Mode cert: says whether this node's certificate is out of its dates, or
   // will be within a week (at start and after each reload).
+  // SIGUSR1: access_log.path opened again (after logrotate moved it).
+  void reopen_access_log();
   static void log_certificate_validity(const Config& config);
   admin::ReloadResult refuse_reload(std::vector<std::string> errors);
   // reload()'s work once it is known to go ahead (under reload_mu_).
@@ -119,6 +121,7 @@ class Runtime final : public admin::Backend {
   std::atomic<int> stop_level_{0};
 
   TunnelSockets tunnel_;
+  local::AccessLogFile access_log_file_;  // access_log.path's (workers write, main reopens)
   metrics::ProcessMetrics process_metrics_;
   // Owned here, not by the workers, so that they outlive the worker threads:
   // the admin thread may read or post to them at any time.

@@ -75,13 +75,14 @@ std::optional<Endpoint> dial_source(const TunnelConfig& t) {
 
 Worker::Worker(unsigned index, std::shared_ptr<const Config> config, ListenerSet listeners, TunnelSockets& tunnel,
                const std::atomic<int>& stop_level, metrics::WorkerMetrics& metrics, WorkerMailbox& mailbox,
-               SessionDirectory& directory)
+               SessionDirectory& directory, const local::AccessLogFile& access_log_file)
     : index_(index),
       config_(std::move(config)),
       initial_listeners_(std::move(listeners)),
       tunnel_(tunnel),
       stop_level_(stop_level),
       metrics_(metrics),
+      access_log_(access_log_file, metrics, index),
       mailbox_(mailbox),
       directory_(directory) {
   directory_.set_worker(index_, this);
@@ -131,6 +132,8 @@ bool Worker::init(std::string* error) {
   if (tunnel_.rdma) rdma_ = std::make_unique<transport::RdmaContext>(*pool_, t.rdma, &metrics_);
   host_ = std::make_unique<local::StreamHost>(
       local::StreamHost{loop_, *pool_, metrics_, index_, t.buffer_size, t.connect_timeout_ms});
+  access_log_.configure(config_->access_log, config_->node);
+  host_->access_log = &access_log_;
   // Idle streams then hold no buffer (docs/architecture.md, "Memory per
   // connection"). Without buffer rings the streams poll, then read.
   std::string no_ring;
@@ -549,8 +552,8 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
         }
         log::debug("stream_routed").kv("listener", l.name).kv("destination", destination).kv("peer", link->name());
         if (hand_over_stream(*link, fd, l.name, target)) return;
-        link->submit(
-            local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, link->name(), target));
+        link->submit(local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, link->name(),
+                                                     target, destination));
         return;
       }
     }
@@ -560,6 +563,7 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
 
 void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) {
   config_ = std::move(config);
+  access_log_.configure(config_->access_log, config_->node);
   // Keys read again by the reload: handshakes from now on use them (the
   // mode itself never changes on reload, see config_diff.cc).
   if (config_->tunnel.auth.mode == AuthMode::kPsk) auth_keyring_.keys = config_->tunnel.auth.keys;

@@ -26,6 +26,7 @@
 #include "config/config.h"
 #include "proxy/io/acceptor.h"
 #include "proxy/io/event_loop.h"
+#include "proxy/local/access_log.h"
 #include "proxy/local/stream_host.h"
 #include "proxy/local/stream_info.h"
 #include "proxy/runtime/listener_sockets.h"
@@ -57,9 +58,11 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
  public:
   // `mailbox` and `metrics` outlive the worker (the runtime owns them, so
   // that the admin thread can use them at any time).
+  // `access_log_file`: access_log.path's, shared by the workers (the
+  // runtime opens it).
   Worker(unsigned index, std::shared_ptr<const Config> config, ListenerSet listeners, TunnelSockets& tunnel,
          const std::atomic<int>& stop_level, metrics::WorkerMetrics& metrics, WorkerMailbox& mailbox,
-         SessionDirectory& directory);
+         SessionDirectory& directory, const local::AccessLogFile& access_log_file);
   ~Worker() override;
 
   bool init(std::string* error);
@@ -199,6 +202,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   TunnelSockets& tunnel_;
   const std::atomic<int>& stop_level_;
   metrics::WorkerMetrics& metrics_;
+  local::AccessLog access_log_;
   WorkerMailbox& mailbox_;
   SessionDirectory& directory_;
 

@@ -11,8 +11,8 @@ comments left out, for the calls that write a log line:
 - log::Line(LEVEL, "event"): the event is the second argument, as above; the
   level is `Level::kX`, or both of `cond ? Level::kX : Level::kY`, and is
   unknown for any other expression.
-- LocalStream::fail("event", failure, ...) (proxy/local/local_stream.cc): a
-  call named fail whose second argument is a metrics::StreamFailure
+- LocalStream::fail("event", by, failure, ...) (proxy/local/local_stream.cc):
+  a call named fail whose third argument is a metrics::StreamFailure
   (`StreamFailure` or `failure_of(` in it). fail() logs info for
   StreamFailure::kReset and warn for any other, so the level is info for
   kReset, warn for another (and both levels of `cond ? kX : kY`), and
@@ -153,12 +153,12 @@ def scan() -> Scan:
             arg_text = [src.masked[a:b] for a, b in args]
             fn = m.group("fn") or "fail"
             if fn == "fail":
-                if len(args) < 2 or not re.search(r"StreamFailure|failure_of\(", arg_text[1]):
+                if len(args) < 3 or not re.search(r"StreamFailure|failure_of\(", arg_text[2]):
                     continue  # another class's fail(): not a log line
                 if PARAMETER.fullmatch(arg_text[0]):
                     continue  # its declaration or definition
                 event_arg = args[0]
-                failure = FAILURE_EXPR.fullmatch(arg_text[1])
+                failure = FAILURE_EXPR.fullmatch(arg_text[2])
                 levels = frozenset("info" if g == "Reset" else "warn" for g in failure.groups() if g) if failure else None
             elif fn == "Line":
                 if len(args) < 2:

@@ -553,13 +553,13 @@ def pair(sidecar, sock_dir):
     targets must then be Unix sockets, which both namespaces reach.
     a_auth/b_auth: tunnel.auth of each (conftest.auth_yaml; default: the run's
     fleet key on both). peer_connect: host-a's `connect:` for host-b (see
-    render_config)."""
+    render_config). a_lines/b_lines: top-level YAML lines added to each."""
 
     def build(listeners, targets, *, a_tunnel: dict | None = None,
               b_tunnel: dict | None = None, shutdown_timeout_ms: int = 3000,
               workers: int = 2, start: bool = True, a_transport: str | None = None,
               b_transport: str | None = None, hosts: tuple | None = None,
-              a_auth="psk", b_auth="psk", peer_connect: str = "always") -> Pair:
+              a_auth="psk", b_auth="psk", peer_connect: str = "always", a_lines=(), b_lines=()) -> Pair:
         ns_a, ip_a, ns_b, ip_b = hosts or (None, TUNNEL_ADDR, None, TUNNEL_ADDR)
         a_port, b_port = free_port(), free_port()
         a_rdma, b_rdma = free_port(), free_port()
@@ -577,12 +577,13 @@ def pair(sidecar, sock_dir):
         b = sidecar("host-b", tunnel_port=b_port, admin_port=free_port(), targets=list(targets),
                     workers=workers, shutdown_timeout_ms=shutdown_timeout_ms,
                     tunnel_extra=b_tunnel, rdma_port=b_rdma, transport=b_transport,
-                    netns=ns_b, address=ip_b, auth=b_auth)
+                    netns=ns_b, address=ip_b, auth=b_auth, extra_lines=b_lines)
         a = sidecar("host-a", tunnel_port=a_port, admin_port=free_port(),
                     peers=[("host-b", b_port, b_rdma)], listeners=list(resolved.values()),
                     workers=workers, shutdown_timeout_ms=shutdown_timeout_ms,
                     tunnel_extra=a_tunnel, rdma_port=a_rdma, transport=a_transport,
-                    netns=ns_a, address=ip_a, peer_address=ip_b, auth=a_auth, peer_connect=peer_connect)
+                    netns=ns_a, address=ip_a, peer_address=ip_b, auth=a_auth, peer_connect=peer_connect,
+                    extra_lines=a_lines)
         if start:
             b.start()
             a.start()

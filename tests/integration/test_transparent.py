@@ -154,8 +154,20 @@ listeners:
         # address), not from host A.
         assert client(8000, "via-tunnel") == f"reply:{B_IP}|via-tunnel"
         assert f"event=stream_routed listener=outbound destination={ep(B_IP, 8000)} peer=host-b" in log("a")
+        # Its access line names where the application meant to go.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and "event=access" not in log("a"):
+            time.sleep(0.05)
+        (access,) = [line for line in log("a").splitlines() if "event=access" in line]
+        assert f" direction=outbound listener=outbound client={ep(A_IP, '')}" in access, access
+        assert f" destination={ep(B_IP, 8000)} peer=host-b " in access and " end=close" in access, access
         # Passthrough: connected directly from host A.
         assert client(9000, "direct") == f"reply:{A_IP}|direct"
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and "direction=passthrough" not in log("a"):
+            time.sleep(0.05)
+        (access,) = [line for line in log("a").splitlines() if "direction=passthrough" in line]
+        assert f" destination={ep(B_IP, 9000)} bytes_from_app=6 " in access and " end=close" in access, access
         # Reject: reset, and logged.
         assert client(9150, "nope").startswith("reset:")
         assert f"event=stream_rejected listener=outbound destination={ep(B_IP, 9150)}" in log("a")

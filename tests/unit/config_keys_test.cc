@@ -84,6 +84,10 @@ const std::vector<Change>& changes() {
       {"worker_cpus", "[0]"},
       {"shutdown_timeout_ms", "5000"},
       {"log_level", "debug"},
+      {"access_log.enabled", "false"},
+      {"access_log.path", "/var/log/rdmagw/access.log"},
+      {"access_log.format", "json", {{"access_log.path", "/var/log/rdmagw/access.log"}}},
+      {"access_log.lines_per_second", "10"},
       {"tunnel.address", "127.0.0.2"},
       {"tunnel.tcp_port", "7571"},
       {"tunnel.rdma_port", "7572"},
@@ -282,4 +286,21 @@ TEST_CASE("config keys: docs/configuration.md has a row for every key, in its se
       CHECK((row || flow));
     }
   }
+}
+
+TEST_CASE("access_log: json needs a path, a path is absolute, and a rate is at least 1") {
+  auto errors = [](const std::string& access_log) {
+    ConfigResult r = parse_config_text("node: a\naccess_log: " + access_log + "\n", "a.yaml");
+    std::string out;
+    for (const auto& e : r.errors) out += e.to_string() + "\n";
+    return out;
+  };
+  CHECK(errors("{format: json}").find("access_log.format: json needs access_log.path") != std::string::npos);
+  CHECK(errors("{path: logs/access.log}").find("access_log.path: must be an absolute path") != std::string::npos);
+  CHECK(errors("{lines_per_second: 0}").find("access_log.lines_per_second") != std::string::npos);
+  CHECK(errors("{path: /var/log/a.log, format: json, lines_per_second: 5, enabled: false}").empty());
+  ConfigResult ok = parse_config_text("node: a\n", "a.yaml");
+  REQUIRE(ok.config);
+  CHECK(ok.config->access_log.enabled);  // on by default, into the process log
+  CHECK(ok.config->access_log.path.empty());
 }
