@@ -41,10 +41,11 @@ class CertPair:
     certificate from `ca`; either side's auth section may be replaced."""
 
     def __init__(self, sidecar, tmp_path, targets, *, a_auth=None, b_auth=None, encrypt=False,
-                 b_address=TUNNEL_ADDR, a_dials=TUNNEL_ADDR, peer_name="host-b", b_node="host-b"):
+                 b_address=TUNNEL_ADDR, a_dials=TUNNEL_ADDR, peer_name="host-b", b_node="host-b",
+                 a_tunnel=None, a_connect="always"):
         self.ca = Authority(tmp_path / "pki")
         self.b_port, self.b_admin, self.a_admin, self.a_port = free_port(), free_port(), free_port(), free_port()
-        self.b_rdma = free_port()
+        self.b_rdma, self.a_rdma = free_port(), free_port()
         self.listen = free_port()
         self.target = targets[0]
         self.b_cert = b_cert = self.ca.node(b_node, [TUNNEL_ADDR])
@@ -55,7 +56,7 @@ class CertPair:
             auth=b_auth or cert_auth([self.ca.path], *b_cert, encrypt=encrypt)))
         self.a_text = lambda auth: render_config(
             "host-a", tunnel_port=self.a_port, admin_port=self.a_admin, peers=[(peer_name, self.b_port, self.b_rdma)],
-            peer_address=a_dials,
+            peer_address=a_dials, tunnel_extra=a_tunnel, peer_connect=a_connect, rdma_port=self.a_rdma,
             listeners=[{"name": "t", "listen": f"tcp:127.0.0.1:{self.listen}", "peer": peer_name,
                         "target": self.target}],
             auth=auth)
@@ -260,6 +261,40 @@ def test_certificates_and_the_ca_rotate_by_reload_with_a_stream_open(sidecar, ba
     # Each cut made the sessions authenticate a new transport with what the
     # reloads brought.
     assert p.a.log_text().count("event=session_resumed") >= 3 * 2, p.a.tail()
+
+
+def test_new_sessions_authenticate_with_what_a_reload_brought(sidecar, backend, tmp_path):
+    """On either transport (RDMA in the lab): host-a's sessions are on
+    demand and close when idle, so each round's stream opens a new session,
+    whose handshake uses what the reloads just brought: a node certificate
+    from a new CA (both CAs trusted meanwhile), then the old CA dropped."""
+    echo = backend(EchoServer())
+    p = CertPair(sidecar, tmp_path, [echo.endpoint], a_tunnel={"session_idle_ms": 300}, a_connect="on_demand")
+    p.start(refused=True)  # on demand: no session before the first stream
+
+    def reload(sc, text):
+        sc.config_path.write_text(text)
+        r = admin_request(sc.admin_port, "/reload", "POST")
+        assert r.status == 200, r.text
+
+    def round_trip(n: int):
+        # The last session closed idle: this stream's dials a new one.
+        wait_for(lambda: p.a.log_text().count("event=session_closed") >= n - 1, timeout=30,
+                 what=f"session {n - 1} closed idle")
+        msg = f"round {n}".encode()
+        assert echo_roundtrip(("127.0.0.1", p.listen), msg, timeout=30) == msg
+        assert p.b.log_text().count("event=session_open") == n, p.b.tail()
+
+    round_trip(1)
+    new_ca = Authority(tmp_path / "pki2", name="rdmagw fleet CA 2")
+    reload(p.b, render_b(p, [p.ca.path, new_ca.path], p.b_cert))
+    a2 = new_ca.node("host-a", [TUNNEL_ADDR])
+    reload(p.a, p.a_text(cert_auth([p.ca.path, new_ca.path], *a2)))
+    round_trip(2)
+    reload(p.b, render_b(p, [new_ca.path], new_ca.node("host-b", [TUNNEL_ADDR])))
+    reload(p.a, p.a_text(cert_auth([new_ca.path], *a2)))
+    round_trip(3)  # only the new CA on both sides: the new certificates did it
+    assert "event=auth_failed" not in p.a.log_text() + p.b.log_text()
 
 
 def render_b(p: CertPair, ca_files, cert) -> str:
