@@ -30,11 +30,16 @@ echo "== lab: integration tests on transport: rdma (recv_depth 32)"
   tests/integration/test_encryption.py tests/integration/test_rdma_budget.py \
   tests/integration/test_certs.py
 
-echo "== lab: live failover (transport auto): the rxe device removed and added again under streams; an RDMA connect that hangs"
-/usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=5 tests/integration/test_rdma_failover.py \
-  tests/integration/test_rdma_hang.py tests/integration/test_rdma_flap.py
-
 echo "== lab: credit exhaustion (recv_depth 8, send_depth 8: every few messages wait for credits; a drain closes with frames still waiting)"
 RDMAGW_TEST_RDMA="{slab_size: 64MiB, recv_depth: 8, send_depth: 8}" \
 /usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=5 \
   tests/integration/test_tunnel.py tests/integration/test_shutdown.py tests/integration/test_encryption.py
+
+# Last: these remove the device, stop an RDMA CM listener and take the link
+# down. After the link flaps, RDMA CM connects in this VM failed for the
+# rest of the boot (every stream of a transport: rdma pair reset with "no
+# session within connect_timeout_ms"), so nothing that needs RDMA may
+# follow them.
+echo "== lab: live failover (transport auto): the rxe device removed and added again under streams; an RDMA connect that hangs"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=5 tests/integration/test_rdma_failover.py \
+  tests/integration/test_rdma_hang.py tests/integration/test_rdma_flap.py
