@@ -27,7 +27,8 @@ from clients import RESET_ERRORS, connect, echo_roundtrip, free_port, wait_close
 from conftest import TEST_TRANSPORT, TUNNEL_ADDR, render_config
 
 # Two cases need what only the TCP transport on loopback has here: a second
-# local address (127.0.0.2; the lab's rxe device has one), and `ss -K` to cut
+# local address (127.0.0.2; the lab's second address, RDMAGW_LAB_ADDR2, is
+# not used by these tests yet), and `ss -K` to cut
 # a transport so that it resumes (the RDMA path's cut is the lab's link
 # flap, test_rdma_flap.py). Both run on RDMA's handshake code all the same:
 # authentication runs on top of either transport.
