@@ -6,7 +6,12 @@ stream waiting for it was reset at connect_timeout_ms), fresh pairs are
 started one after the other, each moving STREAMS streams of SIZE bytes both
 ways (SHA-256 at both ends) across a 3 s link-down of its own. Every stream
 of every pair must arrive whole: no reset, no short read. The sessions may
-run on RDMA or TCP, and move between them, as the link allows.
+run on RDMA or TCP, and move between them, as the link allows. In the lab
+they end up on TCP: an RDMA connect in flight while the link is down (the
+first connect, or `auto`'s probe) leaves Soft-RoCE unable to connect for
+the rest of the boot (tests/lab/rxe_connect_while_down.sh), so this test
+shows that nothing is lost, not that RDMA comes back (which
+test_rdma_hang.py and test_rdma_failover.py show).
 
 RDMAGW_LAB_FLAP_PAIRS sets how many pairs (CI: 1; the run recorded in
 perf/results/2026-11-27-lab-flap.md: 20, `tools/rdma-lab run --timeout 3000 -- env

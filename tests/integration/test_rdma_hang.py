@@ -6,7 +6,8 @@ port where an RDMA CM listener takes connect requests and never answers (an
 when the fabric or the peer's device does not answer. TCP to host-b works.
 Streams opened at once must be carried over TCP, byte-exact and well within
 connect_timeout_ms, none reset: TCP is dialled beside RDMA once the head
-start is over, and whichever connects first carries the session.
+start is over, and whichever connects first carries the session. And when
+RDMA is only slow, the session TCP won moves to RDMA under traffic.
 
 Runs only in the lab (tests/lab/rdma_integration.sh): it needs the rxe device.
 """
@@ -24,6 +25,7 @@ from admin_client import admin_json
 from backends import EchoServer, prng_bytes
 from clients import echo_concurrently, free_port
 from conftest import TEST_TRANSPORT, TUNNEL_ADDR, render_config
+from test_resume import Target, move_streams, stream_problems
 
 DEVICE = os.environ.get("RDMAGW_LAB_DEVICE", "")
 
@@ -32,6 +34,7 @@ pytestmark = pytest.mark.skipif(TEST_TRANSPORT == "tcp" or not DEVICE,
 
 HEAD_START_MS = 500
 CONNECT_TIMEOUT_MS = 5000
+MOVE_SIZE = 8 << 20
 
 
 @pytest.fixture
@@ -73,3 +76,29 @@ def test_streams_go_over_tcp_when_the_rdma_connect_hangs(sidecar, backend, hangi
     log = a.log_text() + b.log_text()
     assert "event=stream_reset" not in log and "within connect_timeout_ms" not in log, a.tail()
     print(f"8 x 1 MiB echoed over TCP in {took:.1f} s with the RDMA connect hanging")
+
+
+def test_a_session_that_lost_the_race_to_tcp_moves_to_rdma_under_traffic(pair, backend):
+    """The other half of Happy Eyeballs: RDMA that is only slow. With a head
+    start of 1 ms, TCP (on loopback) nearly always connects first and
+    carries the session; the RDMA probe then connects and the session moves
+    onto RDMA while 8 streams run, byte-exact, none reset."""
+    target = backend(Target())
+    tunnel = {"rdma_head_start_ms": 1, "rdma_probe_interval_ms": 500, "resume_timeout_ms": 30000}
+    p = pair([{"name": "io", "target": target.endpoint}], [target.endpoint], workers=1,
+             a_tunnel=tunnel, b_tunnel=tunnel, a_transport="auto", b_transport="auto")
+    clients, ends, took = move_streams(p.address("io"), target, 8, MOVE_SIZE, 120)
+    assert not stream_problems(clients, ends, 8, MOVE_SIZE)
+    log = p.a.log_text()
+    if "event=transport_fallback" not in log:
+        pytest.skip("RDMA connected within 1 ms: nothing to move (rare)")
+    moved = p.a.wait_log(lambda l: "event=transport_moved" in l and "to=rdma" in l, 15)
+    assert moved, p.a.tail()
+    # Under traffic: the move is logged before the last stream's access line.
+    log = p.a.log_text()
+    assert log.find("event=transport_moved") < log.rfind("event=access"), p.a.tail()
+    sessions = [s for peer in admin_json(p.a.admin_port, "/peers")["peers"] for s in peer["sessions"]]
+    assert sessions and all(s["transport"] == "rdma" for s in sessions), sessions
+    both = p.a.log_text() + p.b.log_text()
+    assert "event=stream_reset" not in both, p.a.tail()
+    print(f"8 streams moved in {took:.1f} s; the session started on TCP and moved to RDMA")
