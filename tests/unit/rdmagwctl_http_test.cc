@@ -56,25 +56,17 @@ TEST_CASE("http response: Content-Length", "[rdmagwctl][http]") {
   CHECK(error == "connection closed after 5 of 7 body bytes");
 }
 
-TEST_CASE("http response: close-delimited and chunked bodies", "[rdmagwctl][http]") {
+TEST_CASE("http response: only Content-Length framing, as rdmagw's admin server sends", "[rdmagwctl][http]") {
   HttpResponse r;
   std::string error;
   std::string closed = "HTTP/1.0 404 Not Found\nAllow: GET\n\nno such path\n";
-  CHECK(parse_http_response(closed, false, &r, &error) == ParseStatus::kIncomplete);
-  REQUIRE(parse_http_response(closed, true, &r, &error) == ParseStatus::kComplete);
-  CHECK(r.status == 404);
-  CHECK(r.body == "no such path\n");
-
-  std::string chunked =
-      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n3;ext=1\r\n:1}\r\n0\r\nX-Trailer: 1\r\n\r\n";
-  for (size_t n = 0; n < chunked.size(); ++n) {
-    INFO("prefix " << n);
-    CHECK(parse_http_response(chunked.substr(0, n), false, &r, &error) == ParseStatus::kIncomplete);
-  }
-  REQUIRE(parse_http_response(chunked, false, &r, &error) == ParseStatus::kComplete);
-  CHECK(r.body == "{\"a\":1}");
-
-  REQUIRE(parse_http_response("HTTP/1.1 204 No Content\r\n\r\n", false, &r, &error) == ParseStatus::kComplete);
+  CHECK(parse_http_response(closed, true, &r, &error) == ParseStatus::kInvalid);
+  CHECK(error == "no Content-Length in the answer (rdmagw's admin server always sends one)");
+  std::string chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n0\r\n\r\n";
+  CHECK(parse_http_response(chunked, false, &r, &error) == ParseStatus::kInvalid);
+  CHECK(error == "Transfer-Encoding 'chunked' in the answer (rdmagw's admin server sends Content-Length)");
+  // A bare LF ends lines too, and an empty body has Content-Length 0.
+  REQUIRE(parse_http_response("HTTP/1.1 200 OK\nContent-Length: 0\n\n", false, &r, &error) == ParseStatus::kComplete);
   CHECK(r.body.empty());
 }
 

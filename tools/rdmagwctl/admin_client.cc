@@ -47,20 +47,19 @@ std::string AdminClient::describe_http_error(const HttpRequest& request, const H
   return out;
 }
 
-bool AdminClient::parse_answer(const HttpRequest& request, const HttpResponse& response, JsonValue* out,
+bool AdminClient::parse_answer(const HttpRequest& request, const HttpResponse& response, Json* out,
                                std::string* error) const {
-  JsonError json_error;
+  std::string json_error;
   auto parsed = parse_json(response.body, &json_error);
   if (!parsed) {
-    *error =
-        "admin at " + address_.display() + " sent invalid JSON for " + what(request) + ": " + json_error.to_string();
+    *error = "admin at " + address_.display() + " sent invalid JSON for " + what(request) + ": " + json_error;
     return false;
   }
   *out = std::move(*parsed);
   return true;
 }
 
-bool AdminClient::get_json(std::string_view target, JsonValue* out, std::string* error, std::string* raw_body) const {
+bool AdminClient::get_json(std::string_view target, Json* out, std::string* error, std::string* raw_body) const {
   HttpRequest request;
   request.target = std::string(target);
   HttpResponse response;

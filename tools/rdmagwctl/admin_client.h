@@ -26,11 +26,11 @@ class AdminClient {
 
   // GET `target`, expecting 2xx and a JSON body. *raw_body (optional) gets
   // the body as sent, for --json.
-  bool get_json(std::string_view target, JsonValue* out, std::string* error, std::string* raw_body = nullptr) const;
+  bool get_json(std::string_view target, Json* out, std::string* error, std::string* raw_body = nullptr) const;
 
   // The body of a JSON answer of any status; false with *error when it is
   // not JSON (the message names the request).
-  bool parse_answer(const HttpRequest& request, const HttpResponse& response, JsonValue* out, std::string* error) const;
+  bool parse_answer(const HttpRequest& request, const HttpResponse& response, Json* out, std::string* error) const;
 
   // "admin at ADDR answered GET /x with 404 Not Found: <first line of body>"
   std::string describe_http_error(const HttpRequest& request, const HttpResponse& response) const;

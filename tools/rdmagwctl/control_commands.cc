@@ -24,13 +24,13 @@ HttpRequest post(const char* target) {
 
 // Active streams according to GET /stats, or -1 (with the error printed).
 int64_t active_streams(const CommandContext& ctx) {
-  JsonValue stats;
+  Json stats;
   std::string error;
   if (!ctx.admin.get_json("/stats", &stats, &error)) {
     print_error(error);
     return -1;
   }
-  return stats.object_at("streams").int_or("active");
+  return int_or(object_at(stats, "streams"), "active");
 }
 
 // Polls until no stream is left or the timeout passes. Progress goes to
@@ -100,7 +100,7 @@ int run_reload(const CommandContext& ctx) {
   // 200: applied; 400: refused with every error. Anything else is not the
   // reload endpoint answering.
   bool applied = response.status == 200, refused = response.status == 400;
-  JsonValue answer;
+  Json answer;
   if (!applied && !refused) {
     print_error(ctx.admin.describe_http_error(request, response));
     return kExitFailure;
@@ -114,19 +114,19 @@ int run_reload(const CommandContext& ctx) {
     return applied ? kExitOk : kExitFailure;
   }
   if (applied) {
-    const auto& changes = answer.array_at("changes");
+    const auto& changes = array_at(answer, "changes");
     std::string summary = changes.empty()
                               ? "no changes"
                               : std::to_string(changes.size()) + (changes.size() == 1 ? " change:" : " changes:");
-    printf("reloaded: configuration generation %lld, %s\n", static_cast<long long>(answer.int_or("generation")),
+    printf("reloaded: configuration generation %lld, %s\n", static_cast<long long>(int_or(answer, "generation")),
            summary.c_str());
-    for (const auto& c : changes) printf("  %s\n", c.as_string().c_str());
+    for (const auto& c : changes) printf("  %s\n", string_value(c).c_str());
     return kExitOk;
   }
-  const auto& errors = answer.array_at("errors");
+  const auto& errors = array_at(answer, "errors");
   print_error("reload refused (the running configuration is kept): " + std::to_string(errors.size()) +
               (errors.size() == 1 ? " error" : " errors"));
-  for (const auto& e : errors) fprintf(stderr, "%s\n", e.as_string().c_str());
+  for (const auto& e : errors) fprintf(stderr, "%s\n", string_value(e).c_str());
   return kExitFailure;
 }
 
@@ -145,7 +145,7 @@ int run_drain(const CommandContext& ctx, const DrainOptions& options) {
   if (ctx.json) {
     // docs/admin.md does not fix the answer's shape: JSON is printed as
     // JSON, anything else as sent.
-    JsonError json_error;
+    std::string json_error;
     auto answer = parse_json(response.body, &json_error);
     if (answer)
       printf("%s\n", to_json(*answer).c_str());

@@ -58,44 +58,6 @@ bool parse_status_line(std::string_view line, HttpResponse* out, std::string* er
   return true;
 }
 
-// Chunked body starting at `pos`: complete, incomplete or invalid.
-ParseStatus parse_chunked(std::string_view raw, size_t pos, bool at_eof, std::string* body, std::string* error) {
-  auto incomplete = [&] {
-    if (!at_eof) return ParseStatus::kIncomplete;
-    *error = "connection closed in the middle of a chunked body";
-    return ParseStatus::kInvalid;
-  };
-  body->clear();
-  for (;;) {
-    auto size_line = next_line(raw, &pos);
-    if (!size_line) return incomplete();
-    std::string_view hex = trim(size_line->substr(0, size_line->find(';')));  // drop chunk extensions
-    uint64_t size = 0;
-    auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), size, 16);
-    if (hex.empty() || ec != std::errc() || end != hex.data() + hex.size()) {
-      *error = "bad chunk size '" + std::string(hex.substr(0, 20)) + "'";
-      return ParseStatus::kInvalid;
-    }
-    if (size == 0) {
-      // Trailers, then an empty line.
-      for (;;) {
-        auto trailer = next_line(raw, &pos);
-        if (!trailer) return incomplete();
-        if (trailer->empty()) return ParseStatus::kComplete;
-      }
-    }
-    if (raw.size() - pos < size) return incomplete();
-    body->append(raw.substr(pos, size));
-    pos += size;
-    auto terminator = next_line(raw, &pos);
-    if (!terminator) return incomplete();
-    if (!terminator->empty()) {
-      *error = "chunk data longer than its size";
-      return ParseStatus::kInvalid;
-    }
-  }
-}
-
 }  // namespace
 
 const std::string* HttpResponse::header(std::string_view name) const {
@@ -136,14 +98,20 @@ ParseStatus parse_http_response(std::string_view raw, bool at_eof, HttpResponse*
     return ParseStatus::kIncomplete;
   }
 
-  // 1xx, 204 and 304 answers never carry a body.
-  if (out->status < 200 || out->status == 204 || out->status == 304) return ParseStatus::kComplete;
-
-  const std::string* transfer_encoding = out->header("Transfer-Encoding");
-  if (transfer_encoding && transfer_encoding->find("chunked") != std::string::npos)
-    return parse_chunked(raw, pos, at_eof, &out->body, error);
-
-  if (const std::string* length_text = out->header("Content-Length")) {
+  // rdmagw's admin server frames every answer by Content-Length (and never
+  // sends 1xx, 204 or 304): that is all this client speaks, so a body framed
+  // otherwise means the other end is not an rdmagw admin endpoint.
+  if (out->header("Transfer-Encoding")) {
+    *error = "Transfer-Encoding '" + *out->header("Transfer-Encoding") +
+             "' in the answer (rdmagw's admin server sends Content-Length)";
+    return ParseStatus::kInvalid;
+  }
+  const std::string* length_text = out->header("Content-Length");
+  if (!length_text) {
+    *error = "no Content-Length in the answer (rdmagw's admin server always sends one)";
+    return ParseStatus::kInvalid;
+  }
+  {
     std::string_view text = *length_text;
     uint64_t length = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), length);
@@ -160,11 +128,6 @@ ParseStatus parse_http_response(std::string_view raw, bool at_eof, HttpResponse*
     out->body = std::string(raw.substr(pos, length));
     return ParseStatus::kComplete;
   }
-
-  // Neither: the body runs until the server closes.
-  if (!at_eof) return ParseStatus::kIncomplete;
-  out->body = std::string(raw.substr(pos));
-  return ParseStatus::kComplete;
 }
 
 }  // namespace rdmagw::ctl

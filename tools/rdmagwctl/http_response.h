@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Parsing an HTTP/1.x response from the bytes read so far, apart from any
-// socket, so that framing (Content-Length, chunked, close-delimited) can be
-// tested on plain strings.
+// socket, so that its framing can be tested on plain strings. Only what
+// rdmagw's admin server sends: a status line, headers, a body of
+// Content-Length bytes.
 #include <string>
 #include <string_view>
 #include <utility>
@@ -14,7 +15,7 @@ struct HttpResponse {
   int status = 0;
   std::string reason;
   std::vector<std::pair<std::string, std::string>> headers;  // in arrival order
-  std::string body;                                          // de-chunked
+  std::string body;
 
   // The first header of that name (case-insensitive), or nullptr.
   const std::string* header(std::string_view name) const;
@@ -27,7 +28,7 @@ enum class ParseStatus {
 };
 
 // `raw` is everything received so far; `at_eof` tells whether the server has
-// closed, which completes a response without Content-Length or chunking.
+// closed (before the whole body: an error).
 ParseStatus parse_http_response(std::string_view raw, bool at_eof, HttpResponse* out, std::string* error);
 
 }  // namespace rdmagw::ctl

@@ -9,22 +9,22 @@ namespace rdmagw::ctl {
 
 namespace {
 
-bool any_rdma_session(const std::vector<JsonValue>& peers) {
+bool any_rdma_session(const Json& peers) {
   for (const auto& p : peers)
-    for (const auto& s : p.array_at("sessions"))
-      if (s.find("rdma")) return true;
+    for (const auto& s : array_at(p, "sessions"))
+      if (find(s, "rdma")) return true;
   return false;
 }
 
 // What is true of the peer as a whole and worth a note on its first row.
-std::string peer_note(const JsonValue& peer) {
+std::string peer_note(const Json& peer) {
   std::string note;
   auto add = [&](const std::string& s) { note += (note.empty() ? "" : "; ") + s; };
-  std::string state = peer.string_or("state");
+  std::string state = string_or(peer, "state");
   if (state == "removed") add("removed by a reload, open streams finish");
-  if (peer.bool_or("discovered", false))
+  if (bool_or(peer, "discovered", false))
     add("found by destination");
-  else if (!peer.bool_or("configured", true))
+  else if (!bool_or(peer, "configured", true))
     add("not configured here (dialed us)");
   if (uint64_t waiting = counter(peer, "waiting_streams"))
     add(std::to_string(waiting) + (waiting == 1 ? " stream" : " streams") + " waiting for a session");
@@ -32,10 +32,10 @@ std::string peer_note(const JsonValue& peer) {
 }
 
 // The row of a peer without a session: why not, as far as rdmagw knows.
-std::string no_session_note(const JsonValue& peer) {
-  std::string note = peer.string_or("state") == "idle" ? "no session (on demand: none needed)" : "no session";
-  std::string error = peer.string_or("last_error"), reason = peer.string_or("transport_reason");
-  std::string closed = peer.string_or("last_close");
+std::string no_session_note(const Json& peer) {
+  std::string note = string_or(peer, "state") == "idle" ? "no session (on demand: none needed)" : "no session";
+  std::string error = string_or(peer, "last_error"), reason = string_or(peer, "transport_reason");
+  std::string closed = string_or(peer, "last_close");
   if (!closed.empty()) note += "; last closed: " + closed;
   if (!error.empty()) note += "; last error: " + error;
   if (!reason.empty()) note += "; transport " + text_or_dash(peer, "transport") + ": " + reason;
@@ -46,8 +46,8 @@ std::string no_session_note(const JsonValue& peer) {
 
 }  // namespace
 
-std::string render_peers(const JsonValue& answer) {
-  const auto& peers = answer.array_at("peers");
+std::string render_peers(const Json& answer) {
+  const auto& peers = array_at(answer, "peers");
   if (peers.empty()) return "no peers (none configured, none connected)\n";
   bool rdma = any_rdma_session(peers);
   std::vector<Column> columns = {{"PEER"},
@@ -74,7 +74,7 @@ std::string render_peers(const JsonValue& answer) {
 
   for (const auto& peer : peers) {
     std::string name = text_or_dash(peer, "name");
-    const auto& sessions = peer.array_at("sessions");
+    const auto& sessions = array_at(peer, "sessions");
     if (sessions.empty()) {
       std::vector<std::string> row = {name,
                                       text_or_dash(peer, "state"),
@@ -104,7 +104,7 @@ std::string render_peers(const JsonValue& answer) {
                                       text_or_dash(s, "role"),
                                       counter_text(s, "worker"),
                                       remote,
-                                      format_latency_us(static_cast<double>(s.int_or("rtt_us", -1))),
+                                      format_latency_us(static_cast<double>(int_or(s, "rtt_us", -1))),
                                       counter_text(s, "streams"),
                                       format_bytes(counter(s, "bytes_sent")),
                                       format_bytes(counter(s, "bytes_received")),
@@ -113,7 +113,7 @@ std::string render_peers(const JsonValue& answer) {
                                       counter_text(s, "resumes"),
                                       format_bytes(counter(s, "resent_bytes"))};
       if (rdma) {
-        if (const JsonValue* q = s.find("rdma")) {
+        if (const Json* q = find(s, "rdma")) {
           row.push_back(text_or_dash(*q, "qp_state"));
           row.push_back(counter_text(*q, "send_credits") + "/" + counter_text(*q, "peer_recv_depth"));
           row.push_back(counter_text(*q, "sends_in_flight"));
@@ -122,11 +122,11 @@ std::string render_peers(const JsonValue& answer) {
         }
       }
       // The node name matters when it differs from how we know the peer.
-      std::string node = s.string_or("peer_node");
+      std::string node = string_or(s, "peer_node");
       std::string row_note = note;
-      if (!node.empty() && node != peer.string_or("name"))
+      if (!node.empty() && node != string_or(peer, "name"))
         row_note = "node " + node + (row_note.empty() ? "" : "; " + row_note);
-      if (int64_t idle = s.int_or("idle_ms", -1); idle >= 0)
+      if (int64_t idle = int_or(s, "idle_ms", -1); idle >= 0)
         row_note += (row_note.empty() ? "" : "; ") + std::string("idle ") + std::to_string(idle / 1000) + " s";
       row.push_back(row_note);
       note.clear();  // peer-wide notes once, on the first row

@@ -14,12 +14,12 @@ namespace {
 // a page at 10000 streams anyway.
 constexpr int64_t kAllPageSize = 1000;
 
-void print_json(const JsonValue& value) { printf("%s\n", to_json(value).c_str()); }
+void print_json(const Json& value) { printf("%s\n", to_json(value).c_str()); }
 
 // GET `target` and print it as JSON or through `render`.
 template <typename Render>
 int show(const CommandContext& ctx, const char* target, Render render) {
-  JsonValue answer;
+  Json answer;
   std::string error;
   if (!ctx.admin.get_json(target, &answer, &error)) {
     print_error(error);
@@ -48,7 +48,7 @@ int run_peers(const CommandContext& ctx) { return show(ctx, "/peers", render_pee
 
 int run_streams(const CommandContext& ctx, const StreamsOptions& options) {
   std::string error;
-  JsonValue page;
+  Json page;
   if (!options.all) {
     if (!ctx.admin.get_json(streams_target(options.offset, options.limit), &page, &error)) {
       print_error(error);
@@ -57,7 +57,7 @@ int run_streams(const CommandContext& ctx, const StreamsOptions& options) {
     if (ctx.json)
       print_json(page);
     else
-      fputs(render_streams(page.array_at("streams"), options.offset, page.int_or("total")).c_str(), stdout);
+      fputs(render_streams(array_at(page, "streams"), options.offset, int_or(page, "total")).c_str(), stdout);
     return kExitOk;
   }
 
@@ -66,26 +66,26 @@ int run_streams(const CommandContext& ctx, const StreamsOptions& options) {
   // a stream may be missed or seen twice, as with any paged listing.
   int64_t page_size = options.limit > 0 ? options.limit : kAllPageSize;
   int64_t offset = options.offset, total = 0;
-  std::vector<JsonValue> streams;
+  Json streams = Json::array();
   for (int pages = 0; pages < 1'000'000; ++pages) {
     if (!ctx.admin.get_json(streams_target(offset, page_size), &page, &error)) {
       print_error(error);
       return kExitFailure;
     }
-    const auto& items = page.array_at("streams");
-    total = page.int_or("total");
-    streams.insert(streams.end(), items.begin(), items.end());
+    const auto& items = array_at(page, "streams");
+    total = int_or(page, "total");
+    for (const auto& item : items) streams.push_back(item);
     offset += static_cast<int64_t>(items.size());
     if (static_cast<int64_t>(items.size()) < page_size || offset >= total) break;
   }
   if (ctx.json) {
     // The server's page shape, holding every stream.
-    std::string text = "{\"total\": " + std::to_string(total) + ", \"offset\": " + std::to_string(options.offset) +
-                       ", \"limit\": " + std::to_string(streams.size()) + ", \"streams\": [";
-    for (size_t i = 0; i < streams.size(); ++i) text += (i ? "," : "") + to_json(streams[i], 0);
-    text += "]}";
-    JsonError json_error;
-    print_json(parse_json(text, &json_error).value_or(JsonValue{}));
+    Json all = Json::object();
+    all["total"] = total;
+    all["offset"] = options.offset;
+    all["limit"] = streams.size();
+    all["streams"] = std::move(streams);
+    print_json(all);
   } else {
     fputs(render_streams(streams, options.offset, total).c_str(), stdout);
   }

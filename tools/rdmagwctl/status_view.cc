@@ -12,35 +12,35 @@ namespace {
 
 std::string plural(uint64_t n, const char* word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 
-std::string state_text(const JsonValue& stats) {
-  if (stats.bool_or("draining")) return "draining (not ready: no new connections)";
-  return stats.bool_or("ready") ? "ready" : "not ready";
+std::string state_text(const Json& stats) {
+  if (bool_or(stats, "draining")) return "draining (not ready: no new connections)";
+  return bool_or(stats, "ready") ? "ready" : "not ready";
 }
 
 // The config line and, once a reload happened, how the last one went.
-std::string config_section(const JsonValue& config) {
+std::string config_section(const Json& config) {
   std::string out = "config     " + text_or_dash(config, "file") + "  generation " +
                     counter_text(config, "generation") + ", " + plural(counter(config, "reloads"), "reload") + ", " +
                     counter_text(config, "reload_failures") + " failed\n";
-  const JsonValue& last = config.object_at("last_reload");
+  const Json& last = object_at(config, "last_reload");
   // Before the first reload the server still sends a last_reload object
   // (empty, not ok, unix_time 0): nothing to report yet.
   bool reloaded =
-      last.number_or("unix_time") > 0 || counter(config, "reloads") + counter(config, "reload_failures") > 0;
+      number_or(last, "unix_time") > 0 || counter(config, "reloads") + counter(config, "reload_failures") > 0;
   if (!reloaded) return out;
-  const auto& changes = last.array_at("changes");
-  const auto& errors = last.array_at("errors");
-  if (last.bool_or("ok")) {
+  const auto& changes = array_at(last, "changes");
+  const auto& errors = array_at(last, "errors");
+  if (bool_or(last, "ok")) {
     out += "           last reload ok, " + plural(changes.size(), "change") + (changes.empty() ? "" : ":") + "\n";
-    for (const auto& c : changes) out += "             " + c.as_string() + "\n";
+    for (const auto& c : changes) out += "             " + string_value(c) + "\n";
   } else {
     out += "           last reload FAILED (the running config was kept):\n";
-    for (const auto& e : errors) out += "             " + e.as_string() + "\n";
+    for (const auto& e : errors) out += "             " + string_value(e) + "\n";
   }
   return out;
 }
 
-std::string listeners_section(const std::vector<JsonValue>& listeners) {
+std::string listeners_section(const Json& listeners) {
   if (listeners.empty()) return "listeners: none\n";
   Table table({{"NAME"},
                {"LISTEN"},
@@ -50,7 +50,7 @@ std::string listeners_section(const std::vector<JsonValue>& listeners) {
                {"BYTES OUT", Align::kRight}});
   for (const auto& l : listeners) {
     // A listener dropped by a reload keeps its totals but no address.
-    bool configured = l.bool_or("configured", true);
+    bool configured = bool_or(l, "configured", true);
     table.add_row({text_or_dash(l, "name"), configured ? text_or_dash(l, "listen") : "(removed)",
                    counter_text(l, "active"), counter_text(l, "accepted"), format_bytes(counter(l, "bytes_received")),
                    format_bytes(counter(l, "bytes_sent"))});
@@ -58,7 +58,7 @@ std::string listeners_section(const std::vector<JsonValue>& listeners) {
   return "listeners (bytes in: from applications, out: to applications):\n" + indent_lines(table.render(), 2);
 }
 
-std::string peers_section(const std::vector<JsonValue>& peers) {
+std::string peers_section(const Json& peers) {
   if (peers.empty()) return "peers: none\n";
   Table table({{"NAME"},
                {"SESSIONS", Align::kRight},
@@ -79,27 +79,27 @@ std::string peers_section(const std::vector<JsonValue>& peers) {
   return "peers:\n" + indent_lines(table.render(), 2);
 }
 
-std::string streams_section(const JsonValue& streams) {
+std::string streams_section(const Json& streams) {
   std::string out = "streams    " + counter_text(streams, "active") + " active, opened " +
                     counter_text(streams, "opened_outbound") + " outbound, " + counter_text(streams, "opened_inbound") +
                     " inbound\n";
   std::string failed;
-  for (const auto& m : streams.object_at("failed").members()) {
-    int64_t n = m.value.as_int64().value_or(0);
-    if (n != 0) failed += (failed.empty() ? "" : ", ") + m.key + " " + std::to_string(n);
+  for (const auto& m : object_at(streams, "failed").items()) {
+    int64_t n = int_value(m.value()).value_or(0);
+    if (n != 0) failed += (failed.empty() ? "" : ", ") + m.key() + " " + std::to_string(n);
   }
   out += "failures   " + (failed.empty() ? std::string("none") : failed) + "\n";
   return out;
 }
 
 // Means of the latency histograms that have samples.
-std::string latency_section(const JsonValue& latency) {
+std::string latency_section(const Json& latency) {
   std::string parts;
-  for (const auto& m : latency.members()) {
-    uint64_t count = counter(m.value, "count");
+  for (const auto& m : latency.items()) {
+    uint64_t count = counter(m.value(), "count");
     if (count == 0) continue;
-    double mean_us = m.value.number_or("sum_seconds") / static_cast<double>(count) * 1e6;
-    std::string name = m.key;
+    double mean_us = number_or(m.value(), "sum_seconds") / static_cast<double>(count) * 1e6;
+    std::string name = m.key();
     for (char& c : name)
       if (c == '_') c = ' ';
     parts += (parts.empty() ? "" : ", ") + name + " " + format_latency_us(mean_us) + " (" + std::to_string(count) + ")";
@@ -122,21 +122,21 @@ std::string indent_lines(const std::string& text, int spaces) {
   return out;
 }
 
-std::string render_status(const JsonValue& stats) {
-  std::string commit = stats.string_or("commit");
+std::string render_status(const Json& stats) {
+  std::string commit = string_or(stats, "commit");
   std::string out = "rdmagw " + text_or_dash(stats, "version") + (commit.empty() ? "" : " (commit " + commit + ")") +
                     " on node " + text_or_dash(stats, "node") + ", up " +
-                    format_duration_seconds(stats.number_or("uptime_seconds")) + ", " +
+                    format_duration_seconds(number_or(stats, "uptime_seconds")) + ", " +
                     plural(counter(stats, "workers"), "worker") + "\n";
   out += "state      " + state_text(stats) + "\n";
-  std::string reason = stats.string_or("transport_reason");
+  std::string reason = string_or(stats, "transport_reason");
   out += "transport  " + text_or_dash(stats, "transport") + (reason.empty() ? "" : " (" + reason + ")") + "\n";
-  if (!stats.string_or("io_uring").empty()) out += "io_uring   " + stats.string_or("io_uring") + "\n";
-  out += config_section(stats.object_at("config"));
-  out += streams_section(stats.object_at("streams"));
-  out += latency_section(stats.object_at("latency"));
-  out += "\n" + listeners_section(stats.array_at("listeners"));
-  out += "\n" + peers_section(stats.array_at("peers"));
+  if (!string_or(stats, "io_uring").empty()) out += "io_uring   " + string_or(stats, "io_uring") + "\n";
+  out += config_section(object_at(stats, "config"));
+  out += streams_section(object_at(stats, "streams"));
+  out += latency_section(object_at(stats, "latency"));
+  out += "\n" + listeners_section(array_at(stats, "listeners"));
+  out += "\n" + peers_section(array_at(stats, "peers"));
   return out;
 }
 

@@ -6,7 +6,7 @@
 
 namespace rdmagw::ctl {
 
-std::string render_streams(const std::vector<JsonValue>& streams, int64_t offset, int64_t total) {
+std::string render_streams(const Json& streams, int64_t offset, int64_t total) {
   if (total <= 0 && streams.empty()) return "no active streams\n";
   std::string out;
   if (!streams.empty()) {

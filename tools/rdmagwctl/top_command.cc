@@ -51,7 +51,7 @@ int run_top(const CommandContext& ctx, const TopOptions& options) {
   catch_interrupt();
   bool terminal = isatty(STDOUT_FILENO);
   std::string error;
-  JsonValue previous;
+  Json previous;
   if (!ctx.admin.get_json("/stats", &previous, &error)) {
     print_error(error);
     return kExitFailure;
@@ -60,7 +60,7 @@ int run_top(const CommandContext& ctx, const TopOptions& options) {
   for (int64_t frame = 0; options.count == 0 || frame < options.count; ++frame) {
     sleep_interruptibly(options.interval_seconds);
     if (interrupted) break;
-    JsonValue current;
+    Json current;
     if (!ctx.admin.get_json("/stats", &current, &error)) {
       if (interrupted) break;
       print_error(error);

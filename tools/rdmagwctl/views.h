@@ -12,18 +12,18 @@
 namespace rdmagw::ctl {
 
 // `status`: from GET /stats.
-std::string render_status(const JsonValue& stats);
+std::string render_status(const Json& stats);
 
 // `peers`: from GET /peers.
-std::string render_peers(const JsonValue& peers);
+std::string render_peers(const Json& peers);
 
 // `streams`: the rows of one or more GET /streams pages, then
 // "showing FIRST-LAST of TOTAL" (FIRST is offset + 1).
-std::string render_streams(const std::vector<JsonValue>& streams, int64_t offset, int64_t total);
+std::string render_streams(const Json& streams, int64_t offset, int64_t total);
 
 // One `top` frame: rates are the counter deltas from `previous` to `current`
 // (two GET /stats answers) over `elapsed_seconds`.
-std::string render_top(const JsonValue& previous, const JsonValue& current, double elapsed_seconds);
+std::string render_top(const Json& previous, const Json& current, double elapsed_seconds);
 
 // Prefixes every non-empty line with `spaces` spaces.
 std::string indent_lines(const std::string& text, int spaces);
