@@ -20,6 +20,28 @@ install(FILES README.md packaging/copyright DESTINATION share/doc/rdmagw)
 file(GLOB RDMAGW_DOCS CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/docs/*.md")
 install(FILES ${RDMAGW_DOCS} DESTINATION share/doc/rdmagw/docs)
 
+# Manual pages rdmagw(8), rdmagwctl(8), rdmagw.yaml(5), made from docs/ by
+# packaging/make-man with go-md2man (a build without it has none; build-deb
+# requires it).
+find_program(GO_MD2MAN go-md2man)
+if(GO_MD2MAN)
+  set(RDMAGW_MAN_DIR ${CMAKE_BINARY_DIR}/man)
+  set(RDMAGW_MAN8 ${RDMAGW_MAN_DIR}/rdmagw.8.gz ${RDMAGW_MAN_DIR}/rdmagwctl.8.gz)
+  set(RDMAGW_MAN5 ${RDMAGW_MAN_DIR}/rdmagw.yaml.5.gz)
+  add_custom_command(
+    OUTPUT ${RDMAGW_MAN8} ${RDMAGW_MAN5}
+    COMMAND ${PROJECT_SOURCE_DIR}/packaging/make-man ${RDMAGW_MAN_DIR}
+    DEPENDS ${PROJECT_SOURCE_DIR}/packaging/make-man ${PROJECT_SOURCE_DIR}/docs/man/rdmagw.8.md
+            ${PROJECT_SOURCE_DIR}/docs/man/rdmagwctl.8.md ${PROJECT_SOURCE_DIR}/docs/man/rdmagw.yaml.5.md
+            ${PROJECT_SOURCE_DIR}/docs/configuration.md
+    COMMENT "Manual pages from docs/ (packaging/make-man)")
+  add_custom_target(man_pages ALL DEPENDS ${RDMAGW_MAN8} ${RDMAGW_MAN5})
+  install(FILES ${RDMAGW_MAN8} DESTINATION share/man/man8)
+  install(FILES ${RDMAGW_MAN5} DESTINATION share/man/man5)
+else()
+  message(STATUS "go-md2man not found: no manual pages (tools/dev/install-deps installs it)")
+endif()
+
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME rdmagw)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})

@@ -118,7 +118,9 @@ def test_the_package_is_small_and_holds_what_the_host_needs(deb):
     listing = run(["dpkg-deb", "-c", deb]).stdout
     for path in ("./usr/bin/rdmagw", "./usr/bin/rdmagwctl", "./usr/sbin/rdmagw-iptables", "." + UNIT,
                  "." + CONFIG, "./usr/share/rdmagw/takeover-reload.conf", "./usr/share/doc/rdmagw/copyright",
-                 "./usr/share/doc/rdmagw/README.md", "./usr/share/doc/rdmagw/docs/deploy.md"):
+                 "./usr/share/doc/rdmagw/README.md", "./usr/share/doc/rdmagw/docs/deploy.md",
+                 "./usr/share/man/man8/rdmagw.8.gz", "./usr/share/man/man8/rdmagwctl.8.gz",
+                 "./usr/share/man/man5/rdmagw.yaml.5.gz"):
         assert f" {path}\n" in listing + "\n", f"{path} is not in the package:\n{listing}"
     depends = run(["dpkg-deb", "-f", deb, "Depends"]).stdout
     # dpkg-shlibdeps found the libraries; the rest is named by hand.
