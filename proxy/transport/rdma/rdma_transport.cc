@@ -13,6 +13,7 @@
 #include "proxy/transport/rdma/connect_params.h"
 #include "proxy/transport/rdma/frame_packing.h"
 #include "proxy/tunnel/frame.h"
+#include "proxy/tunnel/frame_delivery.h"
 
 namespace rdmagw::transport {
 
@@ -497,32 +498,26 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
     fail("protocol error: bad transport header (returned " + std::to_string(returned) + " credits)");
     return;
   }
-  size_t offset = kRdmaHeaderSize;
-  tunnel::FrameBatch batch;  // ended before `buf` is posted again
-  while (offset < length && !closed_) {
-    tunnel::FrameHeader header;
-    std::span<const uint8_t> payload;
-    size_t consumed = 0;
-    std::string reason;
-    auto status = reader_.next(buf + offset, length - offset, &header, &payload, &consumed, &reason);
-    if (status != tunnel::FrameReader::Status::kFrame) {
-      if (status == tunnel::FrameReader::Status::kNeedMore) reason = "frame cut at the end of a message";
-      if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: " + reason);
-      fail("protocol error: " + reason);
-      return;
-    }
-    offset += consumed;
-    // Without a session (flushing on close) frames are dropped, but the
-    // receive is still re-posted below: the credits it returns keep the
-    // peer able to tell us about the receives our flush uses.
-    if (!sink_) break;
-    batch.feed(sink_);
-    if (!sink_->on_frame(header, payload)) {
-      batch.refused();
-      if (!flushing_on_close_) return;
-    }
+  // A message holds whole frames. Without a session (flushing on close)
+  // frames are dropped, but the receive is still re-posted below: the
+  // credits it returns keep the peer able to tell us about the receives our
+  // flush uses.
+  struct Policy {
+    RdmaTransport& t;
+    bool closed() const { return t.closed_; }
+    void on_header(const tunnel::FrameHeader&) {}
+    bool after_frame() const { return true; }
+    bool after_refusal() const { return t.flushing_on_close_; }
+  } policy{*this};
+  tunnel::Delivery d =
+      tunnel::deliver_frames(reader_, {buf + kRdmaHeaderSize, length - kRdmaHeaderSize}, sink_, policy);
+  if (d.end == tunnel::Delivery::End::kShort || d.end == tunnel::Delivery::End::kMalformed) {
+    std::string reason = d.end == tunnel::Delivery::End::kShort ? "frame cut at the end of a message" : d.reason;
+    if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: " + reason);
+    fail("protocol error: " + reason);
+    return;
   }
-  batch.end();
+  if (d.end == tunnel::Delivery::End::kRefused) return;
   if (closed_ || (!sink_ && !flushing_on_close_)) return;
   if (post_all_receives_) {
     // Admitted by a frame of this message: the rest of our receives.

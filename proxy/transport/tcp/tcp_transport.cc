@@ -10,6 +10,7 @@
 #include <new>
 
 #include "common/log.h"
+#include "proxy/tunnel/frame_delivery.h"
 
 namespace rdmagw::transport {
 
@@ -255,34 +256,27 @@ void TcpTransport::on_recv(int res, uint32_t) {
 }
 
 size_t TcpTransport::deliver_frames(uint8_t* buf, size_t len) {
-  size_t offset = 0;
-  bool was_opening = opening_started_;
-  tunnel::FrameBatch batch;  // ends before the caller moves what is left of `buf`
-  while (!closed_) {
-    tunnel::FrameHeader header;
-    std::span<const uint8_t> payload;
-    size_t consumed = 0;
-    std::string reason;
-    auto status = reader_.next(buf + offset, len - offset, &header, &payload, &consumed, &reason);
-    if (status == tunnel::FrameReader::Status::kNeedMore) break;
-    if (status == tunnel::FrameReader::Status::kError) {
-      // Before admission the session's close line says it, rate-limited:
-      // a peer that proved nothing must not be able to fill the log.
-      if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: " + reason);
-      fail("protocol error: " + reason);
-      break;
+  // A byte stream: frames may end short, to be completed by the next
+  // receive. Delivery stops where the records start (a HELLO turned
+  // protection on: what follows is sealed).
+  struct Policy {
+    TcpTransport& t;
+    bool was_opening;
+    bool closed() const { return t.closed_; }
+    void on_header(const tunnel::FrameHeader& header) {
+      t.last_frame_large_data_ = header.type == tunnel::FrameType::kData && header.length >= kMinPipedBytes;
     }
-    offset += consumed;
-    last_frame_large_data_ = header.type == tunnel::FrameType::kData && header.length >= kMinPipedBytes;
-    if (!sink_) break;
-    batch.feed(sink_);
-    if (!sink_->on_frame(header, payload)) {
-      batch.refused();
-      break;
-    }
-    if (opening_started_ != was_opening) break;  // what follows is records
+    bool after_frame() const { return t.opening_started_ == was_opening; }
+    bool after_refusal() const { return false; }
+  } policy{*this, opening_started_};
+  tunnel::Delivery d = tunnel::deliver_frames(reader_, {buf, len}, sink_, policy);
+  if (d.end == tunnel::Delivery::End::kMalformed) {
+    // Before admission the session's close line says it, rate-limited:
+    // a peer that proved nothing must not be able to fill the log.
+    if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: " + d.reason);
+    fail("protocol error: " + d.reason);
   }
-  return offset;
+  return d.consumed;
 }
 
 size_t TcpTransport::deliver_received() {
