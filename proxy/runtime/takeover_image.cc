@@ -17,26 +17,38 @@ constexpr size_t kMaxString = 4096;
 constexpr size_t kMaxBytes = size_t{1} << 30;  // one session's kept frames at most
 constexpr size_t kMaxCount = size_t{1} << 24;
 
+// The image is written and read by the same field lists (session_fields,
+// stream_fields, pipe_fields below): each names a field once, in wire order,
+// and runs with a Writer (encoding) or a Reader (decoding), so that a field
+// added is one line, and a field of a newer version is read exactly where it
+// is written. Checks of what was read follow each list, on the reading side.
+
 class Writer {
  public:
   explicit Writer(std::vector<uint8_t>* out) : out_(out) {}
-  void u8(uint8_t v) { out_->push_back(v); }
-  void boolean(bool v) { u8(v ? 1 : 0); }
-  void u32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) out_->push_back(static_cast<uint8_t>(v >> (8 * i)));
+  void u8(const uint8_t& v) { out_->push_back(v); }
+  void flag(const bool& v) { out_->push_back(v ? 1 : 0); }
+  void u32(const uint32_t& v) { le(v, 4); }
+  void u32(const uint16_t& v) { le(v, 4); }
+  void u32(const int32_t& v) { le(static_cast<uint32_t>(v), 4); }
+  void u64(const uint64_t& v) { le(v, 8); }
+  void text(const std::string& s, const char*) { bytes(s.data(), s.size()); }
+  void blob(const std::vector<uint8_t>& v, const char*) { bytes(v.data(), v.size()); }
+  void u32_list(const std::vector<uint32_t>& v, const char*) {
+    u64(v.size());
+    for (uint32_t x : v) u32(x);
   }
-  void u64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) out_->push_back(static_cast<uint8_t>(v >> (8 * i)));
+  void count(size_t n, const char*) { u64(n); }
+
+ private:
+  void le(uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out_->push_back(static_cast<uint8_t>(v >> (8 * i)));
   }
   void bytes(const void* p, size_t n) {
     u64(n);
     auto* b = static_cast<const uint8_t*>(p);
     out_->insert(out_->end(), b, b + n);
   }
-  void str(const std::string& s) { bytes(s.data(), s.size()); }
-  void blob(const std::vector<uint8_t>& v) { bytes(v.data(), v.size()); }
-
- private:
   std::vector<uint8_t>* out_;
 };
 
@@ -49,53 +61,47 @@ class Reader {
     if (error_.empty()) error_ = std::move(why);
     return false;
   }
-  uint8_t u8() {
-    if (!need(1)) return 0;
-    return *p_++;
+  void u8(uint8_t& v) { v = need(1) ? *p_++ : 0; }
+  void flag(bool& v) {
+    uint8_t b = 0;
+    u8(b);
+    if (b > 1) fail("a flag is neither 0 nor 1");
+    v = b == 1;
   }
-  bool boolean() {
-    uint8_t v = u8();
-    if (v > 1) fail("a flag is neither 0 nor 1");
-    return v == 1;
+  void u32(uint32_t& v) { v = static_cast<uint32_t>(le(4)); }
+  void u32(uint16_t& v) {
+    uint64_t x = le(4);
+    if (x > 0xffff) fail("a 16-bit value (the protocol version) out of range");
+    v = static_cast<uint16_t>(x);
   }
-  uint32_t u32() {
-    if (!need(4)) return 0;
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= uint32_t{p_[i]} << (8 * i);
-    p_ += 4;
-    return v;
-  }
-  uint64_t u64() {
-    if (!need(8)) return 0;
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= uint64_t{p_[i]} << (8 * i);
-    p_ += 8;
-    return v;
-  }
-  std::string str(const char* what) {
-    uint64_t n = u64();
+  void u32(int32_t& v) { v = static_cast<int32_t>(static_cast<uint32_t>(le(4))); }
+  void u64(uint64_t& v) { v = le(8); }
+  void text(std::string& s, const char* what) {
+    uint64_t n = le(8);
     if (n > kMaxString) {
       fail(std::string(what) + " is longer than " + std::to_string(kMaxString) + " bytes");
-      return {};
+      return;
     }
-    if (!need(n)) return {};
-    std::string s(reinterpret_cast<const char*>(p_), n);
+    if (!need(n)) return;
+    s.assign(reinterpret_cast<const char*>(p_), n);
     p_ += n;
-    return s;
   }
-  std::vector<uint8_t> blob(const char* what) {
-    uint64_t n = u64();
+  void blob(std::vector<uint8_t>& v, const char* what) {
+    uint64_t n = le(8);
     if (n > kMaxBytes) {
       fail(std::string(what) + " is larger than 1 GiB");
-      return {};
+      return;
     }
-    if (!need(n)) return {};
-    std::vector<uint8_t> v(p_, p_ + n);
+    if (!need(n)) return;
+    v.assign(p_, p_ + n);
     p_ += n;
-    return v;
+  }
+  void u32_list(std::vector<uint32_t>& v, const char* what) {
+    size_t n = count(what);
+    for (size_t i = 0; i < n && ok(); ++i) v.push_back(static_cast<uint32_t>(le(4)));
   }
   size_t count(const char* what) {
-    uint64_t n = u64();
+    uint64_t n = le(8);
     // Every element takes at least one byte: a count beyond what is left is a lie.
     if (n > kMaxCount || n > static_cast<uint64_t>(end_ - p_)) {
       fail(std::string("implausible count of ") + what + ": " + std::to_string(n));
@@ -106,6 +112,13 @@ class Reader {
   bool at_end() const { return p_ == end_; }
 
  private:
+  uint64_t le(int n) {
+    if (!need(static_cast<uint64_t>(n))) return 0;
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v |= uint64_t{p_[i]} << (8 * i);
+    p_ += n;
+    return v;
+  }
   bool need(uint64_t n) {
     if (!ok()) return false;
     if (n > static_cast<uint64_t>(end_ - p_)) return fail("the image ends early");
@@ -116,152 +129,124 @@ class Reader {
   std::string error_;
 };
 
-void put_stream_tunnel(Writer& w, const tunnel::StreamTunnelImage& t) {
-  w.u32(t.id);
-  w.u64(t.send_available);
-  w.u64(t.receive_size);
-  w.u64(t.receive_remaining);
-  w.u64(t.receive_pending);
-  w.boolean(t.fin_sent);
-  w.boolean(t.fin_received);
-  w.boolean(t.wants_credit);
+// IO is Writer or Reader; T is the image, const when writing.
+template <typename IO, typename T>
+void stream_tunnel_fields(IO& io, T& t) {
+  io.u32(t.id);
+  io.u64(t.send_available);
+  io.u64(t.receive_size);
+  io.u64(t.receive_remaining);
+  io.u64(t.receive_pending);
+  io.flag(t.fin_sent);
+  io.flag(t.fin_received);
+  io.flag(t.wants_credit);
 }
 
-void get_stream_tunnel(Reader& r, tunnel::StreamTunnelImage* t) {
-  t->id = r.u32();
-  t->send_available = r.u64();
-  t->receive_size = r.u64();
-  t->receive_remaining = r.u64();
-  t->receive_pending = r.u64();
-  t->fin_sent = r.boolean();
-  t->fin_received = r.boolean();
-  t->wants_credit = r.boolean();
-  if (t->receive_remaining > t->receive_size || t->receive_pending > t->receive_size - t->receive_remaining)
-    r.fail("stream " + std::to_string(t->id) + ": its receive window does not add up");
+void check_stream_tunnel(Reader& r, const tunnel::StreamTunnelImage& t) {
+  if (t.receive_remaining > t.receive_size || t.receive_pending > t.receive_size - t.receive_remaining)
+    r.fail("stream " + std::to_string(t.id) + ": its receive window does not add up");
 }
 
-void put_session(Writer& w, const tunnel::SessionImage& s, uint32_t image_version) {
-  w.boolean(s.dialer);
-  w.str(s.peer_label);
-  w.str(s.peer_node);
-  w.u32(s.peer_hello.version);
-  w.u32(s.peer_hello.capabilities);
-  w.u32(s.peer_hello.max_data);
-  w.u32(s.peer_hello.stream_window);
-  w.u64(s.peer_hello.session_window);
-  w.str(s.peer_hello.node);
+template <typename IO, typename T>
+void session_fields(IO& io, T& s, uint32_t image_version) {
+  io.flag(s.dialer);
+  io.text(s.peer_label, "peer name");
+  io.text(s.peer_node, "peer node");
+  io.u32(s.peer_hello.version);
+  io.u32(s.peer_hello.capabilities);
+  io.u32(s.peer_hello.max_data);
+  io.u32(s.peer_hello.stream_window);
+  io.u64(s.peer_hello.session_window);
+  io.text(s.peer_hello.node, "peer HELLO node");
   if (image_version >= 2) {
-    w.u32(s.own_max_data);
-    w.u32(s.own_stream_window);
-    w.u64(s.own_session_window);
+    io.u32(s.own_max_data);
+    io.u32(s.own_stream_window);
+    io.u64(s.own_session_window);
   }
-  w.u64(s.token.instance);
-  w.u64(s.token.nonce);
-  w.u64(s.received);
-  w.u64(s.ack_sent);
-  w.u64(s.peer_acked);
-  w.u64(s.frames_base);
-  w.blob(s.frames);
-  w.u32(s.next_local_id);
-  w.u32(s.highest_remote_id);
-  w.u64(s.session_send_available);
-  w.u64(s.session_send_reserve);
-  w.u64(s.session_receive_size);
-  w.u64(s.session_receive_remaining);
-  w.u64(s.session_receive_pending);
-  w.boolean(s.goaway_sent);
-  w.boolean(s.goaway_received);
-  w.u8(s.transport_kind);
-  for (uint64_t v :
-       {s.age_ms, s.frames_in, s.frames_out, s.bytes_in, s.bytes_out, s.streams_opened, s.resumes, s.resent_bytes})
-    w.u64(v);
-  w.u64(s.blocked.size());
-  for (uint32_t id : s.blocked) w.u32(id);
+  io.u64(s.token.instance);
+  io.u64(s.token.nonce);
+  io.u64(s.received);
+  io.u64(s.ack_sent);
+  io.u64(s.peer_acked);
+  io.u64(s.frames_base);
+  io.blob(s.frames, "kept frames");
+  io.u32(s.next_local_id);
+  io.u32(s.highest_remote_id);
+  io.u64(s.session_send_available);
+  io.u64(s.session_send_reserve);
+  io.u64(s.session_receive_size);
+  io.u64(s.session_receive_remaining);
+  io.u64(s.session_receive_pending);
+  io.flag(s.goaway_sent);
+  io.flag(s.goaway_received);
+  io.u8(s.transport_kind);
+  io.u64(s.age_ms);
+  io.u64(s.frames_in);
+  io.u64(s.frames_out);
+  io.u64(s.bytes_in);
+  io.u64(s.bytes_out);
+  io.u64(s.streams_opened);
+  io.u64(s.resumes);
+  io.u64(s.resent_bytes);
+  io.u32_list(s.blocked, "blocked streams");
 }
 
-void get_session(Reader& r, tunnel::SessionImage* s, uint32_t image_version) {
-  s->dialer = r.boolean();
-  s->peer_label = r.str("peer name");
-  s->peer_node = r.str("peer node");
-  uint32_t version = r.u32();
-  if (version > 0xffff) r.fail("protocol version out of range");
-  s->peer_hello.version = static_cast<uint16_t>(version);
-  s->peer_hello.capabilities = r.u32();
-  s->peer_hello.max_data = r.u32();
-  s->peer_hello.stream_window = r.u32();
-  s->peer_hello.session_window = r.u64();
-  s->peer_hello.node = r.str("peer HELLO node");
-  if (image_version >= 2) {
-    s->own_max_data = r.u32();
-    s->own_stream_window = r.u32();
-    s->own_session_window = r.u64();
-    // As a HELLO would be checked: the new process announces them again.
-    if (r.ok() && (s->own_max_data < kMaxDataMin || s->own_max_data > kMaxDataMax ||
-                   s->own_stream_window < s->own_max_data || s->own_stream_window > kStreamWindowMax ||
-                   s->own_session_window < s->own_stream_window || s->own_session_window > kSessionWindowMax))
-      r.fail("session settings out of the protocol's limits");
-  }
-  s->token.instance = r.u64();
-  s->token.nonce = r.u64();
-  s->received = r.u64();
-  s->ack_sent = r.u64();
-  s->peer_acked = r.u64();
-  s->frames_base = r.u64();
-  s->frames = r.blob("kept frames");
-  s->next_local_id = r.u32();
-  s->highest_remote_id = r.u32();
-  s->session_send_available = r.u64();
-  s->session_send_reserve = r.u64();
-  s->session_receive_size = r.u64();
-  s->session_receive_remaining = r.u64();
-  s->session_receive_pending = r.u64();
-  s->goaway_sent = r.boolean();
-  s->goaway_received = r.boolean();
-  s->transport_kind = r.u8();
-  for (uint64_t* v : {&s->age_ms, &s->frames_in, &s->frames_out, &s->bytes_in, &s->bytes_out, &s->streams_opened,
-                      &s->resumes, &s->resent_bytes})
-    *v = r.u64();
-  size_t blocked = r.count("blocked streams");
-  for (size_t i = 0; i < blocked && r.ok(); ++i) s->blocked.push_back(r.u32());
+void check_session(Reader& r, const tunnel::SessionImage& s, uint32_t image_version) {
   if (!r.ok()) return;
-  if (s->transport_kind > 1) r.fail("unknown transport kind " + std::to_string(s->transport_kind));
-  if (s->peer_acked < s->frames_base || s->peer_acked - s->frames_base > s->frames.size())
+  // As a HELLO would be checked: the new process announces them again.
+  if (image_version >= 2 && (s.own_max_data < kMaxDataMin || s.own_max_data > kMaxDataMax ||
+                             s.own_stream_window < s.own_max_data || s.own_stream_window > kStreamWindowMax ||
+                             s.own_session_window < s.own_stream_window || s.own_session_window > kSessionWindowMax))
+    r.fail("session settings out of the protocol's limits");
+  if (s.transport_kind > 1) r.fail("unknown transport kind " + std::to_string(s.transport_kind));
+  if (s.peer_acked < s.frames_base || s.peer_acked - s.frames_base > s.frames.size())
     r.fail("the peer's acknowledged offset lies outside the kept frames");
-  if (s->ack_sent > s->received) r.fail("more acknowledged than received");
-  if (s->session_receive_remaining > s->session_receive_size ||
-      s->session_receive_pending > s->session_receive_size - s->session_receive_remaining)
+  if (s.ack_sent > s.received) r.fail("more acknowledged than received");
+  if (s.session_receive_remaining > s.session_receive_size ||
+      s.session_receive_pending > s.session_receive_size - s.session_receive_remaining)
     r.fail("the session's receive window does not add up");
-  if (s->session_send_reserve > s->peer_hello.session_window) r.fail("session credit reserve beyond the peer's window");
+  if (s.session_send_reserve > s.peer_hello.session_window) r.fail("session credit reserve beyond the peer's window");
+}
+
+template <typename IO, typename T>
+void stream_fields(IO& io, T& s) {
+  io.u32(s.fd);
+  io.u32(s.session);  // -1 (0xffffffff on the wire): no session
+  io.flag(s.target_side);
+  io.flag(s.opened);
+  io.flag(s.connecting);
+  io.flag(s.read_closed);
+  io.flag(s.remote_fin);
+  io.flag(s.write_shut);
+  io.text(s.listener, "listener name");
+  io.text(s.peer, "peer name");
+  io.text(s.target, "target");
+  io.u64(s.bytes_up);
+  io.u64(s.bytes_down);
+  io.u64(s.age_ms);
+  io.blob(s.to_socket, "bytes for the socket");
+  io.blob(s.parked, "parked bytes");
+  stream_tunnel_fields(io, s.tunnel);
+}
+
+template <typename IO, typename T>
+void pipe_fields(IO& io, T& p) {
+  io.u32(p.client_fd);
+  io.u32(p.server_fd);
+  io.flag(p.connecting);
+  io.text(p.listener, "listener name");
+  io.text(p.destination, "destination");
+  io.blob(p.up, "pending bytes");
+  io.blob(p.down, "pending bytes");
+  io.flag(p.up_ended);
+  io.flag(p.down_ended);
 }
 
 void put_connections(Writer& w, const local::HandoverImages& c) {
-  w.u64(c.streams.size());
-  for (const auto& s : c.streams) {
-    w.u32(s.fd);
-    w.u32(static_cast<uint32_t>(s.session));
-    for (bool b : {s.target_side, s.opened, s.connecting, s.read_closed, s.remote_fin, s.write_shut}) w.boolean(b);
-    w.str(s.listener);
-    w.str(s.peer);
-    w.str(s.target);
-    w.u64(s.bytes_up);
-    w.u64(s.bytes_down);
-    w.u64(s.age_ms);
-    w.blob(s.to_socket);
-    w.blob(s.parked);
-    put_stream_tunnel(w, s.tunnel);
-  }
-  w.u64(c.pipes.size());
-  for (const auto& p : c.pipes) {
-    w.u32(p.client_fd);
-    w.u32(p.server_fd);
-    w.boolean(p.connecting);
-    w.str(p.listener);
-    w.str(p.destination);
-    w.blob(p.up);
-    w.blob(p.down);
-    w.boolean(p.up_ended);
-    w.boolean(p.down_ended);
-  }
+  w.count(c.streams.size(), "streams");
+  for (const auto& s : c.streams) stream_fields(w, s);
+  w.count(c.pipes.size(), "passthrough connections");
+  for (const auto& p : c.pipes) pipe_fields(w, p);
 }
 
 template <typename FdCheck>
@@ -269,41 +254,42 @@ void get_connections(Reader& r, local::HandoverImages* c, size_t sessions, FdChe
   size_t n = r.count("streams");
   for (size_t i = 0; i < n && r.ok(); ++i) {
     local::LocalStreamImage s;
-    s.fd = r.u32();
+    stream_fields(r, s);
+    if (!r.ok()) break;
     fd_ok(s.fd);
-    uint32_t session = r.u32();
-    s.session = static_cast<int32_t>(session);
-    if (session != 0xffffffffu && session >= sessions) r.fail("a stream names session " + std::to_string(session));
-    for (bool* b : {&s.target_side, &s.opened, &s.connecting, &s.read_closed, &s.remote_fin, &s.write_shut})
-      *b = r.boolean();
-    s.listener = r.str("listener name");
-    s.peer = r.str("peer name");
-    s.target = r.str("target");
-    s.bytes_up = r.u64();
-    s.bytes_down = r.u64();
-    s.age_ms = r.u64();
-    s.to_socket = r.blob("bytes for the socket");
-    s.parked = r.blob("parked bytes");
-    get_stream_tunnel(r, &s.tunnel);
+    check_stream_tunnel(r, s.tunnel);
+    if (s.session < -1 || s.session >= static_cast<int64_t>(sessions))
+      r.fail("a stream names session " + std::to_string(static_cast<uint32_t>(s.session)));
     if (s.session >= 0 && !s.opened) r.fail("a stream on a session that was never opened");
     c->streams.push_back(std::move(s));
   }
   n = r.count("passthrough connections");
   for (size_t i = 0; i < n && r.ok(); ++i) {
     local::PipeImage p;
-    p.client_fd = r.u32();
-    p.server_fd = r.u32();
+    pipe_fields(r, p);
+    if (!r.ok()) break;
     fd_ok(p.client_fd);
     fd_ok(p.server_fd);
-    p.connecting = r.boolean();
-    p.listener = r.str("listener name");
-    p.destination = r.str("destination");
-    p.up = r.blob("pending bytes");
-    p.down = r.blob("pending bytes");
-    p.up_ended = r.boolean();
-    p.down_ended = r.boolean();
     c->pipes.push_back(std::move(p));
   }
+}
+
+}  // namespace
+
+namespace {
+
+template <typename IO, typename T>
+void listener_fields(IO& io, T& l) {
+  io.text(l.endpoint, "listener endpoint");
+  io.flag(l.transparent);
+  io.u32_list(l.fds, "listener sockets");
+}
+
+// The image's head: what comes before the workers.
+template <typename IO, typename T>
+void process_fields(IO& io, T& image) {
+  io.u64(image.instance);
+  io.u32(image.fd_count);
 }
 
 }  // namespace
@@ -312,21 +298,14 @@ std::vector<uint8_t> encode_process_image(const ProcessImage& image, uint32_t ve
   std::vector<uint8_t> out;
   Writer w(&out);
   w.u32(version);
-  w.u64(image.instance);
-  w.u32(image.fd_count);
-  w.u64(image.listeners.size());
-  for (const auto& l : image.listeners) {
-    w.str(l.endpoint);
-    w.boolean(l.transparent);
-    w.u64(l.fds.size());
-    for (uint32_t fd : l.fds) w.u32(fd);
-  }
-  w.u64(image.tunnel_fds.size());
-  for (uint32_t fd : image.tunnel_fds) w.u32(fd);
-  w.u64(image.workers.size());
+  process_fields(w, image);
+  w.count(image.listeners.size(), "listeners");
+  for (const auto& l : image.listeners) listener_fields(w, l);
+  w.u32_list(image.tunnel_fds, "tunnel sockets");
+  w.count(image.workers.size(), "workers");
   for (const auto& worker : image.workers) {
-    w.u64(worker.sessions.size());
-    for (const auto& s : worker.sessions) put_session(w, s, version);
+    w.count(worker.sessions.size(), "sessions");
+    for (const auto& s : worker.sessions) session_fields(w, s, version);
     put_connections(w, worker.connections);
   }
   return out;
@@ -335,13 +314,13 @@ std::vector<uint8_t> encode_process_image(const ProcessImage& image, uint32_t ve
 bool decode_process_image(const uint8_t* data, size_t size, ProcessImage* out, std::string* error) {
   Reader r(data, size);
   ProcessImage image;
-  uint32_t version = r.u32();
+  uint32_t version = 0;
+  r.u32(version);
   if (r.ok() && (version < kOldestImageVersion || version > kImageVersion))
     r.fail("image version " + std::to_string(version) + ", this rdmagw reads versions " +
            std::to_string(kOldestImageVersion) + " to " + std::to_string(kImageVersion));
   image.version = version;
-  image.instance = r.u64();
-  image.fd_count = r.u32();
+  process_fields(r, image);
   if (r.ok() && image.fd_count > kMaxCount) r.fail("implausible count of sockets: " + std::to_string(image.fd_count));
   // Each socket belongs to one place: a socket named twice would be closed
   // by one owner under the other.
@@ -358,27 +337,20 @@ bool decode_process_image(const uint8_t* data, size_t size, ProcessImage* out, s
   size_t n = r.count("listeners");
   for (size_t i = 0; i < n && r.ok(); ++i) {
     ListenerImage l;
-    l.endpoint = r.str("listener endpoint");
-    l.transparent = r.boolean();
-    size_t fds = r.count("listener sockets");
-    for (size_t j = 0; j < fds && r.ok(); ++j) {
-      l.fds.push_back(r.u32());
-      fd_ok(l.fds.back());
-    }
+    listener_fields(r, l);
+    for (uint32_t fd : l.fds) fd_ok(fd);
     image.listeners.push_back(std::move(l));
   }
-  n = r.count("tunnel sockets");
-  for (size_t i = 0; i < n && r.ok(); ++i) {
-    image.tunnel_fds.push_back(r.u32());
-    fd_ok(image.tunnel_fds.back());
-  }
+  r.u32_list(image.tunnel_fds, "tunnel sockets");
+  for (uint32_t fd : image.tunnel_fds) fd_ok(fd);
   n = r.count("workers");
   for (size_t i = 0; i < n && r.ok(); ++i) {
     WorkerImage worker;
     size_t sessions = r.count("sessions");
     for (size_t j = 0; j < sessions && r.ok(); ++j) {
       worker.sessions.emplace_back();
-      get_session(r, &worker.sessions.back(), version);
+      session_fields(r, worker.sessions.back(), version);
+      check_session(r, worker.sessions.back(), version);
     }
     get_connections(r, &worker.connections, worker.sessions.size(), fd_ok);
     image.workers.push_back(std::move(worker));
