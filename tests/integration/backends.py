@@ -52,20 +52,41 @@ def sha256_of_prng(seed: int, total: int) -> str:
     return h.hexdigest()
 
 
-def send_all(sock: socket.socket, data, deadline: float) -> None:
-    """sendall() bounded by an absolute deadline (time.monotonic())."""
-    view = memoryview(data)
-    while view:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("send_all: deadline passed")
-        sock.settimeout(min(left, SOCK_TIMEOUT))
-        n = sock.send(view)
-        view = view[n:]
-
-
 # ---------------------------------------------------------------------------
-# Base class
+# Base classes
+
+
+class LoopServer:
+    """A listening socket (`lsock`) served by one daemon thread that runs the
+    subclass's `_loop()` until `_stop` is set (start() starts it, stop() ends
+    it and closes `lsock`). For servers that drive every socket from that one
+    thread, non-blocking (selectors), so that a reset is seen by the one call
+    that meets it (see test_crash_resets.py). An exception out of `_loop()`
+    lands in `.errors`, which the tests check, not in a stray thread
+    traceback. The subclass makes `lsock`, then calls this __init__."""
+
+    def __init__(self):
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._guarded, name=type(self).__name__, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.lsock.close()
+
+    def _guarded(self):
+        try:
+            self._loop()
+        except Exception as e:  # surfaced by the tests through .errors
+            self.errors.append(f"{type(e).__name__}: {e}")
+
+    def _loop(self):  # pragma: no cover - overridden
+        raise NotImplementedError
 
 
 class _Server:

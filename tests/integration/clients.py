@@ -39,6 +39,7 @@ def connect(address, timeout: float = 5.0) -> socket.socket:
 
 
 def send_all(sock: socket.socket, data, deadline: float) -> None:
+    """sendall() bounded by an absolute deadline (time.monotonic())."""
     view = memoryview(data)
     for _ in range(1 << 30):
         if not view:
@@ -181,6 +182,26 @@ def wait_closed(sock: socket.socket, timeout: float, max_bytes: int = 64 * MiB):
         if got > max_bytes:
             raise AssertionError(f"wait_closed: peer sent more than {max_bytes} bytes")
     raise TimeoutError(f"socket still open after {timeout:.1f}s ({got} bytes read)")
+
+
+def how_stream_ends(address, data: bytes, timeout: float) -> str:
+    """How a stream through `address` ends that the far side will not carry:
+    connects, sends `data`, waits up to `timeout` s for the close; "reset" or
+    "eof". The reset may come before the connect has returned or while it
+    sends (a refusal is that quick when the session is open): that is a
+    reset too."""
+    try:
+        s = connect(address, timeout=10)
+    except RESET_ERRORS:
+        return "reset"
+    try:
+        s.sendall(data)
+        how, _, _ = wait_closed(s, timeout=timeout)
+    except RESET_ERRORS:
+        how = "reset"
+    finally:
+        s.close()
+    return how
 
 
 def try_send(sock: socket.socket, data: bytes) -> str | None:

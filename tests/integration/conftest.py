@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from backends import EchoServer
 from clients import free_port  # noqa: F401  (re-exported for the tests)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -406,6 +407,10 @@ class Sidecar(ManagedProcess):
                     return int(line.split()[1])
         raise RuntimeError("no VmRSS line")
 
+    def open_fds(self) -> int:
+        """How many file descriptors the process has open now."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
 
 # ---------------------------------------------------------------------------
 # Fixtures
@@ -598,3 +603,12 @@ def pair(sidecar, sock_dir):
         return Pair(a, b, resolved)
 
     return build
+
+
+def echo_pair(pair, backend, name: str = "echo", **kw):
+    """The common setup: an EchoServer (through the `backend` fixture) behind a
+    pair (the `pair` fixture) whose one listener `name` leads to it; kw go to
+    pair(). Returns (pair, echo server)."""
+    echo = backend(EchoServer())
+    p = pair([{"name": name, "target": echo.endpoint}], [echo.endpoint], **kw)
+    return p, echo

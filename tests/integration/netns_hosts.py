@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 
 def run(*args, check=True, timeout=30):
+    """Runs a command (`args`, each one word), output captured as text;
+    raises CalledProcessError on a failure unless check=False."""
     return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=check)
 
 

@@ -22,7 +22,7 @@ import time
 
 from admin_client import admin_request, parse_metrics
 from backends import EchoServer
-from clients import RESET_ERRORS, connect, echo_roundtrip, free_port, wait_closed, wait_for
+from clients import connect, echo_roundtrip, free_port, how_stream_ends, wait_for
 from conftest import TEST_TRANSPORT
 
 
@@ -93,14 +93,7 @@ def test_a_client_reset_and_a_refused_target_say_who_ended_them(pair, backend):
     assert b["end"] == "reset" and b["by"] == "peer" and b["reason"] == "cancel", b
     # The target refuses: the far side says so, and the client's side that
     # the peer ended it.
-    s = connect(p.address("closed"), timeout=10)
-    try:
-        s.sendall(b"hello")
-        how, _, _ = wait_closed(s, timeout=10)
-    except RESET_ERRORS:
-        how = "reset"
-    s.close()
-    assert how == "reset"
+    assert how_stream_ends(p.address("closed"), b"hello", timeout=10) == "reset"
     lines = wait_lines(p.b, 2, "host-b's line for the refused target")
     assert lines[1]["by"] == "target" and lines[1]["target"] == closed, lines[1]
     assert lines[1]["reason"].startswith("connect-failed") and "refused" in lines[1]["reason"], lines[1]

@@ -23,7 +23,7 @@ import pytest
 from admin_client import admin_json, admin_request, parse_metrics
 from backends import EchoServer
 from certs import DAY, NOW, Authority, cert_auth
-from clients import RESET_ERRORS, connect, echo_roundtrip, free_port, wait_closed, wait_for
+from clients import connect, echo_roundtrip, free_port, how_stream_ends, wait_for
 from conftest import TEST_TRANSPORT, TUNNEL_ADDR, render_config
 
 # Two cases need what only the TCP transport on loopback has here: a second
@@ -82,23 +82,6 @@ def failures(sc, reason: str) -> float:
         f'rdmagw_auth_failures_total{{reason="{reason}"}}', 0)
 
 
-def refused_stream(port: int) -> str:
-    """How a stream through `port` ends. The reset may come before the
-    connect has returned or while it sends (the refusal is that quick when
-    the session is open): that is a reset too."""
-    try:
-        s = connect(("127.0.0.1", port), timeout=10)
-    except RESET_ERRORS:
-        return "reset"
-    try:
-        s.sendall(b"knock knock")
-        how, _, _ = wait_closed(s, timeout=15)
-    except RESET_ERRORS:
-        how = "reset"
-    s.close()
-    return how
-
-
 @pytest.mark.parametrize("encrypt", [False, True])
 def test_two_nodes_with_certificates_carry_streams(sidecar, backend, tmp_path, encrypt):
     echo = backend(EchoServer())
@@ -146,7 +129,7 @@ def test_a_bad_dialer_certificate_is_refused_counted_and_said(sidecar, backend, 
     line = p.b.wait_log("event=auth_failed", 10)
     assert line and f"failure={reason}" in line and said in line, p.b.tail()
     wait_for(lambda: failures(p.b, reason) >= 1, timeout=5, what=f"auth failure {reason} counted")
-    assert refused_stream(p.listen) == "reset"
+    assert how_stream_ends(("127.0.0.1", p.listen), b"knock knock", timeout=15) == "reset"
     assert echo.completed == 0 and echo.bytes_echoed == 0
     assert p.b.log_text().count("event=auth_failed") == 1, "logged once per address"
     assert "event=session_open" not in p.a.log_text() + p.b.log_text()
@@ -160,7 +143,7 @@ def test_a_named_peer_must_present_its_name(sidecar, backend, tmp_path):
     line = p.a.wait_log("event=auth_failed", 10)
     assert line and "failure=wrong-name" in line and "names node host-x, not host-b" in line, p.a.tail()
     assert failures(p.a, "wrong-name") >= 1
-    assert refused_stream(p.listen) == "reset"
+    assert how_stream_ends(("127.0.0.1", p.listen), b"knock knock", timeout=15) == "reset"
     assert echo.completed == 0
 
 
@@ -189,7 +172,7 @@ def test_an_acceptor_whose_certificate_does_not_list_the_address_dialed_is_refus
     p = CertPair(sidecar, tmp_path, [echo.endpoint], b_address="0.0.0.0", a_dials="127.0.0.2").start()
     line = p.a.wait_log("event=auth_failed", 10)
     assert line and "failure=wrong-address" in line and "does not list 127.0.0.2" in line, p.a.tail()
-    assert refused_stream(p.listen) == "reset"
+    assert how_stream_ends(("127.0.0.1", p.listen), b"knock knock", timeout=15) == "reset"
     assert echo.completed == 0
 
 
@@ -319,7 +302,7 @@ def test_a_target_open_to_a_node_by_name(sidecar, backend, tmp_path):
         "listeners:\n", f'listeners:\n  - name: c\n    listen: "tcp:127.0.0.1:{port}"\n    peer: host-b\n'
         f'    target: "{other.endpoint}"\n', 1))
     assert admin_request(p.a_admin, "/reload", "POST").status == 200
-    assert refused_stream(port) == "reset"
+    assert how_stream_ends(("127.0.0.1", port), b"knock knock", timeout=15) == "reset"
     line = p.b.wait_log(lambda l: "event=stream_refused" in l and "reason=not-allowed" in l, 5)
     # "at 127.0.0.1" on TCP, "at rdma:10.99.0.1" on RDMA.
     assert line and "target is not open to node host-a at " in line and f"{TUNNEL_ADDR}\"" in line, line

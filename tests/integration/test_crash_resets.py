@@ -36,11 +36,11 @@ import selectors
 import socket
 import struct
 import subprocess
-import threading
 import time
 
 import pytest
 
+from backends import LoopServer
 from clients import connect, socket_end
 from conftest import scaled, tcp_only
 
@@ -69,6 +69,7 @@ def stream_bytes(seed: int, offset: int, n: int) -> memoryview:
 
 
 def prefix_sha(seed: int, n: int) -> str:
+    """SHA-256 (hex) of the first n bytes of stream `seed`."""
     h = hashlib.sha256()
     off = 0
     for _ in range(n // PATTERN_LEN + 2):
@@ -84,7 +85,7 @@ def prefix_sha(seed: int, n: int) -> str:
 # Target server: one selectors thread, every connection non-blocking
 
 
-class TargetServer:
+class TargetServer(LoopServer):
     """Serves uploads (hashes what it gets) and downloads (sends the stream the
     header names), one thread for all connections. `reset_after(seed)`, when
     given, makes it reset (SO_LINGER {1, 0}) each connection once it has moved
@@ -102,31 +103,14 @@ class TargetServer:
         self.endpoint = f"tcp:127.0.0.1:{self.lsock.getsockname()[1]}"
         self.reset_after = reset_after
         self.conns: list[dict] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._guarded, name="TargetServer", daemon=True)
         self._socks: dict[socket.socket, dict] = {}
-
-    def start(self):
-        self._thread.start()
-        return self
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self.lsock.close()
+        super().__init__()
 
     def uploads_past(self, n: int) -> int:
         return sum(1 for c in list(self.conns) if c["mode"] == b"U" and c["in"] >= n)
 
     def ended(self) -> bool:
         return all(c["end"] is not None for c in list(self.conns))
-
-    def _guarded(self):
-        try:
-            self._loop()
-        except Exception as e:  # surfaced by the tests through .errors
-            self.errors.append(f"server loop: {type(e).__name__}: {e}")
 
     def _loop(self):
         sel = selectors.DefaultSelector()

@@ -28,10 +28,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 @tcp_only
 def test_running_out_of_descriptors_neither_spins_nor_floods_and_service_resumes(pair, backend):
     require_root_and(["prlimit"], "lowers a running rdmagw's descriptor limit")
@@ -39,7 +35,7 @@ def test_running_out_of_descriptors_neither_spins_nor_floods_and_service_resumes
     p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], workers=1)
     a = p.a
     assert echo_roundtrip(p.address("echo"), b"before", timeout=10) == b"before"
-    limit = open_fds(a.pid) + 8
+    limit = a.open_fds() + 8
     r = subprocess.run(["prlimit", "--pid", str(a.pid), f"--nofile={limit}:{limit}"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
@@ -56,7 +52,7 @@ def test_running_out_of_descriptors_neither_spins_nor_floods_and_service_resumes
                     clients.append(s)
                 except OSError:
                     s.close()
-        wait_for(lambda: open_fds(a.pid) >= limit - 1, timeout=10,
+        wait_for(lambda: a.open_fds() >= limit - 1, timeout=10,
                  what=f"host-a to run out of descriptors (limit {limit}, {len(clients)} clients connected)")
         assert a.running(), f"host-a died when its descriptors ran out (exit {a.proc.poll()}):\n{a.tail()}"
         mark = a.log_size()

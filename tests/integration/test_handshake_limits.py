@@ -17,7 +17,6 @@ docs/security.md): real sidecars, and raw sockets that play the peers.
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 
@@ -38,10 +37,6 @@ MiB = 1 << 20
 
 def metrics(sc) -> dict:
     return parse_metrics(admin_request(sc.admin_port, "/metrics").text)
-
-
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 class Refused:
@@ -104,14 +99,14 @@ def test_idle_handshakes_cost_a_few_kib(pair, backend):
     p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint],
              b_tunnel={"connect_timeout_ms": 60000, "limits": limits})
     echo_roundtrip(p.address("echo"), b"warm up", timeout=10)
-    fds0, rss0 = open_fds(p.b.pid), p.b.rss_kib()
+    fds0, rss0 = p.b.open_fds(), p.b.rss_kib()
     n = 400
     socks = []
     try:
         for i in range(n):
             socks.append(idle_connection(p.b.tunnel_port, "127.0.0.2"))
         # (Less a few: the warm-up's target connection may close meanwhile.)
-        wait_for(lambda: open_fds(p.b.pid) >= fds0 + n - 4, timeout=10, what=f"host-b accepted {n} connections")
+        wait_for(lambda: p.b.open_fds() >= fds0 + n - 4, timeout=10, what=f"host-b accepted {n} connections")
         time.sleep(0.3)  # the last ones' sessions are being set up
         grown = p.b.rss_kib() - rss0
         print(f"{n} idle handshakes: host-b RSS +{grown} KiB ({grown / n:.1f} KiB each)")

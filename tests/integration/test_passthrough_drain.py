@@ -25,31 +25,27 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import secrets
 import selectors
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from backends import LoopServer
 from clients import require_root_and, socket_end
 from conftest import key_file, REPO, RDMAGW_BIN
+from netns_hosts import run, two_hosts
 
 A_IP, B_IP, NET = "10.202.0.1", "10.202.0.2", "10.202.0.0/24"  # only inside this test's namespaces
 PORT = 9000
 NOBODY = 65534
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
-
-
-def run(*args, check=True, timeout=30):
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=check)
 
 
 @contextlib.contextmanager
@@ -65,7 +61,7 @@ def in_netns(name: str):
                 raise OSError(ctypes.get_errno(), "setns back home")
 
 
-class EchoServer:
+class EchoServer(LoopServer):
     """In host B: echoes, half-closes after the client's EOF; records how each
     connection ended ("eof", "reset", ...) and when."""
 
@@ -77,21 +73,8 @@ class EchoServer:
             self.lsock.listen(16)
         self.lsock.setblocking(False)
         self.conns: list[dict] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._guarded, daemon=True)
-        self._thread.start()
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.lsock.close()
-
-    def _guarded(self):
-        try:
-            self._loop()
-        except Exception as e:
-            self.errors.append(f"{type(e).__name__}: {e}")
+        super().__init__()
+        self.start()
 
     def _loop(self):
         sel = selectors.DefaultSelector()
@@ -204,23 +187,8 @@ shutdown_timeout_ms: {shutdown_timeout_ms}
 def hosts():
     """(namespace A, namespace B), joined by a veth pair; deleted after."""
     require_root_and(("ip", "iptables", "setpriv"), "passthrough drain test")
-    tag = secrets.token_hex(3)
-    a, b = f"rgpa{tag}", f"rgpb{tag}"
-    run("ip", "netns", "add", a)
-    run("ip", "netns", "add", b)
-    try:
-        run("ip", "link", "add", f"pa{tag}", "type", "veth", "peer", "name", f"pb{tag}")
-        run("ip", "link", "set", f"pa{tag}", "netns", a)
-        run("ip", "link", "set", f"pb{tag}", "netns", b)
-        run("ip", "-n", a, "addr", "add", f"{A_IP}/24", "dev", f"pa{tag}")
-        run("ip", "-n", b, "addr", "add", f"{B_IP}/24", "dev", f"pb{tag}")
-        for ns, dev in ((a, f"pa{tag}"), (b, f"pb{tag}")):
-            run("ip", "-n", ns, "link", "set", dev, "up")
-            run("ip", "-n", ns, "link", "set", "lo", "up")
-        yield a, b
-    finally:
-        run("ip", "netns", "del", a, check=False)
-        run("ip", "netns", "del", b, check=False)
+    with two_hosts(A_IP, B_IP, 24) as h:
+        yield h.a, h.b
 
 
 @pytest.fixture

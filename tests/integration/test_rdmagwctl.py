@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from backends import EchoServer
 from clients import connect, echo_roundtrip, free_port, recv_exact, send_all
-from conftest import RDMAGW_BIN, TEST_TRANSPORT, check_sanitizers, render_config
+from conftest import RDMAGW_BIN, TEST_TRANSPORT, check_sanitizers, echo_pair, render_config
 
 ERROR_LINE = re.compile(r"^(?P<file>.+):(?P<line>\d+):(?P<col>\d+): (?P<key>\S+): (?P<message>.+)$")
 ADMIN_LINE = re.compile(r'^admin:\s*"?(?P<address>[^"\s]+)"?\s*$', re.M)
@@ -72,12 +71,6 @@ def ctl_until(binary: str, sidecar, *args: str, accept=lambda rc, out: rc == 0,
     return result
 
 
-def echo_pair(pair, backend, name: str = "ctl-echo"):
-    echo = backend(EchoServer())
-    p = pair([{"name": name, "target": echo.endpoint}], [echo.endpoint])
-    return p, echo
-
-
 def table_rows(out: str, first_column: str) -> list[list[str]]:
     """The rows of the table whose header starts with `first_column`, split on
     runs of two or more spaces (cells themselves hold at most one). The table
@@ -100,7 +93,7 @@ def table_rows(out: str, first_column: str) -> list[list[str]]:
 
 
 def test_status_names_the_listener_and_the_peer(rdmagwctl_bin, pair, backend):
-    p, _ = echo_pair(pair, backend)
+    p, _ = echo_pair(pair, backend, "ctl-echo")
     assert echo_roundtrip(p.address("ctl-echo"), b"ping") == b"ping"
     rc, out, err = ctl_until(rdmagwctl_bin, p.a, "status",
                              accept=lambda rc, out: rc == 0 and "host-b" in out)
@@ -114,7 +107,7 @@ def test_status_names_the_listener_and_the_peer(rdmagwctl_bin, pair, backend):
 
 
 def test_status_json_has_the_documented_keys(rdmagwctl_bin, pair, backend):
-    p, _ = echo_pair(pair, backend)
+    p, _ = echo_pair(pair, backend, "ctl-echo")
     assert echo_roundtrip(p.address("ctl-echo"), b"x" * 1000) == b"x" * 1000
 
     def counted(rc, out):
@@ -160,7 +153,7 @@ def test_status_json_has_the_documented_keys(rdmagwctl_bin, pair, backend):
 
 
 def test_peers_shows_the_peer_and_its_transport(rdmagwctl_bin, pair, backend):
-    p, _ = echo_pair(pair, backend)
+    p, _ = echo_pair(pair, backend, "ctl-echo")
     assert echo_roundtrip(p.address("ctl-echo"), b"ping") == b"ping"  # a session is up
 
     def session_row(rc, out):
@@ -188,7 +181,7 @@ def test_peers_shows_the_peer_and_its_transport(rdmagwctl_bin, pair, backend):
 
 
 def test_streams_shows_a_held_connection_on_both_sides(rdmagwctl_bin, pair, backend):
-    p, echo = echo_pair(pair, backend)
+    p, echo = echo_pair(pair, backend, "ctl-echo")
     sock = connect(p.address("ctl-echo"))
     try:
         deadline = time.monotonic() + 10
@@ -238,7 +231,7 @@ def test_streams_shows_a_held_connection_on_both_sides(rdmagwctl_bin, pair, back
 
 @pytest.mark.deadline(60)
 def test_top_count_2_prints_two_tables(rdmagwctl_bin, pair, backend):
-    p, _ = echo_pair(pair, backend)
+    p, _ = echo_pair(pair, backend, "ctl-echo")
     ctl_until(rdmagwctl_bin, p.a, "status")  # the admin endpoint is up
     rc, out, err = run_ctl(rdmagwctl_bin, "--admin", admin_address(p.a), "top", "--count", "2",
                            "--interval", "0.5")
@@ -264,7 +257,7 @@ def good_config() -> str:
 
 
 def test_ready_and_drain_wait_exit_codes(rdmagwctl_bin, pair, backend):
-    p, echo = echo_pair(pair, backend)
+    p, echo = echo_pair(pair, backend, "ctl-echo")
     rc, out, err = ctl_until(rdmagwctl_bin, p.a, "ready")
     assert rc == 0 and out.strip() == "ready", (rc, out, err)
     sock = connect(p.address("ctl-echo"))

@@ -26,9 +26,10 @@ import time
 
 import pytest
 
+from backends import LoopServer
 from clients import connect, socket_end
 from conftest import scaled, tcp_only
-from test_crash_resets import kill_tunnel, pattern
+from test_crash_resets import kill_tunnel, pattern, prefix_sha
 from test_crash_resets import stream_bytes as chunk_of
 from tunnel_relay import TunnelRelay
 
@@ -42,15 +43,8 @@ RUN_S = 240.0               # bound for the whole transfer
 HDR = struct.Struct("!IQ")  # seed, size
 
 
-@functools.lru_cache(maxsize=512)
-def full_sha(seed: int, size: int) -> str:
-    h = hashlib.sha256()
-    off = 0
-    while off < size:
-        c = chunk_of(seed, off, size - off)
-        h.update(c)
-        off += len(c)
-    return h.hexdigest()
+# Every stream's two ends are checked against it: computed once per stream.
+full_sha = functools.lru_cache(maxsize=512)(prefix_sha)
 
 
 class End:
@@ -132,7 +126,7 @@ class TargetEnd(End):
             super().on_data(sel, data)
 
 
-class Target:
+class Target(LoopServer):
     """The far application: on 127.0.0.1, or on a Unix socket `path` (which
     an rdmagw in another network namespace reaches too)."""
 
@@ -150,40 +144,26 @@ class Target:
         self.lsock.listen(1024)
         self.lsock.setblocking(False)
         self.ends: list[TargetEnd] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__()
 
-    def start(self):
-        self._thread.start()
-        return self
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self.lsock.close()
-
-    def _run(self):
-        try:
-            sel = selectors.DefaultSelector()
-            sel.register(self.lsock, selectors.EVENT_READ, None)
-            deadline = time.monotonic() + self.lifetime_s
-            while not self._stop.is_set() and time.monotonic() < deadline:
-                for key, ev in sel.select(timeout=0.05):
-                    if key.data is None:
-                        while True:
-                            try:
-                                s, _ = self.lsock.accept()
-                            except (BlockingIOError, InterruptedError):
-                                break
-                            s.setblocking(False)
-                            t = TargetEnd(s)
-                            self.ends.append(t)
-                            sel.register(s, t.events(), t)
-                    elif key.data.end is None:
-                        key.data.service(sel, ev)
-        except Exception as e:
-            self.errors.append(f"{type(e).__name__}: {e}")
+    def _loop(self):
+        sel = selectors.DefaultSelector()
+        sel.register(self.lsock, selectors.EVENT_READ, None)
+        deadline = time.monotonic() + self.lifetime_s
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            for key, ev in sel.select(timeout=0.05):
+                if key.data is None:
+                    while True:
+                        try:
+                            s, _ = self.lsock.accept()
+                        except (BlockingIOError, InterruptedError):
+                            break
+                        s.setblocking(False)
+                        t = TargetEnd(s)
+                        self.ends.append(t)
+                        sel.register(s, t.events(), t)
+                elif key.data.end is None:
+                    key.data.service(sel, ev)
 
 
 class Faults(threading.Thread):

@@ -13,17 +13,11 @@ import time
 import pytest
 
 from backends import EchoServer, ResetServer, Sha256Server, prng_bytes, prng_chunks
-from conftest import scaled
+from conftest import echo_pair, scaled
 from clients import (RESET_ERRORS, connect, echo_concurrently, echo_roundtrip, recv_to_eof, send_all,
                      wait_closed)
 
 MiB = 1 << 20
-
-
-def echo_pair(pair, backend, **kw):
-    echo = backend(EchoServer())
-    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], **kw)
-    return p, echo
 
 
 @pytest.mark.deadline(300)

@@ -24,6 +24,8 @@ import sys
 import threading
 import time
 
+from backends import LoopServer
+
 PIPE_SIZE = 1 << 20
 SPLICE = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 
@@ -84,7 +86,7 @@ class _Connection:
         return self.up.eof and self.down.eof and not self.up.pending and not self.down.pending
 
 
-class TunnelRelay:
+class TunnelRelay(LoopServer):
     def __init__(self, to_port: int, to_host: str = "127.0.0.1", listen: tuple = ("127.0.0.1", 0)):
         self.to = (to_host, to_port)
         self.lsock = socket.socket()
@@ -93,7 +95,6 @@ class TunnelRelay:
         self.lsock.listen(64)
         self.lsock.setblocking(False)
         self.port = self.lsock.getsockname()[1]
-        self.errors: list[str] = []
         self.refused: list[str] = []  # connections the far side did not take
         self.on_slow = None  # called with a line when the relay itself was slow (a stalled loop, a slow connect)
         self._conns: list[_Connection] = []
@@ -102,20 +103,13 @@ class TunnelRelay:
         self._cuts_served = 0
         self._cut_count = 0
         self._cut_done = threading.Condition()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
         self._sel = selectors.DefaultSelector()
-
-    def start(self):
-        self._thread.start()
-        return self
+        super().__init__()
 
     def stop(self):
-        self._stop.set()
-        self._thread.join(timeout=10)
+        super().stop()
         for c in list(self._conns):
             self._drop(c)
-        self.lsock.close()
 
     def close_all(self, timeout: float = 5.0) -> int:
         """Closes every connection the relay carries (shutdown(SHUT_WR) both
@@ -192,37 +186,34 @@ class TunnelRelay:
         else:
             self._watch(c)
 
-    def _run(self):
-        try:
-            self._sel.register(self.lsock, selectors.EVENT_READ, None)
-            last = time.monotonic()
-            while not self._stop.is_set():
-                now = time.monotonic()
-                if now - last > 1.0:
-                    self._slow(f"loop stalled {now - last:.2f} s")
-                last = now
-                self._serve_cuts()
-                for key, _ in self._sel.select(timeout=0.02):
-                    c = key.data
-                    if c is None:
-                        self._accept()
-                    elif c not in self._conns:
-                        continue  # dropped earlier in this round
-                    elif c.cut:
-                        self._discard(c, key.fileobj)
+    def _loop(self):
+        self._sel.register(self.lsock, selectors.EVENT_READ, None)
+        last = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now - last > 1.0:
+                self._slow(f"loop stalled {now - last:.2f} s")
+            last = now
+            self._serve_cuts()
+            for key, _ in self._sel.select(timeout=0.02):
+                c = key.data
+                if c is None:
+                    self._accept()
+                elif c not in self._conns:
+                    continue  # dropped earlier in this round
+                elif c.cut:
+                    self._discard(c, key.fileobj)
+                else:
+                    try:
+                        c.up.pump()
+                        c.down.pump()
+                    except OSError:
+                        self._drop(c, reset=True)
+                        continue
+                    if c.done():
+                        self._drop(c)
                     else:
-                        try:
-                            c.up.pump()
-                            c.down.pump()
-                        except OSError:
-                            self._drop(c, reset=True)
-                            continue
-                        if c.done():
-                            self._drop(c)
-                        else:
-                            self._watch(c)
-        except Exception as e:
-            self.errors.append(f"{type(e).__name__}: {e}")
+                        self._watch(c)
 
     def _slow(self, what: str):
         if self.on_slow:
