@@ -38,6 +38,22 @@ def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> None
     raise RuntimeError(f"nothing listens on {host}:{port} after {timeout}s")
 
 
+def wait_path(path: str, timeout: float = 10.0) -> None:
+    """Until something accepts connections on the Unix socket at `path`."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(0.5)
+            s.connect(path)
+            return
+        except OSError:
+            time.sleep(0.05)
+        finally:
+            s.close()
+    raise RuntimeError(f"nothing listens on unix:{path} after {timeout}s")
+
+
 def wait_log(path: str, needle: str, timeout: float = 10.0) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -2,12 +2,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """rdmagw against HAProxy and against no proxy at all, in one run, same topology.
 
-Five paths to the same backends on this machine:
+Seven paths to the same backends on this machine:
   direct          client -> backend
   haproxy         client -> haproxy A -> haproxy B -> backend   (mode tcp)
   haproxy-splice  the same, with option splice-request/splice-response
   rdmagw          client -> rdmagw A -> tunnel (TCP transport) -> rdmagw B -> backend
   rdmagw-splice   the same with tunnel.tcp_splice: true (B pipes large DATA payloads by splice)
+  direct-unix     client -> backend over its Unix socket        (redis tests only)
+  rdmagw-unix     client -> rdmagw A over a Unix socket, B -> backend over its Unix socket
+                  (the local legs of node mode or explicit listeners; redis tests only:
+                  the other clients speak TCP alone)
 and, through each, in turns (the order of the paths rotates every round):
   redis-set, redis-get      redis-benchmark -c 50 -d 512, unpipelined
   redis-set-p16, redis-get-p16   the same with -P 16
@@ -55,7 +59,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
 from benchlib import free_port, wait_port  # noqa: E402
 
-PATHS = ("direct", "haproxy", "haproxy-splice", "rdmagw", "rdmagw-splice")
+PATHS = ("direct", "haproxy", "haproxy-splice", "rdmagw", "rdmagw-splice", "direct-unix", "rdmagw-unix")
+UNIX_PATHS = ("direct-unix", "rdmagw-unix")  # redis only: redis-benchmark -s
 TESTS = ("redis-set", "redis-get", "redis-set-p16", "redis-get-p16", "iperf3", "pingpong", "hol", "hol-apart",
          "http-keepalive", "http-close")
 BACKENDS = ("redis", "iperf", "sockperf", "http")
@@ -86,8 +91,10 @@ class Topology:
 
     def start(self, paths):
         backend = {name: free_port() for name in BACKENDS}
+        self.redis_socket = f"{self.work}/redis.sock"
         self.backend_pids = {
             "redis": self.spawn(["redis-server", "--port", str(backend["redis"]), "--bind", "127.0.0.1",
+                                 "--unixsocket", self.redis_socket, "--unixsocketperm", "700",
                                  "--save", "", "--appendonly", "no"]).pid,
             "iperf": self.spawn(["iperf3", "-s", "-p", str(backend["iperf"])]).pid,
             "sockperf": self.spawn(["sockperf", "server", "--tcp", "-i", "127.0.0.1", "-p",
@@ -105,6 +112,12 @@ class Topology:
                 self.start_haproxy(path, backend, splice=True)
             elif path in ("rdmagw", "rdmagw-splice"):
                 self.start_rdmagw(path, backend, splice=path == "rdmagw-splice")
+            elif path == "direct-unix":
+                benchlib.wait_path(self.redis_socket)
+                self.ports[path] = {"redis": self.redis_socket}
+                self.pids[path] = []
+            elif path == "rdmagw-unix":
+                self.start_rdmagw(path, backend, splice=False, unix=True)
         if "hol-apart" in self.args.tests and "rdmagw" in paths:
             self.start_rdmagw(TWIN, backend, splice=False)
 
@@ -162,15 +175,21 @@ defaults
         self.ports[path] = front
         self.pids[path] = pids
 
-    def start_rdmagw(self, path, backend, splice):
-        listen = {name: free_port() for name in BACKENDS}
+    def start_rdmagw(self, path, backend, splice, unix=False):
+        """unix: redis alone, with Unix sockets on both local legs."""
+        if unix:
+            listen = {"redis": f"{self.work}/{path}-redis.sock"}
+            local = {"redis": (f"unix:{listen['redis']}", f"unix:{self.redis_socket}")}
+        else:
+            listen = {name: free_port() for name in BACKENDS}
+            local = {b: (f"tcp:127.0.0.1:{listen[b]}", f"tcp:127.0.0.1:{backend[b]}") for b in BACKENDS}
         a_tunnel, b_tunnel = free_port(), free_port()
         size = f", buffer_size: {self.args.buffer_size}" if self.args.buffer_size else ""
         size += ", tcp_splice: true" if splice else ""
         tunnel = f"{{address: 127.0.0.1, tcp_port: %d, transport: tcp{size}}}"
-        listeners = "".join(f"""  - {{name: {b}, listen: "tcp:127.0.0.1:{listen[b]}", peer: host-b, target: "tcp:127.0.0.1:{backend[b]}"}}
-""" for b in BACKENDS)
-        targets = ", ".join(f'"tcp:127.0.0.1:{backend[b]}"' for b in BACKENDS)
+        listeners = "".join(f"""  - {{name: {b}, listen: "{entry}", peer: host-b, target: "{target}"}}
+""" for b, (entry, target) in local.items())
+        targets = ", ".join(f'"{target}"' for _, target in local.values())
         admin = {"b": free_port(), "a": free_port()}
         configs = {
             "b": f"""node: host-b
@@ -198,8 +217,11 @@ listeners:
                                    stderr=log).pid)
         for name in ("b", "a"):
             benchlib.wait_log(f"{self.work}/{path}-{name}.log", "event=ready")
-        for port in listen.values():
-            wait_port(port)
+        for where in listen.values():
+            if unix:
+                benchlib.wait_path(where)
+            else:
+                wait_port(where)
         self.ports[path] = listen
         self.pids[path] = pids
         self.admin[path] = [admin["b"], admin["a"]]
@@ -218,8 +240,10 @@ def run(cmd, timeout):
     return p.stdout + p.stderr
 
 
-def redis(port, test, requests, pipeline):
-    cmd = ["redis-benchmark", "-p", str(port), "-c", "50", "-d", "512", "-t", test, "-n", str(requests), "-q"]
+def redis(where, test, requests, pipeline):
+    """where: a TCP port, or a Unix socket's path."""
+    to = ["-s", where] if isinstance(where, str) else ["-p", str(where)]
+    cmd = ["redis-benchmark", *to, "-c", "50", "-d", "512", "-t", test, "-n", str(requests), "-q"]
     if pipeline > 1:
         cmd += ["-P", str(pipeline)]
     rps = benchlib.parse_redis_benchmark(run(cmd, 300))[test.upper()]
@@ -464,7 +488,7 @@ def report(results, paths, tests, args, pair_state, sched=None):
         scale = 1 if test == "iperf3" else 1e6
         row = [f"{test} ({unit})"]
         for p in proxies:
-            v = cpu_per_unit(results[test][p])
+            v = None if p.startswith("direct") else cpu_per_unit(results[test][p])  # direct-unix: no proxy
             row.append(fmt(v * scale if v is not None else None, 2 if test == "iperf3" else 1))
         rows.append(row)
     lines += ["### CPU of both proxy processes, per request or per GiB", "",
@@ -473,7 +497,7 @@ def report(results, paths, tests, args, pair_state, sched=None):
     if "pingpong" in tests:
         rows = []
         d50 = median(results["pingpong"]["direct"], "p50")
-        for p in paths:
+        for p in (p for p in paths if results["pingpong"][p]):
             p50, p99 = median(results["pingpong"][p], "p50"), median(results["pingpong"][p], "p99")
             added = None if p == "direct" else p50 - d50
             cpu = cpu_per_unit(results["pingpong"][p]) if p != "direct" else None
@@ -577,7 +601,7 @@ def cpu_budget_tables(results, paths, tests, cores=None):
             total = app + proxies
             busy = [(r["cpu"] + r["app_cpu"]) / r["wall"] for r in runs if r.get("wall")]
             rate = median(runs, "rate")
-            budget.append([test, p, fmt(app, 1), "–" if p == "direct" else fmt(proxies, 1),
+            budget.append([test, p, fmt(app, 1), "–" if p.startswith("direct") else fmt(proxies, 1),
                            fmt(statistics.median(busy), 2) if busy else "–",
                            f"{d_total / total:.2f}" if d_total else "–",
                            f"{rate / d_rate:.2f}" if rate and d_rate else "–"])
@@ -793,7 +817,7 @@ def check_tools(args):
     missing = [t for t, needed in need.items() if needed and not shutil.which(t)]
     if missing:
         sys.exit(f"compare.py: missing {', '.join(missing)}: run tools/dev/install-deps")
-    if "rdmagw" in args.paths and not os.access(benchlib.RDMAGW, os.X_OK):
+    if any(p.startswith("rdmagw") for p in args.paths) and not os.access(benchlib.RDMAGW, os.X_OK):
         sys.exit(f"compare.py: {benchlib.RDMAGW} not found: build first (tools/dev/build)")
 
 
@@ -829,7 +853,8 @@ def main(argv=None):
         time.sleep(1)
         before = pair_snapshot(topo)
         snapshots = []
-        runs_of = {t: [p for p in args.paths if t != "hol-apart" or p == "rdmagw"] for t in args.tests}
+        runs_of = {t: [p for p in args.paths if (t != "hol-apart" or p == "rdmagw")
+                       and (p not in UNIX_PATHS or t.startswith("redis-"))] for t in args.tests}
         total = args.rounds * sum(len(v) for v in runs_of.values())
         done, started = 0, time.monotonic()
         for rnd in range(args.rounds):

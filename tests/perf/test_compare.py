@@ -169,3 +169,22 @@ def test_a_failed_stats_reading_leaves_a_gap_not_a_crash():
     by_name = {r[0]: r[1:] for r in rows}
     assert by_name["rdmagw B RSS outside buffers KiB"] == ["–", 8500]
     assert by_name["rdmagw A buffers resident KiB"] == [1200, "–"]
+
+
+def test_unix_paths_run_redis_alone_and_the_report_leaves_the_rest_blank(monkeypatch):
+    commands = []
+    monkeypatch.setattr(compare, "run", lambda cmd, timeout: commands.append(cmd) or "SET: 1000.00 requests per second")
+    assert compare.redis("/tmp/x/redis.sock", "set", 10, 1)["rate"] == 1000.0
+    assert commands[-1][1:3] == ["-s", "/tmp/x/redis.sock"]
+    compare.redis(6379, "set", 10, 1)
+    assert commands[-1][1:3] == ["-p", "6379"]
+
+    run = {"rate": 10.0, "units": 5.0, "cpu": 1.0, "app_cpu": 1.0, "wall": 5.0, "p50": 20.0, "p99": 30.0}
+    paths = ["direct", "rdmagw", "rdmagw-unix"]
+    results = {"redis-set": {p: [dict(run)] for p in paths},
+               "pingpong": {"direct": [dict(run)], "rdmagw": [dict(run)], "rdmagw-unix": []}}
+    args = compare.parse_args(["--paths", ",".join(paths), "--tests", "redis-set,pingpong"])
+    text, _ = compare.report(results, paths, ["redis-set", "pingpong"], args, None)
+    assert "| redis-set (req/s) | 10 | 10 (1.00) | 10 (1.00) |" in text
+    pingpong_rows = text.split("### 64 B ping-pong")[1].split("###")[0]
+    assert "rdmagw-unix" not in pingpong_rows and "| rdmagw |" in pingpong_rows
