@@ -99,7 +99,7 @@ LocalStream* LocalStream::to_target(StreamHost& host, const tunnel::Session& ses
   }
   auto* s = new LocalStream(host, UniqueFd(fd));
   s->target_side_ = true;
-  s->opened_ = true;
+  s->phase_ = Phase::kConnecting;
   host.metrics.target_streams_active.add();
   host.metrics.streams_opened_inbound.add();
   s->peer_ = session.peer_node();
@@ -108,7 +108,6 @@ LocalStream* LocalStream::to_target(StreamHost& host, const tunnel::Session& ses
     s->client_ = session.remote_address();
     s->transport_ = tunnel::transport_kind_name(session.transport_kind());
   }
-  s->connecting_ = true;
   s->connector().start(host.loop, fd, target.addr, target.addr_len, host.connect_timeout_ms);
   return s;
 }
@@ -125,19 +124,19 @@ bool LocalStream::describe(StreamInfo* out) const {
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
   out->bytes_from_app = bytes_up_;
   out->bytes_to_app = bytes_down_;
-  if (connecting_)
+  if (phase_ == Phase::kConnecting)
     out->state = "connecting";
-  else if (!opened_)
+  else if (phase_ == Phase::kWaiting)
     out->state = "waiting";
-  else if (read_closed_ || remote_fin_ || write_shut_)
+  else if (upstream_ != Upstream::kOpen || downstream_ != Downstream::kOpen)
     out->state = "half-closed";
   else
     out->state = "open";
   out->queued_to_app = to_socket_.size();
   out->send_credit = send_credit();
-  if (connecting_)
+  if (phase_ == Phase::kConnecting)
     out->waiting_for = "target-connect";
-  else if (!opened_)
+  else if (phase_ == Phase::kWaiting)
     out->waiting_for = "session";
   else if (parked_buffer_ || waits_for_session_credit())
     out->waiting_for = "session-credit";
@@ -201,7 +200,7 @@ TimedConnect& LocalStream::connector() {
 }
 
 void LocalStream::on_target_connected(int error) {
-  connecting_ = false;
+  phase_ = Phase::kOpen;
   if (closing_) return;
   if (error != 0) {
     bool refused = error == ECONNREFUSED;
@@ -250,14 +249,14 @@ void LocalStream::attach(tunnel::Session& session) {
          "the session could not open it");
     return;
   }
-  opened_ = true;
+  phase_ = Phase::kOpen;
   host_.metrics.streams_opened_outbound.add();
   host_.metrics.stream_open.observe_us(
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
   add_bytes_from_app(static_cast<uint64_t>(n));
   log::debug("stream_open").kv("listener", listener_).kv("peer", peer_).kv("stream", stream_id()).kv("target", target_);
   if (eof) {
-    read_closed_ = true;
+    upstream_ = Upstream::kFinSent;
     session.send_fin(*this);
     maybe_done();
     watch_for_errors();  // nothing more is read: a reset would go unseen
@@ -275,7 +274,9 @@ void LocalStream::abort(ResetCode code, std::string_view reason) {
 // --- socket -> tunnel --------------------------------------------------------
 
 void LocalStream::start_reading() {
-  if (frozen_ || recv_posted_ || read_closed_ || closing_ || connecting_ || parked_buffer_ || !session()) return;
+  if (frozen_ || recv_posted_ || upstream_ != Upstream::kOpen || closing_ || phase_ == Phase::kConnecting ||
+      parked_buffer_ || !session())
+    return;
   // Only stream credit is held while the receive waits: an idle connection
   // must not pin any of the session's shared budget, nor any buffer.
   uint32_t credit = session()->take_stream_credit(*this, host_.payload_size);
@@ -306,7 +307,7 @@ void LocalStream::on_recv(int res, uint32_t flags) {
   if (buffer) host_.pool.release(buffer);
   if (frozen_ && res == -ECANCELED) return;  // a takeover stopped it
   if (res == 0) {
-    read_closed_ = true;
+    upstream_ = Upstream::kFinSent;
     session()->send_fin(*this);
     maybe_done();
     watch_for_errors();  // nothing more is read: a reset would go unseen
@@ -342,7 +343,7 @@ tunnel::Stream::Delivery LocalStream::on_peer_data(std::span<const iovec> pieces
   // io_uring round trip; whatever the socket does not take now is queued as
   // usual. Errors are left to the queued send to report.
   size_t skip = 0;  // bytes of `pieces` already in the socket
-  if (!sending_ && !connecting_ && to_socket_.empty() && !write_shut_) {
+  if (!sending_ && phase_ != Phase::kConnecting && to_socket_.empty() && downstream_ != Downstream::kShut) {
     msghdr m{};
     m.msg_iov = const_cast<iovec*>(pieces.data());  // sendmsg does not write it
     m.msg_iovlen = std::min<size_t>(pieces.size(), IOV_MAX);
@@ -377,7 +378,7 @@ tunnel::Stream::Delivery LocalStream::on_peer_piped(std::span<const uint8_t> hea
   // now, the piped ones by splice (they never enter user space). What the
   // socket does not take is queued, read out of the pipe: the pipe must be
   // empty when this returns.
-  if (!sending_ && !connecting_ && to_socket_.empty() && !write_shut_) {
+  if (!sending_ && phase_ != Phase::kConnecting && to_socket_.empty() && downstream_ != Downstream::kShut) {
     if (!head.empty()) {
       ssize_t n = ::send(fd_.get(), head.data(), head.size(), MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
       if (n > 0) head_sent = static_cast<size_t>(n);
@@ -419,7 +420,7 @@ tunnel::Stream::Delivery LocalStream::on_peer_piped(std::span<const uint8_t> hea
 }
 
 void LocalStream::pump_send() {
-  if (frozen_ || sending_ || closing_ || connecting_ || to_socket_.empty()) return;
+  if (frozen_ || sending_ || closing_ || phase_ == Phase::kConnecting || to_socket_.empty()) return;
   int n = to_socket_.front_iovecs(iov_, kMaxIov);
   msg_ = {};
   msg_.msg_iov = iov_;
@@ -447,14 +448,16 @@ void LocalStream::on_send(int res, uint32_t) {
 }
 
 void LocalStream::on_peer_fin() {
-  remote_fin_ = true;
+  if (downstream_ == Downstream::kOpen) downstream_ = Downstream::kFinReceived;
   maybe_shutdown_write();
 }
 
 void LocalStream::maybe_shutdown_write() {
-  if (frozen_ || !remote_fin_ || write_shut_ || sending_ || connecting_ || closing_ || !to_socket_.empty()) return;
+  if (frozen_ || downstream_ != Downstream::kFinReceived || sending_ || phase_ == Phase::kConnecting || closing_ ||
+      !to_socket_.empty())
+    return;
   ::shutdown(fd_.get(), SHUT_WR);
-  write_shut_ = true;
+  downstream_ = Downstream::kShut;
   maybe_done();
 }
 
@@ -505,7 +508,7 @@ void LocalStream::on_error_poll(int res, uint32_t) {
 // --- the end -------------------------------------------------------------------
 
 void LocalStream::maybe_done() {
-  if (!read_closed_ || !write_shut_ || closing_) return;
+  if (upstream_ != Upstream::kFinSent || downstream_ != Downstream::kShut || closing_) return;
   // Our FIN could not leave (the session closed under us): the session's
   // end, dispatched later in this batch, resets the stream instead.
   if (session() && !tunnel_done()) return;

@@ -58,7 +58,7 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   // the caller submits it to its peer link.
   static LocalStream* restore(StreamHost& host, UniqueFd fd, const LocalStreamImage& image, tunnel::Session* session,
                               metrics::ListenerMetrics* counters);
-  bool opened() const { return opened_; }
+  bool opened() const { return phase_ != Phase::kWaiting; }
   const std::string& peer() const { return peer_; }
 
   // LocalConnection
@@ -144,11 +144,28 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   bool recv_posted_ = false;
   bool error_poll_posted_ = false;  // watching for a reset while not reading
   bool sending_ = false;
-  bool connecting_ = false;
-  bool opened_ = false;       // has (had) a stream id on a session
-  bool read_closed_ = false;  // saw EOF from the socket and sent FIN
-  bool remote_fin_ = false;   // peer sent FIN
-  bool write_shut_ = false;   // shutdown(SHUT_WR) done
+  // The stream's life (docs/protocol.md, "Stream life cycle"): where it
+  // stands as a whole, then one state per direction. HALF-CLOSED (local) is
+  // Upstream::kFinSent, HALF-CLOSED (remote) Downstream::kFinReceived or
+  // kShut; both FINs and every byte written (kFinSent and kShut) is CLOSED,
+  // which ends it cleanly. closing_ marks the end, clean or a reset.
+  enum class Phase : uint8_t {
+    kWaiting,     // client side: no session has opened it yet
+    kConnecting,  // target side: it has its stream id, the target's connect is under way
+    kOpen,        // on a session (or done with it), bytes flowing as each direction allows
+  };
+  enum class Upstream : uint8_t {  // application -> peer
+    kOpen,
+    kFinSent,  // EOF from the socket; FIN sent
+  };
+  enum class Downstream : uint8_t {  // peer -> application
+    kOpen,
+    kFinReceived,  // the peer's FIN; bytes for the socket may still be queued
+    kShut,         // every byte written, then shutdown(SHUT_WR)
+  };
+  Phase phase_ = Phase::kWaiting;
+  Upstream upstream_ = Upstream::kOpen;
+  Downstream downstream_ = Downstream::kOpen;
   bool closing_ = false;
   bool frozen_ = false;      // a takeover is moving it: no I/O
   uint64_t bytes_up_ = 0;    // socket -> tunnel

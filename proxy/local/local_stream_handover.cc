@@ -19,7 +19,7 @@ void LocalStream::freeze() {
   if (sending_) host_.loop.cancel(&send_op_);
   if (error_poll_posted_) host_.loop.cancel(&error_poll_op_);
   // The kernel goes on connecting; the new process waits for the outcome.
-  if (connecting_ && connect_) connect_->cancel(host_.loop);
+  if (phase_ == Phase::kConnecting && connect_) connect_->cancel(host_.loop);
 }
 
 bool LocalStream::export_image(HandoverImages* out, const SessionIndex& sessions) const {
@@ -33,11 +33,11 @@ bool LocalStream::export_image(HandoverImages* out, const SessionIndex& sessions
   }
   image.fd = static_cast<uint32_t>(out->fds.size());
   image.target_side = target_side_;
-  image.opened = opened_;
-  image.connecting = connecting_;
-  image.read_closed = read_closed_;
-  image.remote_fin = remote_fin_;
-  image.write_shut = write_shut_;
+  image.opened = phase_ != Phase::kWaiting;
+  image.connecting = phase_ == Phase::kConnecting;
+  image.read_closed = upstream_ == Upstream::kFinSent;
+  image.remote_fin = downstream_ != Downstream::kOpen;
+  image.write_shut = downstream_ == Downstream::kShut;
   image.listener = listener_;
   image.peer = peer_;
   image.target = target_;
@@ -75,11 +75,13 @@ LocalStream* LocalStream::restore(StreamHost& host, UniqueFd fd, const LocalStre
   if (s->target_side_) host.metrics.target_streams_active.add();
   s->listener_counters_ = counters;
   if (counters) counters->active.add();
-  s->opened_ = image.opened;
-  s->connecting_ = image.connecting;
-  s->read_closed_ = image.read_closed;
-  s->remote_fin_ = image.remote_fin;
-  s->write_shut_ = image.write_shut;
+  // The image's flags are the states' (takeover_image.cc refuses flags no
+  // state has: connecting without a stream id, shut without the peer's FIN).
+  s->phase_ = image.connecting ? Phase::kConnecting : image.opened ? Phase::kOpen : Phase::kWaiting;
+  s->upstream_ = image.read_closed ? Upstream::kFinSent : Upstream::kOpen;
+  s->downstream_ = image.write_shut   ? Downstream::kShut
+                   : image.remote_fin ? Downstream::kFinReceived
+                                      : Downstream::kOpen;
   s->listener_ = image.listener;
   s->peer_ = image.peer;
   s->target_ = image.target;
@@ -105,15 +107,15 @@ LocalStream* LocalStream::restore(StreamHost& host, UniqueFd fd, const LocalStre
 }
 
 void LocalStream::resume_io() {
-  if (connecting_) {
+  if (phase_ == Phase::kConnecting) {
     connector().wait(host_.loop, fd_.get(), host_.connect_timeout_ms);
     return;
   }
-  if (!opened_) return;  // waits for a session: attach() starts it
+  if (phase_ == Phase::kWaiting) return;  // waits for a session: attach() starts it
   pump_send();
   maybe_shutdown_write();
   start_reading();
-  if (read_closed_ || parked_buffer_) watch_for_errors();
+  if (upstream_ == Upstream::kFinSent || parked_buffer_) watch_for_errors();
   maybe_done();
 }
 

@@ -261,6 +261,9 @@ void get_connections(Reader& r, local::HandoverImages* c, size_t sessions, FdChe
     if (s.session < -1 || s.session >= static_cast<int64_t>(sessions))
       r.fail("a stream names session " + std::to_string(static_cast<uint32_t>(s.session)));
     if (s.session >= 0 && !s.opened) r.fail("a stream on a session that was never opened");
+    // The flags are a stream's states (local_stream.h): no state has these.
+    if (s.connecting && !s.opened) r.fail("a stream connecting to its target without a stream id");
+    if (s.write_shut && !s.remote_fin) r.fail("a stream shut towards its socket without the peer's FIN");
     c->streams.push_back(std::move(s));
   }
   n = r.count("passthrough connections");

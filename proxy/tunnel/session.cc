@@ -129,12 +129,12 @@ void Session::count_session_closed() {
 void Session::describe(SessionInfo* out) const {
   out->role = role_ == Role::kDialer ? "dialer" : "acceptor";
   out->transport = std::string(transport_kind_name(transport_kind_));
-  out->state = state_ == State::kHandshake                                 ? "handshake"
-               : state_ == State::kClosed                                  ? "closed"
-               : frozen_                                                   ? "handing-over"
-               : state_ == State::kResuming                                ? "resuming"
-               : (goaway_sent_ || goaway_received_ || draining_announced_) ? "draining"
-                                                                           : "open";
+  out->state = state_ == State::kHandshake                                                    ? "handshake"
+               : state_ == State::kClosed                                                     ? "closed"
+               : frozen_                                                                      ? "handing-over"
+               : state_ == State::kResuming                                                   ? "resuming"
+               : (goaway_out_ == GoawayOut::kSent || goaway_received_ || draining_announced_) ? "draining"
+                                                                                              : "open";
   out->remote_address = remote_address_;
   out->peer_node = peer_node_;
   out->rtt_us = rtt_us_;
@@ -265,13 +265,13 @@ void Session::close(SessionEnd end, std::string_view reason, CloseMode mode) {
 }
 
 void Session::send_goaway() {
-  if (goaway_sent_ || state_ == State::kClosed) return;
+  if (goaway_out_ == GoawayOut::kSent || state_ == State::kClosed) return;
   if (state_ == State::kHandshake) {
     // Our HELLO must come first; on_hello() sends the GOAWAY after it.
-    goaway_pending_ = true;
+    goaway_out_ = GoawayOut::kPending;
     return;
   }
-  goaway_sent_ = true;
+  goaway_out_ = GoawayOut::kSent;
   send_control(FrameType::kGoaway, 0, static_cast<uint32_t>(GoawayCode::kDrain), 4);
 }
 
@@ -895,7 +895,7 @@ void Session::open_now() {
   state_ = State::kOpen;
   count_session_open();
   last_ping_ = loop().now();
-  if (goaway_pending_) send_goaway();
+  if (goaway_out_ == GoawayOut::kPending) send_goaway();
   log::info("session_open")
       .kv("peer", peer_node_)
       .kv("transport", transport_kind_name(transport_kind_))
@@ -921,7 +921,7 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
 
   ResetCode refuse = ResetCode::kRefused;
   Stream* stream = nullptr;
-  if (goaway_sent_) {
+  if (goaway_out_ == GoawayOut::kSent) {
     refuse = ResetCode::kShutdown;
   } else if (!within_open_limits(id)) {
     refuse = ResetCode::kResource;
@@ -929,7 +929,7 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
     stream = owner_->on_stream_open(*this, id, open.target, &refuse);
   }
   if (!stream) {
-    if (!goaway_sent_) ++counters_.streams_refused;
+    if (goaway_out_ != GoawayOut::kSent) ++counters_.streams_refused;
     session_receive_.on_delivered(first);
     send_control(FrameType::kReset, id, static_cast<uint32_t>(refuse), 4);
     grant_session();

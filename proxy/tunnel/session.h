@@ -499,8 +499,14 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   bool closed_to_announce_ = false;  // owner: on_session_closed
   SessionEnd end_ = SessionEnd::kLocalClose;
   std::string end_reason_;
-  bool goaway_sent_ = false;
-  bool goaway_pending_ = false;  // asked for during the handshake
+  // GOAWAY ("open no more streams here", docs/protocol.md), one state per
+  // direction: ours to the peer, and the peer's to us.
+  enum class GoawayOut : uint8_t {
+    kNone,
+    kPending,  // asked for during the handshake: it follows our HELLO
+    kSent,
+  };
+  GoawayOut goaway_out_ = GoawayOut::kNone;
   bool goaway_received_ = false;
 
   Clock::time_point started_;

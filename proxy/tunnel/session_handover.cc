@@ -73,7 +73,7 @@ void Session::export_image(SessionImage* out) const {
   out->session_receive_size = session_receive_.size();
   out->session_receive_remaining = session_receive_.remaining();
   out->session_receive_pending = session_receive_.pending_grant();
-  out->goaway_sent = goaway_sent_;
+  out->goaway_sent = goaway_out_ == GoawayOut::kSent;
   out->goaway_received = goaway_received_;
   out->transport_kind = static_cast<uint8_t>(transport_kind_);
   out->age_ms = static_cast<uint64_t>(
@@ -120,7 +120,7 @@ Session::Session(EventLoop& loop, BufferPool& pool, const SessionSettings& setti
   started_ = last_receive_ = last_ping_ = last_ack_ = link_started_ = suspended_at_ = loop.now();
   started_wall_ = Clock::now() - std::chrono::milliseconds(image.age_ms);
   peer_opens_ = TokenBucket(settings_.peer_opens_per_second, settings_.peer_opens_per_second);
-  goaway_sent_ = image.goaway_sent;
+  goaway_out_ = image.goaway_sent ? GoawayOut::kSent : GoawayOut::kNone;
   goaway_received_ = draining_announced_ = image.goaway_received;
   counters_.frames_in = image.frames_in;
   counters_.frames_out = image.frames_out;

@@ -210,3 +210,25 @@ TEST_CASE("takeover image: indexes and windows that do not hold are refused", "[
   p.listeners[0].fds = {9};
   CHECK_FALSE(decodes(encode_process_image(p), &error));
 }
+
+TEST_CASE("takeover image: stream flags that are no stream state are refused", "[takeover]") {
+  std::string error;
+  ProcessImage p = sample();
+  auto& s = p.workers[0].connections.streams[0];
+  s.session = -1;
+  s.opened = false;
+  s.connecting = true;  // a target's connect without a stream id
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+  CHECK(error == "a stream connecting to its target without a stream id");
+
+  p = sample();
+  p.workers[0].connections.streams[0].write_shut = true;  // shut towards the socket before the peer's FIN
+  p.workers[0].connections.streams[0].remote_fin = false;
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+  CHECK(error == "a stream shut towards its socket without the peer's FIN");
+
+  p = sample();
+  p.workers[0].connections.streams[0].remote_fin = true;
+  p.workers[0].connections.streams[0].write_shut = true;
+  CHECK(decodes(encode_process_image(p), &error));
+}
