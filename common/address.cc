@@ -126,6 +126,13 @@ std::string sockaddr_to_string(const sockaddr* sa, socklen_t len) {
   return "unknown";
 }
 
+std::string peer_address(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "unknown";
+  return sockaddr_to_string(reinterpret_cast<sockaddr*>(&ss), len);
+}
+
 bool ip_bytes_of(const sockaddr* sa, socklen_t len, IpBytes* out) {
   if (sa->sa_family == AF_INET && len >= sizeof(sockaddr_in)) {
     auto* in = reinterpret_cast<const sockaddr_in*>(sa);

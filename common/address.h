@@ -42,6 +42,9 @@ bool is_loopback(const Endpoint& endpoint);
 
 // Formats any socket address as text for logs ("127.0.0.1:5000", "unix:...").
 std::string sockaddr_to_string(const sockaddr* sa, socklen_t len);
+// The connected socket's peer as sockaddr_to_string writes it; "unknown" when
+// getpeername fails (the peer already gone).
+std::string peer_address(int fd);
 
 // An IP address as 16 bytes, IPv4 as ::ffff:a.b.c.d, so that both families
 // compare (and go into a transcript) alike.

@@ -36,10 +36,7 @@ void DirectPipe::start(StreamHost& host, UniqueFd client, const sockaddr_storage
   auto* p = new DirectPipe(host, std::move(client), std::move(listener), counters);
   p->destination_ = sockaddr_to_string(reinterpret_cast<const sockaddr*>(&destination), length);
   if (host.access_log && host.access_log->enabled()) {
-    sockaddr_storage ss{};
-    socklen_t len = sizeof(ss);
-    if (getpeername(p->client_.get(), reinterpret_cast<sockaddr*>(&ss), &len) == 0)
-      p->client_address_ = sockaddr_to_string(reinterpret_cast<sockaddr*>(&ss), len);
+    p->client_address_ = peer_address(p->client_.get());
   }
   int fd = ::socket(destination.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {

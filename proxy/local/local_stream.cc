@@ -67,10 +67,7 @@ LocalStream* LocalStream::from_client(StreamHost& host, UniqueFd fd, std::string
   set_nodelay(fd.get());
   auto* s = new LocalStream(host, std::move(fd));
   if (host.access_log && host.access_log->enabled()) {
-    sockaddr_storage ss{};
-    socklen_t len = sizeof(ss);
-    if (getpeername(s->fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len) == 0)
-      s->client_ = sockaddr_to_string(reinterpret_cast<sockaddr*>(&ss), len);
+    s->client_ = peer_address(s->fd_.get());
     s->destination_ = std::move(destination);
   }
   s->listener_ = std::move(listener);

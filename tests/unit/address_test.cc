@@ -2,6 +2,8 @@
 #include "common/address.h"
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -152,4 +154,28 @@ TEST_CASE("Endpoint equality compares the canonical form", "[address]") {
   CHECK_FALSE(*a == *c);
   CHECK_FALSE(*d == *e);
   CHECK_FALSE(*a == *d);
+}
+
+TEST_CASE("peer_address: a connected socket's peer, 'unknown' without one", "[address]") {
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(listener, 1) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  CHECK(rdmagw::peer_address(client) == "127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  CHECK(rdmagw::peer_address(listener) == "unknown");  // listening: no peer
+  ::close(client);
+  ::close(listener);
+
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+  CHECK(rdmagw::peer_address(pair[0]) == "unix:");  // unnamed
+  ::close(pair[0]);
+  ::close(pair[1]);
 }

@@ -126,10 +126,7 @@ void TcpTransportListener::tick() {
 
 void TcpTransportListener::on_accept(UniqueFd fd) {
   set_nodelay(fd.get());
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  getpeername(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len);
-  std::string remote = sockaddr_to_string(reinterpret_cast<sockaddr*>(&ss), len);
+  std::string remote = peer_address(fd.get());
   std::optional<tunnel::HandshakeSlot> slot = gate_.enter(remote, "tcp");
   if (!slot) {
     // Refused before anything is spent on it; a reset tells the peer at once.
