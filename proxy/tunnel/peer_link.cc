@@ -219,8 +219,17 @@ void PeerLink::on_dialed(IoPtr<Transport> transport) {
   use_transport(std::move(transport), probe);
 }
 
+Clock::duration PeerLink::rdma_proving_time() const {
+  // Twice the keepalive timeout: a transport that carries nothing ends
+  // within one (the keepalive fails), so one that outlives two carries.
+  return std::chrono::milliseconds(2ull * tunnel_.keepalive_timeout_ms);
+}
+
 void PeerLink::use_transport(IoPtr<Transport> transport, bool probe) {
-  if (transport->kind() == TransportKind::kRdma) rdma_failures_ = 0;
+  if (transport->kind() == TransportKind::kRdma)
+    rdma_since_ = loop_.now();
+  else
+    rdma_since_.reset();
   if (active_ && active_->wants_transport()) {
     // The suspended session goes on over it; its streams never noticed.
     active_->resume(std::move(transport));
@@ -404,6 +413,7 @@ void PeerLink::tick(Clock::time_point now) {
     pop_waiting()->abort(ResetCode::kPeerGone, "no session to peer " + peer_.name + " within connect_timeout_ms");
   if (needs_dial() && !dial_ && !tcp_beside_ && !shutting_down_ && now >= next_dial_) dial();
   if (tcp_beside_at_ && now >= *tcp_beside_at_) dial_tcp_beside();
+  if (rdma_since_ && rdma_failures_ > 0 && now - *rdma_since_ >= rdma_proving_time()) rdma_failures_ = 0;
   if (should_probe_rdma(now)) {
     next_probe_ = now + std::chrono::milliseconds(tunnel_.rdma_probe_interval_ms);
     probing_ = true;
@@ -437,6 +447,7 @@ void PeerLink::on_session_closed(Session& session, SessionEnd end, std::string_v
   last_used_ = loop_.now();
   if (&session == active_.get()) {
     active_.reset();  // retired: deleted once its transport is done
+    rdma_since_.reset();
     // On demand with nothing waiting: no session is wanted, so none is
     // dialled, and its end is no failure to retry.
     if (!shutting_down_ && needs_dial()) connect_failed(session.transport_kind(), std::string(reason));
@@ -450,6 +461,31 @@ void PeerLink::on_session_suspended(Session& session) {
   // Dial at once; the session resumes on whatever comes up first.
   backoff_ms_ = 0;
   next_dial_ = loop_.now();
+  // (A move to RDMA suspends and resumes in one step: the session has its
+  // new transport already, and the one it left is no failure.)
+  if (rdma_since_ && session.wants_transport()) {
+    auto lived = loop_.now() - *rdma_since_;
+    rdma_since_.reset();
+    if (lived < rdma_proving_time()) {
+      // It connected but could not carry: as good as a failed RDMA dial,
+      // and in auto the session resumes on TCP as after one.
+      ++rdma_failures_;
+      if (tunnel_.transport == TransportMode::kAuto && connectors_.tcp && !dial_ && !tcp_beside_) {
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(lived).count();
+        std::string reason = "the RDMA transport failed " + std::to_string(ms) +
+                             " ms after it came up (under twice tunnel.keepalive_timeout_ms)";
+        log::warn("transport_fallback")
+            .kv("peer", peer_.name)
+            .kv("from", "rdma")
+            .kv("to", "tcp")
+            .kv("rdma_failures", rdma_failures_)
+            .kv("reason", reason);
+        transport_reason_ = reason + "; falling back";
+        dial(TransportKind::kTcp);
+        return;
+      }
+    }
+  }
   dial();
 }
 

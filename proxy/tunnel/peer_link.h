@@ -235,7 +235,13 @@ class PeerLink final : public SessionOwner, private DialObserver {
   uint32_t failures_ = 0;
 
   uint32_t rdma_failures_ = 0;  // consecutive; in auto, 3 of them switch the peer to TCP
-  bool probing_ = false;        // dial_ is an RDMA connect for a session open on TCP
+  // When the active session's RDMA transport came up. One that fails sooner
+  // than rdma_proving_time() (it connected, then could not carry: a link
+  // that reorders or drops most packets) counts as a failed RDMA attempt;
+  // one that lasts that long clears rdma_failures_.
+  std::optional<Clock::time_point> rdma_since_;
+  Clock::duration rdma_proving_time() const;
+  bool probing_ = false;  // dial_ is an RDMA connect for a session open on TCP
   Clock::time_point next_probe_;
   std::string last_transport_;    // logged when the choice changes
   std::string transport_reason_;  // why the last session used its transport

@@ -427,7 +427,8 @@ TEST_CASE("peer link: in auto, RDMA failing 3 times in a row switches the peer t
   CHECK(f.tcp.calls.size() == 5);
 }
 
-TEST_CASE("peer link: in auto, an RDMA session resets the count of RDMA failures") {
+TEST_CASE(
+    "peer link: in auto, an RDMA session that lasts twice keepalive_timeout_ms resets the count of RDMA failures") {
   Fixture f(TransportMode::kAuto);
   f.link->start();
   for (int i = 0; i < 2; ++i) {
@@ -439,6 +440,8 @@ TEST_CASE("peer link: in auto, an RDMA session resets the count of RDMA failures
   FakeTransport* t = f.bring_up(f.rdma);
   CHECK(f.info().transport == "rdma");
   CHECK(f.info().transport_reason == "RDMA CM connect succeeded");
+  // Connected is not proven: only a transport that lasts clears the count.
+  f.link->tick(f.t0 + std::chrono::milliseconds(2 * f.tunnel.keepalive_timeout_ms));
   t->fail("QP error");
   f.loop.end_batch();
   // Two more RDMA failures do not switch: the count started over.
@@ -935,6 +938,48 @@ TEST_CASE("peer link: a session that loses TCP while RDMA is tried resumes on th
   SECTION("it fails: TCP at once") {
     f.rdma.fail("RDMA_CM_EVENT_UNREACHABLE");
     CHECK(f.tcp.calls.size() == 2);
+  }
+}
+
+TEST_CASE("peer link: in auto, an RDMA transport that fails soon after it came up counts as an RDMA failure") {
+  // It connected but could not carry (a link that reorders most packets):
+  // the suspended session resumes on TCP, as after a failed RDMA dial.
+  Fixture f(TransportMode::kAuto);
+  f.settings.resume_timeout_ms = 10000;
+  f.link = std::make_unique<PeerLink>(f.loop, f.pool, f.peer, f.settings, f.tunnel, Connectors{&f.tcp, &f.rdma});
+  f.link->start();
+  FakeTransport* wire = f.dialed(f.rdma);
+  REQUIRE(wire->inject_all(resumable_hello()));
+  f.loop.end_batch();
+  REQUIRE(f.link->up());
+  REQUIRE(f.info().transport == "rdma");
+  wire->fail("keepalive timeout");
+  f.loop.end_batch();
+  CHECK(f.info().state == "resuming");
+  REQUIRE(f.tcp.calls.size() == 1);  // at once, without a tick
+  CHECK(f.tcp.calls[0].session.has_value());
+  CHECK(f.rdma.calls.size() == 1);
+  CHECK(f.info().transport_reason.find("the RDMA transport failed 0 ms after it came up") != std::string::npos);
+  SECTION("three such failures switch the peer to TCP") {
+    for (int round = 2; round <= 3; ++round) {
+      INFO("round " << round);
+      FakeTransport* tcp_wire = f.dialed(f.tcp);
+      f.loop.end_batch();
+      tcp_wire->fail("reset");
+      f.loop.end_batch();
+      f.link->tick(f.t0 + 1s);
+      REQUIRE(f.rdma.calls.size() == static_cast<size_t>(round));
+      wire = f.dialed(f.rdma);
+      f.loop.end_batch();
+      wire->fail("keepalive timeout");
+      f.loop.end_batch();
+    }
+    FakeTransport* tcp_wire = f.dialed(f.tcp);
+    f.loop.end_batch();
+    tcp_wire->fail("reset");
+    f.loop.end_batch();
+    f.link->tick(f.t0 + 1s);
+    CHECK(f.rdma.calls.size() == 3);  // TCP now, not RDMA
   }
 }
 

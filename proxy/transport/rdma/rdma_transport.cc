@@ -51,6 +51,7 @@ RdmaTransport::RdmaTransport(EventLoop& loop, RdmaContext& ctx, uint32_t max_dat
       outbound_(&ctx.pool()) {
   cm_op_ = IoOp::bind<&RdmaTransport::on_cm_ready>(this);
   flush_timer_op_ = IoOp::bind<&RdmaTransport::on_flush_timeout>(this);
+  dial_timer_op_ = IoOp::bind<&RdmaTransport::on_dial_timeout>(this);
   cq_op_ = IoOp::bind<&RdmaTransport::on_cq_ready>(this);
   ctx_.transport_added();
 }
@@ -106,7 +107,26 @@ IoPtr<RdmaTransport> RdmaTransport::dial(EventLoop& loop, RdmaContext& ctx, cons
   }
   t->observer_ = observer;
   t->arm_cm_poll();
+  t->arm_dial_timer();
   return t;
+}
+
+void RdmaTransport::arm_dial_timer() {
+  dial_timeout_.tv_sec = timeout_ms_ / 1000;
+  dial_timeout_.tv_nsec = static_cast<long long>(timeout_ms_ % 1000) * 1000000;
+  io_uring_sqe* s = loop().sqe(&dial_timer_op_);
+  io_uring_prep_timeout(s, &dial_timeout_, 0, 0);
+  dial_timer_armed_ = true;
+}
+
+void RdmaTransport::on_dial_timeout(int res, uint32_t) {
+  dial_timer_armed_ = false;
+  if (res == -ECANCELED || closed_ || state_ == State::kEstablished) return;
+  const char* phase = state_ == State::kResolvingAddress ? "address resolution"
+                      : state_ == State::kResolvingRoute ? "route resolution"
+                                                         : "the RDMA CM handshake";
+  fail(std::string("the RDMA connect did not complete within tunnel.connect_timeout_ms (") +
+       std::to_string(timeout_ms_) + " ms; stuck in " + phase + ")");
 }
 
 IoPtr<RdmaTransport> RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, IncomingConnect connect,
@@ -299,6 +319,7 @@ void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const v
       }
       credits_ = RdmaCredits(peer_recv_depth_, config_.recv_depth);
       state_ = State::kEstablished;
+      if (dial_timer_armed_) loop().cancel(&dial_timer_op_);
       if (observer_) {
         Observer* o = observer_;
         observer_ = nullptr;
@@ -384,6 +405,7 @@ void RdmaTransport::finish_close() {
   flushing_on_close_ = false;
   closed_ = true;
   if (flush_timer_armed_) loop().cancel(&flush_timer_op_);
+  if (dial_timer_armed_) loop().cancel(&dial_timer_op_);
   if (id_ && state_ == State::kEstablished) rdma_disconnect(id_);
   state_ = State::kClosed;
   // Destroying the QP guarantees no more DMA into our buffers; they return to

@@ -114,6 +114,10 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   // Tears the QP down; the owner retires the object (deleted once idle).
   void finish_close();
   void on_flush_timeout(int res, uint32_t flags);
+  // The active side's whole connect (address, route, CM handshake) within
+  // timeout_ms_: the CM's own REQ retries take minutes to give up.
+  void arm_dial_timer();
+  void on_dial_timeout(int res, uint32_t flags);
 
   RdmaContext& ctx_;
   BufferPool& pool_;
@@ -135,8 +139,10 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   uint32_t max_inline_ = 0;
   uint32_t max_send_sge_ = 1;
 
-  IoOp cm_op_, cq_op_, flush_timer_op_;
+  IoOp cm_op_, cq_op_, flush_timer_op_, dial_timer_op_;
   bool cm_armed_ = false, cq_armed_ = false;
+  bool dial_timer_armed_ = false;
+  __kernel_timespec dial_timeout_{};
   // close(kFlush) with frames queued: the session is gone (sink_ is null) but
   // sends continue until outbound_ is empty or the timer fires.
   bool flushing_on_close_ = false;
