@@ -289,15 +289,19 @@ void PeerLink::dial_failed(TransportKind kind, std::string reason, bool refused)
     connect_failed(kind, "rdma: " + reason);
     return;
   }
+  note_rdma_fallback(reason, "RDMA failed (" + reason + "); falling back");
+  if (tcp_beside_) return;  // TCP is being dialled already (rdma_head_start_ms)
+  if (!shutting_down_ && needs_dial()) dial(TransportKind::kTcp);
+}
+
+void PeerLink::note_rdma_fallback(const std::string& reason, std::string transport_reason) {
   log::warn("transport_fallback")
       .kv("peer", peer_.name)
       .kv("from", "rdma")
       .kv("to", "tcp")
       .kv("rdma_failures", rdma_failures_)
       .kv("reason", reason);
-  transport_reason_ = "RDMA failed (" + reason + "); falling back";
-  if (tcp_beside_) return;  // TCP is being dialled already (rdma_head_start_ms)
-  if (!shutting_down_ && needs_dial()) dial(TransportKind::kTcp);
+  transport_reason_ = std::move(transport_reason);
 }
 
 void PeerLink::open_session(IoPtr<Transport> transport) {
@@ -474,13 +478,7 @@ void PeerLink::on_session_suspended(Session& session) {
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(lived).count();
         std::string reason = "the RDMA transport failed " + std::to_string(ms) +
                              " ms after it came up (under twice tunnel.keepalive_timeout_ms)";
-        log::warn("transport_fallback")
-            .kv("peer", peer_.name)
-            .kv("from", "rdma")
-            .kv("to", "tcp")
-            .kv("rdma_failures", rdma_failures_)
-            .kv("reason", reason);
-        transport_reason_ = reason + "; falling back";
+        note_rdma_fallback(reason, reason + "; falling back");
         dial(TransportKind::kTcp);
         return;
       }

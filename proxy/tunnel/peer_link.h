@@ -241,6 +241,8 @@ class PeerLink final : public SessionOwner, private DialObserver {
   // one that lasts that long clears rdma_failures_.
   std::optional<Clock::time_point> rdma_since_;
   Clock::duration rdma_proving_time() const;
+  // In auto: logs transport_fallback (from rdma to tcp) and says why in /peers.
+  void note_rdma_fallback(const std::string& reason, std::string transport_reason);
   bool probing_ = false;  // dial_ is an RDMA connect for a session open on TCP
   Clock::time_point next_probe_;
   std::string last_transport_;    // logged when the choice changes

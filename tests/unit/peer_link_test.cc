@@ -839,6 +839,20 @@ struct OnTcp : Fixture {
   }
 };
 
+// A resumable session up on RDMA (auto or rdma).
+struct OnRdma : Fixture {
+  FakeTransport* wire = nullptr;
+  explicit OnRdma(TransportMode mode) : Fixture(mode) {
+    settings.resume_timeout_ms = 10000;
+    link = std::make_unique<PeerLink>(loop, pool, peer, settings, tunnel, Connectors{&tcp, &rdma});
+    link->start();
+    wire = dialed(rdma);
+    REQUIRE(wire->inject_all(resumable_hello()));
+    loop.end_batch();
+    REQUIRE(link->up());
+  }
+};
+
 }  // namespace
 
 TEST_CASE("peer link: auto tries RDMA again every rdma_probe_interval_ms while a session runs on TCP") {
@@ -944,14 +958,8 @@ TEST_CASE("peer link: a session that loses TCP while RDMA is tried resumes on th
 TEST_CASE("peer link: in auto, an RDMA transport that fails soon after it came up counts as an RDMA failure") {
   // It connected but could not carry (a link that reorders most packets):
   // the suspended session resumes on TCP, as after a failed RDMA dial.
-  Fixture f(TransportMode::kAuto);
-  f.settings.resume_timeout_ms = 10000;
-  f.link = std::make_unique<PeerLink>(f.loop, f.pool, f.peer, f.settings, f.tunnel, Connectors{&f.tcp, &f.rdma});
-  f.link->start();
-  FakeTransport* wire = f.dialed(f.rdma);
-  REQUIRE(wire->inject_all(resumable_hello()));
-  f.loop.end_batch();
-  REQUIRE(f.link->up());
+  OnRdma f(TransportMode::kAuto);
+  FakeTransport* wire = f.wire;
   REQUIRE(f.info().transport == "rdma");
   wire->fail("keepalive timeout");
   f.loop.end_batch();
@@ -986,14 +994,8 @@ TEST_CASE("peer link: in auto, an RDMA transport that fails soon after it came u
 TEST_CASE("peer link: transport rdma retries a rejected connect for a suspended session until it resumes") {
   // The peer's RDMA CM listener is away for a moment in a takeover: a
   // rejection is not the end of the session (a refused TCP connect is).
-  Fixture f(TransportMode::kRdma);
-  f.settings.resume_timeout_ms = 10000;
-  f.link = std::make_unique<PeerLink>(f.loop, f.pool, f.peer, f.settings, f.tunnel, Connectors{&f.tcp, &f.rdma});
-  f.link->start();
-  FakeTransport* wire = f.dialed(f.rdma);
-  REQUIRE(wire->inject_all(resumable_hello()));
-  f.loop.end_batch();
-  REQUIRE(f.link->up());
+  OnRdma f(TransportMode::kRdma);
+  FakeTransport* wire = f.wire;
   wire->fail("RDMA device removed");
   f.loop.end_batch();
   REQUIRE(f.rdma.calls.size() == 2);
