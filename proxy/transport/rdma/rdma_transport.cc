@@ -111,9 +111,18 @@ IoPtr<RdmaTransport> RdmaTransport::dial(EventLoop& loop, RdmaContext& ctx, cons
   return t;
 }
 
+uint32_t RdmaTransport::dial_deadline_ms() const {
+  // Never under 10 s: the kernel's RDMA CM resends an unanswered request
+  // after about 4 s, and a busy acceptor (several connects placed at once)
+  // can take seconds to answer; a dial cut shorter fails connects that
+  // would have completed.
+  return std::max<uint32_t>(timeout_ms_, 10000);
+}
+
 void RdmaTransport::arm_dial_timer() {
-  dial_timeout_.tv_sec = timeout_ms_ / 1000;
-  dial_timeout_.tv_nsec = static_cast<long long>(timeout_ms_ % 1000) * 1000000;
+  const uint32_t ms = dial_deadline_ms();
+  dial_timeout_.tv_sec = ms / 1000;
+  dial_timeout_.tv_nsec = static_cast<long long>(ms % 1000) * 1000000;
   io_uring_sqe* s = loop().sqe(&dial_timer_op_);
   io_uring_prep_timeout(s, &dial_timeout_, 0, 0);
   dial_timer_armed_ = true;
@@ -125,8 +134,8 @@ void RdmaTransport::on_dial_timeout(int res, uint32_t) {
   const char* phase = state_ == State::kResolvingAddress ? "address resolution"
                       : state_ == State::kResolvingRoute ? "route resolution"
                                                          : "the RDMA CM handshake";
-  fail(std::string("the RDMA connect did not complete within tunnel.connect_timeout_ms (") +
-       std::to_string(timeout_ms_) + " ms; stuck in " + phase + ")");
+  fail(std::string("the RDMA connect did not complete within ") + std::to_string(dial_deadline_ms()) +
+       " ms (tunnel.connect_timeout_ms, at least 10 s; stuck in " + phase + ")");
 }
 
 IoPtr<RdmaTransport> RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, IncomingConnect connect,

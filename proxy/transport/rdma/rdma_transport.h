@@ -117,6 +117,7 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   // The active side's whole connect (address, route, CM handshake) within
   // timeout_ms_: the CM's own REQ retries take minutes to give up.
   void arm_dial_timer();
+  uint32_t dial_deadline_ms() const;
   void on_dial_timeout(int res, uint32_t flags);
 
   RdmaContext& ctx_;
