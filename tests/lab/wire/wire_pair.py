@@ -31,7 +31,7 @@ def on_b(*argv: str, stdin: bytes | None = None, timeout: float = 60) -> str:
 
 
 def config(node: str, addr: str, peer_addr: str, transport: str, admin: str, key: str, tunnel_extra: dict,
-           listener: bool, target_port: int = 0) -> str:
+           listener: bool, target_port: int) -> str:
     tunnel = {"address": addr, "tcp_port": TCP_PORT, "rdma_port": RDMA_PORT, "transport": transport,
               "auth": {"mode": "psk", "key_files": [key]}, "rdma": {"slab_size": "64MiB"}}
     tunnel.update(tunnel_extra)
@@ -42,7 +42,7 @@ def config(node: str, addr: str, peer_addr: str, transport: str, admin: str, key
     if listener:
         doc["peers"] = [{"name": "host-b", "address": peer_addr, "tcp_port": TCP_PORT, "rdma_port": RDMA_PORT}]
         doc["listeners"] = [{"name": "echo", "listen": f"tcp:127.0.0.1:{LISTEN_PORT}", "peer": "host-b",
-                             "target": "tcp:127.0.0.1:{TARGET}"}]
+                             "target": f"tcp:127.0.0.1:{target_port}"}]
     else:
         doc["targets"] = [f"tcp:127.0.0.1:{target_port}"]
     # JSON is YAML: no YAML writer needed.
@@ -80,7 +80,7 @@ class WirePair:
                         self.tunnel_extra, False, target_port)
         on_b("sh", "-c", f"cat > {self.dir}/b.yaml", stdin=b_conf.encode())
         a_conf = config("host-a", ADDR, PEER, self.transport, f"127.0.0.1:{ADMIN_PORT}", key_path,
-                        self.tunnel_extra, True).replace("{TARGET}", str(target_port))
+                        self.tunnel_extra, True, target_port)
         with open(os.path.join(self.dir, "a.yaml"), "w") as f:
             f.write(a_conf)
         self.b_log = os.path.join(self.dir, "host-b.log")
