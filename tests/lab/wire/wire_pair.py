@@ -31,7 +31,7 @@ def on_b(*argv: str, stdin: bytes | None = None, timeout: float = 60) -> str:
 
 
 def config(node: str, addr: str, peer_addr: str, transport: str, admin: str, key: str, tunnel_extra: dict,
-           listener: bool, target_port: int) -> str:
+           listener: bool, routes: list[tuple[str, int, int]]) -> str:
     tunnel = {"address": addr, "tcp_port": TCP_PORT, "rdma_port": RDMA_PORT, "transport": transport,
               "auth": {"mode": "psk", "key_files": [key]}, "rdma": {"slab_size": "64MiB"}}
     tunnel.update(tunnel_extra)
@@ -41,17 +41,23 @@ def config(node: str, addr: str, peer_addr: str, transport: str, admin: str, key
         doc["admin_token_file"] = os.path.join(os.path.dirname(key), "admin-token")
     if listener:
         doc["peers"] = [{"name": "host-b", "address": peer_addr, "tcp_port": TCP_PORT, "rdma_port": RDMA_PORT}]
-        doc["listeners"] = [{"name": "echo", "listen": f"tcp:127.0.0.1:{LISTEN_PORT}", "peer": "host-b",
-                             "target": f"tcp:127.0.0.1:{target_port}"}]
+        doc["listeners"] = [{"name": name, "listen": f"tcp:127.0.0.1:{listen}", "peer": "host-b",
+                             "target": f"tcp:127.0.0.1:{target}"} for name, listen, target in routes]
     else:
-        doc["targets"] = [f"tcp:127.0.0.1:{target_port}"]
+        doc["targets"] = [f"tcp:127.0.0.1:{target}" for _, _, target in routes]
     # JSON is YAML: no YAML writer needed.
     return json.dumps(doc, indent=1)
 
 
 class WirePair:
-    def __init__(self, workdir: str, transport: str = "rdma", **tunnel_extra):
+    """`routes`: (name, port on host a's 127.0.0.1, port on host b's) for each
+    listener; without them, one listener on LISTEN_PORT to an echo server
+    started on host b."""
+
+    def __init__(self, workdir: str, transport: str = "rdma", routes: list[tuple[str, int, int]] | None = None,
+                 **tunnel_extra):
         assert PEER, "run me with tools/rdma-lab run --wire"
+        self.routes = routes
         self.dir = workdir
         os.makedirs(workdir, exist_ok=True)
         self.transport = transport
@@ -63,24 +69,29 @@ class WirePair:
     # -- lifecycle -------------------------------------------------------
     def start(self, before_a=None) -> "WirePair":
         """Starts host b's side, then `before_a()` if given, then host a's."""
-        # The echo server on b; its port goes into a's listener.
-        self.echo = subprocess.Popen(["lab-on", "b", "python3", os.path.join(os.path.dirname(__file__), "serve_echo.py")],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.procs.append(self.echo)
-        line = self.echo.stdout.readline()
-        m = re.fullmatch(r"port (\d+)\n", line)
-        assert m, f"the echo server on host b said {line!r}"
-        target_port = int(m.group(1))
+        self.echo = None
+        if self.routes is None:
+            # The echo server on b; its port goes into a's listener.
+            self.echo = subprocess.Popen(
+                ["lab-on", "b", "python3", "-S", os.path.join(os.path.dirname(__file__), "serve_echo.py")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            self.procs.append(self.echo)
+            line = self.echo.stdout.readline()
+            m = re.fullmatch(r"port (\d+)\n", line)
+            assert m, f"the echo server on host b said {line!r}"
+            self.routes = [("echo", LISTEN_PORT, int(m.group(1)))]
         key_path = os.path.join(self.dir, "key")
-        on_b("sh", "-c", f"mkdir -p {self.dir} && umask 077 && cat > {key_path}", stdin=self.key.encode())
-        on_b("sh", "-c", f"umask 077 && cat > {self.dir}/admin-token", stdin=self.admin_token.encode())
         with open(os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400), "w") as f:
             f.write(self.key)
         b_conf = config("host-b", PEER, ADDR, self.transport, f"{CONTROL_PEER}:{ADMIN_PORT}", key_path,
-                        self.tunnel_extra, False, target_port)
-        on_b("sh", "-c", f"cat > {self.dir}/b.yaml", stdin=b_conf.encode())
+                        self.tunnel_extra, False, self.routes)
+        # One call to host b (each costs a second or more in the emulated
+        # VMs): the key and token are hex, the configuration comes on stdin.
+        on_b("sh", "-c", f"mkdir -p {self.dir} && umask 077 && printf %s {self.key} > {key_path} && "
+             f"printf %s {self.admin_token} > {self.dir}/admin-token && cat > {self.dir}/b.yaml",
+             stdin=b_conf.encode())
         a_conf = config("host-a", ADDR, PEER, self.transport, f"127.0.0.1:{ADMIN_PORT}", key_path,
-                        self.tunnel_extra, True, target_port)
+                        self.tunnel_extra, True, self.routes)
         with open(os.path.join(self.dir, "a.yaml"), "w") as f:
             f.write(a_conf)
         self.b_log = os.path.join(self.dir, "host-b.log")
@@ -98,15 +109,20 @@ class WirePair:
         return self
 
     def stop(self) -> None:
+        t0 = time.monotonic()
         for p in reversed(self.procs):
             if p.poll() is None:
                 p.terminate()
+        took = []
         for p in self.procs:
             try:
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=10)
+            took.append(f"{os.path.basename(p.args[-1] if p.args[0] != 'lab-on' else p.args[2])}"
+                        f" {time.monotonic() - t0:.1f} s")
+        print(f"wire pair stopped: {', '.join(took)}", flush=True)
 
     # -- what happened ----------------------------------------------------
     @property
