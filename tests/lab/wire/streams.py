@@ -48,13 +48,14 @@ class Stream:
         return self.pending
 
 
-def echo_streams(address, count: int, size: int, timeout: float, during=None) -> dict[str, int]:
-    """Runs `count` streams of `size` bytes through `address`; returns how
-    many ended which way. `during(elapsed_s)` is called about every 0.1 s
-    (to fault the link while bytes move); it returns nothing."""
+def echo_streams(address, count: int, size: int | list[int], timeout: float, during=None) -> dict[str, int]:
+    """Runs `count` streams of `size` bytes (or size[i] for stream i) through
+    `address`; returns how many ended which way. `during(elapsed_s)` is called
+    about every 0.1 s (to fault the link while bytes move); it returns nothing."""
     deadline = time.monotonic() + timeout
     start = time.monotonic()
-    streams = [Stream(i, size, address) for i in range(count)]
+    sizes = size if isinstance(size, list) else [size] * count
+    streams = [Stream(i, sizes[i], address) for i in range(count)]
     sel = selectors.DefaultSelector()
     for s in streams:
         sel.register(s.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, s)
