@@ -129,6 +129,16 @@ def parse_redis_benchmark(text: str) -> dict:
     return found
 
 
+def parse_redis_csv(text: str) -> dict:
+    """{"GET": {"rps": rate, "p99_ms": latency}, ...} from `redis-benchmark --csv`."""
+    found = {}
+    for m in re.finditer(r'^"([A-Z_]+)","([0-9.]+)","[0-9.]+","[0-9.]+","[0-9.]+","[0-9.]+","([0-9.]+)"', text, re.M):
+        found[m.group(1)] = {"rps": float(m.group(2)), "p99_ms": float(m.group(3))}
+    if not found:
+        raise _no_result("redis-benchmark --csv", "result", text)
+    return found
+
+
 def parse_iperf3_json(text: str) -> dict:
     """{"bytes": received, "seconds": duration, "gbps": rate} of an
     `iperf3 -J` client run."""
@@ -162,8 +172,8 @@ def parse_sockperf(text: str) -> dict:
 
 
 def parse_wrk(text: str) -> dict:
-    """{"requests": n, "rps": rate, "errors": socket errors and non-2xx/3xx}
-    from wrk's summary."""
+    """{"requests": n, "rps": rate, "errors": socket errors and non-2xx/3xx,
+    and "p99_us" with --latency} from wrk's summary."""
     m = re.search(r"^\s*(\d+) requests in ([0-9.]+)(\w+)", text, re.M)
     r = re.search(r"^Requests/sec:\s+([0-9.]+)", text, re.M)
     if not m or not r:
@@ -175,7 +185,12 @@ def parse_wrk(text: str) -> dict:
     n = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
     if n:
         errors += int(n.group(1))
-    return {"requests": int(m.group(1)), "rps": float(r.group(1)), "errors": errors}
+    out = {"requests": int(m.group(1)), "rps": float(r.group(1)), "errors": errors}
+    # With --latency: the distribution's 99% line, in µs.
+    p = re.search(r"^\s*99%\s+([0-9.]+)(us|ms|s)\s*$", text, re.M)
+    if p:
+        out["p99_us"] = float(p.group(1)) * {"us": 1, "ms": 1000, "s": 1e6}[p.group(2)]
+    return out
 
 
 # --- results -------------------------------------------------------------------

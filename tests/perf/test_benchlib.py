@@ -40,6 +40,16 @@ def test_redis_benchmark_two_tests():
                                                                                       "GET": 89285.71}
 
 
+def test_redis_benchmark_csv_gives_rate_and_p99():
+    r = benchlib.parse_redis_csv(sample("redis-benchmark-csv-get.txt"))
+    assert r == {"GET": {"rps": 25641.03, "p99_ms": 0.551}}
+
+
+def test_redis_benchmark_csv_without_result_is_an_error():
+    with pytest.raises(ValueError, match="Connection refused"):
+        benchlib.parse_redis_csv(sample("redis-benchmark-refused.txt"))
+
+
 def test_redis_benchmark_without_result_is_an_error_showing_the_output():
     with pytest.raises(ValueError, match="redis-benchmark printed no result") as e:
         benchlib.parse_redis_benchmark(sample("redis-benchmark-refused.txt"))
@@ -87,6 +97,11 @@ def test_sockperf_failure():
 
 def test_wrk_summary():
     assert benchlib.parse_wrk(sample("wrk-ok.txt")) == {"requests": 59950, "rps": 54499.85, "errors": 0}
+
+
+def test_wrk_latency_distribution_gives_p99():
+    r = benchlib.parse_wrk(sample("wrk-latency.txt"))
+    assert r == {"requests": 18380, "rps": 16713.65, "errors": 0, "p99_us": 1520.0}
 
 
 def test_wrk_counts_non_2xx_responses_as_errors():
