@@ -1,0 +1,3 @@
+module rdmagw.local/perf/goecho
+
+go 1.19
