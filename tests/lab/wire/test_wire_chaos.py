@@ -13,7 +13,8 @@ and moves back to RDMA when it can.
 
 The carrier is never taken down: on this kernel that leaves rxe unable to
 connect for the rest of the boot (docs/rdma-lab.md, Limits), which would end
-the soak's RDMA half. RDMAGW_WIRE_CHAOS_SEED replays a run's faults."""
+the soak's RDMA half. RDMAGW_WIRE_CHAOS_SEED replays a run's faults;
+RDMAGW_WIRE_CHAOS_FAULTS picks the kinds (default: all of KINDS)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from streams import echo_streams
 from wire_pair import WirePair
 
 SECONDS = float(os.environ.get("RDMAGW_WIRE_CHAOS_SECONDS", "60"))
+KINDS = ["clear", "loss", "delay", "reorder", "rate", "blackout", "mtu"]
+FAULTS = os.environ.get("RDMAGW_WIRE_CHAOS_FAULTS", ",".join(KINDS)).split(",")
 SEED = int(os.environ.get("RDMAGW_WIRE_CHAOS_SEED", str(random.SystemRandom().randrange(1 << 31))))
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -66,7 +69,7 @@ class Chaos:
 
     def pick(self) -> tuple[list[list[str]], float, str]:
         r = self.rng
-        kind = r.choice(["clear", "loss", "delay", "reorder", "rate", "blackout", "mtu"])
+        kind = r.choice(FAULTS)
         if kind == "loss":
             pct = r.choice(["0.5%", "1%", "3%"])
             return [["loss", pct]], r.uniform(2, 6), f"loss {pct}"
@@ -101,7 +104,7 @@ class Chaos:
             link(*c)
         self.applied[name] = self.applied.get(name, 0) + 1
         self.until = now + hold
-        self.log.append(f"{name} for {hold:.1f} s")
+        self.log.append(f"{time.strftime('%H:%M:%S')} {name} for {hold:.1f} s")
 
 
 def short_connections(address, rng: random.Random, count: int) -> dict[str, int]:
@@ -128,7 +131,28 @@ def short_connections(address, rng: random.Random, count: int) -> dict[str, int]
     return out
 
 
+def diagnosis(p: WirePair, what: str, chaos: Chaos) -> str:
+    """What a failed round leaves to read: the link's last faults, what rxe
+    counted, the session, and both sidecars' last log lines."""
+    hw = "/sys/class/infiniband/rxe0/ports/1/hw_counters"
+    counters = {}
+    for name in sorted(os.listdir(hw)) if os.path.isdir(hw) else []:
+        with open(os.path.join(hw, name)) as f:
+            value = f.read().strip()
+        if value != "0":
+            counters[name] = value
+    try:
+        peers = p.admin("a", "/peers")
+    except OSError as e:
+        peers = f"unreadable: {e}"
+    logs = "\n".join(f"--- {who}'s log, last lines:\n" + "\n".join(p.log_text(path).splitlines()[-25:])
+                     for who, path in (("host a", p.a_log), ("host b", p.b_log)))
+    return (f"{what}\nthe link's last faults: {chaos.log[-8:]}\nhost a's rxe counters: {counters}\n"
+            f"host a's /peers: {peers}\n{logs}")
+
+
 def test_random_link_faults_under_mixed_traffic_lose_nothing(tmp_path):
+    assert set(FAULTS) <= set(KINDS), f"RDMAGW_WIRE_CHAOS_FAULTS={','.join(FAULTS)}: choose from {','.join(KINDS)}"
     # The faults' sequence comes from the seed alone (their timing and the
     # traffic's, from the run).
     rng = random.Random(SEED ^ 0x5EED)
@@ -157,9 +181,8 @@ def test_random_link_faults_under_mixed_traffic_lose_nothing(tmp_path):
                 totals[k] = totals.get(k, 0) + v
             t = p.session_transport() or "none"
             transports[t] = transports.get(t, 0) + 1
-            assert set(outcome) == {"ok"} and set(short) == {"ok"}, (
-                f"round {rounds} (seed {SEED}): streams {outcome}, short connections {short}; "
-                f"the link's last faults: {chaos.log[-5:]}")
+            assert set(outcome) == {"ok"} and set(short) == {"ok"}, diagnosis(
+                p, f"round {rounds} (seed {SEED}): streams {outcome}, short connections {short}", chaos)
         elapsed = time.monotonic() - start
     finally:
         chaos.stop()
