@@ -10,7 +10,9 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "integration"))
 from backends import EchoServer  # noqa: E402
 
-server = EchoServer().start()
+# Past EchoServer's default lifetime (900 s) its loop ends and closes every
+# connection: the 20-minute soak (perf/wire_chaos_soak.sh) outlives that.
+server = EchoServer(lifetime_s=4 * 3600).start()
 print(f"port {server.port}", flush=True)
 sys.stdin.read()
 server.stop()
