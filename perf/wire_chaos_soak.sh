@@ -31,9 +31,18 @@ export RDMAGW_WIRE_CHAOS_FAULTS=${RDMAGW_WIRE_CHAOS_FAULTS:-clear,loss,delay,reo
        "on $(nproc) cores (two VMs under TCG, one vCPU each), faults $RDMAGW_WIRE_CHAOS_FAULTS; exit status $status."
   echo
   echo '```'
-  grep -E '^chaos:' "$log" || true
-  grep -E '(passed|failed|error)' "$log" | tail -n 1 || true
+  # pytest colours its summary; the record is plain text.
+  sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^chaos:' || true
+  sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '(passed|failed|error)' | tail -n 1 || true
   echo '```'
+  if [[ $status -ne 0 ]]; then
+    echo
+    echo "The failed round, as the test described it:"
+    echo
+    echo '```'
+    sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^E ' | sed 's/^E *//' | head -n 80
+    echo '```'
+  fi
 } > "$out"
 echo "wrote $out" >&2
 exit "$status"
