@@ -18,16 +18,12 @@ import time
 import pytest
 
 from streams import echo_streams
-from wire_pair import WirePair
+from wire_pair import WirePair, link
 
 STREAMS = int(os.environ.get("RDMAGW_WIRE_STREAMS", "8"))
 SIZE = int(os.environ.get("RDMAGW_WIRE_SIZE", str(1 << 20)))
 TIMEOUT = float(os.environ.get("RDMAGW_WIRE_TIMEOUT", "600"))
 MiB = 1 << 20
-
-
-def link(*args: str) -> None:
-    subprocess.run(["lab-link", *args], check=True, timeout=60)
 
 
 @pytest.fixture

@@ -21,22 +21,17 @@ from __future__ import annotations
 import os
 import random
 import socket
-import subprocess
 import threading
 import time
 
 from streams import echo_streams
-from wire_pair import WirePair
+from wire_pair import WirePair, link
 
 SECONDS = float(os.environ.get("RDMAGW_WIRE_CHAOS_SECONDS", "60"))
 KINDS = ["clear", "loss", "delay", "reorder", "rate", "blackout", "mtu"]
 FAULTS = os.environ.get("RDMAGW_WIRE_CHAOS_FAULTS", ",".join(KINDS)).split(",")
 SEED = int(os.environ.get("RDMAGW_WIRE_CHAOS_SEED", str(random.SystemRandom().randrange(1 << 31))))
 KiB, MiB = 1 << 10, 1 << 20
-
-
-def link(*args: str) -> None:
-    subprocess.run(["lab-link", *args], check=True, timeout=60)
 
 
 class Chaos:

@@ -22,6 +22,11 @@ CONTROL_PEER = os.environ.get("RDMAGW_LAB_CONTROL_PEER", "")
 TCP_PORT, RDMA_PORT, ADMIN_PORT, LISTEN_PORT = 7471, 7472, 9901, 6000
 
 
+def link(*args: str) -> None:
+    """Changes the link between the hosts (lab-link)."""
+    subprocess.run(["lab-link", *args], check=True, timeout=60)
+
+
 def on_b(*argv: str, stdin: bytes | None = None, timeout: float = 60) -> str:
     r = subprocess.run(["lab-on", "b", *argv], input=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        timeout=timeout)
