@@ -41,6 +41,32 @@ std::string_view stream_failure_name(StreamFailure f) {
   return "unknown";
 }
 
+std::string_view transport_loss_name(TransportLoss loss) {
+  switch (loss) {
+    case TransportLoss::kPeerClosed:
+      return "peer-closed";
+    case TransportLoss::kKeepaliveTimeout:
+      return "keepalive-timeout";
+    case TransportLoss::kRetryExceeded:
+      return "retry-exceeded";
+    case TransportLoss::kCompletionError:
+      return "completion-error";
+    case TransportLoss::kIoError:
+      return "io-error";
+    case TransportLoss::kProtocolError:
+      return "protocol-error";
+    case TransportLoss::kLocalError:
+      return "local-error";
+    case TransportLoss::kDeviceRemoved:
+      return "device-removed";
+    case TransportLoss::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+std::string_view transport_index_name(size_t index) { return index == 0 ? "tcp" : "rdma"; }
+
 ListenerMetrics& WorkerMetrics::listener(std::string_view name) {
   std::lock_guard lock(mu_);
   auto it = listeners_.find(name);

@@ -76,6 +76,25 @@ enum class StreamFailure : uint8_t {
 };
 std::string_view stream_failure_name(StreamFailure f);
 
+// Why a session lost its transport (it then resumes on a new one, or ends).
+// The label values of rdmagw_transport_failures_total{reason=...}.
+enum class TransportLoss : uint8_t {
+  kPeerClosed,        // the peer closed or disconnected it
+  kKeepaliveTimeout,  // nothing received for tunnel.keepalive_timeout_ms
+  kRetryExceeded,     // RDMA: the QP ran out of retries (packets lost, the peer unreachable)
+  kCompletionError,   // RDMA: another work completion error
+  kIoError,           // a send, receive, verbs or RDMA CM call failed
+  kProtocolError,     // the peer sent what the transport cannot read
+  kLocalError,        // out of memory or buffers here, or encryption failed
+  kDeviceRemoved,     // RDMA: the device went away
+  kCount
+};
+std::string_view transport_loss_name(TransportLoss loss);
+
+// Transport kinds as metric indexes (tunnel::TransportKind's values).
+inline constexpr size_t kTransportKinds = 2;  // 0: tcp, 1: rdma
+std::string_view transport_index_name(size_t index);
+
 // Per listener, client side.
 struct ListenerMetrics {
   Counter accepted;        // connections accepted
@@ -123,10 +142,14 @@ class alignas(64) WorkerMetrics {
   size_t buffer_slab_bytes() const { return slab_bytes_.load(std::memory_order_relaxed); }
   std::array<Counter, static_cast<size_t>(StreamFailure::kCount)> streams_failed;
   Counter rdma_send_completions, rdma_recv_completions;
-  Histogram stream_open;           // accept -> OPEN sent (includes waiting for a session)
-  Histogram target_connect;        // OPEN received -> target connected
-  Histogram session_rtt;           // PING -> PONG
-  Counter session_resumes;         // sessions that resumed on a new transport
+  Histogram stream_open;     // accept -> OPEN sent (includes waiting for a session)
+  Histogram target_connect;  // OPEN received -> target connected
+  Histogram session_rtt;     // PING -> PONG
+  // Sessions that resumed on a new transport, by the transport lost and the
+  // one resumed on ([from][to]): rdma to tcp is auto's fallback.
+  std::array<std::array<Counter, kTransportKinds>, kTransportKinds> session_resumes;
+  // Transports sessions lost, by kind and why.
+  std::array<std::array<Counter, static_cast<size_t>(TransportLoss::kCount)>, kTransportKinds> transport_losses;
   Counter stream_resume_failures;  // streams reset because their suspended session could not resume
   Counter resent_bytes;            // session frame bytes sent again after a resume
   // Tunnel handshakes that failed authentication (either side), by why.

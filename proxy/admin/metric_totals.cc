@@ -84,7 +84,12 @@ MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::
     for (size_t i = 0; i < totals.streams_failed.size(); ++i) totals.streams_failed[i] += w->streams_failed[i].value();
     totals.rdma_send_completions += w->rdma_send_completions.value();
     totals.rdma_recv_completions += w->rdma_recv_completions.value();
-    totals.session_resumes += w->session_resumes.value();
+    for (size_t from = 0; from < metrics::kTransportKinds; ++from) {
+      for (size_t to = 0; to < metrics::kTransportKinds; ++to)
+        totals.session_resumes[from][to] += w->session_resumes[from][to].value();
+      for (size_t loss = 0; loss < totals.transport_losses[from].size(); ++loss)
+        totals.transport_losses[from][loss] += w->transport_losses[from][loss].value();
+    }
     totals.stream_resume_failures += w->stream_resume_failures.value();
     for (size_t i = 0; i < totals.auth_failures.size(); ++i) totals.auth_failures[i] += w->auth_failures[i].value();
     totals.handshakes_refused += w->handshakes_refused.value();

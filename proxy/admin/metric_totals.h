@@ -66,7 +66,11 @@ struct MetricTotals {
   int64_t target_streams_active = 0;
   std::array<uint64_t, static_cast<size_t>(metrics::StreamFailure::kCount)> streams_failed{};
   uint64_t rdma_send_completions = 0, rdma_recv_completions = 0;
-  uint64_t session_resumes = 0, stream_resume_failures = 0, resent_bytes = 0;
+  // [from][to], by metrics::kTransportKinds index.
+  std::array<std::array<uint64_t, metrics::kTransportKinds>, metrics::kTransportKinds> session_resumes{};
+  std::array<std::array<uint64_t, static_cast<size_t>(metrics::TransportLoss::kCount)>, metrics::kTransportKinds>
+      transport_losses{};
+  uint64_t stream_resume_failures = 0, resent_bytes = 0;
   std::array<uint64_t, static_cast<size_t>(AuthFailure::kCount)> auth_failures{};
   uint64_t handshakes_refused = 0;
   uint64_t sessions_idle_closed = 0, sessions_evicted = 0, sessions_refused = 0;

@@ -190,8 +190,23 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Con
   p.family("rdmagw_rdma_completions_total", "counter", "RDMA work completions, by kind.");
   p.sample("rdmagw_rdma_completions_total", {{"kind", "send"}}, totals.rdma_send_completions);
   p.sample("rdmagw_rdma_completions_total", {{"kind", "recv"}}, totals.rdma_recv_completions);
-  p.family("rdmagw_session_resumes_total", "counter", "Tunnel sessions that resumed on a new transport.");
-  p.sample("rdmagw_session_resumes_total", {}, totals.session_resumes);
+  p.family("rdmagw_session_resumes_total", "counter",
+           "Tunnel sessions that resumed on a new transport, by the transport lost and the one resumed on "
+           "(from rdma to tcp: auto fell back; from tcp to rdma: it moved back).");
+  for (size_t from = 0; from < metrics::kTransportKinds; ++from)
+    for (size_t to = 0; to < metrics::kTransportKinds; ++to)
+      p.sample("rdmagw_session_resumes_total",
+               {{"from", metrics::transport_index_name(from)}, {"to", metrics::transport_index_name(to)}},
+               totals.session_resumes[from][to]);
+  p.family("rdmagw_transport_failures_total", "counter",
+           "Transports that tunnel sessions lost, by kind and why (the session then resumes on a new one, or "
+           "ends).");
+  for (size_t kind = 0; kind < metrics::kTransportKinds; ++kind)
+    for (size_t loss = 0; loss < totals.transport_losses[kind].size(); ++loss)
+      p.sample("rdmagw_transport_failures_total",
+               {{"transport", metrics::transport_index_name(kind)},
+                {"reason", metrics::transport_loss_name(static_cast<metrics::TransportLoss>(loss))}},
+               totals.transport_losses[kind][loss]);
   p.family("rdmagw_stream_resume_failures_total", "counter",
            "Streams reset because their suspended session could not resume (timeout, peer gone or restarted).");
   p.sample("rdmagw_stream_resume_failures_total", {}, totals.stream_resume_failures);

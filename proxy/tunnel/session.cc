@@ -205,6 +205,7 @@ void Session::tick(Clock::time_point now) {
     return;
   }
   if (now - last_receive_ > std::chrono::milliseconds(settings_.keepalive_timeout_ms)) {
+    count_transport_loss(metrics::TransportLoss::kKeepaliveTimeout);
     lose_transport(SessionEnd::kKeepaliveTimeout,
                    "keepalive timeout: nothing received for " + std::to_string(settings_.keepalive_timeout_ms) + " ms");
     return;
@@ -718,7 +719,7 @@ bool Session::on_piped_frame(const FrameHeader& h, std::span<const uint8_t> head
 
 // --- frames from the peer ------------------------------------------------------
 
-void Session::on_transport_closed(std::string_view reason) {
+void Session::on_transport_closed(metrics::TransportLoss loss, std::string_view reason) {
   // An acceptor ends the transport without a word when our proof fails:
   // the end right after it is the only answer we get.
   if (auth_ && role_ == Role::kDialer && auth_->expect != AuthStep::kChallenge) {
@@ -733,6 +734,7 @@ void Session::on_transport_closed(std::string_view reason) {
                   "(do tunnel.auth.key_files differ?)");
     return;
   }
+  count_transport_loss(loss);
   lose_transport(SessionEnd::kTransportFailed, reason);
 }
 

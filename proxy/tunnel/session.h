@@ -291,7 +291,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   void on_frames_end() override { deliver_gathered(); }
   bool takes_piped_frames() const override { return state_ == State::kOpen && link_ == Link::kReady; }
   bool on_piped_frame(const FrameHeader& header, std::span<const uint8_t> head, int pipe_fd, uint32_t piped) override;
-  void on_transport_closed(std::string_view reason) override;
+  void on_transport_closed(metrics::TransportLoss loss, std::string_view reason) override;
 
   bool handle_frame(const FrameHeader& header, std::span<const uint8_t> payload);
   bool send_hello();
@@ -340,6 +340,9 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   bool on_ack(const FrameHeader& h, std::span<const uint8_t> payload);
   // The transport failed: suspend if resumable, else close.
   void lose_transport(SessionEnd why, std::string_view reason);
+  void count_transport_loss(metrics::TransportLoss loss);
+  // Open -> resuming: when, and on which kind of transport (for the resumes' metric).
+  void mark_suspended();
   void suspend(std::string_view reason);
   // Closes the transport; what it may still be sending from the kept frames
   // is released once it is idle (apply_acks).
@@ -446,6 +449,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   Clock::time_point last_ack_;
   Clock::time_point link_started_;  // the current transport's handshake began
   Clock::time_point suspended_at_;
+  TransportKind suspended_kind_ = TransportKind::kTcp;
   bool suspended_to_announce_ = false;  // owner: on_session_suspended
   TransportKind transport_kind_;
   std::string remote_address_;

@@ -16,7 +16,7 @@ bool Session::freeze() {
   if (frozen_) return true;
   if (!resumable_ || peer_closing_ || state_ == State::kHandshake || state_ == State::kClosed) return false;
   assert(!parsing_);
-  if (state_ == State::kOpen) suspended_at_ = loop().now();
+  if (state_ == State::kOpen) mark_suspended();
   state_ = State::kResuming;
   frozen_ = true;
   drop_transport();
@@ -118,6 +118,7 @@ Session::Session(EventLoop& loop, BufferPool& pool, const SessionSettings& setti
   if (image.own_stream_window) settings_.stream_window = image.own_stream_window;
   if (image.own_session_window) settings_.session_window = image.own_session_window;
   started_ = last_receive_ = last_ping_ = last_ack_ = link_started_ = suspended_at_ = loop.now();
+  suspended_kind_ = transport_kind_;  // the transport it had before the takeover
   started_wall_ = Clock::now() - std::chrono::milliseconds(image.age_ms);
   peer_opens_ = TokenBucket(settings_.peer_opens_per_second, settings_.peer_opens_per_second);
   goaway_out_ = image.goaway_sent ? GoawayOut::kSent : GoawayOut::kNone;

@@ -128,7 +128,7 @@ void Session::take_over(IoPtr<Transport> transport, uint64_t peer_received, bool
     transport_->close(CloseMode::kAbort);
     old_transports_.push_back(std::move(transport_));
   }
-  if (state_ == State::kOpen) suspended_at_ = loop().now();
+  if (state_ == State::kOpen) mark_suspended();
   state_ = State::kResuming;
   frames_attached_ = false;
   transport_ = std::move(transport);
@@ -162,7 +162,9 @@ bool Session::resend_from(uint64_t peer_received) {
 
 void Session::resumed() {
   ++counters_.resumes;
-  if (settings_.metrics) settings_.metrics->session_resumes.add();
+  if (settings_.metrics)
+    settings_.metrics->session_resumes[static_cast<size_t>(suspended_kind_)][static_cast<size_t>(transport_kind_)]
+        .add();
   state_ = State::kOpen;
   last_receive_ = last_ping_ = loop().now();
   // The gauge follows the transport, which may be of another kind now.
@@ -199,6 +201,18 @@ void Session::move_to(IoPtr<Transport> transport, std::string_view reason) {
   resume(std::move(transport));
 }
 
+void Session::mark_suspended() {
+  suspended_at_ = loop().now();
+  suspended_kind_ = transport_kind_;
+}
+
+void Session::count_transport_loss(metrics::TransportLoss loss) {
+  // A transport that fails in the handshake never carried the session: the
+  // dial's failure is logged, and is no loss.
+  if (!settings_.metrics || state_ == State::kHandshake || state_ == State::kClosed) return;
+  settings_.metrics->transport_losses[static_cast<size_t>(transport_kind_)][static_cast<size_t>(loss)].add();
+}
+
 void Session::lose_transport(SessionEnd why, std::string_view reason) {
   if (!resumable_ || peer_closing_ || state_ == State::kHandshake || state_ == State::kClosed) {
     // A peer that said GOAWAY(closing) meant it (drained, idle, shutting down).
@@ -211,7 +225,7 @@ void Session::lose_transport(SessionEnd why, std::string_view reason) {
 void Session::suspend(std::string_view reason) {
   deliver_gathered();                    // before the transport goes: the pieces live in its buffer
   if (state_ == State::kClosed) return;  // a delivery ran out of buffers and closed it
-  if (state_ == State::kOpen) suspended_at_ = loop().now();
+  if (state_ == State::kOpen) mark_suspended();
   state_ = State::kResuming;
   drop_transport();
   log::info("session_suspended")

@@ -15,6 +15,7 @@
 
 #include "common/address.h"
 #include "common/byte_queue.h"
+#include "common/metrics.h"
 #include "common/unique_fd.h"
 #include "proxy/io/io_object.h"
 #include "proxy/tunnel/frame.h"
@@ -62,8 +63,9 @@ class TransportSink {
     (void)header, (void)head, (void)pipe_fd, (void)piped;
     return false;
   }
-  // The carrier failed or the peer closed it. Called at most once.
-  virtual void on_transport_closed(std::string_view reason) = 0;
+  // The carrier failed or the peer closed it (`loss` says which way, for
+  // the metrics; `reason` says it for the log). Called at most once.
+  virtual void on_transport_closed(metrics::TransportLoss loss, std::string_view reason) = 0;
 };
 
 // What a transport keeps while it hands one receive's frames out: which

@@ -160,7 +160,10 @@ def test_an_altered_byte_is_caught_and_the_stream_survives_byte_exact(pair, back
     assert line, "host-b did not say the record failed to authenticate"
     assert relay.connections >= 2, "the session did not move to a new transport"
     m = parse_metrics(admin_request(p.a.admin_port, "/metrics").text)
-    assert m.get("rdmagw_session_resumes_total", 0) >= 1, m
+    assert m.get('rdmagw_session_resumes_total{from="tcp",to="tcp"}', 0) >= 1, m
+    # The relay altered a record: host-b ended the transport that carried it as unreadable.
+    mb = parse_metrics(admin_request(p.b.admin_port, "/metrics").text)
+    assert mb.get('rdmagw_transport_failures_total{transport="tcp",reason="protocol-error"}', 0) >= 1, mb
     print(f"caught: {line.strip()}")
 
 

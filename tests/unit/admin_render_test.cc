@@ -138,6 +138,11 @@ struct TwoWorkers {
     w1.failed(metrics::StreamFailure::kNotAllowed);
     w1.failed(metrics::StreamFailure::kRejected);
     w0.rdma_send_completions.add(11);
+    w0.session_resumes[1][0].add(2);  // rdma -> tcp
+    w1.session_resumes[1][0].add(1);
+    w1.session_resumes[0][1].add(4);  // tcp -> rdma
+    w0.transport_losses[1][static_cast<size_t>(metrics::TransportLoss::kRetryExceeded)].add(3);
+    w1.transport_losses[0][static_cast<size_t>(metrics::TransportLoss::kKeepaliveTimeout)].add(5);
     w1.rdma_recv_completions.add(12);
     // 40 us, 50 us (on the first bound), 3 ms, 20 s (overflow).
     w0.stream_open.observe_us(40);
@@ -273,7 +278,7 @@ TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[a
     CHECK(f.help_lines.count(name) == 1);
     ++documented;
   }
-  CHECK(documented == 37);
+  CHECK(documented == 38);
   CHECK(f.type.size() == static_cast<size_t>(documented));  // and nothing undocumented
   for (const auto& [name, n] : f.help_lines) {
     INFO(name);
@@ -324,6 +329,12 @@ TEST_CASE("metrics: counters summed over workers, configured names present", "[a
   CHECK(sample_value(text, R"(rdmagw_worker_buffer_bytes{worker="1",state="resident"})") == "0");
   CHECK(sample_value(text, R"(rdmagw_rdma_completions_total{kind="send"})") == "11");
   CHECK(sample_value(text, R"(rdmagw_rdma_completions_total{kind="recv"})") == "12");
+  CHECK(sample_value(text, R"(rdmagw_session_resumes_total{from="rdma",to="tcp"})") == "3");
+  CHECK(sample_value(text, R"(rdmagw_session_resumes_total{from="tcp",to="rdma"})") == "4");
+  CHECK(sample_value(text, R"(rdmagw_session_resumes_total{from="rdma",to="rdma"})") == "0");
+  CHECK(sample_value(text, R"(rdmagw_transport_failures_total{transport="rdma",reason="retry-exceeded"})") == "3");
+  CHECK(sample_value(text, R"(rdmagw_transport_failures_total{transport="tcp",reason="keepalive-timeout"})") == "5");
+  CHECK(sample_value(text, R"(rdmagw_transport_failures_total{transport="tcp",reason="peer-closed"})") == "0");
   CHECK(sample_value(text, "rdmagw_config_reloads_total") == "3");
   CHECK(sample_value(text, "rdmagw_config_reload_failures_total") == "1");
   CHECK(sample_value(text, "rdmagw_config_generation") == "2");

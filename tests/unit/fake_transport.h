@@ -216,10 +216,10 @@ class FakeTransport final : public tunnel::Transport {
   }
 
   // The carrier failed: tells the sink (once).
-  void fail(std::string_view reason) {
+  void fail(std::string_view reason, metrics::TransportLoss loss = metrics::TransportLoss::kIoError) {
     tunnel::TransportSink* sink = sink_;
     sink_ = nullptr;
-    if (sink) sink->on_transport_closed(reason);
+    if (sink) sink->on_transport_closed(loss, reason);
   }
 
   // Decodes and drains every frame the session queued since the last call.

@@ -64,8 +64,8 @@ struct Pair {
     loop.shut_down();
   }
 
-  IoPtr<Transport> new_wire(FakeTransport** out) {
-    auto t = make_io<FakeTransport>(loop, pool, 4 * kKiB);
+  IoPtr<Transport> new_wire(FakeTransport** out, tunnel::TransportKind kind = tunnel::TransportKind::kTcp) {
+    auto t = make_io<FakeTransport>(loop, pool, 4 * kKiB, kind);
     *out = t.get();
     return IoPtr<Transport>(t.release());
   }
@@ -115,11 +115,11 @@ struct Pair {
 
   // The dialer dials again; the acceptor's side parses the request in a new
   // session, which hands the transport to the session it resumes.
-  void reconnect() {
+  void reconnect(tunnel::TransportKind kind = tunnel::TransportKind::kTcp) {
     REQUIRE(dialer->wants_transport());
-    dialer->resume(new_wire(&dial_wire));
-    shells.push_back(
-        make_io<Session>(loop, pool, Session::Role::kAcceptor, accept_settings, new_wire(&accept_wire), &accept_owner));
+    dialer->resume(new_wire(&dial_wire, kind));
+    shells.push_back(make_io<Session>(loop, pool, Session::Role::kAcceptor, accept_settings,
+                                      new_wire(&accept_wire, kind), &accept_owner));
     shells.back()->start();
     pump();
   }

@@ -219,6 +219,53 @@ TEST_CASE("resumable sessions: acknowledged frames are released, so kept bytes s
   CHECK(p.pool.in_use() <= idle + 2);
 }
 
+TEST_CASE("resumable sessions: transports lost and resumes are counted by kind and why") {
+  using metrics::TransportLoss;
+  constexpr size_t kTcp = 0, kRdma = 1;
+  auto lost = [](const metrics::WorkerMetrics& m, size_t kind, TransportLoss why) {
+    return m.transport_losses[kind][static_cast<size_t>(why)].value();
+  };
+  metrics::WorkerMetrics dial_metrics, accept_metrics;
+  SessionSettings d = resumable_settings("dialer"), a = resumable_settings("acceptor");
+  d.metrics = &dial_metrics;
+  a.metrics = &accept_metrics;
+  Pair p(d, a);
+  REQUIRE(p.dialer->open());
+
+  // TCP lost both ways (each side for its own reason), resumed on RDMA.
+  p.dial_wire->fail("peer closed the connection", TransportLoss::kPeerClosed);
+  p.accept_wire->fail("recv: Connection timed out", TransportLoss::kIoError);
+  p.loop.end_batch();
+  p.reconnect(TransportKind::kRdma);
+  REQUIRE(p.dialer->open());
+  CHECK(lost(dial_metrics, kTcp, TransportLoss::kPeerClosed) == 1);
+  CHECK(lost(accept_metrics, kTcp, TransportLoss::kIoError) == 1);
+  CHECK(dial_metrics.session_resumes[kTcp][kRdma].value() == 1);
+  CHECK(accept_metrics.session_resumes[kTcp][kRdma].value() == 1);
+
+  // Then nothing from the peer for keepalive_timeout_ms: RDMA lost, resumed on TCP.
+  p.dialer->tick(p.loop.now() + std::chrono::milliseconds(d.keepalive_timeout_ms + 1));
+  CHECK(p.dialer->state() == Session::State::kResuming);
+  CHECK(lost(dial_metrics, kRdma, TransportLoss::kKeepaliveTimeout) == 1);
+  p.accept_wire->fail("work completion error: transport retry counter exceeded", TransportLoss::kRetryExceeded);
+  p.loop.end_batch();
+  p.reconnect(TransportKind::kTcp);
+  REQUIRE(p.dialer->open());
+  CHECK(lost(accept_metrics, kRdma, TransportLoss::kRetryExceeded) == 1);
+  CHECK(dial_metrics.session_resumes[kRdma][kTcp].value() == 1);
+  CHECK(accept_metrics.session_resumes[kRdma][kTcp].value() == 1);
+
+  // Every other count stayed at zero: one loss per side per cut.
+  uint64_t dial_losses = 0, accept_losses = 0;
+  for (size_t kind = 0; kind < metrics::kTransportKinds; ++kind)
+    for (size_t why = 0; why < static_cast<size_t>(TransportLoss::kCount); ++why) {
+      dial_losses += dial_metrics.transport_losses[kind][why].value();
+      accept_losses += accept_metrics.transport_losses[kind][why].value();
+    }
+  CHECK(dial_losses == 2);
+  CHECK(accept_losses == 2);
+}
+
 TEST_CASE("resumable sessions: a peer that does not offer resumption gets today's behaviour") {
   Pair p(resumable_settings("dialer"), resumable_settings("acceptor", 0));
   CHECK_FALSE(p.dialer->resumable());

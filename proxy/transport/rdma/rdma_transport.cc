@@ -134,8 +134,8 @@ void RdmaTransport::on_dial_timeout(int res, uint32_t) {
   const char* phase = state_ == State::kResolvingAddress ? "address resolution"
                       : state_ == State::kResolvingRoute ? "route resolution"
                                                          : "the RDMA CM handshake";
-  fail(std::string("the RDMA connect did not complete within ") + std::to_string(dial_deadline_ms()) +
-       " ms (tunnel.connect_timeout_ms, at least 10 s; stuck in " + phase + ")");
+  fail(Loss::kIoError, std::string("the RDMA connect did not complete within ") + std::to_string(dial_deadline_ms()) +
+                           " ms (tunnel.connect_timeout_ms, at least 10 s; stuck in " + phase + ")");
 }
 
 IoPtr<RdmaTransport> RdmaTransport::accept(EventLoop& loop, RdmaContext& ctx, IncomingConnect connect,
@@ -295,12 +295,12 @@ void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const v
     case RDMA_CM_EVENT_ADDR_RESOLVED:
       state_ = State::kResolvingRoute;
       if (rdma_resolve_route(id_, static_cast<int>(timeout_ms_)) != 0)
-        fail(std::string("rdma_resolve_route: ") + strerror(errno));
+        fail(Loss::kIoError, std::string("rdma_resolve_route: ") + strerror(errno));
       return;
     case RDMA_CM_EVENT_ROUTE_RESOLVED: {
       std::string error;
       if (!setup_qp(config_.recv_depth, &error)) {
-        fail(error);
+        fail(Loss::kLocalError, error);
         return;
       }
       uint8_t mine[kConnectParamsMaxSize];
@@ -312,7 +312,7 @@ void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const v
       param.retry_count = 7;
       param.rnr_retry_count = 0;  // credits make RNR impossible; iWARP has none anyway
       state_ = State::kConnecting;
-      if (rdma_connect(id_, &param) != 0) fail(std::string("rdma_connect: ") + strerror(errno));
+      if (rdma_connect(id_, &param) != 0) fail(Loss::kIoError, std::string("rdma_connect: ") + strerror(errno));
       return;
     }
     case RDMA_CM_EVENT_ESTABLISHED: {
@@ -320,7 +320,7 @@ void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const v
         ConnectParams params;
         const char* reason = "";
         if (!decode_connect_params(data, len, &params, &reason)) {
-          fail(std::string("peer accepted without valid rdmagw parameters: ") + reason);
+          fail(Loss::kProtocolError, std::string("peer accepted without valid rdmagw parameters: ") + reason);
           return;
         }
         peer_recv_depth_ = params.recv_depth;
@@ -342,28 +342,28 @@ void RdmaTransport::handle_cm_event(rdma_cm_event_type type, int status, const v
       // closed cleanly flushed its last frames first), then end.
       peer_disconnected_ = true;
       if (sink_) drain_cq();
-      fail("peer disconnected");
+      fail(Loss::kPeerClosed, "peer disconnected");
       return;
     case RDMA_CM_EVENT_TIMEWAIT_EXIT:
       return;
     case RDMA_CM_EVENT_REJECTED:
       rejected_ = true;
-      fail("connection rejected by the peer (" + reject_text(status) + ")");
+      fail(Loss::kPeerClosed, "connection rejected by the peer (" + reject_text(status) + ")");
       return;
     case RDMA_CM_EVENT_DEVICE_REMOVAL:
       // The device is going away (an interface reset, a driver unload): the
       // kernel waits until every resource on it is freed, which closing
       // this transport does, and no new transport will use it.
       ctx_.device_removed(device_);
-      fail("RDMA device removed");
+      fail(Loss::kDeviceRemoved, "RDMA device removed");
       return;
     default:
-      fail(std::string(rdma_event_str(type)) + " (" + cm_status_text(status) + ")");
+      fail(Loss::kIoError, std::string(rdma_event_str(type)) + " (" + cm_status_text(status) + ")");
       return;
   }
 }
 
-void RdmaTransport::fail(std::string reason) {
+void RdmaTransport::fail(Loss loss, std::string reason) {
   if (closed_) return;
   if (observer_) {
     Observer* o = observer_;
@@ -372,7 +372,7 @@ void RdmaTransport::fail(std::string reason) {
   } else if (sink_) {
     tunnel::TransportSink* s = sink_;
     sink_ = nullptr;
-    s->on_transport_closed(reason);
+    s->on_transport_closed(loss, reason);
   }
   close(tunnel::CloseMode::kAbort);
 }
@@ -467,7 +467,7 @@ void RdmaTransport::drain_cq() {
   for (int round = 0; round < 64 && !closed_; ++round) {
     int n = ibv_poll_cq(cq_, 32, wcs);
     if (n < 0) {
-      fail("ibv_poll_cq failed");
+      fail(Loss::kIoError, "ibv_poll_cq failed");
       return;
     }
     for (int i = 0; i < n && !closed_; ++i) handle_completion(wcs[i]);
@@ -477,7 +477,9 @@ void RdmaTransport::drain_cq() {
 
 void RdmaTransport::handle_completion(const ibv_wc& wc) {
   if (wc.status != IBV_WC_SUCCESS) {
-    fail(std::string("work completion error: ") + ibv_wc_status_str(wc.status));
+    bool retries = wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR;
+    fail(retries ? Loss::kRetryExceeded : Loss::kCompletionError,
+         std::string("work completion error: ") + ibv_wc_status_str(wc.status));
     return;
   }
   ++completions_;
@@ -501,12 +503,12 @@ void RdmaTransport::handle_completion(const ibv_wc& wc) {
 
 void RdmaTransport::on_message(uint32_t index, uint32_t length) {
   if (index >= recv_buffers_.size()) {
-    fail("completion for an unknown receive");
+    fail(Loss::kProtocolError, "completion for an unknown receive");
     return;
   }
   uint8_t* buf = recv_buffers_[index];
   if (length < kRdmaHeaderSize) {
-    fail("protocol error: message shorter than its header");
+    fail(Loss::kProtocolError, "protocol error: message shorter than its header");
     return;
   }
   if (opener_) {
@@ -516,7 +518,7 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
                        std::span<const uint8_t>(buf, kRdmaHeaderSize), buf + kRdmaHeaderSize)) {
       const char* why = "a message does not authenticate (altered, replayed, reordered or not from our peer)";
       if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", why);
-      fail(std::string("protocol error: ") + why);
+      fail(Loss::kProtocolError, std::string("protocol error: ") + why);
       return;
     }
     length -= static_cast<uint32_t>(tunnel::kCipherTagSize);
@@ -526,7 +528,8 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
     // Before admission the session's close line says it, rate-limited.
     if (admitted())
       log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: bad RDMA transport header");
-    fail("protocol error: bad transport header (returned " + std::to_string(returned) + " credits)");
+    fail(Loss::kProtocolError,
+         "protocol error: bad transport header (returned " + std::to_string(returned) + " credits)");
     return;
   }
   // A message holds whole frames. Without a session (flushing on close)
@@ -545,7 +548,7 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
   if (d.end == tunnel::Delivery::End::kShort || d.end == tunnel::Delivery::End::kMalformed) {
     std::string reason = d.end == tunnel::Delivery::End::kShort ? "frame cut at the end of a message" : d.reason;
     if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: " + reason);
-    fail("protocol error: " + reason);
+    fail(Loss::kProtocolError, "protocol error: " + reason);
     return;
   }
   if (d.end == tunnel::Delivery::End::kRefused) return;
@@ -556,7 +559,7 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
     std::string error;
     if (!post_receives(config_.recv_depth, &error)) {
       log::warn("session_error").kv("remote", remote_).kv("reason", error);
-      fail(error);
+      fail(Loss::kLocalError, error);
       return;
     }
   }
@@ -565,7 +568,7 @@ void RdmaTransport::on_message(uint32_t index, uint32_t length) {
   if (!post_recv(index)) {
     // After the peer's disconnect the QP is in error and takes no receives;
     // the messages still in the CQ are what matters then.
-    if (!peer_disconnected_) fail(std::string("ibv_post_recv: ") + strerror(errno));
+    if (!peer_disconnected_) fail(Loss::kIoError, std::string("ibv_post_recv: ") + strerror(errno));
     return;
   }
   credits_.on_repost();
@@ -631,7 +634,7 @@ bool RdmaTransport::post_message(bool with_data) {
     for (int i = 0; i < count; ++i)
       sges[nsge++] = {reinterpret_cast<uintptr_t>(pieces[i].data), pieces[i].length, lkey};
     if (payload == 0) {
-      fail("internal error: a queued frame does not fit the peer's receive buffer");
+      fail(Loss::kLocalError, "internal error: a queued frame does not fit the peer's receive buffer");
       return false;
     }
   }
@@ -644,7 +647,7 @@ bool RdmaTransport::post_message(bool with_data) {
   if (kRdmaHeaderSize + payload <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
   ibv_send_wr* bad = nullptr;
   if (ibv_post_send(id_->qp, &wr, &bad) != 0) {
-    fail(std::string("ibv_post_send: ") + strerror(errno));
+    fail(Loss::kIoError, std::string("ibv_post_send: ") + strerror(errno));
     return false;
   }
   credits_.on_send();  // the header carried every pending return
@@ -660,7 +663,8 @@ bool RdmaTransport::post_sealed(bool with_data, uint32_t slot, uint8_t* header) 
   uint8_t* message = pool_.acquire();
   if (!message) {
     // Sends in flight give theirs back on completion; with none, nothing would.
-    if (sends_in_flight_ == 0) fail("out of slab buffers for a sealed message (tunnel.rdma.slab_size)");
+    if (sends_in_flight_ == 0)
+      fail(Loss::kLocalError, "out of slab buffers for a sealed message (tunnel.rdma.slab_size)");
     return false;
   }
   size_t size = std::min<size_t>(peer_buffer_size_, pool_.buffer_size());
@@ -677,7 +681,7 @@ bool RdmaTransport::post_sealed(bool with_data, uint32_t slot, uint8_t* header) 
     count = pack_frames(iov, n, room, kMaxPieces, pieces, &payload);
     if (payload == 0) {
       pool_.release(message);
-      fail("internal error: a queued frame does not fit the peer's receive buffer");
+      fail(Loss::kLocalError, "internal error: a queued frame does not fit the peer's receive buffer");
       return false;
     }
     for (int i = 0; i < count; ++i) iov[i] = {const_cast<uint8_t*>(pieces[i].data), pieces[i].length};
@@ -685,7 +689,7 @@ bool RdmaTransport::post_sealed(bool with_data, uint32_t slot, uint8_t* header) 
   if (!sealer_->seal(std::span<const iovec>(iov, static_cast<size_t>(count)),
                      std::span<const uint8_t>(message, kRdmaHeaderSize), message + kRdmaHeaderSize)) {
     pool_.release(message);
-    fail("sealing a record failed (OpenSSL)");
+    fail(Loss::kLocalError, "sealing a record failed (OpenSSL)");
     return false;
   }
   uint32_t length = static_cast<uint32_t>(kRdmaHeaderSize + payload + tunnel::kCipherTagSize);
@@ -700,7 +704,7 @@ bool RdmaTransport::post_sealed(bool with_data, uint32_t slot, uint8_t* header) 
   ibv_send_wr* bad = nullptr;
   if (ibv_post_send(id_->qp, &wr, &bad) != 0) {
     pool_.release(message);
-    fail(std::string("ibv_post_send: ") + strerror(errno));
+    fail(Loss::kIoError, std::string("ibv_post_send: ") + strerror(errno));
     return false;
   }
   credits_.on_send();

@@ -110,7 +110,8 @@ class RdmaTransport final : public tunnel::Transport, public Flushable {
   void handle_completion(const ibv_wc& wc);
   void on_message(uint32_t index, uint32_t length);
   bool post_message(bool with_data);
-  void fail(std::string reason);
+  using Loss = metrics::TransportLoss;
+  void fail(Loss loss, std::string reason);
   // Tears the QP down; the owner retires the object (deleted once idle).
   void finish_close();
   void on_flush_timeout(int res, uint32_t flags);

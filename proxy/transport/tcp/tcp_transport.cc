@@ -46,7 +46,7 @@ bool TcpTransport::grow_receive_buffer() {
   std::unique_ptr<uint8_t[]> bigger(new (std::nothrow) uint8_t[rx_full_capacity_]);
   if (!bigger) {
     log::warn("session_error").kv("remote", remote_).kv("reason", "out of memory for the receive buffer");
-    fail("out of memory for the receive buffer");
+    fail(Loss::kLocalError, "out of memory for the receive buffer");
     return false;
   }
   std::memcpy(bigger.get(), rx_.get(), rx_len_);
@@ -116,7 +116,7 @@ bool TcpTransport::seal_records() {
     tunnel::put_u32(record, static_cast<uint32_t>(take + tunnel::kCipherTagSize));
     if (!sealer_->seal(std::span<const iovec>(iov_, static_cast<size_t>(used)), std::span<const uint8_t>(record, 4),
                        record + 4)) {
-      fail("sealing a record failed (OpenSSL)");
+      fail(Loss::kLocalError, "sealing a record failed (OpenSSL)");
       return false;
     }
     tx_len_ += take + kRecordOverhead;
@@ -171,12 +171,12 @@ bool TcpTransport::adopt_ciphers(std::shared_ptr<tunnel::FrameCipher> sealer,
   return true;
 }
 
-void TcpTransport::fail(std::string reason) {
+void TcpTransport::fail(Loss loss, std::string reason) {
   if (closed_) return;
   tunnel::TransportSink* sink = sink_;
   sink_ = nullptr;
   // The sink closes us in response; if it does not, close anyway.
-  if (sink) sink->on_transport_closed(reason);
+  if (sink) sink->on_transport_closed(loss, reason);
   close(tunnel::CloseMode::kAbort);
 }
 
@@ -219,7 +219,8 @@ void TcpTransport::on_recv(int res, uint32_t) {
       post_recv();
       return;
     }
-    fail(res == 0 ? "peer closed the connection" : std::string("recv: ") + strerror(-res));
+    fail(res == 0 ? Loss::kPeerClosed : Loss::kIoError,
+         res == 0 ? "peer closed the connection" : std::string("recv: ") + strerror(-res));
     return;
   }
   rx_len_ += static_cast<size_t>(res);
@@ -249,7 +250,8 @@ void TcpTransport::on_recv(int res, uint32_t) {
     // Only before admission can a frame not fit (the full buffer holds
     // several of the largest): no handshake frame is this long.
     // Not logged here: the session's (rate-limited) close line says it.
-    fail("protocol error: a frame longer than " + std::to_string(rx_capacity_) + " bytes before the handshake ended");
+    fail(Loss::kProtocolError,
+         "protocol error: a frame longer than " + std::to_string(rx_capacity_) + " bytes before the handshake ended");
     return;
   }
   post_recv();
@@ -274,7 +276,7 @@ size_t TcpTransport::deliver_frames(uint8_t* buf, size_t len) {
     // Before admission the session's close line says it, rate-limited:
     // a peer that proved nothing must not be able to fill the log.
     if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", "malformed frame: " + d.reason);
-    fail("protocol error: " + d.reason);
+    fail(Loss::kProtocolError, "protocol error: " + d.reason);
   }
   return d.consumed;
 }
@@ -351,7 +353,7 @@ TcpTransport::PipeOutcome TcpTransport::pipe_frame(size_t offset) {
     // carry on by copying.
     ssize_t back = in > 0 ? ::read(pipe_.read_end(), rx_.get() + rx_len_, in) : 0;
     if (back != static_cast<ssize_t>(in)) {
-      fail("splice: bytes put in the pipe could not be read back");
+      fail(Loss::kIoError, "splice: bytes put in the pipe could not be read back");
       return PipeOutcome::kNo;
     }
     rx_len_ += in;
@@ -373,7 +375,7 @@ size_t TcpTransport::open_records(size_t offset) {
   while (!closed_ && !hand_off_ && rx_len_ - offset >= 4) {
     uint32_t sealed = tunnel::get_u32(rx_.get() + offset);
     if (sealed < tunnel::kCipherTagSize || sealed > kRecordSize + tunnel::kCipherTagSize) {
-      fail("protocol error: a record of " + std::to_string(sealed) + " bytes");
+      fail(Loss::kProtocolError, "protocol error: a record of " + std::to_string(sealed) + " bytes");
       break;
     }
     if (rx_len_ - offset < 4 + size_t{sealed}) break;  // the rest comes later
@@ -383,7 +385,7 @@ size_t TcpTransport::open_records(size_t offset) {
                        std::span<const uint8_t>(rx_.get() + offset, 4), plain_.get() + plain_len_)) {
       const char* why = "a record does not authenticate (altered, replayed, reordered or not from our peer)";
       if (admitted()) log::warn("session_error").kv("remote", remote_).kv("reason", why);
-      fail(std::string("protocol error: ") + why);
+      fail(Loss::kProtocolError, std::string("protocol error: ") + why);
       break;
     }
     offset += 4 + sealed;
@@ -442,7 +444,7 @@ void TcpTransport::on_send(int res, uint32_t) {
       flush();
       return;
     }
-    fail(std::string("send: ") + strerror(-res));
+    fail(Loss::kIoError, std::string("send: ") + strerror(-res));
     return;
   }
   account_sent(static_cast<size_t>(res));

@@ -114,7 +114,8 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   void on_flush_timeout(int res, uint32_t flags);
   // Ends a clean close: stop sending and reading (the owner retired us: freed once idle).
   void end_lingering();
-  void fail(std::string reason);
+  using Loss = metrics::TransportLoss;
+  void fail(Loss loss, std::string reason);
   // The hand-off completes once no send is in flight and the receive ended.
   void finish_hand_off();
 

@@ -157,7 +157,8 @@ def test_a_3s_blackout_loses_nothing_and_stays_on_rdma(pair):
     # RC resends what the blackout lost (7 retries of an ack timeout of about
     # a second on rxe), so the QP may ride it out without the session noticing.
     how = "suspended and resumed" if p.events(p.a_log, "session_resumed") else "rode it out on RC resends"
-    print(f"wire: 3 s blackout: the session {how}")
+    print(f"wire: 3 s blackout: the session {how}; transports lost: "
+          f"{p.metric_family('a', 'rdmagw_transport_failures_total') or 'none'}")
 
 
 def test_a_blackout_longer_than_resume_timeout_resets_every_stream(pair):
@@ -167,6 +168,11 @@ def test_a_blackout_longer_than_resume_timeout_resets_every_stream(pair):
     outcome = run(p, "12 s blackout, resume_timeout_ms 4000", during)
     assert outcome == {"reset": STREAMS}, outcome
     assert p.events(p.a_log, "session_resume_failed"), p.log_text(p.a_log)[-2000:]
+    # The metrics name the loss: the RDMA transport, on its keepalive or its
+    # queue pair's retries, whichever ran out first.
+    failures = p.metric_family("a", "rdmagw_transport_failures_total")
+    assert any('transport="rdma"' in k for k in failures), failures
+    print(f"wire: 12 s blackout: transports lost: {failures}")
 
 
 def test_a_3s_carrier_loss_in_auto_resumes_without_a_reset(pair):
@@ -179,7 +185,11 @@ def test_a_3s_carrier_loss_in_auto_resumes_without_a_reset(pair):
     # RDMA connection lasted under twice keepalive_timeout_ms: a failure).
     resumed = p.events(p.a_log, "session_resumed")
     assert any("transport=tcp" in l for l in resumed), p.log_text(p.a_log)[-3000:]
-    assert p.metrics("a")["rdmagw_session_resumes_total"] >= 1
+    # The metrics say it too: RDMA lost (for whichever reason came first), resumed on TCP.
+    failures = p.metric_family("a", "rdmagw_transport_failures_total")
+    assert any('transport="rdma"' in k for k in failures), failures
+    resumes = p.metric_family("a", "rdmagw_session_resumes_total")
+    assert resumes.get('{from="rdma",to="tcp"}', 0) >= 1, resumes
 
 
 def test_a_carrier_loss_longer_than_resume_timeout_resets_every_stream(pair):

@@ -171,6 +171,11 @@ class WirePair:
                     pass
         return out
 
+    def metric_family(self, host: str, name: str) -> dict[str, float]:
+        """One family's samples with a non-zero value, by their labels."""
+        return {k[len(name):]: v for k, v in self.metrics(host).items()
+                if (k == name or k.startswith(name + "{")) and v}
+
     def session_transport(self) -> str | None:
         peers = self.admin("a", "/peers").get("peers", [])
         return peers[0].get("transport") if peers else None
