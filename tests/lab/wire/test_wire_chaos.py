@@ -82,8 +82,9 @@ class Chaos:
         if kind == "mtu":
             # Host a's MTU drops to 1024 (clear restores it): an RDMA
             # connection made before keeps the RoCE MTU it agreed, so its
-            # larger packets are dropped until the session resumes on a new
-            # connection (or on TCP).
+            # larger packets are refused until the MTU is back (rxe holds the
+            # worker that posted them meanwhile; docs/rdma-lab.md, Limits)
+            # and the session resumes.
             return [["mtu", "1024"]], r.uniform(2, 6), "mtu 1024 on host a"
         return [], r.uniform(2, 6), "clear"
 
@@ -182,7 +183,8 @@ def test_random_link_faults_under_mixed_traffic_lose_nothing(tmp_path):
     finally:
         chaos.stop()
         link("clear")
-        m = p.metrics("a")
+        resumes = p.metric_family("a", "rdmagw_session_resumes_total")
+        failures = p.metric_family("a", "rdmagw_transport_failures_total")
         resumed = p.events(p.a_log, "session_resumed")
         fallbacks = p.events(p.a_log, "transport_fallback")
         p.stop()
@@ -190,7 +192,8 @@ def test_random_link_faults_under_mixed_traffic_lose_nothing(tmp_path):
     print(f"chaos: {rounds} rounds, {streams} streams, {moved / MiB:.0f} MiB echoed in {elapsed:.0f} s: {totals}",
           flush=True)
     print(f"chaos: faults applied: {dict(sorted(chaos.applied.items()))}", flush=True)
-    print(f"chaos: session resumes {m.get('rdmagw_session_resumes_total', 0):.0f} "
+    print(f"chaos: session resumes {sum(resumes.values()):.0f} {resumes} "
           f"(logged: {on['rdma']} onto RDMA, {on['tcp']} onto TCP), transport_fallback events {len(fallbacks)}; "
           f"the session after each round was on {transports}", flush=True)
+    print(f"chaos: transports lost (host a): {failures}", flush=True)
     assert totals == {"ok": streams}
