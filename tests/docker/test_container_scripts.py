@@ -367,7 +367,15 @@ def test_entrypoint_warns_when_rdmagwctl_would_ask_another_admin_address(rdmagw_
 def test_dockerfile_builds_in_debian_12_and_runs_on_slim_as_uid_1337():
     build, runtime = stages()
     assert build[0] == ("FROM", "debian:12 AS build")
-    assert any(i == "RUN" and "tools/dev/build" in a for i, a in build), "the build stage must use tools/dev/build"
+    # One compile for the image and the package: packaging/build-deb's, the
+    # binaries first (--compile-only), before docs/ is copied in, so that a
+    # docs edit reuses the compiled layer.
+    runs = [(n, a) for n, (i, a) in enumerate(build) if i == "RUN"]
+    compile_at = next(n for n, a in runs if "packaging/build-deb --compile-only" in a)
+    package_at = next(n for n, a in runs if a.startswith("packaging/build-deb &&"))
+    docs_at = next(n for n, (i, a) in enumerate(build) if i == "COPY" and copy_parts(a)[1] == ["docs/"])
+    assert compile_at < docs_at < package_at, (compile_at, docs_at, package_at)
+    assert "cp build-deb/rdmagw_*.deb /deb/" in dict(runs)[package_at], "tests/docker/e2e takes the .deb from /deb/"
     assert runtime[0] == ("FROM", "debian:12-slim")
     users = [(n, a) for n, (i, a) in enumerate(runtime) if i == "USER"]
     assert users and users[-1][1].split(":")[0] == str(SIDECAR_UID), users
@@ -396,8 +404,8 @@ def test_dockerfile_installs_both_binaries_the_iptables_tool_and_both_scripts():
     build_runs = " && ".join(a for i, a in stages()[0] if i == "RUN")
     for name in ("rdmagw", "rdmagwctl"):
         assert installed[f"/usr/local/bin/{name}"] == (f"/{name}", ["--from=build"]), installed
-        # Built by tools/dev/build (every target) and stripped the same way.
-        assert f"strip --strip-debug -o /{name} build/bin/{name}" in build_runs, build_runs
+        # Built by packaging/build-deb (the package's binaries) and stripped the same way.
+        assert f"strip --strip-debug -o /{name} build-deb/bin/{name}" in build_runs, build_runs
     build_copies = [copy_parts(a)[1] for i, a in stages()[0] if i == "COPY"]
     assert ["tools/rdmagwctl/"] in build_copies, "rdmagwctl's sources must reach the build stage"
     for target, src in (("/usr/local/bin/rdmagw-iptables", "tools/rdmagw-iptables"),

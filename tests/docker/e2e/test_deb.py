@@ -14,8 +14,10 @@ ways:
    by systemd, its sandbox checked on the running process; then enable and
    purge.
 
-tests/docker/e2e/run builds the package once (packaging/build-deb) and
-exports its path as RDMAGW_E2E_DEB.
+The package is the one docker/Dockerfile's build stage made with
+packaging/build-deb, in the compile that made the image's binaries:
+tests/docker/e2e/run copies it out of that stage and exports its path as
+RDMAGW_E2E_DEB.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ with open(os.path.join(work, "rc"), "w") as f:
 def deb() -> Path:
     if not DEB or not Path(DEB).is_file():
         pytest.fail("RDMAGW_E2E_DEB is not set to a built .deb: run through tests/docker/e2e/run, "
-                    "which runs packaging/build-deb")
+                    "which takes it from the image's build stage")
     return Path(DEB)
 
 
