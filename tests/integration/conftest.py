@@ -25,7 +25,6 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -39,6 +38,9 @@ from clients import free_port  # noqa: F401  (re-exported for the tests)
 REPO = Path(__file__).resolve().parents[2]
 BUILD_DIR = Path(os.environ.get("RDMAGW_BUILD_DIR") or REPO / "build").resolve()
 RDMAGW_BIN = os.environ.get("RDMAGW_BIN") or str(BUILD_DIR / "bin" / "rdmagw")
+# The client: built with rdmagw, except in build-tsan/, which holds only what
+# has threads to race (tools/dev/build-tsan); tools/test then names build/'s.
+RDMAGWCTL_BIN = os.environ.get("RDMAGWCTL_BIN") or str(Path(RDMAGW_BIN).parent / "rdmagwctl")
 
 # The same tests run on the RDMA transport inside the lab VM (tests/lab/):
 #   RDMAGW_TEST_TRANSPORT  tcp (default) | rdma | auto

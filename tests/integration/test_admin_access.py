@@ -15,9 +15,9 @@ import subprocess
 
 from admin_client import admin_request
 from clients import free_port
-from conftest import RDMAGW_BIN, check_sanitizers, key_file, render_config
+from conftest import RDMAGW_BIN, RDMAGWCTL_BIN, check_sanitizers, key_file, render_config
 
-RDMAGWCTL = os.path.join(os.path.dirname(RDMAGW_BIN), "rdmagwctl")
+RDMAGWCTL = RDMAGWCTL_BIN
 
 
 def ctl(port: int, *args, env_extra: dict | None = None):

@@ -13,12 +13,11 @@ import os
 import re
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from clients import connect, echo_roundtrip, free_port, recv_exact, send_all
-from conftest import RDMAGW_BIN, TEST_TRANSPORT, check_sanitizers, echo_pair, render_config
+from conftest import RDMAGWCTL_BIN, TEST_TRANSPORT, check_sanitizers, echo_pair, render_config
 
 ERROR_LINE = re.compile(r"^(?P<file>.+):(?P<line>\d+):(?P<col>\d+): (?P<key>\S+): (?P<message>.+)$")
 ADMIN_LINE = re.compile(r'^admin:\s*"?(?P<address>[^"\s]+)"?\s*$', re.M)
@@ -31,7 +30,7 @@ EXPECTED_TRANSPORT = "tcp" if TEST_TRANSPORT == "tcp" else "rdma"
 @pytest.fixture(scope="session")
 def rdmagwctl_bin(rdmagw_bin) -> str:
     """Built with rdmagw, so missing it next to a built rdmagw is a failure."""
-    path = os.environ.get("RDMAGWCTL_BIN") or str(Path(RDMAGW_BIN).parent / "rdmagwctl")
+    path = RDMAGWCTL_BIN
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         pytest.fail(f"rdmagwctl not found at {path} (it is built with rdmagw; or set RDMAGWCTL_BIN)")
     return path
