@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import struct
 import sys
@@ -170,6 +171,22 @@ def takeover_channel_seeds() -> None:
     write("fuzz_takeover_channel", message(5, b"the new process refused: why") + message(4))
 
 
+def services_file_seeds() -> None:
+    ep = {"address": "10.0.1.1", "port": 6380, "state": "ready", "node": "n1", "pod": "redis-0", "rdmagw": True}
+    full = {"format": "rdmagw-services/1", "api": {"reachable": True, "since": "2026-11-28T01:00:00Z"},
+            "services": [
+                {"namespace": "default", "name": "redis", "cluster_ips": ["10.96.0.10"],
+                 "ports": [{"port": 6379, "endpoints": [ep, {**ep, "address": "10.0.1.2", "state": "not-ready",
+                                                             "rdmagw": False},
+                                                        {**ep, "address": "10.0.1.3", "state": "terminating"}]}]},
+                {"namespace": "db", "name": "pg", "cluster_ips": [],
+                 "ports": [{"name": "sql", "port": 5432, "endpoints": [{**ep, "port": 5432}]},
+                           {"name": "metrics", "port": 9187, "endpoints": []}]}]}
+    write("fuzz_services_file", json.dumps(full, indent=1).encode())
+    write("fuzz_services_file", json.dumps({"format": "rdmagw-services/1", "api": {
+        "reachable": False, "since": "2026-11-28T01:00:00Z", "error": "connection refused"}, "services": []}).encode())
+
+
 def main() -> None:
     frames_seeds()
     takeover_channel_seeds()
@@ -180,6 +197,7 @@ def main() -> None:
     http_seeds()
     rdmagwctl_seeds()
     connect_params_seeds()
+    services_file_seeds()
     for name in sorted(os.listdir(HERE / "corpus")):
         print(f"{name}: {len(os.listdir(HERE / 'corpus' / name))} seeds")
 

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "config/services_file.h"
+
+#include <arpa/inet.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+
+using rdmagw::EndpointState;
+using rdmagw::parse_services_file;
+using rdmagw::ServiceTable;
+
+namespace {
+
+uint32_t ip(const char* text) {
+  in_addr a{};
+  REQUIRE(inet_pton(AF_INET, text, &a) == 1);
+  return ntohl(a.s_addr);
+}
+
+// A file as rdmagw-k8s writes it (tests/kube checks the agent's side).
+const char* kFile = R"({
+ "format": "rdmagw-services/1",
+ "api": {"reachable": true, "since": "2026-11-28T01:00:00Z"},
+ "services": [
+  {"namespace": "default", "name": "redis", "cluster_ips": ["10.96.0.10"],
+   "ports": [{"port": 6379, "endpoints": [
+     {"address": "10.0.1.1", "port": 6380, "state": "ready", "node": "n1", "pod": "redis-0", "rdmagw": true},
+     {"address": "10.0.1.2", "port": 6380, "state": "not-ready", "node": "n2", "pod": "redis-1", "rdmagw": false},
+     {"address": "10.0.1.3", "port": 6380, "state": "terminating", "pod": "redis-2", "rdmagw": true},
+     {"address": "10.0.1.4", "port": 6380, "state": "ready", "rdmagw": false}]}]},
+  {"namespace": "db", "name": "pg", "cluster_ips": [], "future_field": {"ignored": [1, 2]},
+   "ports": [{"name": "sql", "port": 5432, "endpoints": [
+     {"address": "10.0.2.1", "port": 5432, "state": "ready", "rdmagw": true}]}]}
+ ]
+})";
+
+std::string refused(const std::string& text) {
+  std::shared_ptr<const ServiceTable> table;
+  std::string error;
+  INFO(text);
+  CHECK_FALSE(parse_services_file(text, &table, &error));
+  CHECK(table == nullptr);
+  return error;
+}
+
+std::string with_endpoint(const std::string& endpoint) {
+  return R"({"format": "rdmagw-services/1", "api": {"reachable": true},
+    "services": [{"namespace": "a", "name": "b", "cluster_ips": ["10.96.0.1"],
+    "ports": [{"port": 80, "endpoints": [)" +
+         endpoint + "]}]}]}";
+}
+
+}  // namespace
+
+TEST_CASE("a ClusterIP and port find the Service port, with its ready endpoints listed apart") {
+  std::shared_ptr<const ServiceTable> table;
+  std::string error;
+  REQUIRE(parse_services_file(kFile, &table, &error));
+  CHECK(table->api.reachable);
+  CHECK(table->api.since == "2026-11-28T01:00:00Z");
+  CHECK(table->services.size() == 2);
+  CHECK(table->endpoint_count == 5);
+
+  const ServiceTable::Port* redis = table->find_cluster_ip(ip("10.96.0.10"), 6379);
+  REQUIRE(redis != nullptr);
+  CHECK(table->service_name(*redis) == "default/redis");
+  REQUIRE(redis->endpoints.size() == 4);
+  REQUIRE(redis->ready.size() == 2);
+  CHECK(redis->endpoints[redis->ready[0]].ip == ip("10.0.1.1"));
+  CHECK(redis->endpoints[redis->ready[1]].ip == ip("10.0.1.4"));
+  CHECK(redis->endpoints[0].port == 6380);
+  CHECK(redis->endpoints[0].rdmagw);
+  CHECK(redis->endpoints[0].pod == "redis-0");
+  CHECK(redis->endpoints[1].state == EndpointState::kNotReady);
+  CHECK(redis->endpoints[2].state == EndpointState::kTerminating);
+  CHECK(redis->endpoints[3].node.empty());
+
+  CHECK(table->find_cluster_ip(ip("10.96.0.10"), 6380) == nullptr);
+  CHECK(table->find_cluster_ip(ip("10.96.0.11"), 6379) == nullptr);
+}
+
+TEST_CASE("an endpoint's address and target port find it, as a headless Service's clients dial it") {
+  std::shared_ptr<const ServiceTable> table;
+  std::string error;
+  REQUIRE(parse_services_file(kFile, &table, &error));
+  auto pg = table->find_endpoint(ip("10.0.2.1"), 5432);
+  REQUIRE(pg.endpoint != nullptr);
+  CHECK(table->service_name(*pg.port) == "db/pg");
+  CHECK(pg.port->name == "sql");
+  CHECK(pg.endpoint->state == EndpointState::kReady);
+  CHECK(pg.endpoint->rdmagw);
+  // A headless Service has no ClusterIP to find it by.
+  CHECK(table->services[1].cluster_ips.empty());
+  CHECK(table->find_endpoint(ip("10.0.2.1"), 5433).endpoint == nullptr);
+  auto terminating = table->find_endpoint(ip("10.0.1.3"), 6380);
+  REQUIRE(terminating.endpoint != nullptr);
+  CHECK(terminating.endpoint->state == EndpointState::kTerminating);
+}
+
+TEST_CASE("an unreachable API server is read as the agent wrote it") {
+  std::shared_ptr<const ServiceTable> table;
+  std::string error;
+  REQUIRE(parse_services_file(
+      R"({"format": "rdmagw-services/1", "services": [],
+          "api": {"reachable": false, "since": "2026-11-28T01:02:03Z", "error": "dial tcp: connection refused"}})",
+      &table, &error));
+  CHECK_FALSE(table->api.reachable);
+  CHECK(table->api.error == "dial tcp: connection refused");
+  CHECK(table->services.empty());
+}
+
+TEST_CASE("a malformed services file is refused, naming the field and why") {
+  CHECK(refused("").rfind("not JSON: ", 0) == 0);
+  CHECK(refused("{\"format\": ").rfind("not JSON: ", 0) == 0);
+  CHECK(refused("[]") == "(top): not an object");
+  CHECK(refused(R"({"api": {"reachable": true}, "services": []})") == "format: missing");
+  CHECK(refused(R"({"format": "rdmagw-services/2", "api": {"reachable": true}, "services": []})") ==
+        "format: \"rdmagw-services/2\", not \"rdmagw-services/1\" (another agent version?)");
+  CHECK(refused(R"({"format": "rdmagw-services/1", "services": []})") == "api: missing");
+  CHECK(refused(R"({"format": "rdmagw-services/1", "api": {"reachable": "yes"}, "services": []})") ==
+        "api.reachable: not true or false");
+  CHECK(refused(R"({"format": "rdmagw-services/1", "api": {"reachable": true}, "services": {}})") ==
+        "services: not a list");
+  CHECK(refused(R"({"format": "rdmagw-services/1", "api": {"reachable": true},
+                    "services": [{"namespace": "a", "name": "b", "cluster_ips": ["fd00::1"], "ports": []}]})") ==
+        "services[0].cluster_ips[0]: not an IPv4 address");
+  CHECK(refused(with_endpoint(R"({"address": "10.0.0.1", "port": 0, "state": "ready", "rdmagw": true})")) ==
+        "services[0].ports[0].endpoints[0].port: not a port (an integer from 1 to 65535)");
+  CHECK(refused(with_endpoint(R"({"address": "10.0.0.1", "port": 80, "state": "serving", "rdmagw": true})")) ==
+        "services[0].ports[0].endpoints[0].state: \"serving\", not ready, terminating or not-ready");
+  CHECK(refused(with_endpoint(R"({"address": "10.0.0.1", "port": 80, "state": "ready"})")) ==
+        "services[0].ports[0].endpoints[0].rdmagw: missing");
+  CHECK(refused(with_endpoint(R"({"address": "10.0.0.300", "port": 80, "state": "ready", "rdmagw": true})")) ==
+        "services[0].ports[0].endpoints[0].address: not an IPv4 address");
+  CHECK(refused(with_endpoint(R"({"address": "10.0.0.1", "port": 80, "state": "ready", "rdmagw": true,
+                                  "pod": ")" +
+                              std::string(254, 'p') + R"("})")) ==
+        "services[0].ports[0].endpoints[0].pod: longer than 253 bytes");
+}
+
+TEST_CASE("two Services claiming one ClusterIP and port are refused, naming both") {
+  const std::string twice = R"({"format": "rdmagw-services/1", "api": {"reachable": true}, "services": [
+    {"namespace": "a", "name": "one", "cluster_ips": ["10.96.0.5"], "ports": [{"port": 80, "endpoints": []}]},
+    {"namespace": "a", "name": "two", "cluster_ips": ["10.96.0.5"], "ports": [{"port": 80, "endpoints": []}]}]})";
+  CHECK(refused(twice) == "services[1].ports[0]: 10.96.0.5:80 already belongs to a/one");
+  const std::string same_port_twice = R"({"format": "rdmagw-services/1", "api": {"reachable": true}, "services": [
+    {"namespace": "a", "name": "one", "cluster_ips": ["10.96.0.5"],
+     "ports": [{"port": 80, "endpoints": []}, {"port": 80, "endpoints": []}]}]})";
+  CHECK(refused(same_port_twice) == "services[0].ports[1]: 10.96.0.5:80 already belongs to a/one");
+}
+
+TEST_CASE("a services file larger than the bound is refused unread") {
+  std::string big(rdmagw::kMaxServicesFileBytes + 1, ' ');
+  CHECK(refused(big) == "larger than 67108864 bytes");
+}
