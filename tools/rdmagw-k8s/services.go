@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"net/netip"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// The services file: what the agent writes and the sidecars of its node read
+// (docs/kubernetes.md, "The services file"). Deterministic: the same objects
+// give the same bytes, so an event that changes nothing a sidecar uses
+// rewrites nothing.
+const FileFormat = "rdmagw-services/1"
+
+type File struct {
+	Format string `json:"format"`
+	// Whether the agent can reach the API server now, and since when: a
+	// sidecar keeps the last services it read either way, and says which.
+	API      APIStatus `json:"api"`
+	Services []Service `json:"services"`
+}
+
+type APIStatus struct {
+	Reachable bool   `json:"reachable"`
+	Since     string `json:"since"` // RFC 3339, UTC
+	Error     string `json:"error,omitempty"`
+}
+
+type Service struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// IPv4 ClusterIPs; none for a headless Service, whose clients connect to
+	// the endpoints' addresses themselves.
+	ClusterIPs []string `json:"cluster_ips"`
+	Ports      []Port   `json:"ports"`
+}
+
+type Port struct {
+	Name string `json:"name,omitempty"`
+	Port int32  `json:"port"`
+	// Every endpoint the EndpointSlices list for this port, whatever its
+	// state: a sidecar sends new streams to the ready ones only, and shows
+	// the rest.
+	Endpoints []Endpoint `json:"endpoints"`
+}
+
+// An endpoint's condition, from EndpointSlice's conditions.
+const (
+	StateReady       = "ready"
+	StateTerminating = "terminating"
+	StateNotReady    = "not-ready"
+)
+
+type Endpoint struct {
+	Address string `json:"address"`
+	Port    int32  `json:"port"` // the target port, named ports resolved
+	State   string `json:"state"`
+	Node    string `json:"node,omitempty"`
+	Pod     string `json:"pod,omitempty"`
+	// The pod carries the label SidecarLabel: rdmagw-inject gave it a
+	// sidecar, which accepts tunnels at the pod's address.
+	Rdmagw bool `json:"rdmagw"`
+}
+
+// SidecarLabel marks a pod that rdmagw-inject gave a sidecar.
+const SidecarLabel = "rdmagw.io/sidecar"
+
+// BuildServices turns the API's objects into the file's services. sidecarPods
+// holds "namespace/name" of the pods that carry SidecarLabel.
+func BuildServices(services []*corev1.Service, slices []*discoveryv1.EndpointSlice,
+	sidecarPods map[string]bool) []Service {
+	byService := map[string][]*discoveryv1.EndpointSlice{}
+	for _, slice := range slices {
+		owner := slice.Labels[discoveryv1.LabelServiceName]
+		if owner == "" || slice.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
+		key := slice.Namespace + "/" + owner
+		byService[key] = append(byService[key], slice)
+	}
+
+	out := []Service{}
+	for _, svc := range services {
+		if svc.Spec.Type == corev1.ServiceTypeExternalName {
+			continue // a DNS name, no addresses: nothing to carry
+		}
+		entry := Service{Namespace: svc.Namespace, Name: svc.Name, ClusterIPs: clusterIPv4s(svc), Ports: []Port{}}
+		for _, sp := range svc.Spec.Ports {
+			if sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP {
+				continue
+			}
+			port := Port{Name: sp.Name, Port: sp.Port,
+				Endpoints: endpointsFor(sp.Name, byService[svc.Namespace+"/"+svc.Name], sidecarPods)}
+			entry.Ports = append(entry.Ports, port)
+		}
+		if len(entry.Ports) == 0 {
+			continue
+		}
+		sort.Slice(entry.Ports, func(i, j int) bool { return entry.Ports[i].Port < entry.Ports[j].Port })
+		out = append(out, entry)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+func clusterIPv4s(svc *corev1.Service) []string {
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	out := []string{}
+	for _, ip := range ips {
+		if addr, err := netip.ParseAddr(ip); err == nil && addr.Is4() {
+			out = append(out, addr.String())
+		}
+	}
+	return out
+}
+
+// endpointsFor collects, over a Service's slices, the endpoints of the slice
+// port named like the Service port (EndpointSlice ports carry the Service
+// port's name and the resolved target port). An address listed twice (two
+// slices during an update) keeps its best state.
+func endpointsFor(portName string, slices []*discoveryv1.EndpointSlice, sidecarPods map[string]bool) []Endpoint {
+	type key struct {
+		address string
+		port    int32
+	}
+	found := map[key]Endpoint{}
+	for _, slice := range slices {
+		target, ok := slicePort(slice, portName)
+		if !ok {
+			continue
+		}
+		for _, ep := range slice.Endpoints {
+			state := endpointState(ep.Conditions)
+			node, pod := "", ""
+			if ep.NodeName != nil {
+				node = *ep.NodeName
+			}
+			if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" {
+				pod = ep.TargetRef.Name
+			}
+			for _, address := range ep.Addresses {
+				addr, err := netip.ParseAddr(address)
+				if err != nil || !addr.Is4() {
+					continue
+				}
+				k := key{addr.String(), target}
+				if old, seen := found[k]; seen && stateRank(old.State) <= stateRank(state) {
+					continue
+				}
+				found[k] = Endpoint{Address: k.address, Port: target, State: state, Node: node, Pod: pod,
+					Rdmagw: pod != "" && sidecarPods[slice.Namespace+"/"+pod]}
+			}
+		}
+	}
+	out := make([]Endpoint, 0, len(found))
+	for _, ep := range found {
+		out = append(out, ep)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, _ := netip.ParseAddr(out[i].Address)
+		b, _ := netip.ParseAddr(out[j].Address)
+		if a != b {
+			return a.Less(b)
+		}
+		return out[i].Port < out[j].Port
+	})
+	return out
+}
+
+func slicePort(slice *discoveryv1.EndpointSlice, name string) (int32, bool) {
+	for _, p := range slice.Ports {
+		pname := ""
+		if p.Name != nil {
+			pname = *p.Name
+		}
+		if pname != name || p.Port == nil {
+			continue
+		}
+		if p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP {
+			continue
+		}
+		return *p.Port, true
+	}
+	return 0, false
+}
+
+// endpointState follows the EndpointSlice API: a ready condition left unset
+// means ready; terminating wins over both.
+func endpointState(c discoveryv1.EndpointConditions) string {
+	switch {
+	case c.Terminating != nil && *c.Terminating:
+		return StateTerminating
+	case c.Ready == nil || *c.Ready:
+		return StateReady
+	default:
+		return StateNotReady
+	}
+}
+
+func stateRank(state string) int {
+	switch state {
+	case StateReady:
+		return 0
+	case StateTerminating:
+		return 1
+	default:
+		return 2
+	}
+}

@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func service(ns, name string, clusterIPs []string, ports ...corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       corev1.ServiceSpec{ClusterIPs: clusterIPs, Ports: ports},
+	}
+}
+
+func slice(ns, name, owner string, ports []discoveryv1.EndpointPort, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels: map[string]string{discoveryv1.LabelServiceName: owner}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       ports,
+		Endpoints:   eps,
+	}
+}
+
+func endpoint(address, pod string, ready, terminating *bool) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{
+		Addresses:  []string{address},
+		Conditions: discoveryv1.EndpointConditions{Ready: ready, Terminating: terminating},
+		NodeName:   ptr("node-" + pod),
+		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: pod},
+	}
+}
+
+func TestNamedTargetPortsResolveThroughTheSlicesPortOfTheSameName(t *testing.T) {
+	svc := service("default", "web", []string{"10.96.0.20"},
+		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP},
+		corev1.ServicePort{Name: "admin", Port: 9000, Protocol: corev1.ProtocolTCP})
+	s := slice("default", "web-abc", "web",
+		[]discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080))}, {Name: ptr("admin"), Port: ptr(int32(9901))}},
+		endpoint("10.0.1.5", "web-0", nil, nil))
+	got := BuildServices([]*corev1.Service{svc}, []*discoveryv1.EndpointSlice{s}, map[string]bool{"default/web-0": true})
+	want := []Service{{Namespace: "default", Name: "web", ClusterIPs: []string{"10.96.0.20"}, Ports: []Port{
+		{Name: "http", Port: 80, Endpoints: []Endpoint{{Address: "10.0.1.5", Port: 8080, State: StateReady,
+			Node: "node-web-0", Pod: "web-0", Rdmagw: true}}},
+		{Name: "admin", Port: 9000, Endpoints: []Endpoint{{Address: "10.0.1.5", Port: 9901, State: StateReady,
+			Node: "node-web-0", Pod: "web-0", Rdmagw: true}}},
+	}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+func TestStatesFollowTheEndpointSliceConditions(t *testing.T) {
+	svc := service("default", "redis", []string{"10.96.0.10"}, corev1.ServicePort{Port: 6379})
+	s := slice("default", "redis-1", "redis", []discoveryv1.EndpointPort{{Port: ptr(int32(6379))}},
+		endpoint("10.0.1.3", "r-unset", nil, nil),
+		endpoint("10.0.1.1", "r-ready", ptr(true), ptr(false)),
+		endpoint("10.0.1.2", "r-not-ready", ptr(false), nil),
+		endpoint("10.0.1.4", "r-terminating", ptr(true), ptr(true)))
+	got := BuildServices([]*corev1.Service{svc}, []*discoveryv1.EndpointSlice{s}, nil)
+	states := map[string]string{}
+	order := []string{}
+	for _, ep := range got[0].Ports[0].Endpoints {
+		states[ep.Pod] = ep.State
+		order = append(order, ep.Address)
+	}
+	want := map[string]string{"r-unset": StateReady, "r-ready": StateReady, "r-not-ready": StateNotReady,
+		"r-terminating": StateTerminating}
+	if !reflect.DeepEqual(states, want) {
+		t.Fatalf("states %v, want %v", states, want)
+	}
+	if !reflect.DeepEqual(order, []string{"10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.1.4"}) {
+		t.Fatalf("endpoints not sorted by address: %v", order)
+	}
+	if got[0].Ports[0].Endpoints[0].Rdmagw {
+		t.Fatal("a pod without the sidecar label is marked as having rdmagw")
+	}
+}
+
+func TestAnAddressInTwoSlicesKeepsItsBestState(t *testing.T) {
+	svc := service("default", "db", []string{"10.96.0.30"}, corev1.ServicePort{Port: 5432})
+	port := []discoveryv1.EndpointPort{{Port: ptr(int32(5432))}}
+	old := slice("default", "db-old", "db", port, endpoint("10.0.2.1", "db-0", ptr(false), nil))
+	fresh := slice("default", "db-new", "db", port, endpoint("10.0.2.1", "db-0", ptr(true), nil))
+	for _, order := range [][]*discoveryv1.EndpointSlice{{old, fresh}, {fresh, old}} {
+		got := BuildServices([]*corev1.Service{svc}, order, nil)
+		eps := got[0].Ports[0].Endpoints
+		if len(eps) != 1 || eps[0].State != StateReady {
+			t.Fatalf("slices %s, %s: %+v", order[0].Name, order[1].Name, eps)
+		}
+	}
+}
+
+func TestWhatASidecarCannotCarryIsLeftOut(t *testing.T) {
+	external := service("default", "ext", nil, corev1.ServicePort{Port: 443})
+	external.Spec.Type = corev1.ServiceTypeExternalName
+	udpOnly := service("default", "dns", []string{"10.96.0.53"}, corev1.ServicePort{Port: 53, Protocol: corev1.ProtocolUDP})
+	dual := service("default", "dual", []string{"fd00::10", "10.96.0.40"},
+		corev1.ServicePort{Name: "tcp", Port: 7000, Protocol: corev1.ProtocolTCP},
+		corev1.ServicePort{Name: "udp", Port: 7000, Protocol: corev1.ProtocolUDP})
+	headless := service("default", "hl", []string{"None"}, corev1.ServicePort{Port: 6379})
+	v6 := slice("default", "dual-v6", "dual", []discoveryv1.EndpointPort{{Name: ptr("tcp"), Port: ptr(int32(7000))}},
+		endpoint("fd00::1", "d-0", nil, nil))
+	v6.AddressType = discoveryv1.AddressTypeIPv6
+	hl := slice("default", "hl-1", "hl", []discoveryv1.EndpointPort{{Port: ptr(int32(6379))}},
+		endpoint("10.0.3.1", "hl-0", nil, nil))
+	got := BuildServices([]*corev1.Service{external, udpOnly, dual, headless},
+		[]*discoveryv1.EndpointSlice{v6, hl}, nil)
+	if len(got) != 2 || got[0].Name != "dual" || got[1].Name != "hl" {
+		t.Fatalf("want dual and hl only: %+v", got)
+	}
+	if !reflect.DeepEqual(got[0].ClusterIPs, []string{"10.96.0.40"}) || len(got[0].Ports) != 1 ||
+		len(got[0].Ports[0].Endpoints) != 0 {
+		t.Fatalf("dual: IPv4 only, TCP only, no IPv6 endpoints: %+v", got[0])
+	}
+	if len(got[1].ClusterIPs) != 0 || len(got[1].Ports[0].Endpoints) != 1 {
+		t.Fatalf("headless: no ClusterIP, its endpoints listed: %+v", got[1])
+	}
+}
+
+func TestTheSameObjectsGiveTheSameBytes(t *testing.T) {
+	a := service("b", "x", []string{"10.96.0.2"}, corev1.ServicePort{Port: 1})
+	b := service("a", "y", []string{"10.96.0.1"}, corev1.ServicePort{Port: 2})
+	s1 := slice("a", "y-1", "y", []discoveryv1.EndpointPort{{Port: ptr(int32(2))}},
+		endpoint("10.0.0.9", "y-0", nil, nil), endpoint("10.0.0.10", "y-1", nil, nil))
+	first, _ := json.Marshal(BuildServices([]*corev1.Service{a, b}, []*discoveryv1.EndpointSlice{s1}, nil))
+	second, _ := json.Marshal(BuildServices([]*corev1.Service{b, a}, []*discoveryv1.EndpointSlice{s1}, nil))
+	if string(first) != string(second) {
+		t.Fatalf("order of the informers' lists changed the file:\n%s\n%s", first, second)
+	}
+	got := BuildServices([]*corev1.Service{a, b}, []*discoveryv1.EndpointSlice{s1}, nil)
+	if got[0].Namespace != "a" || got[0].Ports[0].Endpoints[0].Address != "10.0.0.9" {
+		t.Fatalf("not sorted by namespace, then by address as numbers: %+v", got)
+	}
+}
+
+func TestLogValuesReadBackAsOneToken(t *testing.T) {
+	cases := map[string]string{
+		"plain":       "plain",
+		"":            `""`,
+		"two words":   `"two words"`,
+		"a\"b":        `"a\"b"`,
+		"line\nbreak": `"line\nbreak"`,
+		"k=v":         `"k=v"`,
+		"\xff":        `"\xff"`,
+		"back\\slash": `"back\\slash"`,
+		"ünï":         `"ünï"`,
+	}
+	for in, want := range cases {
+		if got := quoteValue(in); got != want {
+			t.Errorf("quoteValue(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
