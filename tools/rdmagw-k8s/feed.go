@@ -209,8 +209,8 @@ func (f *Feed) probe(ctx context.Context, interval time.Duration) {
 
 // Build reads the informers' caches.
 func (f *Feed) Build() File {
-	services, _ := listServices(f.services)
-	slices, _ := listSlices(f.slices)
+	services := listAll[corev1.Service](f.services)
+	slices := listAll[discoveryv1.EndpointSlice](f.slices)
 	pods := map[string]bool{}
 	for _, obj := range f.pods.GetStore().List() {
 		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
@@ -296,22 +296,13 @@ func writeAtomically(path string, data []byte) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-func listServices(informer cache.SharedIndexInformer) ([]*corev1.Service, error) {
-	out := []*corev1.Service{}
-	err := cache.ListAll(informer.GetIndexer(), labels.Everything(), func(obj any) {
-		if s, ok := obj.(*corev1.Service); ok {
-			out = append(out, s)
+// listAll returns the objects of type T in an informer's cache.
+func listAll[T any](informer cache.SharedIndexInformer) []*T {
+	out := []*T{}
+	_ = cache.ListAll(informer.GetIndexer(), labels.Everything(), func(obj any) {
+		if o, ok := obj.(*T); ok {
+			out = append(out, o)
 		}
 	})
-	return out, err
-}
-
-func listSlices(informer cache.SharedIndexInformer) ([]*discoveryv1.EndpointSlice, error) {
-	out := []*discoveryv1.EndpointSlice{}
-	err := cache.ListAll(informer.GetIndexer(), labels.Everything(), func(obj any) {
-		if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
-			out = append(out, s)
-		}
-	})
-	return out, err
+	return out
 }
