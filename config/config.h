@@ -62,7 +62,11 @@ enum class TargetRefusal { kNone, kNotListed, kNotForThisPeer };
 // A route of a transparent listener: what to do with connections whose
 // original destination matches.
 struct RouteConfig {
-  enum class Action { kTunnel, kPassthrough, kReject };
+  // kService: the destination is a Kubernetes Service's ClusterIP:port, or
+  // an endpoint's address:port, in the services file (services.file); a
+  // ready endpoint is picked and reached through its rdmagw, or directly.
+  // A destination the file does not know goes on to the next route.
+  enum class Action { kTunnel, kPassthrough, kReject, kService };
   RouteMatch match;
   Action action = Action::kTunnel;
   std::string peer;  // kTunnel: the peer to carry it to (empty with by_destination)
@@ -186,6 +190,13 @@ struct AccessLogConfig {
   bool operator==(const AccessLogConfig&) const = default;
 };
 
+// services: Kubernetes Services and their endpoints, from the file the node
+// agent (rdmagw-k8s) writes (docs/kubernetes.md).
+struct ServicesConfig {
+  std::string file;  // absolute path; empty: no services file, no `action: service` routes
+  bool operator==(const ServicesConfig&) const = default;
+};
+
 struct Config {
   std::string source_file;
   std::string node;
@@ -204,6 +215,7 @@ struct Config {
   uint32_t shutdown_timeout_ms = 10000;  // shutdown_timeout_ms: drain time on SIGTERM
   std::string log_level = "info";        // log_level: debug | info | warn | error
   AccessLogConfig access_log;            // access_log
+  ServicesConfig services;               // services
 
   const PeerConfig* find_peer(const std::string& name) const {
     for (const auto& p : peers)

@@ -155,6 +155,7 @@ std::vector<std::string> describe_changes(const Config& running, const Config& n
   d.check("access_log.path", al.path, nl.path);
   d.check("access_log.format", std::string(al.json ? "json" : "kv"), std::string(nl.json ? "json" : "kv"));
   d.check("access_log.lines_per_second", al.lines_per_second, nl.lines_per_second);
+  d.check("services.file", running.services.file, next.services.file);
   // Key files are read again on every reload, so a key rotated in place
   // (the same file, new content) counts as a change too.
   const AuthConfig& ra = running.tunnel.auth;

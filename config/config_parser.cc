@@ -263,8 +263,9 @@ class Parser {
   // path and, when key files are read, a private file (config/key_files.h)
   // whose content goes to *keys. The path when it is valid.
   std::optional<std::string> read_secret_file(const Value& v, SecretKeys* keys);
-  bool parse_routes(const Value& v, const std::vector<std::string>& peer_names, const std::vector<PeerCidr>& cidrs,
+  bool parse_routes(const Value& v, const std::vector<std::string>& peer_names, const Config& cfg,
                     std::vector<RouteConfig>* routes);
+  void parse_services(const Value& v, ServicesConfig* s);
   // A `peer:` value that must name a defined peer.
   bool read_peer_ref(const Value& x, const std::vector<std::string>& peer_names, std::string* out);
   bool read_socket_mode(const Value& x, const ListenerConfig& listener, bool listen_parsed, uint32_t* out);
@@ -563,6 +564,9 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
   std::vector<std::string> peer_names;
   if (const Value* v = find(fields, "peers")) peer_names = parse_peers(*v, cfg);
 
+  // Before the listeners: their `action: service` routes need it.
+  if (const Value* v = find(fields, "services")) parse_services(*v, &cfg->services);
+
   std::vector<ListenUse> listens;
   if (const Value* v = find(fields, "listeners")) listens = parse_listeners(*v, peer_names, cfg);
 
@@ -857,6 +861,18 @@ void Parser::parse_access_log(const Value& v, AccessLogConfig* a) {
   }
 }
 
+void Parser::parse_services(const Value& v, ServicesConfig* s) {
+  std::optional<Fields> maybe = read_map(v, config_keys::kServices, false);
+  if (!maybe || !require(*maybe, v, "file")) return;
+  const Value& file = *find(*maybe, "file");
+  if (auto p = get_string(file)) {
+    if (p->empty() || p->front() != '/')
+      error(file.mark, file.path, "must be an absolute path, got " + quote(*p));
+    else
+      s->file = *p;
+  }
+}
+
 std::optional<std::string> Parser::read_secret_file(const Value& v, SecretKeys* keys) {
   std::optional<std::string> path = get_string(v);
   if (!path) return std::nullopt;
@@ -1139,8 +1155,7 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v, const std::vector
       if (ep) listener.target = *ep;
     }
     if (listener.transparent) {
-      if (const Value* x = find(f, "routes"))
-        ok = parse_routes(*x, peer_names, cfg->tunnel.peer_cidrs, &listener.routes) && ok;
+      if (const Value* x = find(f, "routes")) ok = parse_routes(*x, peer_names, *cfg, &listener.routes) && ok;
     }
     if (const Value* x = find(f, "socket_mode"))
       ok = read_socket_mode(*x, listener, listen_parsed, &listener.socket_mode) && ok;
@@ -1184,8 +1199,8 @@ bool Parser::read_peer_ref(const Value& x, const std::vector<std::string>& peer_
   return false;
 }
 
-bool Parser::parse_routes(const Value& v, const std::vector<std::string>& peer_names,
-                          const std::vector<PeerCidr>& cidrs, std::vector<RouteConfig>* routes) {
+bool Parser::parse_routes(const Value& v, const std::vector<std::string>& peer_names, const Config& cfg,
+                          std::vector<RouteConfig>* routes) {
   auto items = read_list(v);
   if (!items) return false;
   if (items->empty()) {
@@ -1212,10 +1227,15 @@ bool Parser::parse_routes(const Value& v, const std::vector<std::string>& peer_n
     }
     const Value* action = find(f, "action");
     if (action) {
-      auto a = get_choice(*action, {"tunnel", "passthrough", "reject"});
+      auto a = get_choice(*action, {"tunnel", "passthrough", "reject", "service"});
       ok = ok && a.has_value();
       if (a == "passthrough") route.action = RouteConfig::Action::kPassthrough;
       if (a == "reject") route.action = RouteConfig::Action::kReject;
+      if (a == "service") route.action = RouteConfig::Action::kService;
+      if (a == "service" && cfg.services.file.empty()) {
+        error(action->mark, action->path, "action service needs services.file (where the Services are listed)");
+        ok = false;
+      }
     }
     if (route.action == RouteConfig::Action::kTunnel) {
       ok = require(f, item, "peer") && ok;
@@ -1233,12 +1253,13 @@ bool Parser::parse_routes(const Value& v, const std::vector<std::string>& peer_n
       // Never a dial to an arbitrary address: the route's addresses must lie
       // in peer_cidrs (and each destination is checked again when it comes).
       bool inside = false;
-      for (const auto& c : cidrs) inside = inside || c.cidr.overlaps(route.match);
+      for (const auto& c : cfg.tunnel.peer_cidrs) inside = inside || c.cidr.overlaps(route.match);
       if (!inside) {
         error(peer->mark, peer->path,
-              cidrs.empty() ? std::string("peer: destination needs tunnel.peer_cidrs (where peers may be found)")
-                            : "peer: destination, but match " + quote(route.match.to_string()) +
-                                  " lies outside every tunnel.peer_cidrs entry");
+              cfg.tunnel.peer_cidrs.empty()
+                  ? std::string("peer: destination needs tunnel.peer_cidrs (where peers may be found)")
+                  : "peer: destination, but match " + quote(route.match.to_string()) +
+                        " lies outside every tunnel.peer_cidrs entry");
         ok = false;
       }
     } else if (peer) {

@@ -56,6 +56,7 @@ listeners:
 targets:
   - "tcp:127.0.0.1:6379"
   - {target: "tcp:127.0.0.1:6390", peers: [10.0.0.0/8]}
+services: {file: /run/rdmagw/services.json}
 )";
 
 // A change to one key: `before` is set in both files (when the key needs
@@ -88,6 +89,7 @@ const std::vector<Change>& changes() {
       {"access_log.path", "/var/log/rdmagw/access.log"},
       {"access_log.format", "json", {{"access_log.path", "/var/log/rdmagw/access.log"}}},
       {"access_log.lines_per_second", "10"},
+      {"services.file", "/run/rdmagw-k8s/services.json"},
       {"tunnel.address", "127.0.0.2"},
       {"tunnel.tcp_port", "7571"},
       {"tunnel.rdma_port", "7572"},

@@ -490,7 +490,7 @@ TEST_CASE("ConfigError::to_string format", "[config][errors]") {
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].to_string() ==
         "conf/a.yaml:2:1: worker: unknown key 'worker'; allowed keys here: node, admin, admin_token_file, workers, "
-        "worker_cpus, tunnel, peers, listeners, targets, shutdown_timeout_ms, log_level, access_log");
+        "worker_cpus, tunnel, peers, listeners, targets, shutdown_timeout_ms, log_level, access_log, services");
 }
 
 TEST_CASE("unknown top-level key", "[config][errors]") {
@@ -946,6 +946,49 @@ TEST_CASE("transparent listeners: every route mistake is reported in place") {
                  {13, 17, "listeners[0].routes[1].target", "makes no sense with action 'reject'"},
                  {14, 9, "listeners[0].routes[2].match", "required key 'match' is missing"},
                  {19, 13, "listeners[1].routes", "need a transparent listener"}});
+}
+
+TEST_CASE("services: action service routes by services.file, and its mistakes are reported in place") {
+  ConfigResult r = parse_config_text(lines({
+                                         "node: a",
+                                         "services: {file: /run/rdmagw-k8s/services.json}",
+                                         "listeners:",
+                                         "  - name: outbound",
+                                         "    listen: transparent:127.0.0.1:15001",
+                                         "    routes:",
+                                         "      - {match: 10.96.0.0/12, action: service}",
+                                         "      - {match: 0.0.0.0/0, action: passthrough}",
+                                     }),
+                                     "test.yaml");
+  INFO(dump(r));
+  REQUIRE(r.config);
+  CHECK(r.config->services.file == "/run/rdmagw-k8s/services.json");
+  CHECK(r.config->listeners.at(0).routes.at(0).action == rdmagw::RouteConfig::Action::kService);
+
+  expect_errors(lines({
+                    "node: a",
+                    "listeners:",
+                    "  - name: outbound",
+                    "    listen: transparent:127.0.0.1:15001",
+                    "    routes:",
+                    "      - {match: 10.96.0.0/12, action: service}",
+                }),
+                {{6, 39, "listeners[0].routes[0].action", "action service needs services.file"}});
+  expect_errors(lines({
+                    "node: a",
+                    "services: {file: services.json}",
+                    "peers:",
+                    "  - {name: host-b, address: 10.0.0.2, tcp_port: 7471}",
+                    "listeners:",
+                    "  - name: outbound",
+                    "    listen: transparent:127.0.0.1:15001",
+                    "    routes:",
+                    "      - {match: 10.96.0.0/12, action: service, peer: host-b}",
+                }),
+                {{2, 18, "services.file", "must be an absolute path, got 'services.json'"},
+                 {9, 39, "listeners[0].routes[0].action", "action service needs services.file"},
+                 {9, 54, "listeners[0].routes[0].peer", "makes no sense with action 'service'"}});
+  expect_errors(lines({"node: a", "services: {}"}), {{2, 11, "services.file", "required key 'file' is missing"}});
 }
 
 TEST_CASE("fleet: peer_cidrs, peer: destination, connect, session_idle_ms and max_sessions", "[config][fleet]") {
