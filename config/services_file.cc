@@ -132,6 +132,13 @@ std::string ServiceTable::service_name(const Port& port) const {
   return s.namespace_name + "/" + s.name;
 }
 
+std::string ipv4_text(uint32_t ip) {
+  char text[INET_ADDRSTRLEN] = "?";
+  in_addr a{htonl(ip)};
+  inet_ntop(AF_INET, &a, text, sizeof(text));
+  return text;
+}
+
 bool parse_services_file(std::string_view text, std::shared_ptr<const ServiceTable>* out, std::string* error) {
   if (text.size() > kMaxServicesFileBytes) {
     *error = "larger than " + std::to_string(kMaxServicesFileBytes) + " bytes";
@@ -222,14 +229,10 @@ bool parse_services_file(std::string_view text, std::shared_ptr<const ServiceTab
       for (uint32_t ip : service.cluster_ips) {
         auto [it, fresh] = table->by_cluster_ip_.emplace(ServiceTable::key(ip, port.port), port_index);
         if (!fresh) {
-          char text_ip[INET_ADDRSTRLEN] = "?";
-          in_addr a{htonl(ip)};
-          inet_ntop(AF_INET, &a, text_ip, sizeof(text_ip));
           const ServiceTable::Port& owner = table->ports[it->second];
           std::string owner_name =
               owner.service == service_index ? service.namespace_name + "/" + service.name : table->service_name(owner);
-          return r.fail(ppath,
-                        std::string(text_ip) + ":" + std::to_string(port.port) + " already belongs to " + owner_name);
+          return r.fail(ppath, ipv4_text(ip) + ":" + std::to_string(port.port) + " already belongs to " + owner_name);
         }
       }
       table->endpoint_count += port.endpoints.size();

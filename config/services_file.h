@@ -20,6 +20,8 @@ inline constexpr size_t kMaxServicesFileBytes = 64u << 20;
 
 enum class EndpointState : uint8_t { kReady, kTerminating, kNotReady };
 std::string_view endpoint_state_name(EndpointState state);  // "ready", "terminating", "not-ready"
+// An IPv4 address in host byte order as the file writes it ("10.96.0.10").
+std::string ipv4_text(uint32_t ip);
 
 struct ServiceTable {
   struct Endpoint {
@@ -68,9 +70,12 @@ struct ServiceTable {
   // "namespace/name" of a port's Service.
   std::string service_name(const Port& port) const;
 
+  // One number for an address and port (the lookups' key, and how a
+  // worker counts an endpoint's streams).
+  static uint64_t key(uint32_t ip, uint16_t port) { return (uint64_t{ip} << 16) | port; }
+
  private:
   friend bool parse_services_file(std::string_view, std::shared_ptr<const ServiceTable>*, std::string*);
-  static uint64_t key(uint32_t ip, uint16_t port) { return (uint64_t{ip} << 16) | port; }
   std::unordered_map<uint64_t, uint32_t> by_cluster_ip_;                     // -> port index
   std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> by_endpoint_;  // -> port, endpoint index
 };

@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/metrics.h"
 #include "config/config.h"
+#include "config/services_file.h"
 #include "proxy/local/stream_info.h"
 #include "proxy/tunnel/tunnel_info.h"
 
@@ -29,6 +31,27 @@ struct ReloadResult {
   std::vector<std::string> changes;  // "listener redis added", "peer b removed", ...
 };
 
+// The services file as this process has it (docs/kubernetes.md).
+struct ServicesStatus {
+  std::string file;            // services.file; empty: not configured
+  bool loaded = false;         // a table is in use
+  double loaded_unix = 0;      // when the table in use was read
+  std::string error;           // why the last read failed; empty if it did not
+  uint64_t loads = 0;          // good reads
+  uint64_t load_failures = 0;  // failed reads
+  // From the table in use: whether its writer reached the API server.
+  ServiceTable::Api api;
+  size_t services = 0;
+  size_t endpoints = 0;
+};
+
+// GET /services: the table in use and each endpoint's open connections.
+struct ServicesReport {
+  ServicesStatus status;
+  std::shared_ptr<const ServiceTable> table;       // null: none loaded
+  std::unordered_map<uint64_t, uint64_t> streams;  // by ServiceTable::key, summed over workers
+};
+
 struct Status {
   std::string version;
   std::string commit;  // built from (common/version.h)
@@ -45,6 +68,7 @@ struct Status {
   std::string io_uring;         // features in use
   ReloadResult last_reload;     // empty errors/changes before the first
   double last_reload_unix = 0;  // 0: never
+  ServicesStatus services;
 };
 
 // The runtime, as the admin thread sees it. Every call is made from the
@@ -60,6 +84,7 @@ class Backend {
   // False with *error set when a worker did not answer in time.
   virtual bool peers(std::vector<PeerInfo>* out, std::string* error) = 0;
   virtual bool streams(std::vector<StreamInfo>* out, std::string* error) = 0;
+  virtual bool services(ServicesReport* out, std::string* error) = 0;
   virtual ReloadResult reload() = 0;
   // Stop accepting, tell peers, let open streams finish; the process stays
   // up (not ready) until SIGTERM. Returns the streams still open.

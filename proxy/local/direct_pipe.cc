@@ -32,8 +32,9 @@ DirectPipe::~DirectPipe() {
 }
 
 void DirectPipe::start(StreamHost& host, UniqueFd client, const sockaddr_storage& destination, socklen_t length,
-                       std::string listener, metrics::ListenerMetrics* counters) {
+                       std::string listener, metrics::ListenerMetrics* counters, EndpointLease lease) {
   auto* p = new DirectPipe(host, std::move(client), std::move(listener), counters);
+  p->count_towards(std::move(lease));
   p->destination_ = sockaddr_to_string(reinterpret_cast<const sockaddr*>(&destination), length);
   if (host.access_log && host.access_log->enabled()) {
     p->client_address_ = peer_address(p->client_.get());

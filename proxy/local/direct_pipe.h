@@ -22,8 +22,9 @@ class DirectPipe final : public LocalConnection {
   // Connects to `destination` and relays. The pipe is on the host's list
   // until it ends (it ends itself: both directions done, or an error).
   // `counters` (may be null): the listener's, for its active connections and bytes.
+  // `lease`: a Service endpoint's count, held while the pipe lives.
   static void start(StreamHost& host, UniqueFd client, const sockaddr_storage& destination, socklen_t length,
-                    std::string listener, metrics::ListenerMetrics* counters);
+                    std::string listener, metrics::ListenerMetrics* counters, EndpointLease lease = {});
 
   // A takeover: the old process's pipe on `client` and `server`.
   static void restore(StreamHost& host, UniqueFd client, UniqueFd server, const PipeImage& image,

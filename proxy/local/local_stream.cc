@@ -63,9 +63,10 @@ LocalStream::~LocalStream() {
 
 LocalStream* LocalStream::from_client(StreamHost& host, UniqueFd fd, std::string listener,
                                       metrics::ListenerMetrics* counters, std::string peer, std::string target,
-                                      std::string destination) {
+                                      std::string destination, EndpointLease lease) {
   set_nodelay(fd.get());
   auto* s = new LocalStream(host, std::move(fd));
+  s->count_towards(std::move(lease));
   if (host.access_log && host.access_log->enabled()) {
     s->client_ = peer_address(s->fd_.get());
     s->destination_ = std::move(destination);

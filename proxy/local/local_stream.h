@@ -43,10 +43,11 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
  public:
   // An application connected to a listener; it waits for a session (attach).
   // `counters` (may be null) are the listener's, kept up to date from here.
-  // `destination`: where a transparent listener's client meant to go.
+  // `destination`: where a transparent listener's client meant to go;
+  // `lease`: the Service endpoint it goes to, counted while it lives.
   static LocalStream* from_client(StreamHost& host, UniqueFd fd, std::string listener,
                                   metrics::ListenerMetrics* counters, std::string peer, std::string target,
-                                  std::string destination = {});
+                                  std::string destination = {}, EndpointLease lease = {});
   // The peer opened stream `id` to `target`: connect to it. Returns nullptr
   // (and sets *refuse) if no socket could be created. Called mid-parse: it
   // does not touch the session.

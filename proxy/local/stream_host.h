@@ -13,6 +13,7 @@
 #include "proxy/io/event_loop.h"
 #include "proxy/io/provided_buffers.h"
 #include "proxy/local/connection_image.h"
+#include "proxy/local/endpoint_lease.h"
 #include "proxy/local/stream_info.h"
 
 namespace rdmagw::local {
@@ -64,6 +65,8 @@ class LocalConnection : public IoObject {
   // The takeover failed: carries on.
   virtual void thaw() = 0;
   LocalConnection* next_in_host() const { return next_; }
+  // A Service's endpoint chosen for it: counted there while it lives.
+  void count_towards(EndpointLease lease) { lease_ = std::move(lease); }
 
  protected:
   explicit LocalConnection(StreamHost& host);
@@ -74,6 +77,7 @@ class LocalConnection : public IoObject {
  private:
   LocalConnection* prev_ = nullptr;
   LocalConnection* next_ = nullptr;
+  EndpointLease lease_;
 };
 
 }  // namespace rdmagw::local

@@ -289,6 +289,9 @@ int Runtime::run() {
     log::error("listen_failed").kv("key", "admin").kv("address", config_->admin).kv("reason", error);
     return 1;
   }
+  // The first table is in each worker's mailbox before its first accept.
+  services_feed_.watch(config_->services.file);
+  poll_services();
   if (!start_workers()) {
     stop_level_.store(static_cast<int>(StopLevel::kNow));
     admin_server.stop();
@@ -356,6 +359,7 @@ void Runtime::wait_for_signals() {
   sigaddset(&signals, SIGUSR1);
   timespec poll{0, 100 * 1000 * 1000};
   while (finished_.load() < workers_.size()) {
+    poll_services();
     siginfo_t info;
     int sig = sigtimedwait(&signals, &info, &poll);
     if (sig == SIGUSR1) {
@@ -515,7 +519,53 @@ admin::Status Runtime::status() {
   s.workers = config_->workers;
   s.last_reload = last_reload_;
   s.last_reload_unix = last_reload_unix_;
+  s.services = services_status();
   return s;
+}
+
+void Runtime::poll_services() {
+  std::shared_ptr<const ServiceTable> table;
+  if (!services_feed_.poll(&table)) return;
+  // Posted before the workers start, it is each one's first task.
+  for (size_t i = 0; i < mailboxes_.size(); ++i) {
+    mailboxes_[i]->post([this, table, i] {
+      Worker* worker = nullptr;
+      {
+        std::lock_guard lock(workers_mu_);
+        worker = workers_[i];
+      }
+      if (worker) worker->set_services(table);
+    });
+  }
+}
+
+admin::ServicesStatus Runtime::services_status() const {
+  ServicesFeed::State state = services_feed_.state();
+  admin::ServicesStatus s;
+  s.file = state.file;
+  s.loaded = state.table != nullptr;
+  s.loaded_unix = state.loaded_unix;
+  s.error = state.error;
+  s.loads = state.loads;
+  s.load_failures = state.failures;
+  if (state.table) {
+    s.api = state.table->api;
+    s.services = state.table->services.size();
+    s.endpoints = state.table->endpoint_count;
+  }
+  return s;
+}
+
+bool Runtime::services(admin::ServicesReport* out, std::string* error) {
+  out->status = services_status();
+  out->table = services_feed_.state().table;
+  auto counts = std::make_shared<std::vector<std::unordered_map<uint64_t, uint64_t>>>(mailboxes_.size());
+  bool ok =
+      on_every_worker([counts](Worker& w) { w.count_service_streams(&(*counts)[w.index()]); }, kAskTimeout, error);
+  if (!ok) return false;
+  for (const auto& worker : *counts)
+    for (const auto& [key, open] : worker) out->streams[key] += open;
+  return true;
 }
 
 admin::ReloadResult Runtime::refuse_reload(std::vector<std::string> errors) {
@@ -600,6 +650,7 @@ admin::ReloadResult Runtime::load_and_apply() {
   result.ok = true;
   result.changes = describe_changes(*running, *config);
   uint64_t generation;
+  services_feed_.watch(config->services.file);  // read at the main thread's next turn
   {
     std::lock_guard lock(mu_);
     config_ = config;

@@ -19,6 +19,7 @@
 #include "proxy/admin/admin_model.h"
 #include "proxy/runtime/listener_sockets.h"
 #include "proxy/runtime/service_notify.h"
+#include "proxy/runtime/services_feed.h"
 #include "proxy/runtime/session_directory.h"
 #include "proxy/runtime/takeover_channel.h"
 #include "proxy/runtime/takeover_image.h"
@@ -50,6 +51,7 @@ class Runtime final : public admin::Backend {
   const metrics::ProcessMetrics& process_metrics() override { return process_metrics_; }
   bool peers(std::vector<admin::PeerInfo>* out, std::string* error) override;
   bool streams(std::vector<admin::StreamInfo>* out, std::string* error) override;
+  bool services(admin::ServicesReport* out, std::string* error) override;
   admin::ReloadResult reload() override;
   uint64_t drain() override;
 
@@ -64,6 +66,10 @@ class Runtime final : public admin::Backend {
   // False with *error naming the first worker that did not answer.
   bool on_every_worker(const std::function<void(Worker&)>& task, std::chrono::milliseconds timeout, std::string* error);
   uint64_t live_streams() const;
+  // Main thread: reads the services file if it changed, and hands a new
+  // table to every worker.
+  void poll_services();
+  admin::ServicesStatus services_status() const;
   // Mode cert: says whether this node's certificate is out of its dates, or
   // will be within a week (at start and after each reload).
   // SIGUSR1: access_log.path opened again (after logrotate moved it).
@@ -120,6 +126,7 @@ class Runtime final : public admin::Backend {
   std::atomic<bool> running_{false};   // workers started and event=ready logged
   std::atomic<int> stop_level_{0};
 
+  ServicesFeed services_feed_;  // services.file
   TunnelSockets tunnel_;
   local::AccessLogFile access_log_file_;  // access_log.path's (workers write, main reopens)
   metrics::ProcessMetrics process_metrics_;

@@ -541,6 +541,9 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
         local.counters->accepted.add();
         local::DirectPipe::start(*host_, std::move(fd), dst, len, l.name, local.counters);
         return;
+      case RouteConfig::Action::kService:
+        if (route_to_service(local, fd, dst, destination)) return;
+        continue;  // not a Service the file lists: the next route decides
       case RouteConfig::Action::kTunnel: {
         std::string target = route.has_target ? route.target.to_string() : "tcp:" + destination;
         std::string why = "route names an unknown peer";
@@ -559,6 +562,67 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
     }
   }
   reject("no route matches", destination);
+}
+
+bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const sockaddr_storage& dst,
+                              const std::string& destination) {
+  const ListenerConfig& l = local.socket->config;
+  ServiceRouter::Choice choice = services_.choose(reinterpret_cast<const sockaddr*>(&dst));
+  if (choice.kind == ServiceRouter::Choice::Kind::kUnknown) return false;
+  const ServiceTable& table = *services_.table();  // set: the choice found something in it
+  switch (choice.kind) {
+    case ServiceRouter::Choice::Kind::kUnknown:
+      return false;
+    case ServiceRouter::Choice::Kind::kNoEndpoint:
+      // As kube-proxy does: refused, not left to time out.
+      local.counters->accepted.add();
+      metrics_.failed(metrics::StreamFailure::kRejected);
+      log::warn("stream_rejected")
+          .kv("listener", l.name)
+          .kv("destination", destination)
+          .kv("service", table.service_name(*choice.port))
+          .kv("reason", "the Service has no ready endpoint");
+      set_abortive_close(fd.get());
+      fd.reset();
+      return true;
+    case ServiceRouter::Choice::Kind::kEndpoint:
+      break;
+  }
+  const auto* address = reinterpret_cast<const sockaddr*>(&choice.address);
+  std::string endpoint = sockaddr_to_string(address, sizeof(sockaddr_in));
+  // The endpoint's own rdmagw, when its pod has one (sidecars accept
+  // tunnels at the pod's address); peer_cidrs says which addresses may be
+  // dialled at all.
+  tunnel::PeerLink* link = nullptr;
+  if (choice.endpoint->rdmagw) {
+    std::string why;
+    link = discover(address, &why);
+    uint64_t suppressed = 0;
+    if (!link && service_log_.allow(loop_.now(), &suppressed)) {
+      log::Line line = log::warn("service_endpoint_direct");
+      line.kv("service", table.service_name(*choice.port)).kv("endpoint", endpoint).kv("reason", why);
+      if (suppressed) line.kv("suppressed", suppressed);
+    }
+  }
+  log::debug("stream_routed")
+      .kv("listener", l.name)
+      .kv("destination", destination)
+      .kv("service", table.service_name(*choice.port))
+      .kv("endpoint", endpoint)
+      .kv("peer", link ? link->name() : std::string("none (direct)"));
+  if (!link) {
+    local.counters->accepted.add();
+    local::DirectPipe::start(*host_, std::move(fd), choice.address, sizeof(sockaddr_in), l.name, local.counters,
+                             std::move(choice.lease));
+    return true;
+  }
+  std::string target = "tcp:" + endpoint;
+  // Handed to another worker (tunnel.sessions_per_peer), it is not counted
+  // there: counts are one worker's and never cross threads.
+  if (hand_over_stream(*link, fd, l.name, target)) return true;
+  link->submit(local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, link->name(), target,
+                                               destination, std::move(choice.lease)));
+  return true;
 }
 
 void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) {

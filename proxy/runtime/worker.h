@@ -30,6 +30,7 @@
 #include "proxy/local/stream_host.h"
 #include "proxy/local/stream_info.h"
 #include "proxy/runtime/listener_sockets.h"
+#include "proxy/runtime/service_router.h"
 #include "proxy/runtime/session_directory.h"
 #include "proxy/runtime/takeover_image.h"
 #include "proxy/runtime/worker_mailbox.h"
@@ -79,6 +80,10 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // POST /drain: stop accepting and tell peers; streams finish; keep running.
   void stop_accepting();
   void describe_peers(std::vector<tunnel::PeerInfo>* out) const;
+  // The services file changed (read by the main thread).
+  void set_services(std::shared_ptr<const ServiceTable> table) { services_.set_table(std::move(table)); }
+  // Open connections per Service endpoint (by ServiceTable::key), added to *out.
+  void count_service_streams(std::unordered_map<uint64_t, uint64_t>* out) const { services_.count_open(out); }
   void describe_streams(std::vector<local::StreamInfo>* out) const;
 
   // --- a takeover (docs/operations.md, "Takeover") ----------------------------
@@ -156,6 +161,10 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   tunnel::PeerLink* find_link(const std::string& peer) const;
   void on_local_accept(LocalListener& listener, UniqueFd fd);
   void on_transparent_accept(const LocalListener& listener, UniqueFd fd);
+  // `action: service`: false if the file does not know the destination (the
+  // next route decides); true once the connection is taken care of.
+  bool route_to_service(const LocalListener& listener, UniqueFd& fd, const sockaddr_storage& destination,
+                        const std::string& destination_text);
   void begin_drain();
   // Another worker's connection asks to resume a session this worker holds.
   struct ResumeHandOff {
@@ -232,6 +241,10 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // Found by `peer: destination`, by the host's address; forgotten once
   // without a session for 5 minutes (sooner when there are very many, see tick()).
   std::unordered_map<std::string, std::unique_ptr<tunnel::PeerLink>> discovered_;
+  ServiceRouter services_;  // `action: service` routes
+  // Endpoints said to have rdmagw that lie outside tunnel.peer_cidrs: a
+  // line a second at most.
+  log::LogLimiter service_log_{1, 5};
   // Refused sessions (max_sessions): at most a line a second per worker.
   log::LogLimiter session_limit_log_{1, 5};
   // tunnel.limits.sessions_per_address: whether `session`, new from a peer,

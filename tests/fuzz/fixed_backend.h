@@ -34,6 +34,10 @@ class FixedBackend : public Backend {
     for (uint32_t id = 1; id <= 3; ++id) out->push_back(StreamInfo{.side = "client", .stream_id = id, .state = "open"});
     return true;
   }
+  bool services(ServicesReport* out, std::string*) override {
+    out->status.file = "/run/rdmagw/services.json";
+    return true;
+  }
   ReloadResult reload() override { return ReloadResult{}; }
   uint64_t drain() override { return 0; }
 

@@ -60,6 +60,15 @@ class FakeBackend : public Backend {
     for (uint32_t id = 1; id <= 3; ++id) out->push_back(StreamInfo{.side = "client", .stream_id = id, .state = "open"});
     return true;
   }
+  bool services(ServicesReport* out, std::string* error) override {
+    std::lock_guard lock(mu_);
+    if (!workers_answer_) {
+      *error = "worker 1 did not answer within 1000 ms";
+      return false;
+    }
+    out->status.file = "/run/rdmagw/services.json";
+    return true;
+  }
   ReloadResult reload() override {
     std::lock_guard lock(mu_);
     ReloadResult result = reload_;

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "proxy/runtime/service_router.h"
+
+#include <arpa/inet.h>
+
+#include <utility>
+
+namespace rdmagw {
+
+void ServiceRouter::set_table(std::shared_ptr<const ServiceTable> table) {
+  table_ = std::move(table);
+  // Counts no connection holds any more go; the others stay, found again by
+  // address if the endpoint is still listed.
+  std::erase_if(loads_, [](const auto& entry) { return entry.second->open == 0; });
+}
+
+std::shared_ptr<local::EndpointLoad>& ServiceRouter::load(uint32_t ip, uint16_t port) {
+  auto& slot = loads_[ServiceTable::key(ip, port)];
+  if (!slot) slot = std::make_shared<local::EndpointLoad>();
+  return slot;
+}
+
+ServiceRouter::Choice ServiceRouter::choose(const sockaddr* destination) {
+  Choice choice;
+  if (!table_ || destination->sa_family != AF_INET) return choice;
+  const auto* in = reinterpret_cast<const sockaddr_in*>(destination);
+  uint32_t ip = ntohl(in->sin_addr.s_addr);
+  uint16_t port = ntohs(in->sin_port);
+  const ServiceTable::Endpoint* endpoint = nullptr;
+  if (const ServiceTable::Port* service = table_->find_cluster_ip(ip, port)) {
+    choice.port = service;
+    const std::vector<uint32_t>& ready = service->ready;
+    if (ready.empty()) {
+      choice.kind = Choice::Kind::kNoEndpoint;
+      return choice;
+    }
+    if (ready.size() == 1) {
+      endpoint = &service->endpoints[ready[0]];
+    } else {
+      std::uniform_int_distribution<size_t> pick(0, ready.size() - 1);
+      size_t a = pick(random_);
+      size_t b = pick(random_);
+      if (b == a) b = (a + 1) % ready.size();
+      const ServiceTable::Endpoint& first = service->endpoints[ready[a]];
+      const ServiceTable::Endpoint& second = service->endpoints[ready[b]];
+      endpoint = load(second.ip, second.port)->open < load(first.ip, first.port)->open ? &second : &first;
+    }
+  } else {
+    // A headless Service's clients dial an endpoint itself. Not ready or
+    // terminating, it still gets the connection: the client chose it, as it
+    // would without rdmagw.
+    ServiceTable::EndpointRef ref = table_->find_endpoint(ip, port);
+    if (!ref.endpoint) return choice;
+    choice.port = ref.port;
+    endpoint = ref.endpoint;
+  }
+  choice.kind = Choice::Kind::kEndpoint;
+  choice.endpoint = endpoint;
+  auto* address = reinterpret_cast<sockaddr_in*>(&choice.address);
+  address->sin_family = AF_INET;
+  address->sin_addr.s_addr = htonl(endpoint->ip);
+  address->sin_port = htons(endpoint->port);
+  choice.lease = local::EndpointLease(load(endpoint->ip, endpoint->port));
+  return choice;
+}
+
+void ServiceRouter::count_open(std::unordered_map<uint64_t, uint64_t>* out) const {
+  for (const auto& [key, load] : loads_)
+    if (load->open) (*out)[key] += load->open;
+}
+
+}  // namespace rdmagw

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "proxy/runtime/services_feed.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/regular_file.h"
+
+namespace rdmagw {
+
+namespace {
+
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+void ServicesFeed::watch(const std::string& path) {
+  std::lock_guard lock(mu_);
+  if (path == state_.file) return;
+  state_.file = path;
+  state_.error.clear();
+  seen_ = false;
+  path_changed_ = true;
+}
+
+bool ServicesFeed::poll(std::shared_ptr<const ServiceTable>* table) {
+  std::string path;
+  bool path_changed;
+  {
+    std::lock_guard lock(mu_);
+    path = state_.file;
+    path_changed = path_changed_;
+    path_changed_ = false;
+  }
+  if (path.empty()) {
+    if (!path_changed) return false;
+    std::lock_guard lock(mu_);
+    state_.table.reset();  // no services.file any more: `action: service` routes are gone too
+    *table = nullptr;
+    return true;
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    int error = errno;
+    // Said once, until the file is back.
+    if (seen_ || path_changed) fail(std::string("stat: ") + strerror(error));
+    seen_ = false;
+    return false;
+  }
+  Identity now{st.st_dev, st.st_ino, st.st_size, st.st_mtim};
+  if (seen_ && now == seen_identity_) return false;
+  seen_ = true;
+  seen_identity_ = now;
+  std::string text, error;
+  std::shared_ptr<const ServiceTable> parsed;
+  if (!read_regular_file(path, kMaxServicesFileBytes, &text, &error) || !parse_services_file(text, &parsed, &error)) {
+    fail(std::move(error));
+    return false;
+  }
+  bool was_reachable = false, had_table = false;
+  {
+    std::lock_guard lock(mu_);
+    had_table = state_.table != nullptr;
+    was_reachable = had_table && state_.table->api.reachable;
+    state_.table = parsed;
+    state_.loaded_unix = unix_seconds();
+    state_.error.clear();
+    ++state_.loads;
+  }
+  log::info("services_loaded")
+      .kv("file", path)
+      .kv("services", parsed->services.size())
+      .kv("endpoints", parsed->endpoint_count)
+      .kv("api", parsed->api.reachable ? "reachable" : "unreachable");
+  // The agent lost (or found again) the API server: the table is what it
+  // knew last, and stays in use either way.
+  if (!parsed->api.reachable && (was_reachable || !had_table))
+    log::warn("services_api_unreachable")
+        .kv("file", path)
+        .kv("since", parsed->api.since)
+        .kv("error", parsed->api.error)
+        .kv("effect", "the last known Services and endpoints stay in use");
+  else if (parsed->api.reachable && had_table && !was_reachable)
+    log::info("services_api_reachable").kv("file", path).kv("since", parsed->api.since);
+  *table = std::move(parsed);
+  return true;
+}
+
+void ServicesFeed::fail(std::string error) {
+  bool kept;
+  std::string path;
+  {
+    std::lock_guard lock(mu_);
+    state_.error = error;
+    ++state_.failures;
+    kept = state_.table != nullptr;
+    path = state_.file;
+  }
+  log::error("services_load_failed")
+      .kv("file", path)
+      .kv("reason", error)
+      .kv("kept", kept ? "the last table read" : "none (action: service routes pass connections on to the next route)");
+}
+
+ServicesFeed::State ServicesFeed::state() const {
+  std::lock_guard lock(mu_);
+  return state_;
+}
+
+}  // namespace rdmagw

@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The services file (services.file), watched by the main thread: read again
+// whenever it is replaced or changed (its device, inode, size or mtime
+// differ from the last read), parsed, and a table that parses is handed to
+// every worker. A file that is missing or does not parse changes nothing:
+// the last table stays in use, and the error is logged, counted and shown
+// by the admin endpoint. rdmagw-k8s replaces the file by rename, so a read
+// never sees half of it.
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "config/services_file.h"
+
+namespace rdmagw {
+
+class ServicesFeed {
+ public:
+  // What the admin endpoint shows (any thread).
+  struct State {
+    std::string file;                           // empty: services.file is not set
+    std::shared_ptr<const ServiceTable> table;  // in use; null before the first good read
+    double loaded_unix = 0;                     // when `table` was read
+    std::string error;                          // why the last read failed (empty: it did not)
+    uint64_t loads = 0;                         // good reads
+    uint64_t failures = 0;                      // failed reads (missing, unreadable, malformed)
+  };
+
+  // Main thread: the file to watch (at start and on each reload). A new
+  // path is read at the next poll(); the table in use stays until then.
+  void watch(const std::string& path);
+  // Main thread, often (every 100 ms): true with *table when a new table
+  // was read (null when services.file was removed from the configuration).
+  bool poll(std::shared_ptr<const ServiceTable>* table);
+  State state() const;
+
+ private:
+  struct Identity {
+    dev_t dev = 0;
+    ino_t ino = 0;
+    off_t size = -1;
+    timespec mtime{};
+    bool operator==(const Identity& o) const {
+      return dev == o.dev && ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
+             mtime.tv_nsec == o.mtime.tv_nsec;
+    }
+  };
+  void fail(std::string error);
+
+  bool path_changed_ = false;
+  bool seen_ = false;  // seen_identity_ holds the identity of the last read (good or not)
+  Identity seen_identity_{};
+  mutable std::mutex mu_;
+  State state_;
+};
+
+}  // namespace rdmagw
