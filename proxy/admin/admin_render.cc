@@ -113,6 +113,8 @@ const char* route_action_name(RouteConfig::Action action) {
       return "passthrough";
     case RouteConfig::Action::kReject:
       return "reject";
+    case RouteConfig::Action::kService:
+      return "service";
   }
   return "tunnel";
 }
@@ -172,6 +174,17 @@ void write_listener_config(JsonWriter& w, const ListenerConfig& l) {
 
 }  // namespace
 
+void write_services_status(JsonWriter& w, const ServicesStatus& s) {
+  w.key("services").begin_object();
+  w.field("file", s.file).field("loaded", s.loaded).field("loaded_unix", s.loaded_unix).field("error", s.error);
+  w.field("loads", s.loads).field("load_failures", s.load_failures);
+  w.key("api").begin_object();
+  w.field("reachable", s.api.reachable).field("since", s.api.since).field("error", s.api.error);
+  w.end_object();
+  w.field("services", s.services).field("endpoints", s.endpoints);
+  w.end_object();
+}
+
 std::string render_stats_json(const Status& status, const Config* config, const WorkerMetricsList& workers,
                               const metrics::ProcessMetrics& process) {
   const MetricTotals totals = sum_metrics(config, workers);
@@ -188,6 +201,7 @@ std::string render_stats_json(const Status& status, const Config* config, const 
   write_stats_peers(w, totals);
   write_stats_per_worker(w, totals);
   write_stats_streams(w, totals);
+  write_services_status(w, status.services);
   w.key("rdma").begin_object();
   w.field("send_completions", totals.rdma_send_completions).field("recv_completions", totals.rdma_recv_completions);
   w.end_object();
@@ -197,6 +211,41 @@ std::string render_stats_json(const Status& status, const Config* config, const 
   write_latency(w, "session_rtt", totals.session_rtt);
   w.end_object();
   w.end_object();
+  return w.take();
+}
+
+std::string render_services_json(const ServicesReport& report) {
+  JsonWriter w;
+  w.begin_object();
+  write_services_status(w, report.status);
+  w.key("table").begin_array();
+  if (const ServiceTable* table = report.table.get()) {
+    for (const ServiceTable::Service& service : table->services) {
+      w.begin_object();
+      w.field("namespace", service.namespace_name).field("name", service.name);
+      w.key("cluster_ips").begin_array();
+      for (uint32_t ip : service.cluster_ips) w.value(ipv4_text(ip));
+      w.end_array();
+      w.key("ports").begin_array();
+      for (uint32_t index : service.ports) {
+        const ServiceTable::Port& port = table->ports[index];
+        w.begin_object().field("name", port.name).field("port", port.port);
+        w.key("endpoints").begin_array();
+        for (const ServiceTable::Endpoint& e : port.endpoints) {
+          auto open = report.streams.find(ServiceTable::key(e.ip, e.port));
+          w.begin_object();
+          w.field("address", ipv4_text(e.ip)).field("port", e.port);
+          w.field("state", endpoint_state_name(e.state)).field("rdmagw", e.rdmagw);
+          w.field("pod", e.pod).field("node", e.node);
+          w.field("streams", open == report.streams.end() ? uint64_t{0} : open->second);
+          w.end_object();
+        }
+        w.end_array().end_object();
+      }
+      w.end_array().end_object();
+    }
+  }
+  w.end_array().end_object();
   return w.take();
 }
 
@@ -265,6 +314,7 @@ std::string render_config_json(const Config& config, uint64_t generation) {
   w.key("targets").begin_array();
   for (const TargetRule& t : config.targets) w.value(t.to_string());
   w.end_array();
+  if (!config.services.file.empty()) w.key("services").begin_object().field("file", config.services.file).end_object();
   w.field("shutdown_timeout_ms", config.shutdown_timeout_ms).field("log_level", config.log_level);
   w.field("generation", generation);
   w.end_object();

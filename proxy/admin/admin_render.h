@@ -27,6 +27,10 @@ std::string render_stats_json(const Status& status, const Config* config, const 
 std::string render_metrics_text(const Status& status, const Config* config, const WorkerMetricsList& workers,
                                 const metrics::ProcessMetrics& process);
 
+// GET /services: the status of /stats's "services", then "table": each
+// Service with its ports and endpoints, and each endpoint's open connections.
+std::string render_services_json(const ServicesReport& report);
+
 // GET /peers.
 std::string render_peers_json(const std::vector<PeerInfo>& peers);
 

@@ -114,6 +114,13 @@ Response get_streams(Backend& backend, std::string_view query) {
   return json_response(200, render_streams_json(streams, offset, limit));
 }
 
+Response get_services(Backend& backend, std::string_view) {
+  ServicesReport report;
+  std::string error;
+  if (!backend.services(&report, &error)) return json_response(503, render_error_json(error));
+  return json_response(200, render_services_json(report));
+}
+
 Response get_config(Backend& backend, std::string_view) {
   Status status = backend.status();
   std::shared_ptr<const Config> config = backend.config();
@@ -139,10 +146,10 @@ struct Route {
 
 // docs/admin.md's table, in its order (the 404 answer lists it).
 constexpr Route kRoutes[] = {
-    {"GET", "/", get_stats_page},     {"GET", "/live", get_live},       {"GET", "/ready", get_ready},
-    {"GET", "/stats", get_stats},     {"GET", "/metrics", get_metrics}, {"GET", "/peers", get_peers},
-    {"GET", "/streams", get_streams}, {"GET", "/config", get_config},   {"POST", "/reload", post_reload},
-    {"POST", "/drain", post_drain},
+    {"GET", "/", get_stats_page},     {"GET", "/live", get_live},         {"GET", "/ready", get_ready},
+    {"GET", "/stats", get_stats},     {"GET", "/metrics", get_metrics},   {"GET", "/peers", get_peers},
+    {"GET", "/streams", get_streams}, {"GET", "/services", get_services}, {"GET", "/config", get_config},
+    {"POST", "/reload", post_reload}, {"POST", "/drain", post_drain},
 };
 
 Response not_found(std::string_view path) {

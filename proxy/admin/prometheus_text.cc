@@ -266,6 +266,30 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Con
   p.sample("rdmagw_ready", {}, uint64_t{status.ready ? 1u : 0u});
 }
 
+// services.file (docs/kubernetes.md): every family, samples only where
+// they mean something (a file configured; a table in use).
+void write_services_families(PrometheusWriter& p, const ServicesStatus& services) {
+  const bool configured = !services.file.empty();
+  const bool loaded = configured && services.loaded;
+  p.family("rdmagw_services_file_loads_total", "counter",
+           "Reads of services.file: ok (its table went into use), or failed (missing, unreadable or malformed; the "
+           "last table stays in use).");
+  if (configured) {
+    p.sample("rdmagw_services_file_loads_total", {{"result", "ok"}}, services.loads);
+    p.sample("rdmagw_services_file_loads_total", {{"result", "failed"}}, services.load_failures);
+  }
+  p.family("rdmagw_services_file_loaded", "gauge", "1 when a services table is in use, else 0.");
+  if (configured) p.sample("rdmagw_services_file_loaded", {}, uint64_t{loaded ? 1u : 0u});
+  p.family("rdmagw_services_api_reachable", "gauge",
+           "1 when the node agent reached the Kubernetes API server as it wrote the table in use, else 0 (the "
+           "table is then the last known state).");
+  if (loaded) p.sample("rdmagw_services_api_reachable", {}, uint64_t{services.api.reachable ? 1u : 0u});
+  p.family("rdmagw_services", "gauge", "Kubernetes Services in the table in use.");
+  if (loaded) p.sample("rdmagw_services", {}, uint64_t{services.services});
+  p.family("rdmagw_service_endpoints", "gauge", "Endpoints of those Services (every state).");
+  if (loaded) p.sample("rdmagw_service_endpoints", {}, uint64_t{services.endpoints});
+}
+
 }  // namespace
 
 std::string render_metrics_text(const Status& status, const Config* config, const WorkerMetricsList& workers,
@@ -277,6 +301,7 @@ std::string render_metrics_text(const Status& status, const Config* config, cons
   write_peer_families(p, totals);
   write_worker_families(p, totals);
   write_process_families(p, status, config, totals, process);
+  write_services_families(p, status.services);
   p.histogram("rdmagw_stream_open_seconds",
               "Time from accepting an application's connection to sending its OPEN, waiting for a session included.",
               totals.stream_open);

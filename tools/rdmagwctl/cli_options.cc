@@ -20,6 +20,9 @@ Commands:
   ready                   exit 0 if rdmagw is ready (GET /ready answers 200), else 1
                           with the reason (starting, draining): for health checks
   peers                   one row per tunnel session; peers without one say why (GET /peers)
+  services                the Kubernetes Services rdmagw knows (services.file): each
+                          port's endpoints, their state, which have rdmagw, and
+                          how many connections each holds (GET /services)
   streams                 the active streams, oldest first (GET /streams)
       --limit N           at most N streams (1..10000; the server's default is 100)
       --offset N          skip the first N
@@ -40,7 +43,7 @@ Options:
       --admin HOST:PORT   the admin endpoint ([ADDR]:PORT for IPv6); default:
                           $RDMAGW_ADMIN, else 127.0.0.1:9901
       --json              print the server's JSON instead of tables (status, peers,
-                          streams, reload, drain, check)
+                          services, streams, reload, drain, check)
       --timeout SECONDS   for connecting, and again for the answer (default 5)
       --token-file FILE   the admin token (rdmagw's admin_token_file), sent as
                           Authorization: Bearer; default: $RDMAGW_ADMIN_TOKEN_FILE
@@ -54,9 +57,10 @@ check found the config invalid.
 
 const std::map<std::string, Command>& command_names() {
   static const std::map<std::string, Command> kNames = {
-      {"status", Command::kStatus}, {"peers", Command::kPeers},   {"streams", Command::kStreams},
-      {"top", Command::kTop},       {"reload", Command::kReload}, {"drain", Command::kDrain},
-      {"check", Command::kCheck},   {"help", Command::kHelp},     {"ready", Command::kReady}};
+      {"status", Command::kStatus},    {"peers", Command::kPeers},   {"streams", Command::kStreams},
+      {"top", Command::kTop},          {"reload", Command::kReload}, {"drain", Command::kDrain},
+      {"check", Command::kCheck},      {"help", Command::kHelp},     {"ready", Command::kReady},
+      {"services", Command::kServices}};
   return kNames;
 }
 

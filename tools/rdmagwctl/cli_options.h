@@ -10,7 +10,7 @@
 
 namespace rdmagw::ctl {
 
-enum class Command { kHelp, kVersion, kStatus, kPeers, kStreams, kTop, kReload, kDrain, kCheck, kReady };
+enum class Command { kHelp, kVersion, kStatus, kPeers, kStreams, kTop, kReload, kDrain, kCheck, kReady, kServices };
 
 inline constexpr const char* kDefaultAdmin = "127.0.0.1:9901";
 inline constexpr const char* kAdminEnvironment = "RDMAGW_ADMIN";

@@ -33,6 +33,8 @@ int run(const CliOptions& options) {
       return run_peers(ctx);
     case Command::kStreams:
       return run_streams(ctx, options.streams);
+    case Command::kServices:
+      return run_services(ctx);
     case Command::kTop:
       return run_top(ctx, options.top);
     case Command::kReload:

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// status, peers, streams: read-only views of one or more GET answers.
+// status, peers, services, streams: read-only views of one or more GET answers.
 #include <cstdio>
 #include <vector>
 
@@ -45,6 +45,8 @@ void print_error(const std::string& message) { fprintf(stderr, "rdmagwctl: %s\n"
 int run_status(const CommandContext& ctx) { return show(ctx, "/stats", render_status); }
 
 int run_peers(const CommandContext& ctx) { return show(ctx, "/peers", render_peers); }
+
+int run_services(const CommandContext& ctx) { return show(ctx, "/services", render_services); }
 
 int run_streams(const CommandContext& ctx, const StreamsOptions& options) {
   std::string error;

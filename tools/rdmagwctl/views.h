@@ -17,6 +17,9 @@ std::string render_status(const Json& stats);
 // `peers`: from GET /peers.
 std::string render_peers(const Json& peers);
 
+// `services`: from GET /services.
+std::string render_services(const Json& services);
+
 // `streams`: the rows of one or more GET /streams pages, then
 // "showing FIRST-LAST of TOTAL" (FIRST is offset + 1).
 std::string render_streams(const Json& streams, int64_t offset, int64_t total);
