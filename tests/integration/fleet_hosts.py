@@ -10,6 +10,25 @@ import secrets
 
 from netns_hosts import run
 
+# An echo server: `python3 -c ECHO_SERVER IP PORT...` listens on each port,
+# echoes, and prints "accepted" per connection (tests may count them).
+ECHO_SERVER = r"""
+import asyncio, sys
+async def echo(reader, writer):
+    print("accepted", flush=True)
+    try:
+        while data := await reader.read(262144):
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+    except ConnectionError:
+        writer.transport.abort()
+async def main():
+    servers = [await asyncio.start_server(echo, sys.argv[1], int(p), backlog=256) for p in sys.argv[2:]]
+    await asyncio.sleep(600)
+asyncio.run(main())
+"""
+
 
 @contextlib.contextmanager
 def fleet_hosts(count: int, subnet: str = "10.77.0"):

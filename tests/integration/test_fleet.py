@@ -21,14 +21,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from clients import require_root_and, wait_for
 from conftest import REPO, RDMAGW_BIN, ManagedProcess, Sidecar, key_file
-from fleet_hosts import fleet_hosts
+from fleet_hosts import ECHO_SERVER, fleet_hosts
 from netns_hosts import run
 
 HOSTS = 16
@@ -37,23 +36,6 @@ PORT = 8000
 NOBODY = 65534
 MAX_SESSIONS = 4
 CLIENT = str(Path(__file__).with_name("fleet_client.py"))
-
-ECHO_SERVER = r"""
-import asyncio, sys
-async def echo(reader, writer):
-    try:
-        while data := await reader.read(262144):
-            writer.write(data)
-            await writer.drain()
-        writer.close()
-    except ConnectionError:
-        writer.transport.abort()
-async def main():
-    server = await asyncio.start_server(echo, sys.argv[1], int(sys.argv[2]), backlog=256)
-    await asyncio.sleep(600)
-asyncio.run(main())
-"""
-
 
 def config(i: int, ip: str, cidrs: str, idle_ms: int) -> str:
     return f"""node: h{i}
