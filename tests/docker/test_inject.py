@@ -33,6 +33,7 @@ UPDATE = os.environ.get("RDMAGW_UPDATE_GOLDEN") == "1"
 
 CAPTURE = "192.168.10.20/32:6379"
 INJECTED = "rdmagw.io/injected"
+SIDECAR_LABEL = "rdmagw.io/sidecar"
 CAPTURE_ANNOTATION = "rdmagw.io/capture"
 SECCOMP_ANNOTATION = "container.seccomp.security.alpha.kubernetes.io/rdmagw"
 DEFAULT_PROFILE = "rdmagw-seccomp.json"
@@ -226,7 +227,9 @@ def test_redis_deployment_gets_exactly_the_rdmagw_pieces():
     assert without(out, "spec") == without(original, "spec")
     assert without(out["spec"], "template") == without(original["spec"], "template")
     template, original_template = out["spec"]["template"], original["spec"]["template"]
-    assert without(template["metadata"], "annotations") == original_template["metadata"]
+    metadata, original_metadata = template["metadata"], original_template["metadata"]
+    assert without(without(metadata, "annotations"), "labels") == without(original_metadata, "labels")
+    assert metadata["labels"] == {**original_metadata["labels"], SIDECAR_LABEL: "true"}
     assert template["metadata"]["annotations"] == {SECCOMP_ANNOTATION: f"localhost/{DEFAULT_PROFILE}",
                                                    INJECTED: VERSION}
     spec = template["spec"]
@@ -373,8 +376,9 @@ def test_workload_pod_templates_are_injected(tmp_path, kind):
     assert [c["name"] for c in spec["initContainers"]] == ["rdmagw-init"]
     assert [c["name"] for c in spec["containers"]] == ["app", "rdmagw"]
     assert out["spec"]["template"]["metadata"]["annotations"][INJECTED] == VERSION
-    assert out["spec"]["template"]["metadata"]["labels"] == {"app": "app"}
+    assert out["spec"]["template"]["metadata"]["labels"] == {"app": "app", SIDECAR_LABEL: "true"}
     assert "annotations" not in out["metadata"], "annotations go on the pod template, not the workload"
+    assert SIDECAR_LABEL not in out["metadata"].get("labels", {}), "and so does the label"
     if kind == "Job":  # a sidecar that never exits holds a Job's pod forever
         assert "restartPolicy is Never" in proc.stderr and "--native-sidecar" in proc.stderr
     else:
@@ -475,6 +479,38 @@ def test_no_keys_unconfined_and_no_rdma_resource():
     assert sidecar["resources"]["limits"] == {"memory": "512Mi"}
 
 
+def test_services_dir_mounts_the_agents_directory_read_only(tmp_path):
+    (out,) = injected("-f", REDIS, "--capture", CAPTURE, "--services-dir", "/run/rdmagw-k8s/")
+    spec = pod_spec(out)
+    sidecar = by_name(spec["containers"])["rdmagw"]
+    assert by_name(spec["volumes"])["rdmagw-services"] == {
+        "name": "rdmagw-services", "hostPath": {"path": "/run/rdmagw-k8s", "type": "DirectoryOrCreate"}}
+    assert by_name(sidecar["volumeMounts"])["rdmagw-services"] == {
+        "name": "rdmagw-services", "mountPath": "/run/rdmagw-k8s", "readOnly": True}
+    # Without the option, no host directory; the label either way.
+    (plain,) = injected("-f", REDIS, "--capture", CAPTURE)
+    assert "rdmagw-services" not in by_name(pod_spec(plain)["volumes"])
+    assert plain["spec"]["template"]["metadata"]["labels"][SIDECAR_LABEL] == "true"
+    # Injected again without it, the volume goes.
+    again = write(tmp_path, yaml.safe_dump(out, sort_keys=False))
+    (out,) = injected("-f", again, "--capture", CAPTURE)
+    assert "rdmagw-services" not in by_name(pod_spec(out)["volumes"])
+    for bad in ("run/rdmagw", "/", "/run/../etc", "/run/a b"):
+        proc = inject("-f", REDIS, "--capture", CAPTURE, "--services-dir", bad, rc=2)
+        assert f"--services-dir {bad!r}: must be an absolute directory" in proc.stderr
+
+
+def test_a_pod_without_labels_gets_the_sidecar_label(tmp_path):
+    path = write(tmp_path, "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
+                           "  containers: [{name: app, image: app:1}]\n")
+    (out,) = injected("-f", path, "--capture", CAPTURE)
+    assert out["metadata"]["labels"] == {SIDECAR_LABEL: "true"}
+    path = write(tmp_path, "apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: [a]}\nspec:\n"
+                           "  containers: [{name: app, image: app:1}]\n")
+    proc = inject("-f", path, "--capture", CAPTURE, rc=2)
+    assert "metadata.labels: a list, not a mapping" in proc.stderr
+
+
 def test_image_from_environment():
     (out,) = injected("-f", REDIS, "--capture", CAPTURE, env={"RDMAGW_IMAGE": "env.example/rdmagw:7"})
     assert {c["image"] for c in pod_spec(out)["initContainers"]} == {"env.example/rdmagw:7"}
@@ -493,7 +529,7 @@ def test_stdin_and_output_file(tmp_path):
 def test_help_version_and_executable():
     proc = inject("--help")
     for text in ("-f", "--capture", "rdmagw.io/capture", "rdmagw.io/injected", SECCOMP_ANNOTATION, "comments",
-                 "--native-sidecar", "exit status"):
+                 "--native-sidecar", "exit status", SIDECAR_LABEL, "--services-dir"):
         assert text in proc.stdout, text
     assert os.access(TOOL, os.X_OK), "tools/rdmagw-inject must be executable"
     proc = run([TOOL, "--version"])
@@ -726,6 +762,7 @@ def application_only(pod: dict) -> dict:
     for key in ("initContainers", "volumes", "terminationGracePeriodSeconds"):
         spec.pop(key, None)
     spec.get("securityContext", {}).pop("fsGroup", None)
+    app["metadata"]["labels"].pop(SIDECAR_LABEL, None)
     return app
 
 
@@ -775,6 +812,7 @@ def test_injected_pieces_agree_with_the_hand_written_pod(tmp_path):
     (key_file,) = config["tunnel"]["auth"]["key_files"]
     keys_mount = by_name(sidecar["volumeMounts"])["rdmagw-keys"]["mountPath"]
     assert key_file.startswith(keys_mount + "/")
+    assert hand["metadata"]["labels"][SIDECAR_LABEL] == out["metadata"]["labels"][SIDECAR_LABEL] == "true"
     # A seccomp annotation by hand must be the one the tool writes.
     hand_annotations = hand["metadata"].get("annotations") or {}
     if SECCOMP_ANNOTATION in hand_annotations:
