@@ -11,11 +11,11 @@ import secrets
 from netns_hosts import run
 
 # An echo server: `python3 -c ECHO_SERVER IP PORT...` listens on each port,
-# echoes, and prints "accepted" per connection (tests may count them).
+# echoes, and prints "accepted PORT" per connection (tests may count them).
 ECHO_SERVER = r"""
 import asyncio, sys
 async def echo(reader, writer):
-    print("accepted", flush=True)
+    print("accepted", writer.get_extra_info("sockname")[1], flush=True)
     try:
         while data := await reader.read(262144):
             writer.write(data)

@@ -23,63 +23,15 @@ resets).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import secrets
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from clients import require_root_and, wait_for
-from conftest import REPO, RDMAGWCTL_BIN, ManagedProcess, key_file
-from fleet_hosts import ECHO_SERVER, fleet_hosts
+from conftest import RDMAGWCTL_BIN, ManagedProcess, key_file
 from netns_hosts import run
-
-SUBNET = "10.77.0"  # node .1, ep1..ep4 .2-.5
-POD_IP, POD_GW = "10.78.0.2", "10.78.0.1"
-CLUSTER_IP, OTHER_CLUSTER_IP = "10.96.0.10", "10.96.0.99"
-PORT, SENTINEL_PORT = 8000, 8001
-NOBODY = 65534
-CLIENT = str(Path(__file__).with_name("fleet_client.py"))
-
-def pod_config(services_file: Path) -> str:
-    return f"""node: pod
-workers: 2
-admin: "127.0.0.1:9901"
-tunnel:
-  address: {POD_IP}
-  tcp_port: 7471
-  transport: tcp
-  peer_cidrs: ["{SUBNET}.0/24"]
-  auth: {{mode: psk, key_files: [{key_file()}]}}
-services: {{file: {services_file}}}
-listeners:
-  - name: out
-    listen: "transparent:127.0.0.1:15001"
-    routes:
-      - {{match: "10.96.0.0/16", action: service}}
-      - {{match: "{SUBNET}.0/24", action: service}}
-      - {{match: "{SUBNET}.0/24:{PORT}", peer: destination}}
-      - {{match: "10.96.0.0/16", action: passthrough}}
-shutdown_timeout_ms: 2000
-"""
-
-
-def endpoint_config(i: int, ip: str) -> str:
-    return f"""node: ep{i}
-workers: 1
-admin: "127.0.0.1:9901"
-tunnel:
-  address: {ip}
-  tcp_port: 7471
-  transport: tcp
-  auth: {{mode: psk, key_files: [{key_file()}]}}
-targets: ["tcp:{ip}:{PORT}"]
-shutdown_timeout_ms: 2000
-"""
+from service_cluster import CLUSTER_IP, OTHER_CLUSTER_IP, PORT, Cluster, service_cluster
 
 
 def endpoint(ip: str, port: int = PORT, state: str = "ready", rdmagw: bool = True, pod: str = "") -> dict:
@@ -98,110 +50,20 @@ def services_file(endpoints: list[dict], reachable: bool = True, headless: list[
     return {"format": "rdmagw-services/1", "api": api, "services": services}
 
 
-class Cluster:
-    def __init__(self, pod_ns: str, hosts, pod: ManagedProcess, servers: list[ManagedProcess], path: Path):
-        self.pod_ns = pod_ns
-        self.hosts = hosts  # [(namespace, address)]: node, ep1..ep4
-        self.pod = pod
-        self.servers = servers  # ep1..ep4's echo servers
-        self.path = path
-
-    def ip(self, i: int) -> str:
-        return self.hosts[i][1]
-
-    def write(self, content) -> None:
-        """As the agent writes: a new file renamed over the old one."""
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(content if isinstance(content, str) else json.dumps(content))
-        os.rename(tmp, self.path)
-
-    def admin(self, path: str) -> str:
-        return run("ip", "netns", "exec", self.pod_ns, "curl", "-sS", "--max-time", "5",
-                   f"http://127.0.0.1:9901{path}").stdout
-
-    def status(self) -> dict:
-        return json.loads(self.admin("/stats"))["services"]
-
-    def wait_loaded(self, loads: int) -> dict:
-        return wait_for(lambda: (s := self.status())["loads"] >= loads and s, 5, f"services load #{loads}")
-
-    def metric(self, name: str) -> float:
-        for line in self.admin("/metrics").splitlines():
-            if line.startswith(name + " "):
-                return float(line.rsplit(" ", 1)[1])
-        raise AssertionError(f"no metric {name}")
-
-    def accepted(self) -> list[int]:
-        """Connections each endpoint host's echo server accepted so far (ep1..ep4)."""
-        return [s.log_text().count("accepted") for s in self.servers]
-
-    def client(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen(["ip", "netns", "exec", self.pod_ns, "setpriv", f"--reuid={NOBODY}",
-                                 f"--regid={NOBODY}", "--clear-groups", sys.executable, CLIENT, *args],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def run_client(self, dest: str, count: int, size: int) -> list[str]:
-        p = self.client("run", f"{dest}:{count}:{size}")
-        out, err = p.communicate(timeout=90)
-        assert p.returncode == 0, err
-        return [r["end"] for r in json.loads(out)]
-
-    def sessions_to(self) -> set[str]:
-        peers = json.loads(self.admin("/peers"))["peers"]
-        return {p["name"] for p in peers if p["discovered"] and p["sessions"]}
-
-
-@contextlib.contextmanager
-def pod_namespace(node_ns: str):
-    """The client pod: its own namespace, a veth to its node, default route there."""
-    tag = secrets.token_hex(2)
-    ns, inner, outer = f"rgsp{tag}", f"rgsp{tag}a", f"rgsp{tag}b"
-    run("ip", "netns", "add", ns)
-    try:
-        run("ip", "link", "add", inner, "type", "veth", "peer", "name", outer)
-        run("ip", "link", "set", inner, "netns", ns)
-        run("ip", "link", "set", outer, "netns", node_ns)
-        run("ip", "-n", ns, "addr", "add", f"{POD_IP}/24", "dev", inner)
-        run("ip", "-n", ns, "link", "set", inner, "up")
-        run("ip", "-n", ns, "link", "set", "lo", "up")
-        run("ip", "-n", ns, "route", "add", "default", "via", POD_GW)
-        run("ip", "-n", node_ns, "addr", "add", f"{POD_GW}/24", "dev", outer)
-        run("ip", "-n", node_ns, "link", "set", outer, "up")
-        run("ip", "netns", "exec", node_ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        yield ns
-    finally:
-        run("ip", "netns", "del", ns, check=False)
-
-
 @pytest.fixture
 def cluster(sidecar, procs, tmp_path):
     require_root_and(("ip", "iptables", "setpriv", "curl", "sysctl"), "services test")
-    with fleet_hosts(5, SUBNET) as hosts, pod_namespace(hosts[0][0]) as pod_ns:
-        node_ns = hosts[0][0]
-        # kube-proxy, in the node: both ClusterIPs to the sentinel.
-        for ip in (CLUSTER_IP, OTHER_CLUSTER_IP):
-            run("ip", "netns", "exec", node_ns, "iptables", "-t", "nat", "-A", "PREROUTING", "-d", ip, "-p", "tcp",
-                "--dport", "80", "-j", "DNAT", "--to-destination", f"{SUBNET}.5:{SENTINEL_PORT}")
-        servers = []
-        for i, (ns, ip) in enumerate(hosts[1:], start=1):
-            run("ip", "-n", ns, "route", "add", f"{POD_IP.rsplit('.', 1)[0]}.0/24", "via", hosts[0][1])
-            ports = [str(PORT)] + ([str(SENTINEL_PORT), "8005"] if i == 4 else [])
-            server = ManagedProcess(f"echo-ep{i}", ["ip", "netns", "exec", ns, sys.executable, "-u", "-c",
-                                                   ECHO_SERVER, ip, *ports], tmp_path / f"echo-ep{i}.log")
-            procs.append(server)
-            server.start()
-            servers.append(server)
-            if i <= 3:
-                sidecar(f"ep{i}", endpoint_config(i, ip), netns=ns).start()
-        path = tmp_path / "services.json"
-        pod = sidecar("pod", pod_config(path), netns=pod_ns)
-        pod.start()
-        run("ip", "netns", "exec", pod_ns, str(REPO / "tools" / "rdmagw-iptables"), "install", "--uid", "0",
-            "--capture", "10.96.0.0/16:80", "--capture", f"{SUBNET}.0/24:{PORT}", "--redirect-port", "15001")
-        for (ns, ip), s in zip(hosts[1:], servers):
-            wait_for(lambda ns=ns: run("ip", "netns", "exec", ns, "ss", "-Hltn", f"sport = :{PORT}").stdout, 5,
-                     f"the echo server in {ns}")
-        yield Cluster(pod_ns, hosts, pod, servers, path)
+
+    def start_rdmagw(name: str, config: str, netns: str):
+        return sidecar(name, config, netns=netns).start()
+
+    def start_process(name: str, argv: list[str], log: Path):
+        process = ManagedProcess(name, argv, log)
+        procs.append(process)
+        return process.start()
+
+    with service_cluster(start_rdmagw, start_process, tmp_path, tmp_path / "services.json", key_file()) as c:
+        yield c
 
 
 def ready_three_plus_direct(c: Cluster) -> list[dict]:
@@ -218,7 +80,7 @@ def test_a_service_spreads_over_its_ready_endpoints_through_their_rdmagw_or_dire
     status = wait_for(lambda: (s := c.status())["error"] and s, 5, "the missing file reported")
     assert status["loaded"] is False and "No such file" in status["error"], status
     assert c.run_client(f"{CLUSTER_IP}:80", 4, 1000) == ["ok"] * 4
-    wait_for(lambda: c.accepted()[3] >= 4, 5, "the sentinel's 4 connections")
+    wait_for(lambda: c.sentinel() == 4, 5, "the sentinel's 4 connections")
     before = c.accepted()
 
     c.write(services_file(ready_three_plus_direct(c)))
@@ -229,18 +91,15 @@ def test_a_service_spreads_over_its_ready_endpoints_through_their_rdmagw_or_dire
     ends = c.run_client(f"{CLUSTER_IP}:80", 200, 20000)
     assert ends == ["ok"] * 200, {e: ends.count(e) for e in set(ends)}
     got = [a - b for a, b in zip(c.accepted(), before)]
-    # ep4 counts its :8000 (chosen, direct) and the sentinel together: the
-    # sentinel must have had none, so ep4's are all rdmagw's choice.
-    assert sum(got) == 200, got
+    assert sum(got) == 200 and c.sentinel() == 4, got  # none of them through kube-proxy's rule
     assert all(n >= 20 for n in got), f"not spread over the 4 ready endpoints: {got}"
     # ep1-ep3 through their rdmagw (a session each); ep4 directly (none).
     assert c.sessions_to() == {c.ip(1), c.ip(2), c.ip(3)}
     assert "ep4" not in c.pod.log_text() and "stream_rejected" not in c.pod.log_text()
 
     # A ClusterIP the file does not list: passthrough, so kube-proxy's.
-    before = c.accepted()
     assert c.run_client(f"{OTHER_CLUSTER_IP}:80", 3, 1000) == ["ok"] * 3
-    wait_for(lambda: c.accepted()[3] - before[3] == 3, 5, "3 more at the sentinel")
+    wait_for(lambda: c.sentinel() == 7, 5, "3 more at the sentinel")
 
     # What the pod's rdmagw knows, by the admin endpoint and by rdmagwctl.
     table = json.loads(c.admin("/services"))
