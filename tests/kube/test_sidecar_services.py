@@ -62,7 +62,6 @@ def endpoints_seen(c: Cluster, namespace: str) -> list[tuple[str, int, str]] | N
     return None
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 def test_a_service_from_the_api_server_is_carried_by_rdmagw_through_churn_and_an_outage(
         kube: Kube, agent_bin, namespace, tmp_path, procs):
     require_root_and(("ip", "iptables", "setpriv", "curl", "sysctl"), "the sidecar services test")
