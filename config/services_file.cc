@@ -15,6 +15,10 @@ using nlohmann::json;
 constexpr std::string_view kFormat = "rdmagw-services/1";
 // Kubernetes names are at most 253 bytes; anything longer is not one.
 constexpr size_t kMaxNameBytes = 253;
+// api.since and api.error: the agent's words about the API server (an error
+// can quote the server's own answer). Longer text is cut here, never
+// refused: a long error must not cost the endpoints the file carries.
+constexpr size_t kMaxApiTextBytes = 1024;
 
 // Reading one field: each returns nullopt/false after writing *error, which
 // names the field by its path.
@@ -49,7 +53,10 @@ struct Reader {
     return value;
   }
 
-  std::optional<std::string> string(const json& object, const std::string& path, const char* key, bool required) {
+  // `cut_at`: longer text is shortened to this many bytes (0: refused
+  // past kMaxNameBytes).
+  std::optional<std::string> string(const json& object, const std::string& path, const char* key, bool required,
+                                    size_t cut_at = 0) {
     const json* value = member(object, path, key, required);
     if (!value) return required ? std::nullopt : std::optional<std::string>(std::string());
     if (!value->is_string()) {
@@ -57,6 +64,12 @@ struct Reader {
       return std::nullopt;
     }
     const auto& s = value->get_ref<const std::string&>();
+    if (cut_at && s.size() > cut_at) {
+      size_t end = cut_at;
+      while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;  // not inside a character
+      return s.substr(0, end) + "...";
+    }
+    if (cut_at) return s;
     if (s.size() > kMaxNameBytes) {
       fail(join(path, key), "longer than " + std::to_string(kMaxNameBytes) + " bytes");
       return std::nullopt;
@@ -167,8 +180,8 @@ bool parse_services_file(std::string_view text, std::shared_ptr<const ServiceTab
   if (!api) return false;
   if (!api->is_object()) return r.fail("api", "not an object");
   auto reachable = r.boolean(*api, "api", "reachable");
-  auto since = reachable ? r.string(*api, "api", "since", false) : std::nullopt;
-  auto api_error = since ? r.string(*api, "api", "error", false) : std::nullopt;
+  auto since = reachable ? r.string(*api, "api", "since", false, kMaxApiTextBytes) : std::nullopt;
+  auto api_error = since ? r.string(*api, "api", "error", false, kMaxApiTextBytes) : std::nullopt;
   if (!api_error) return false;
   table->api = {*reachable, *since, *api_error};
 

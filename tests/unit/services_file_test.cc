@@ -108,6 +108,15 @@ TEST_CASE("an unreachable API server is read as the agent wrote it") {
   CHECK_FALSE(table->api.reachable);
   CHECK(table->api.error == "dial tcp: connection refused");
   CHECK(table->services.empty());
+
+  // A long error (a not-ready server quotes its check list) is cut, not
+  // refused, and never inside a character ("é" is two bytes).
+  std::string long_error = std::string(1023, 'x') + "\u00e9" + std::string(3000, 'y');
+  REQUIRE(parse_services_file(R"({"format": "rdmagw-services/1", "services": [],
+          "api": {"reachable": false, "error": ")" +
+                                  long_error + R"("}})",
+                              &table, &error));
+  CHECK(table->api.error == std::string(1023, 'x') + "...");
 }
 
 TEST_CASE("a malformed services file is refused, naming the field and why") {

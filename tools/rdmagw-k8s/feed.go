@@ -137,7 +137,9 @@ func (f *Feed) unreachable(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.api.Reachable || f.api.Error == "" {
-		f.api = APIStatus{Reachable: false, Since: now(), Error: err.Error()}
+		// An API server that answers but is not ready quotes its whole
+		// check list; the file keeps the start of it (rdmagw cuts at 1 KiB).
+		f.api = APIStatus{Reachable: false, Since: now(), Error: shorten(err.Error(), maxErrorBytes)}
 		logEvent("warn", "api_unreachable", "error", err.Error())
 		f.wake()
 	}
@@ -305,4 +307,22 @@ func listAll[T any](informer cache.SharedIndexInformer) []*T {
 		}
 	})
 	return out
+}
+
+// maxErrorBytes bounds the API error the file carries.
+const maxErrorBytes = 512
+
+// shorten cuts s to at most n bytes, at a character boundary, marking the cut.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	end := 0
+	for i := range s {
+		if i > n {
+			break
+		}
+		end = i
+	}
+	return s[:end] + "..."
 }

@@ -161,3 +161,16 @@ func TestLogValuesReadBackAsOneToken(t *testing.T) {
 		}
 	}
 }
+
+func TestShortenCutsAtACharacterBoundary(t *testing.T) {
+	if got := shorten("short", 10); got != "short" {
+		t.Fatalf("shorten kept nothing intact: %q", got)
+	}
+	if got := shorten("abcdefgh", 4); got != "abcd..." {
+		t.Fatalf("shorten(abcdefgh, 4) = %q", got)
+	}
+	// "é" is two bytes: a cut inside it moves before it.
+	if got := shorten("aaaé", 4); got != "aaa..." {
+		t.Fatalf("shorten(aaaé, 4) = %q", got)
+	}
+}
