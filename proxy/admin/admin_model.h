@@ -35,6 +35,7 @@ struct ReloadResult {
 struct ServicesStatus {
   std::string file;            // services.file; empty: not configured
   bool loaded = false;         // a table is in use
+  std::string table_file;      // the file it was read from (after a reload moved services.file: the old one)
   double loaded_unix = 0;      // when the table in use was read
   std::string error;           // why the last read failed; empty if it did not
   uint64_t loads = 0;          // good reads

@@ -176,7 +176,8 @@ void write_listener_config(JsonWriter& w, const ListenerConfig& l) {
 
 void write_services_status(JsonWriter& w, const ServicesStatus& s) {
   w.key("services").begin_object();
-  w.field("file", s.file).field("loaded", s.loaded).field("loaded_unix", s.loaded_unix).field("error", s.error);
+  w.field("file", s.file).field("loaded", s.loaded).field("table_file", s.table_file);
+  w.field("loaded_unix", s.loaded_unix).field("error", s.error);
   w.field("loads", s.loads).field("load_failures", s.load_failures);
   w.key("api").begin_object();
   w.field("reachable", s.api.reachable).field("since", s.api.since).field("error", s.api.error);

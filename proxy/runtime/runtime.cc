@@ -524,6 +524,9 @@ admin::Status Runtime::status() {
 }
 
 void Runtime::poll_services() {
+  // Held while posting too: two polls (the main thread's, a reload's) post
+  // their tables in the order they read them.
+  std::lock_guard lock(services_poll_mu_);
   std::shared_ptr<const ServiceTable> table;
   if (!services_feed_.poll(&table)) return;
   // Posted before the workers start, it is each one's first task.
@@ -539,10 +542,12 @@ void Runtime::poll_services() {
   }
 }
 
-admin::ServicesStatus Runtime::services_status() const {
-  ServicesFeed::State state = services_feed_.state();
+admin::ServicesStatus Runtime::services_status() const { return services_status(services_feed_.state()); }
+
+admin::ServicesStatus Runtime::services_status(const ServicesFeed::State& state) {
   admin::ServicesStatus s;
   s.file = state.file;
+  s.table_file = state.table_file;
   s.loaded = state.table != nullptr;
   s.loaded_unix = state.loaded_unix;
   s.error = state.error;
@@ -557,8 +562,9 @@ admin::ServicesStatus Runtime::services_status() const {
 }
 
 bool Runtime::services(admin::ServicesReport* out, std::string* error) {
-  out->status = services_status();
-  out->table = services_feed_.state().table;
+  ServicesFeed::State state = services_feed_.state();  // one snapshot: the status is the table's
+  out->status = services_status(state);
+  out->table = state.table;
   auto counts = std::make_shared<std::vector<std::unordered_map<uint64_t, uint64_t>>>(mailboxes_.size());
   bool ok =
       on_every_worker([counts](Worker& w) { w.count_service_streams(&(*counts)[w.index()]); }, kAskTimeout, error);
@@ -644,13 +650,16 @@ admin::ReloadResult Runtime::load_and_apply() {
     return refuse_reload({options_.config_file + ": access_log.path: " + error});
 
   std::shared_ptr<const Config> config = loaded.config;
+  // A services.file new to this configuration is read now, and its table
+  // reaches each worker before the routes that use it.
+  services_feed_.watch(config->services.file);
+  poll_services();
   std::string slow;
   bool all = on_every_worker([config, next](Worker& w) { w.apply(config, next); }, kReloadTimeout, &slow);
   admin::ReloadResult result;
   result.ok = true;
   result.changes = describe_changes(*running, *config);
   uint64_t generation;
-  services_feed_.watch(config->services.file);  // read at the main thread's next turn
   {
     std::lock_guard lock(mu_);
     config_ = config;

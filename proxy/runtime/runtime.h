@@ -66,10 +66,11 @@ class Runtime final : public admin::Backend {
   // False with *error naming the first worker that did not answer.
   bool on_every_worker(const std::function<void(Worker&)>& task, std::chrono::milliseconds timeout, std::string* error);
   uint64_t live_streams() const;
-  // Main thread: reads the services file if it changed, and hands a new
-  // table to every worker.
+  // Reads the services file if it changed, and hands a new table to every
+  // worker (the main thread every 100 ms; a reload at once).
   void poll_services();
   admin::ServicesStatus services_status() const;
+  static admin::ServicesStatus services_status(const ServicesFeed::State& state);
   // Mode cert: says whether this node's certificate is out of its dates, or
   // will be within a week (at start and after each reload).
   // SIGUSR1: access_log.path opened again (after logrotate moved it).
@@ -126,7 +127,8 @@ class Runtime final : public admin::Backend {
   std::atomic<bool> running_{false};   // workers started and event=ready logged
   std::atomic<int> stop_level_{0};
 
-  ServicesFeed services_feed_;  // services.file
+  ServicesFeed services_feed_;   // services.file
+  std::mutex services_poll_mu_;  // one poll_services() at a time
   TunnelSockets tunnel_;
   local::AccessLogFile access_log_file_;  // access_log.path's (workers write, main reopens)
   metrics::ProcessMetrics process_metrics_;

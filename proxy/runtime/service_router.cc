@@ -37,10 +37,10 @@ ServiceRouter::Choice ServiceRouter::choose(const sockaddr* destination) {
     if (ready.size() == 1) {
       endpoint = &service->endpoints[ready[0]];
     } else {
-      std::uniform_int_distribution<size_t> pick(0, ready.size() - 1);
-      size_t a = pick(random_);
-      size_t b = pick(random_);
-      if (b == a) b = (a + 1) % ready.size();
+      // Two distinct endpoints, every pair equally likely.
+      size_t a = std::uniform_int_distribution<size_t>(0, ready.size() - 1)(random_);
+      size_t b = std::uniform_int_distribution<size_t>(0, ready.size() - 2)(random_);
+      if (b >= a) ++b;
       const ServiceTable::Endpoint& first = service->endpoints[ready[a]];
       const ServiceTable::Endpoint& second = service->endpoints[ready[b]];
       endpoint = load(second.ip, second.port)->open < load(first.ip, first.port)->open ? &second : &first;

@@ -23,23 +23,26 @@ void ServicesFeed::watch(const std::string& path) {
   if (path == state_.file) return;
   state_.file = path;
   state_.error.clear();
-  seen_ = false;
-  path_changed_ = true;
 }
 
 bool ServicesFeed::poll(std::shared_ptr<const ServiceTable>* table) {
+  std::lock_guard polling(poll_mu_);
   std::string path;
-  bool path_changed;
   {
     std::lock_guard lock(mu_);
     path = state_.file;
-    path_changed = path_changed_;
-    path_changed_ = false;
+  }
+  bool path_changed = path != polled_file_;
+  if (path_changed) {
+    polled_file_ = path;
+    seen_ = false;
   }
   if (path.empty()) {
     if (!path_changed) return false;
     std::lock_guard lock(mu_);
+    if (!state_.table) return false;
     state_.table.reset();  // no services.file any more: `action: service` routes are gone too
+    state_.table_file.clear();
     *table = nullptr;
     return true;
   }
@@ -47,7 +50,7 @@ bool ServicesFeed::poll(std::shared_ptr<const ServiceTable>* table) {
   if (::stat(path.c_str(), &st) != 0) {
     int error = errno;
     // Said once, until the file is back.
-    if (seen_ || path_changed) fail(std::string("stat: ") + strerror(error));
+    if (seen_ || path_changed) fail(path, std::string("stat: ") + strerror(error));
     seen_ = false;
     return false;
   }
@@ -58,7 +61,7 @@ bool ServicesFeed::poll(std::shared_ptr<const ServiceTable>* table) {
   std::string text, error;
   std::shared_ptr<const ServiceTable> parsed;
   if (!read_regular_file(path, kMaxServicesFileBytes, &text, &error) || !parse_services_file(text, &parsed, &error)) {
-    fail(std::move(error));
+    fail(path, std::move(error));
     return false;
   }
   bool was_reachable = false, had_table = false;
@@ -67,6 +70,7 @@ bool ServicesFeed::poll(std::shared_ptr<const ServiceTable>* table) {
     had_table = state_.table != nullptr;
     was_reachable = had_table && state_.table->api.reachable;
     state_.table = parsed;
+    state_.table_file = path;
     state_.loaded_unix = unix_seconds();
     state_.error.clear();
     ++state_.loads;
@@ -90,20 +94,20 @@ bool ServicesFeed::poll(std::shared_ptr<const ServiceTable>* table) {
   return true;
 }
 
-void ServicesFeed::fail(std::string error) {
-  bool kept;
-  std::string path;
+void ServicesFeed::fail(const std::string& path, std::string error) {
+  std::string kept;
   {
     std::lock_guard lock(mu_);
     state_.error = error;
     ++state_.failures;
-    kept = state_.table != nullptr;
-    path = state_.file;
+    if (!state_.table)
+      kept = "none (action: service routes pass connections on to the next route)";
+    else if (state_.table_file == path)
+      kept = "the last table read";
+    else
+      kept = "the table read from " + state_.table_file;
   }
-  log::error("services_load_failed")
-      .kv("file", path)
-      .kv("reason", error)
-      .kv("kept", kept ? "the last table read" : "none (action: service routes pass connections on to the next route)");
+  log::error("services_load_failed").kv("file", path).kv("reason", error).kv("kept", kept);
 }
 
 ServicesFeed::State ServicesFeed::state() const {

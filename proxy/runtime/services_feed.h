@@ -24,17 +24,19 @@ class ServicesFeed {
   struct State {
     std::string file;                           // empty: services.file is not set
     std::shared_ptr<const ServiceTable> table;  // in use; null before the first good read
+    std::string table_file;                     // the file `table` was read from (a reload may have moved on)
     double loaded_unix = 0;                     // when `table` was read
     std::string error;                          // why the last read failed (empty: it did not)
     uint64_t loads = 0;                         // good reads
     uint64_t failures = 0;                      // failed reads (missing, unreadable, malformed)
   };
 
-  // Main thread: the file to watch (at start and on each reload). A new
-  // path is read at the next poll(); the table in use stays until then.
+  // The file to watch (at start and on each reload). A new path is read at
+  // the next poll(); the table in use stays until then.
   void watch(const std::string& path);
-  // Main thread, often (every 100 ms): true with *table when a new table
-  // was read (null when services.file was removed from the configuration).
+  // True with *table when a new table was read (null when services.file was
+  // removed from the configuration). The main thread calls it every 100 ms,
+  // a reload once more at once; one at a time.
   bool poll(std::shared_ptr<const ServiceTable>* table);
   State state() const;
 
@@ -49,12 +51,13 @@ class ServicesFeed {
              mtime.tv_nsec == o.mtime.tv_nsec;
     }
   };
-  void fail(std::string error);
+  void fail(const std::string& path, std::string error);
 
-  bool path_changed_ = false;
-  bool seen_ = false;  // seen_identity_ holds the identity of the last read (good or not)
+  std::mutex poll_mu_;       // one poll() at a time; guards the next three
+  std::string polled_file_;  // the path the last poll() looked at
+  bool seen_ = false;        // seen_identity_ holds the identity of its last read (good or not)
   Identity seen_identity_{};
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;  // guards state_
   State state_;
 };
 

@@ -604,12 +604,13 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
       if (suppressed) line.kv("suppressed", suppressed);
     }
   }
-  log::debug("stream_routed")
-      .kv("listener", l.name)
-      .kv("destination", destination)
-      .kv("service", table.service_name(*choice.port))
-      .kv("endpoint", endpoint)
-      .kv("peer", link ? link->name() : std::string("none (direct)"));
+  if (log::enabled(log::Level::kDebug))  // the Service's name is built only for the line
+    log::debug("stream_routed")
+        .kv("listener", l.name)
+        .kv("destination", destination)
+        .kv("service", table.service_name(*choice.port))
+        .kv("endpoint", endpoint)
+        .kv("peer", link ? link->name() : std::string("none (direct)"));
   if (!link) {
     local.counters->accepted.add();
     local::DirectPipe::start(*host_, std::move(fd), choice.address, sizeof(sockaddr_in), l.name, local.counters,
