@@ -46,16 +46,16 @@ def pair(tmp_path):
     link("clear")
 
 
-def report(case: str, outcome: dict, elapsed: float) -> None:
-    moved = 2 * STREAMS * SIZE / MiB
-    print(f"\nwire: {case}: {STREAMS} x {SIZE / MiB:g} MiB: {outcome} in {elapsed:.1f} s "
+def report(case: str, outcome: dict, elapsed: float, size: int = SIZE) -> None:
+    moved = 2 * STREAMS * size / MiB
+    print(f"\nwire: {case}: {STREAMS} x {size / MiB:g} MiB: {outcome} in {elapsed:.1f} s "
           f"({moved / elapsed:.1f} MiB/s echoed both ways)", flush=True)
 
 
-def run(p: WirePair, case: str, during=None) -> dict:
+def run(p: WirePair, case: str, during=None, size: int = SIZE) -> dict:
     t0 = time.monotonic()
-    outcome = echo_streams(p.address, STREAMS, SIZE, TIMEOUT, during)
-    report(case, outcome, time.monotonic() - t0)
+    outcome = echo_streams(p.address, STREAMS, size, TIMEOUT, during)
+    report(case, outcome, time.monotonic() - t0, size)
     if set(outcome) != {"ok"}:
         print(f"host a's /peers: {p.admin('a', '/peers')}")
         for name, path in (("host a", p.a_log), ("host b", p.b_log)):
@@ -151,7 +151,10 @@ def test_a_3s_blackout_loses_nothing_and_stays_on_rdma(pair):
     p = pair()
     settle(p)
     during, state = fault_for(1.0, 3.0, lambda: link("loss", "100%"), lambda: link("loss", "0%"))
-    assert run(p, "3 s blackout (100% loss)", during) == {"ok": STREAMS}
+    # Four times the usual size: unfaulted that takes about 8 s in the short
+    # mode, so the blackout (1 s to 4 s) falls inside the transfer even on a
+    # fast run (1 MiB per stream once ended at 2.4 s, before it).
+    assert run(p, "3 s blackout (100% loss)", during, size=4 * SIZE) == {"ok": STREAMS}
     assert state["off_at"], "the run ended before the blackout did: make RDMAGW_WIRE_SIZE larger"
     assert on_rdma(p), p.admin("a", "/peers")
     # RC resends what the blackout lost (7 retries of an ack timeout of about
