@@ -22,6 +22,11 @@ from wire_pair import WirePair, link
 
 STREAMS = int(os.environ.get("RDMAGW_WIRE_STREAMS", "8"))
 SIZE = int(os.environ.get("RDMAGW_WIRE_SIZE", str(1 << 20)))
+# The runs a fault hits (from 1 s in): four times the data, about 8 s
+# unfaulted in the short mode, so the fault falls inside the transfer even
+# on a fast run (8 x 1 MiB once ended at 2.4 s, and 7 of 8 streams of a
+# 12 s blackout finished before it began).
+FAULTED_SIZE = 4 * SIZE
 TIMEOUT = float(os.environ.get("RDMAGW_WIRE_TIMEOUT", "600"))
 MiB = 1 << 20
 
@@ -151,10 +156,7 @@ def test_a_3s_blackout_loses_nothing_and_stays_on_rdma(pair):
     p = pair()
     settle(p)
     during, state = fault_for(1.0, 3.0, lambda: link("loss", "100%"), lambda: link("loss", "0%"))
-    # Four times the usual size: unfaulted that takes about 8 s in the short
-    # mode, so the blackout (1 s to 4 s) falls inside the transfer even on a
-    # fast run (1 MiB per stream once ended at 2.4 s, before it).
-    assert run(p, "3 s blackout (100% loss)", during, size=4 * SIZE) == {"ok": STREAMS}
+    assert run(p, "3 s blackout (100% loss)", during, size=FAULTED_SIZE) == {"ok": STREAMS}
     assert state["off_at"], "the run ended before the blackout did: make RDMAGW_WIRE_SIZE larger"
     assert on_rdma(p), p.admin("a", "/peers")
     # RC resends what the blackout lost (7 retries of an ack timeout of about
@@ -168,7 +170,7 @@ def test_a_blackout_longer_than_resume_timeout_resets_every_stream(pair):
     p = pair(resume_timeout_ms=4000, keepalive_interval_ms=1000, keepalive_timeout_ms=3000)
     settle(p)
     during, state = fault_for(1.0, 12.0, lambda: link("loss", "100%"), lambda: link("loss", "0%"))
-    outcome = run(p, "12 s blackout, resume_timeout_ms 4000", during)
+    outcome = run(p, "12 s blackout, resume_timeout_ms 4000", during, size=FAULTED_SIZE)
     assert outcome == {"reset": STREAMS}, outcome
     assert p.events(p.a_log, "session_resume_failed"), p.log_text(p.a_log)[-2000:]
     # The metrics name the loss: the RDMA transport, on its keepalive or its
@@ -183,7 +185,7 @@ def test_a_3s_carrier_loss_in_auto_resumes_without_a_reset(pair):
     p = pair("auto", rdma_probe_interval_ms=1000)
     settle(p)
     during, state = fault_for(1.0, 3.0, lambda: link("down"), lambda: link("up"))
-    assert run(p, "3 s carrier loss, auto", during) == {"ok": STREAMS}
+    assert run(p, "3 s carrier loss, auto", during, size=FAULTED_SIZE) == {"ok": STREAMS}
     # The QP fails as the port goes down; the session resumes on TCP (the
     # RDMA connection lasted under twice keepalive_timeout_ms: a failure).
     resumed = p.events(p.a_log, "session_resumed")
@@ -200,5 +202,5 @@ def test_a_carrier_loss_longer_than_resume_timeout_resets_every_stream(pair):
     p = pair("auto", resume_timeout_ms=4000, keepalive_interval_ms=1000, keepalive_timeout_ms=3000)
     settle(p, rdma=False)
     during, state = fault_for(1.0, 12.0, lambda: link("down"), lambda: link("up"))
-    outcome = run(p, "12 s carrier loss, resume_timeout_ms 4000, auto", during)
+    outcome = run(p, "12 s carrier loss, resume_timeout_ms 4000, auto", during, size=FAULTED_SIZE)
     assert outcome == {"reset": STREAMS}, outcome
