@@ -26,7 +26,6 @@ void ServicesFeed::watch(const std::string& path) {
 }
 
 bool ServicesFeed::poll(std::shared_ptr<const ServiceTable>* table) {
-  std::lock_guard polling(poll_mu_);
   std::string path;
   {
     std::lock_guard lock(mu_);

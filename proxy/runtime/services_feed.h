@@ -36,7 +36,8 @@ class ServicesFeed {
   void watch(const std::string& path);
   // True with *table when a new table was read (null when services.file was
   // removed from the configuration). The main thread calls it every 100 ms,
-  // a reload once more at once; one at a time.
+  // a reload once more at once; the caller makes them one at a time (the
+  // runtime holds a lock across a poll and its posting of the table).
   bool poll(std::shared_ptr<const ServiceTable>* table);
   State state() const;
 
@@ -53,7 +54,7 @@ class ServicesFeed {
   };
   void fail(const std::string& path, std::string error);
 
-  std::mutex poll_mu_;       // one poll() at a time; guards the next three
+  // poll()'s own (its callers one at a time):
   std::string polled_file_;  // the path the last poll() looked at
   bool seen_ = false;        // seen_identity_ holds the identity of its last read (good or not)
   Identity seen_identity_{};

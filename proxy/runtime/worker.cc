@@ -541,9 +541,12 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
         local.counters->accepted.add();
         local::DirectPipe::start(*host_, std::move(fd), dst, len, l.name, local.counters);
         return;
-      case RouteConfig::Action::kService:
-        if (route_to_service(local, fd, dst, destination)) return;
-        continue;  // not a Service the file lists: the next route decides
+      case RouteConfig::Action::kService: {
+        std::string why;
+        if (!route_to_service(local, fd, dst, destination, &why)) continue;  // not in the file: the next route decides
+        if (fd.valid()) reject(why, destination);                            // a Service without a ready endpoint
+        return;
+      }
       case RouteConfig::Action::kTunnel: {
         std::string target = route.has_target ? route.target.to_string() : "tcp:" + destination;
         std::string why = "route names an unknown peer";
@@ -565,28 +568,15 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
 }
 
 bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const sockaddr_storage& dst,
-                              const std::string& destination) {
+                              const std::string& destination, std::string* why) {
   const ListenerConfig& l = local.socket->config;
   ServiceRouter::Choice choice = services_.choose(reinterpret_cast<const sockaddr*>(&dst));
   if (choice.kind == ServiceRouter::Choice::Kind::kUnknown) return false;
   const ServiceTable& table = *services_.table();  // set: the choice found something in it
-  switch (choice.kind) {
-    case ServiceRouter::Choice::Kind::kUnknown:
-      return false;
-    case ServiceRouter::Choice::Kind::kNoEndpoint:
-      // As kube-proxy does: refused, not left to time out.
-      local.counters->accepted.add();
-      metrics_.failed(metrics::StreamFailure::kRejected);
-      log::warn("stream_rejected")
-          .kv("listener", l.name)
-          .kv("destination", destination)
-          .kv("service", table.service_name(*choice.port))
-          .kv("reason", "the Service has no ready endpoint");
-      set_abortive_close(fd.get());
-      fd.reset();
-      return true;
-    case ServiceRouter::Choice::Kind::kEndpoint:
-      break;
+  if (choice.kind == ServiceRouter::Choice::Kind::kNoEndpoint) {
+    // As kube-proxy does: refused, not left to time out.
+    *why = "the Service has no ready endpoint (" + table.service_name(*choice.port) + ")";
+    return true;
   }
   const auto* address = reinterpret_cast<const sockaddr*>(&choice.address);
   std::string endpoint = sockaddr_to_string(address, sizeof(sockaddr_in));

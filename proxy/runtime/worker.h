@@ -162,9 +162,10 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   void on_local_accept(LocalListener& listener, UniqueFd fd);
   void on_transparent_accept(const LocalListener& listener, UniqueFd fd);
   // `action: service`: false if the file does not know the destination (the
-  // next route decides); true once the connection is taken care of.
+  // next route decides); true once it is carried, or (`fd` left open, *why
+  // set) when the caller must reject it.
   bool route_to_service(const LocalListener& listener, UniqueFd& fd, const sockaddr_storage& destination,
-                        const std::string& destination_text);
+                        const std::string& destination_text, std::string* why);
   void begin_drain();
   // Another worker's connection asks to resume a session this worker holds.
   struct ResumeHandOff {
