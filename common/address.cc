@@ -163,6 +163,14 @@ std::string Endpoint::to_string() const {
   return "tcp:" + sockaddr_to_string(reinterpret_cast<const sockaddr*>(&addr), addr_len);
 }
 
+uint16_t endpoint_port(const Endpoint& endpoint) {
+  if (endpoint.kind != Endpoint::Kind::kTcp) return 0;
+  if (endpoint.addr.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&endpoint.addr)->sin_port);
+  if (endpoint.addr.ss_family == AF_INET6)
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&endpoint.addr)->sin6_port);
+  return 0;
+}
+
 bool is_loopback(const Endpoint& endpoint) {
   if (endpoint.kind != Endpoint::Kind::kTcp) return false;
   if (endpoint.addr.ss_family == AF_INET) {

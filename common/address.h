@@ -36,6 +36,9 @@ std::optional<Endpoint> make_tcp_endpoint(std::string_view ip, uint16_t port, st
 // Parses "IP:PORT" / "[IPv6]:PORT" (used for the admin bind address).
 std::optional<Endpoint> parse_host_port(std::string_view text, std::string* error);
 
+// A TCP endpoint's port (host order); 0 for a Unix one.
+uint16_t endpoint_port(const Endpoint& endpoint);
+
 // Whether a TCP endpoint's address is loopback (127.0.0.0/8, ::1, or
 // ::ffff:127.x): reachable from this host only.
 bool is_loopback(const Endpoint& endpoint);

@@ -4,6 +4,7 @@
 // turns YAML into this; the proxy only ever sees a fully validated Config.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -43,16 +44,26 @@ struct PeerCidr {
   uint16_t rdma_port = 0;
 };
 
+// Whether an endpoint is on an address of this host (LocalAddresses).
+using LocalAddressTest = std::function<bool(const Endpoint&)>;
+
 // An entry of `targets`: an endpoint peers may open, and which peers may
 // (docs/security.md, "Authorization by peer").
 struct TargetRule {
   Endpoint target;
+  // `tcp:self:PORT`: PORT on any address of this host (or pod), whose address
+  // is not known when the file is written (docs/configuration.md, targets).
+  // `target` then holds 0.0.0.0:PORT, its address unused.
+  bool self = false;
   // Peers by the address of their end of the session (the tunnel address
   // they dialed from), and (mode cert) by the node name their certificate
   // proves: both empty, any authenticated peer.
   std::vector<RouteMatch> peer_cidrs;
   std::vector<std::string> peer_names;
   std::string to_string() const;  // the endpoint, then " peers: a, b" if restricted
+  // Whether this entry is about `t` (`is_local`: whether an address is this
+  // host's, for `self` entries; empty, they cover nothing).
+  bool covers(const Endpoint& t, const LocalAddressTest& is_local) const;
   bool operator==(const TargetRule& other) const { return to_string() == other.to_string(); }
 };
 
@@ -231,14 +242,17 @@ struct Config {
   // Whether a peer at `peer` (its end of the session), proven to be node
   // `peer_name` (mode cert; empty otherwise), may open `target`. `peer` null
   // (its address unknown): only entries open to it by name, or to every peer.
-  TargetRefusal target_refusal(const Endpoint& target, const sockaddr* peer, std::string_view peer_name = {}) const;
-  bool target_allowed(const Endpoint& target, const sockaddr* peer, std::string_view peer_name = {}) const {
-    return target_refusal(target, peer, peer_name) == TargetRefusal::kNone;
+  // `is_local` decides `tcp:self:PORT` entries.
+  TargetRefusal target_refusal(const Endpoint& target, const sockaddr* peer, std::string_view peer_name = {},
+                               const LocalAddressTest& is_local = {}) const;
+  bool target_allowed(const Endpoint& target, const sockaddr* peer, std::string_view peer_name = {},
+                      const LocalAddressTest& is_local = {}) const {
+    return target_refusal(target, peer, peer_name, is_local) == TargetRefusal::kNone;
   }
   // Whether any entry lists `target` (a takeover's streams, opened before).
-  bool target_listed(const Endpoint& target) const {
+  bool target_listed(const Endpoint& target, const LocalAddressTest& is_local = {}) const {
     for (const auto& rule : targets)
-      if (rule.target == target) return true;
+      if (rule.covers(target, is_local)) return true;
     return false;
   }
 };

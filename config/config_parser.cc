@@ -52,7 +52,7 @@ std::string_view transport_mode_name(TransportMode mode) {
 }
 
 std::string TargetRule::to_string() const {
-  std::string s = target.to_string();
+  std::string s = self ? "tcp:self:" + std::to_string(endpoint_port(target)) : target.to_string();
   std::vector<std::string> who;
   for (const auto& c : peer_cidrs) who.push_back(c.to_string());
   who.insert(who.end(), peer_names.begin(), peer_names.end());
@@ -60,10 +60,16 @@ std::string TargetRule::to_string() const {
   return s;
 }
 
-TargetRefusal Config::target_refusal(const Endpoint& t, const sockaddr* peer, std::string_view peer_name) const {
+bool TargetRule::covers(const Endpoint& t, const LocalAddressTest& is_local) const {
+  if (!self) return target == t;
+  return t.kind == Endpoint::Kind::kTcp && endpoint_port(t) == endpoint_port(target) && is_local && is_local(t);
+}
+
+TargetRefusal Config::target_refusal(const Endpoint& t, const sockaddr* peer, std::string_view peer_name,
+                                     const LocalAddressTest& is_local) const {
   TargetRefusal why = TargetRefusal::kNotListed;
   for (const auto& rule : targets) {
-    if (!(rule.target == t)) continue;
+    if (!rule.covers(t, is_local)) continue;
     if (rule.peer_cidrs.empty() && rule.peer_names.empty()) return TargetRefusal::kNone;
     for (const RouteMatch& cidr : rule.peer_cidrs)
       if (peer && cidr.matches(peer)) return TargetRefusal::kNone;
@@ -288,6 +294,8 @@ class Parser {
   std::optional<uint16_t> get_port(const Value& v);
   std::optional<std::string> get_ip(const Value& v);
   std::optional<Endpoint> get_endpoint(const Value& v);
+  // An endpoint, or `tcp:self:PORT` (an entry of targets).
+  std::optional<TargetRule> get_target(const Value& v);
   std::optional<std::string> get_choice(const Value& v, const Keys& choices);
 
   // Returns the tunnel's TCP listen address when address and tcp_port are valid.
@@ -461,6 +469,31 @@ std::optional<Endpoint> Parser::get_endpoint(const Value& v) {
     return std::nullopt;
   }
   return ep;
+}
+
+std::optional<TargetRule> Parser::get_target(const Value& v) {
+  constexpr std::string_view kSelf = "tcp:self:";
+  if (!v.node.IsScalar() || !std::string_view(v.node.Scalar()).starts_with(kSelf)) {
+    auto ep = get_endpoint(v);
+    return ep ? std::optional<TargetRule>(TargetRule{*ep}) : std::nullopt;
+  }
+  std::string_view digits = std::string_view(v.node.Scalar()).substr(kSelf.size());
+  unsigned port = 0;
+  bool ok = !digits.empty() && digits.size() <= 5;
+  for (char c : digits) {
+    ok = ok && c >= '0' && c <= '9';
+    port = port * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (!ok || port == 0 || port > 65535) {
+    error(v.mark, v.path,
+          "invalid endpoint " + quote(v.node.Scalar()) + ": tcp:self: takes a port, 1..65535 (e.g. tcp:self:6379)");
+    return std::nullopt;
+  }
+  std::string err;
+  TargetRule rule;
+  rule.target = *make_tcp_endpoint("0.0.0.0", static_cast<uint16_t>(port), &err);
+  rule.self = true;
+  return rule;
 }
 
 std::optional<std::string> Parser::get_choice(const Value& v, const Keys& choices) {
@@ -1285,15 +1318,15 @@ void Parser::parse_targets(const Value& v, Config* cfg) {
   for (const auto& item : *items) {
     // An endpoint, open to every authenticated peer; or {target, peers}.
     if (!item.node.IsMap()) {
-      if (auto ep = get_endpoint(item)) cfg->targets.push_back(TargetRule{*ep, {}});
+      if (auto rule = get_target(item)) cfg->targets.push_back(*rule);
       continue;
     }
     auto fields = read_map(item, kTargetKeys, false);
     if (!fields || !require(*fields, item, "target") || !require(*fields, item, "peers")) continue;
-    auto ep = get_endpoint(*find(*fields, "target"));
+    auto parsed = get_target(*find(*fields, "target"));
     TargetRule rule;
-    bool ok = ep.has_value();
-    if (ep) rule.target = *ep;
+    bool ok = parsed.has_value();
+    if (parsed) rule = *parsed;
     const Value& peers = *find(*fields, "peers");
     auto list = read_list(peers);
     if (!list) continue;

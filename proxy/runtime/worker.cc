@@ -858,7 +858,8 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
   TargetRefusal refusal =
       !endpoint
           ? TargetRefusal::kNotListed
-          : config_->target_refusal(*endpoint, peer ? reinterpret_cast<const sockaddr*>(&peer->addr) : nullptr, proven);
+          : config_->target_refusal(*endpoint, peer ? reinterpret_cast<const sockaddr*>(&peer->addr) : nullptr, proven,
+                                    is_local_address_);
   if (refusal != TargetRefusal::kNone) {
     uint64_t suppressed = 0;
     if (refusal_log_.allow(loop_.now(), &suppressed)) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/buffer_pool.h"
+#include "common/local_addresses.h"
 #include "common/log_limiter.h"
 #include "common/metrics.h"
 #include "config/config.h"
@@ -229,6 +230,9 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // Refused OPENs are the peer's to multiply: at most 10 lines a second
   // (bursts of 20) per worker; the metric counts them all.
   log::LogLimiter refusal_log_{10, 20};
+  // Decides targets written tcp:self:PORT (this pod's own addresses).
+  LocalAddresses local_addresses_;
+  LocalAddressTest is_local_address_ = [this](const Endpoint& e) { return local_addresses_.contains(e); };
   // Lines about accepted tunnel connections whose peer was never admitted.
   log::LogLimiter handshake_log_{5, 20};
   tunnel::SessionSettings session_settings_;

@@ -69,7 +69,7 @@ tunnel:
   tcp_port: 7471
   transport: tcp
   auth: {{mode: psk, key_files: [{key}]}}
-targets: ["tcp:{ip}:{PORT}"]
+targets: ["tcp:self:{PORT}"]  # this pod's own address, as a ConfigMap shared by replicas writes it
 shutdown_timeout_ms: 2000
 """
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/address.h"
+#include "common/local_addresses.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -178,4 +180,27 @@ TEST_CASE("peer_address: a connected socket's peer, 'unknown' without one", "[ad
   CHECK(rdmagw::peer_address(pair[0]) == "unix:");  // unnamed
   ::close(pair[0]);
   ::close(pair[1]);
+}
+
+// The addresses tcp:self:PORT admits: loopback, and what the interfaces hold.
+TEST_CASE("LocalAddresses: loopback and this host's interface addresses, nothing else", "[address]") {
+  rdmagw::LocalAddresses local;
+  std::string error;
+  CHECK(local.contains(*rdmagw::parse_endpoint("tcp:127.0.0.1:6379", &error)));
+  CHECK(local.contains(*rdmagw::parse_endpoint("tcp:127.0.0.53:1", &error)));
+  CHECK_FALSE(local.contains(*rdmagw::parse_endpoint("tcp:192.0.2.77:6379", &error)));  // TEST-NET-1
+  CHECK_FALSE(local.contains(*rdmagw::parse_endpoint("unix:/run/x.sock", &error)));
+  // Every IPv4 address an interface holds counts.
+  ifaddrs* list = nullptr;
+  REQUIRE(getifaddrs(&list) == 0);
+  int seen = 0;
+  for (const ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
+    CHECK(local.contains(*rdmagw::parse_endpoint(std::string("tcp:") + text + ":80", &error)));
+    ++seen;
+  }
+  freeifaddrs(list);
+  CHECK(seen > 0);
 }

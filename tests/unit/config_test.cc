@@ -258,6 +258,35 @@ TEST_CASE("targets: an entry open to some peers only", "[config][auth]") {
                 {{3, 55, "targets[0].who", "unknown key"}});
 }
 
+// tcp:self:PORT: a pod's address is not known when its ConfigMap is
+// written; the entry admits PORT on whatever address this host holds, as the
+// caller's test of local addresses says.
+TEST_CASE("targets: tcp:self:PORT covers the port on this host's addresses only", "[config][auth]") {
+  auto c = parse_ok(lines({"node: b", "targets:", "  - tcp:self:6379",
+                           "  - {target: \"tcp:self:5432\", peers: [10.0.1.0/24]}"}));
+  REQUIRE(c->targets.size() == 2);
+  CHECK(c->targets[0].to_string() == "tcp:self:6379");
+  CHECK(c->targets[1].to_string() == "tcp:self:5432 peers: 10.0.1.0/24");
+  rdmagw::LocalAddressTest mine = [](const Endpoint& e) {
+    return e.to_string() == "tcp:10.0.3.7:6379" || e.to_string() == "tcp:10.0.3.7:5432" ||
+           e.to_string() == "tcp:10.0.3.7:6380";
+  };
+  CHECK(c->target_listed(ep("tcp:10.0.3.7:6379"), mine));
+  CHECK_FALSE(c->target_listed(ep("tcp:10.0.3.8:6379"), mine));  // another host's address
+  CHECK_FALSE(c->target_listed(ep("tcp:10.0.3.7:6380"), mine));  // another port
+  CHECK_FALSE(c->target_listed(ep("tcp:10.0.3.7:6379")));        // no test of addresses: nothing is local
+  CHECK_FALSE(c->target_listed(ep("unix:/run/x.sock"), [](const Endpoint&) { return true; }));
+  sockaddr_storage peer = ep("tcp:10.0.1.5:1").addr;
+  sockaddr_storage stranger = ep("tcp:10.0.2.5:1").addr;
+  CHECK(c->target_allowed(ep("tcp:10.0.3.7:5432"), reinterpret_cast<const sockaddr*>(&peer), {}, mine));
+  CHECK(c->target_refusal(ep("tcp:10.0.3.7:5432"), reinterpret_cast<const sockaddr*>(&stranger), {}, mine) ==
+        rdmagw::TargetRefusal::kNotForThisPeer);
+
+  for (const char* bad : {"tcp:self:", "tcp:self:0", "tcp:self:65536", "tcp:self:63x", "tcp:self:123456"})
+    expect_errors("node: b\ntargets:\n  - \"" + std::string(bad) + "\"\n",
+                  {{3, 5, "targets[0]", "tcp:self: takes a port, 1..65535"}});
+}
+
 TEST_CASE("defaults apply to a minimal config", "[config]") {
   auto c = parse_ok("node: host-a\n");
   CHECK(c->node == "host-a");

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include <sys/socket.h>
+
+#include "common/address.h"
+
+namespace rdmagw {
+
+// The addresses of this host's (or pod's) interfaces, for targets written
+// `tcp:self:PORT`: a pod's address is not known when its configuration is
+// written, so such a target admits PORT on whichever address the interfaces
+// hold. Read with getifaddrs() on first use and again on a miss, at most once
+// a second (a miss is any other target a peer asks for), so a stream open
+// costs a short scan, not a netlink dump. One per worker: not thread-safe.
+class LocalAddresses {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Whether `endpoint` is a TCP endpoint on an address of this host:
+  // loopback, or an address one of its interfaces holds now (within a
+  // second).
+  bool contains(const Endpoint& endpoint, Clock::time_point now = Clock::now());
+
+ private:
+  bool listed(const sockaddr_storage& addr) const;
+  void refresh();
+
+  std::vector<sockaddr_storage> addresses_;
+  Clock::time_point refreshed_{};
+  bool read_ = false;
+};
+
+}  // namespace rdmagw
