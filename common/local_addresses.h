@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <vector>
-
-#include <sys/socket.h>
 
 #include "common/address.h"
 

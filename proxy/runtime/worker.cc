@@ -856,10 +856,9 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
   // Mode cert: its certificate proved its node name too.
   std::string_view proven = config_->tunnel.auth.mode == AuthMode::kCert ? session.peer_node() : std::string_view();
   TargetRefusal refusal =
-      !endpoint
-          ? TargetRefusal::kNotListed
-          : config_->target_refusal(*endpoint, peer ? reinterpret_cast<const sockaddr*>(&peer->addr) : nullptr, proven,
-                                    is_local_address_);
+      !endpoint ? TargetRefusal::kNotListed
+                : config_->target_refusal(*endpoint, peer ? reinterpret_cast<const sockaddr*>(&peer->addr) : nullptr,
+                                          proven, is_local_address_);
   if (refusal != TargetRefusal::kNone) {
     uint64_t suppressed = 0;
     if (refusal_log_.allow(loop_.now(), &suppressed)) {

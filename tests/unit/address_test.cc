@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/address.h"
-#include "common/local_addresses.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -10,6 +9,8 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
+
+#include "common/local_addresses.h"
 
 using rdmagw::Endpoint;
 using rdmagw::make_tcp_endpoint;

@@ -262,8 +262,8 @@ TEST_CASE("targets: an entry open to some peers only", "[config][auth]") {
 // written; the entry admits PORT on whatever address this host holds, as the
 // caller's test of local addresses says.
 TEST_CASE("targets: tcp:self:PORT covers the port on this host's addresses only", "[config][auth]") {
-  auto c = parse_ok(lines({"node: b", "targets:", "  - tcp:self:6379",
-                           "  - {target: \"tcp:self:5432\", peers: [10.0.1.0/24]}"}));
+  auto c = parse_ok(
+      lines({"node: b", "targets:", "  - tcp:self:6379", "  - {target: \"tcp:self:5432\", peers: [10.0.1.0/24]}"}));
   REQUIRE(c->targets.size() == 2);
   CHECK(c->targets[0].to_string() == "tcp:self:6379");
   CHECK(c->targets[1].to_string() == "tcp:self:5432 peers: 10.0.1.0/24");
