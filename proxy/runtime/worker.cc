@@ -778,9 +778,13 @@ bool Worker::on_session_identified(tunnel::Session& session) {
   // A new session from a peer whose suspended sessions came from another
   // instance of its process: that process is gone, and so is any chance
   // of resuming them. Their streams are reset now, not at the timeout.
+  // The same peer is the same node name at the same address: the replicas
+  // of a Deployment share one ConfigMap, so one node name, and a replica's
+  // new session says nothing of another's.
   for (auto& s : inbound_) {
     if (s.get() == &session || s->state() != tunnel::Session::State::kResuming) continue;
     if (s->peer_node() != session.peer_node() || s->token().instance == session.token().instance) continue;
+    if (tunnel::host_of(s->remote_address()) != tunnel::host_of(session.remote_address())) continue;
     s->close(tunnel::SessionEnd::kPeerRestarted, "the peer's rdmagw restarted", tunnel::CloseMode::kAbort);
   }
   if (!room_for_inbound(session)) return false;
