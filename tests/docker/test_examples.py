@@ -188,6 +188,30 @@ def test_pod_configmap_passes_rdmagw_check(rdmagw_bin, tmp_path):
     check_config(rdmagw_bin, path)
 
 
+def test_the_services_configmap_passes_rdmagw_check(rdmagw_bin, tmp_path):
+    (configmap,) = [d for d in load(DOCKER / "kubernetes" / "redis-service.yaml") if d["kind"] == "ConfigMap"]
+    path = tmp_path / "rdmagw.yaml"
+    path.write_text(configmap["data"]["rdmagw.yaml"])
+    check_config(rdmagw_bin, path)
+
+
+def test_the_agents_daemonset_uses_its_rbac_and_writes_where_sidecars_read():
+    (daemonset,) = load(DOCKER / "kubernetes" / "rdmagw-k8s-daemonset.yaml")
+    rbac = {d["kind"]: d for d in load(DOCKER / "kubernetes" / "rdmagw-k8s-rbac.yaml")}
+    spec = daemonset["spec"]["template"]["spec"]
+    account = rbac["ServiceAccount"]["metadata"]
+    assert (spec["serviceAccountName"], daemonset["metadata"]["namespace"]) == (account["name"], account["namespace"])
+    (container,) = spec["containers"]
+    (mount,) = container["volumeMounts"]
+    (volume,) = spec["volumes"]
+    assert mount["name"] == volume["name"] and volume["hostPath"]["path"] == mount["mountPath"] == "/run/rdmagw-k8s"
+    output = container["args"][container["args"].index("--output") + 1]
+    (configmap,) = [d for d in load(DOCKER / "kubernetes" / "redis-service.yaml") if d["kind"] == "ConfigMap"]
+    assert output == load_text(configmap["data"]["rdmagw.yaml"])["services"]["file"] == "/run/rdmagw-k8s/services.json"
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
 def test_pod_init_sidecar_and_configmap_agree():
     configmap, pod = pod_documents()
     spec = pod["spec"]
