@@ -10,12 +10,13 @@ import shutil
 
 import pytest
 
-from e2e_support import APP_IMAGE, BASE_IMAGE, COMPOSE, IMAGE, podman
+from e2e_support import AGENT_IMAGE, APP_IMAGE, BASE_IMAGE, COMPOSE, IMAGE, podman
 
 
 @pytest.fixture(scope="session", autouse=True)
 def prepared():
     missing = [name for name, value in (("RDMAGW_E2E_IMAGE", IMAGE), ("RDMAGW_E2E_APP_IMAGE", APP_IMAGE),
+                                        ("RDMAGW_E2E_AGENT_IMAGE", AGENT_IMAGE),
                                         ("RDMAGW_E2E_BASE_IMAGE", BASE_IMAGE), ("RDMAGW_E2E_COMPOSE", COMPOSE),
                                         ("CONTAINERS_CONF", os.environ.get("CONTAINERS_CONF")))
                if not value]
@@ -24,5 +25,5 @@ def prepared():
                     "which builds the images and sets podman up")
     if os.geteuid() != 0 or shutil.which("podman") is None:
         pytest.fail("needs root and podman (tests/docker/e2e/run installs it)")
-    for image in (IMAGE, APP_IMAGE):
+    for image in (IMAGE, APP_IMAGE, AGENT_IMAGE):
         podman("image", "exists", image)

@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[3]
 DOCKER = REPO / "docker"
 IMAGE = os.environ.get("RDMAGW_E2E_IMAGE", "")
 APP_IMAGE = os.environ.get("RDMAGW_E2E_APP_IMAGE", "")
+AGENT_IMAGE = os.environ.get("RDMAGW_E2E_AGENT_IMAGE", "")
 BASE_IMAGE = os.environ.get("RDMAGW_E2E_BASE_IMAGE", "")
 COMPOSE = os.environ.get("RDMAGW_E2E_COMPOSE", "")
 SIDECAR_UID = 1337

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from e2e_support import APP_IMAGE, DOCKER, IMAGE, SIDECAR_UID, exists, logs, podman
+from e2e_support import AGENT_IMAGE, APP_IMAGE, DOCKER, IMAGE, SIDECAR_UID, exists, logs, podman
 
 NETWORK = "rdmagw-e2e-kube"
 SUBNET = "192.168.10.0/24"
@@ -63,7 +63,8 @@ class KubeLab:
         podman("network", "create", "--subnet", SUBNET, NETWORK)
 
     def adapted(self, docs: list) -> str:
-        images = {"registry.example.com/rdmagw:0.1.0": IMAGE, "rdmagw:latest": IMAGE, "redis:7-bookworm": APP_IMAGE}
+        images = {"registry.example.com/rdmagw:0.1.0": IMAGE, "rdmagw:latest": IMAGE, "redis:7-bookworm": APP_IMAGE,
+                  "registry.example.com/rdmagw-k8s:0.1.0": AGENT_IMAGE}
         for doc in docs:
             for spec in pod_specs(doc):
                 if doc["kind"] != "Pod" and spec.get("initContainers"):
