@@ -16,6 +16,7 @@
 #include "common/socket_options.h"
 #include "common/splice_pipe.h"
 #include "proxy/local/access_log.h"
+#include "proxy/local/direct_pipe.h"
 
 namespace rdmagw::local {
 
@@ -261,6 +262,22 @@ void LocalStream::attach(tunnel::Session& session) {
     return;
   }
   start_reading();
+}
+
+void LocalStream::reach_directly_if_refused(const sockaddr_storage& address, socklen_t length) {
+  direct_address_ = address;
+  direct_length_ = length;
+}
+
+bool LocalStream::divert_on_refusal() {
+  // Only while it waits: nothing was read from the application yet (the
+  // first bytes are read by attach), so the direct connection loses none.
+  if (direct_length_ == 0 || closing_ || frozen_ || phase_ != Phase::kWaiting || !fd_.valid()) return false;
+  closing_ = true;  // ends here without a trace of its own: the pipe logs the connection
+  DirectPipe::start(host_, std::move(fd_), direct_address_, direct_length_, listener_, listener_counters_,
+                    take_lease());
+  retire();
+  return true;
 }
 
 void LocalStream::abort(ResetCode code, std::string_view reason) {

@@ -71,9 +71,15 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   void forget() override;
   void thaw() override;
 
+  // A Service endpoint said to have rdmagw: if its tunnel port refuses the
+  // dial this stream waits for, the stream goes to `address` directly
+  // instead (divert_on_refusal), as a passthrough would.
+  void reach_directly_if_refused(const sockaddr_storage& address, socklen_t length);
+
   // tunnel::PendingStream
   void attach(tunnel::Session& session) override;
   void abort(tunnel::ResetCode code, std::string_view reason) override;
+  bool divert_on_refusal() override;
 
  private:
   LocalStream(StreamHost& host, UniqueFd fd);
@@ -127,6 +133,9 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
 
   UniqueFd fd_;
   std::string listener_;  // client side: listener name (logs)
+  // reach_directly_if_refused(): where to go instead (length 0: nowhere).
+  sockaddr_storage direct_address_{};
+  socklen_t direct_length_ = 0;
   std::string peer_;
   std::string target_;
 

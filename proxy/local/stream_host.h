@@ -67,6 +67,8 @@ class LocalConnection : public IoObject {
   LocalConnection* next_in_host() const { return next_; }
   // A Service's endpoint chosen for it: counted there while it lives.
   void count_towards(EndpointLease lease) { lease_ = std::move(lease); }
+  // Hands the count to what carries the connection on (a diverted stream's pipe).
+  EndpointLease take_lease() { return std::move(lease_); }
 
  protected:
   explicit LocalConnection(StreamHost& host);

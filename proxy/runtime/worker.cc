@@ -36,6 +36,10 @@ constexpr unsigned kReceiveRingBuffers = 256;
 constexpr unsigned kTrimEveryTicks = 20;  // ticks are 50 ms
 constexpr size_t kWarmBuffers = 64;       // free buffers never trimmed: the ones used last
 constexpr auto kTick = std::chrono::milliseconds(50);
+// How long a Service endpoint whose tunnel port refused a dial is reached
+// directly before the tunnel is tried again (one more refused dial a minute
+// at most, for a label that keeps lying).
+constexpr auto kRefusedTunnelMemory = std::chrono::seconds(60);
 
 // The address alone ("10.0.0.5", "fd00::5"): a discovered peer's name.
 std::string address_text(const sockaddr* sa) {
@@ -587,6 +591,16 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
   if (choice.endpoint->rdmagw) {
     std::string why;
     link = discover(address, &why);
+    // A label that lies (or a sidecar that is gone while its endpoint is
+    // still listed ready): the endpoint's tunnel port refused this worker's
+    // last dial. Its connections go directly for a while, then the tunnel
+    // is tried again. The streams that waited for the refused dial went
+    // directly too (LocalStream::divert_on_refusal).
+    std::optional<Clock::time_point> refused = link ? link->refused_at() : std::nullopt;
+    if (refused && !link->up() && loop_.now() - *refused < kRefusedTunnelMemory) {
+      why = "its tunnel port refused the connection (no rdmagw there, whatever the label says)";
+      link = nullptr;
+    }
     uint64_t suppressed = 0;
     if (!link && service_log_.allow(loop_.now(), &suppressed)) {
       log::Line line = log::warn("service_endpoint_direct");
@@ -611,8 +625,10 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
   // Handed to another worker (tunnel.sessions_per_peer), it is not counted
   // there: counts are one worker's and never cross threads.
   if (hand_over_stream(*link, fd, l.name, target)) return true;
-  link->submit(local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, link->name(), target,
-                                               destination, std::move(choice.lease)));
+  auto* stream = local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, link->name(), target,
+                                                 destination, std::move(choice.lease));
+  stream->reach_directly_if_refused(choice.address, sizeof(sockaddr_in));
+  link->submit(stream);
   return true;
 }
 

@@ -268,6 +268,8 @@ void PeerLink::on_dial_failed(std::string_view reason, bool refused) {
 
 void PeerLink::dial_failed(TransportKind kind, std::string reason, bool refused) {
   if (kind == TransportKind::kTcp) {
+    if (refused) refused_at_ = loop_.now();
+    if (refused && !active_) divert_waiting(reason);
     if (refused && active_ && active_->wants_transport()) {
       // Nothing listens on the peer's tunnel port: its rdmagw is gone, and
       // the session with it (a successor would not know it). Its streams are
@@ -305,6 +307,7 @@ void PeerLink::note_rdma_fallback(const std::string& reason, std::string transpo
 }
 
 void PeerLink::open_session(IoPtr<Transport> transport) {
+  refused_at_.reset();  // something listens there after all
   TransportKind kind = transport->kind();
   transport_reason_ = kind == TransportKind::kRdma               ? "RDMA CM connect succeeded"
                       : tunnel_.transport == TransportMode::kTcp ? "configured"
@@ -541,6 +544,22 @@ PendingStream* PeerLink::pop_waiting() {
   waiting_.pop_front();
   s->waiting_in_ = nullptr;
   return s;
+}
+
+void PeerLink::divert_waiting(std::string_view reason) {
+  std::deque<Waiting> waiting = std::move(waiting_);
+  waiting_.clear();
+  size_t diverted = 0;
+  for (const Waiting& w : waiting) {
+    w.stream->waiting_in_ = nullptr;
+    if (w.stream->divert_on_refusal()) {
+      ++diverted;
+      continue;
+    }
+    w.stream->waiting_in_ = this;
+    waiting_.push_back(w);
+  }
+  if (diverted) log::info("streams_diverted").kv("peer", peer_.name).kv("streams", diverted).kv("reason", reason);
 }
 
 void PeerLink::withdraw(PendingStream* stream) {

@@ -36,6 +36,11 @@ class PendingStream {
   // session parses.
   virtual void attach(Session& session) = 0;
   virtual void abort(ResetCode code, std::string_view reason) = 0;
+  // The peer's tunnel port refused the link's dial, and the link has no
+  // session: nothing there speaks the tunnel. A stream that can reach its
+  // destination another way (a Service endpoint, directly) goes there and
+  // returns true, out of the queue; the others keep waiting.
+  virtual bool divert_on_refusal() { return false; }
 
  protected:
   PendingStream() = default;
@@ -118,6 +123,11 @@ class PeerLink final : public SessionOwner, private DialObserver {
   // forget a discovered link in this state.
   bool dormant() const { return !peer_.always_connected && finished(); }
   Clock::time_point last_used() const { return last_used_; }
+  // When its last TCP dial was refused (nothing listens on the peer's
+  // tunnel port), if no connect has succeeded since: no rdmagw is there, as
+  // far as this link knows. A Service endpoint said to have one is then
+  // reached directly (Worker::route_to_service).
+  std::optional<Clock::time_point> refused_at() const { return refused_at_; }
   void submit(PendingStream* stream);
   // Shutdown: stop dialing, fail waiting streams. (GOAWAY is the acceptor's
   // word; the dialer simply opens nothing new and lets its streams finish.)
@@ -194,6 +204,8 @@ class PeerLink final : public SessionOwner, private DialObserver {
   void attach_waiting();
   // Takes the oldest waiting stream off the queue.
   PendingStream* pop_waiting();
+  // A refused dial: the waiting streams that can go another way do.
+  void divert_waiting(std::string_view reason);
 
   EventLoop& loop_;
   BufferPool& pool_;
@@ -251,6 +263,7 @@ class PeerLink final : public SessionOwner, private DialObserver {
   std::string last_close_;        // why the last session ended ("" if none has)
   Clock::time_point last_used_;   // a stream was carried or waited last (discovered links are forgotten after)
   std::optional<Clock::time_point> idle_since_;
+  std::optional<Clock::time_point> refused_at_;
   bool retired_ = false;
   bool frozen_ = false;  // a takeover: no dial, no attach
   metrics::PeerMetrics* counters_ = nullptr;

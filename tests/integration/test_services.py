@@ -201,6 +201,27 @@ def test_a_headless_services_endpoints_go_through_their_rdmagw_or_directly(clust
     assert c.sessions_to() == {c.ip(1), c.ip(2), c.ip(3)}
 
 
+def test_an_endpoint_whose_label_lies_is_reached_directly_once_its_tunnel_port_refuses(cluster):
+    """ep4 has no rdmagw, but the file says it has (a label that lies, or a
+    sidecar gone while its endpoint is still listed ready): the connections
+    waiting for the dial to its tunnel port go to ep4 directly once it is
+    refused, and the next ones go directly from the start."""
+    c = cluster
+    c.write(services_file([endpoint(c.ip(4), rdmagw=True)]))
+    c.wait_loaded(1)
+    before = c.accepted()
+    for batch in (20, 20):  # the first waits for the refused dial, the second knows
+        ends = c.run_client(f"{CLUSTER_IP}:80", batch, 5000)
+        assert ends == ["ok"] * batch, ends
+    got = [a - b for a, b in zip(c.accepted(), before)]
+    assert got == [0, 0, 0, 40] and c.sentinel() == 0, got
+    log = c.pod.log_text()
+    assert "event=streams_diverted" in log, c.pod.tail()
+    assert "event=service_endpoint_direct" in log and "refused the connection" in log, c.pod.tail()
+    assert "stream_failed" not in log and "end=reset" not in log, c.pod.tail()
+    assert c.sessions_to() == set()
+
+
 def test_a_reload_that_moves_services_file_reads_the_new_one(cluster):
     c = cluster
     c.write(services_file([endpoint(c.ip(1))]))

@@ -109,6 +109,14 @@ class WaitingStream final : public Stream, public PendingStream {
 
   // Ends the stream while it waits (as a reset at the end of a drain does).
   void end() { stop_waiting(); }
+  // A Service stream that may go directly when the peer's port refuses.
+  bool divert_on_refusal() override {
+    if (!divertible) return false;
+    ++diverts;
+    return true;
+  }
+  bool divertible = false;
+  int diverts = 0;
 
   Session* attached_to = nullptr;
   int attaches = 0;
@@ -604,6 +612,42 @@ TEST_CASE("peer link: a stream that ends while it waits leaves the queue and is 
   f.bring_up(f.tcp);
   CHECK(first.attaches == 1);
   CHECK(second.attaches == 1);
+}
+
+TEST_CASE("peer link: a refused dial diverts the waiting streams that can go directly; the others wait") {
+  Fixture f(TransportMode::kTcp);
+  WaitingStream service, plain;
+  service.divertible = true;
+  f.link->submit(&service);
+  f.link->submit(&plain);
+  REQUIRE(f.tcp.calls.size() == 1);
+  CHECK_FALSE(f.link->refused_at());
+  f.tcp.fail("connect tcp:10.0.0.9:7471: Connection refused", /*refused=*/true);
+  CHECK(service.diverts == 1);
+  CHECK(plain.diverts == 0);
+  CHECK(f.info().waiting_streams == 1);  // the plain one waits on, for the retry
+  CHECK(f.link->refused_at());
+  // The retry connects: something listens after all.
+  f.link->tick(f.t0 + 50ms);
+  REQUIRE(f.tcp.calls.size() == 2);
+  f.bring_up(f.tcp);
+  CHECK_FALSE(f.link->refused_at());
+  CHECK(plain.attaches == 1);
+  CHECK(service.attaches == 0);
+  CHECK(service.aborts + plain.aborts == 0);
+}
+
+TEST_CASE("peer link: a dial that fails otherwise (not refused) diverts nothing") {
+  Fixture f(TransportMode::kTcp);
+  WaitingStream service;
+  service.divertible = true;
+  f.link->submit(&service);
+  f.tcp.fail("connect tcp:10.0.0.9:7471: timed out");
+  CHECK(service.diverts == 0);
+  CHECK(f.info().waiting_streams == 1);
+  CHECK_FALSE(f.link->refused_at());
+  f.link->tick(f.t0 + 1000ms);  // connect_timeout_ms: it ends as any waiting stream does
+  CHECK(service.aborts == 1);
 }
 
 TEST_CASE("peer link: take_waiting() hands the waiting streams over") {
