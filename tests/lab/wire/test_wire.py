@@ -65,7 +65,25 @@ def run(p: WirePair, case: str, during=None, size: int = SIZE) -> dict:
         print(f"host a's /peers: {p.admin('a', '/peers')}")
         for name, path in (("host a", p.a_log), ("host b", p.b_log)):
             print(f"--- {name}'s log, last lines:\n" + "\n".join(p.log_text(path).splitlines()[-15:]))
+        print_kernel_view()
     return outcome
+
+
+def print_kernel_view() -> None:
+    """What host a's kernel says of the path when streams fail: the route's
+    cached path MTU (rxe sizes packets by its port, so an exception here
+    fails its sends), the link's MTU, IP's fragmentation failures and rxe's
+    counters. A run that fails for the lab's kernel (docs/rdma-lab.md,
+    Limits) is then told from one that fails for rdmagw."""
+    peer = os.environ.get("RDMAGW_LAB_PEER_ADDR", "")
+    commands = [["ip", "route", "get", peer], ["ip", "-o", "link", "show"],
+                ["sh", "-c", "grep -A1 '^Ip:' /proc/net/snmp"],
+                ["sh", "-c", "cd /sys/class/infiniband && grep -H . */ports/1/hw_counters/* 2>/dev/null "
+                             "| grep -v ':0$'"],
+                ["sh", "-c", "cat /proc/sys/net/ipv4/ip_no_pmtu_disc"]]
+    for argv in commands:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        print(f"--- host a: {' '.join(argv)}\n{r.stdout.strip()}{r.stderr.strip()}")
 
 
 def on_rdma(p: WirePair) -> bool:
@@ -76,7 +94,10 @@ def settle(p: WirePair, rdma: bool = True) -> None:
     """A session up before the fault starts (one small stream opens it), on
     RDMA when `rdma` (auto moves a session that began on TCP within its probe
     interval): the fault must hit streams in flight, not the handshake."""
-    assert echo_streams(p.address, 1, 64 * 1024, 60) == {"ok": 1}
+    outcome = echo_streams(p.address, 1, 64 * 1024, 60)
+    if outcome != {"ok": 1}:
+        print_kernel_view()
+    assert outcome == {"ok": 1}, p.log_text(p.a_log)[-3000:]
     deadline = time.monotonic() + 30
     while rdma and not on_rdma(p):
         assert time.monotonic() < deadline, f"no session on RDMA within 30 s: {p.admin('a', '/peers')}"
