@@ -335,8 +335,13 @@ bool Worker::may_hold_session(const tunnel::PeerLink& link) {
   return true;
 }
 
+bool Worker::refused_recently(const tunnel::PeerLink& link) const {
+  std::optional<Clock::time_point> refused = link.refused_at();
+  return refused && !link.up() && loop_.now() - *refused < kRefusedTunnelMemory;
+}
+
 bool Worker::hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener,
-                              const std::string& target) {
+                              const std::string& target, const sockaddr_storage* direct) {
   // Only a link that has nothing here would dial: one with a session, a
   // dial or waiting streams takes the stream itself.
   if (config_->tunnel.sessions_per_peer == 0 || !link.finished() || may_hold_session(link)) return false;
@@ -346,6 +351,10 @@ bool Worker::hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::s
   // If the task never runs (that worker stops), the socket closes with a reset.
   set_abortive_close(fd.get());
   auto handed = std::make_shared<HandedStream>(HandedStream{std::move(fd), listener, link.name(), target});
+  if (direct) {
+    handed->direct = *direct;
+    handed->direct_length = sizeof(sockaddr_in);
+  }
   if (!directory_.post(*to, [target_worker, handed] { target_worker->carry_handed_stream(*handed); })) {
     fd = std::move(handed->fd);  // still ours: carried here
     return false;
@@ -372,8 +381,16 @@ void Worker::carry_handed_stream(HandedStream& handed) {
   // Claimed whatever the cap says now: the worker that sent it relies on it.
   if (config_->tunnel.sessions_per_peer != 0 && directory_.claim_peer(link->name(), index_, UINT32_MAX))
     peer_claims_.insert(link->name());
-  link->submit(local::LocalStream::from_client(*host_, std::move(handed.fd), handed.listener, counters, handed.peer,
-                                               handed.target));
+  if (handed.direct_length != 0 && refused_recently(*link)) {
+    counters->accepted.add();
+    local::DirectPipe::start(*host_, std::move(handed.fd), handed.direct, handed.direct_length, handed.listener,
+                             counters);
+    return;
+  }
+  auto* stream = local::LocalStream::from_client(*host_, std::move(handed.fd), handed.listener, counters, handed.peer,
+                                                 handed.target);
+  if (handed.direct_length != 0) stream->reach_directly_if_refused(handed.direct, handed.direct_length);
+  link->submit(stream);
 }
 
 void Worker::sync_peer_claims() {
@@ -596,8 +613,7 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
     // last dial. Its connections go directly for a while, then the tunnel
     // is tried again. The streams that waited for the refused dial went
     // directly too (LocalStream::divert_on_refusal).
-    std::optional<Clock::time_point> refused = link ? link->refused_at() : std::nullopt;
-    if (refused && !link->up() && loop_.now() - *refused < kRefusedTunnelMemory) {
+    if (link && refused_recently(*link)) {
       why = "its tunnel port refused the connection (no rdmagw there, whatever the label says)";
       link = nullptr;
     }
@@ -624,7 +640,7 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
   std::string target = "tcp:" + endpoint;
   // Handed to another worker (tunnel.sessions_per_peer), it is not counted
   // there: counts are one worker's and never cross threads.
-  if (hand_over_stream(*link, fd, l.name, target)) return true;
+  if (hand_over_stream(*link, fd, l.name, target, &choice.address)) return true;
   auto* stream = local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, link->name(), target,
                                                  destination, std::move(choice.lease));
   stream->reach_directly_if_refused(choice.address, sizeof(sockaddr_in));
@@ -872,7 +888,7 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
   std::string error;
   auto endpoint = parse_endpoint(target, &error);
   // Authorization by peer: by the address of the peer's end of the session.
-  auto peer = parse_host_port(session.remote_address(), &error);
+  auto peer = parse_host_port(tunnel::without_transport(session.remote_address()), &error);
   // Mode cert: its certificate proved its node name too.
   std::string_view proven = config_->tunnel.auth.mode == AuthMode::kCert ? session.peer_node() : std::string_view();
   TargetRefusal refusal =

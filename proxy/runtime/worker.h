@@ -195,8 +195,16 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   struct HandedStream {
     UniqueFd fd;
     std::string listener, peer, target;
+    // A Service endpoint's address: where to go if its tunnel port refuses
+    // (length 0: not a Service stream).
+    sockaddr_storage direct{};
+    socklen_t direct_length = 0;
   };
-  bool hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener, const std::string& target);
+  bool hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener, const std::string& target,
+                        const sockaddr_storage* direct = nullptr);
+  // The link's last TCP dial was refused within kRefusedTunnelMemory and it
+  // has no session: its peer is reached directly meanwhile, when it can be.
+  bool refused_recently(const tunnel::PeerLink& link) const;
   void carry_handed_stream(HandedStream& stream);
   // Keeps the claims in step with the links (at the tick): a link that
   // carries something holds one, one that carries nothing lets it go.

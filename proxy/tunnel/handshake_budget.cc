@@ -76,12 +76,23 @@ std::optional<HandshakeSlot> HandshakeGate::enter(const std::string& remote, std
   return std::nullopt;
 }
 
+std::string_view without_transport(std::string_view remote) {
+  constexpr std::string_view kRdma = "rdma:";
+  return remote.starts_with(kRdma) ? remote.substr(kRdma.size()) : remote;
+}
+
 std::string host_of(const std::string& remote) {
-  size_t colon = remote.rfind(':');
-  size_t bracket = remote.rfind(']');
+  std::string_view text = without_transport(remote);
+  size_t colon = text.rfind(':');
+  size_t bracket = text.rfind(']');
   // No port: no colon, or only those inside [IPv6].
-  if (colon == std::string::npos || (bracket != std::string::npos && colon < bracket)) return remote;
-  return remote.substr(0, colon);
+  std::string_view host = colon == std::string_view::npos || (bracket != std::string_view::npos && colon < bracket)
+                              ? text
+                              : text.substr(0, colon);
+  constexpr std::string_view kMapped = "[::ffff:";
+  if (host.starts_with(kMapped) && host.ends_with(']') && host.find('.') != std::string_view::npos)
+    host = host.substr(kMapped.size(), host.size() - kMapped.size() - 1);
+  return std::string(host);
 }
 
 }  // namespace rdmagw::tunnel

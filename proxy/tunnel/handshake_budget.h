@@ -86,7 +86,13 @@ class HandshakeGate {
 };
 
 // "10.0.0.2:7471" -> "10.0.0.2", "[fd00::2]:7471" -> "[fd00::2]": a peer
-// that connects again comes from another port each time.
+// that connects again comes from another port each time. A peer is one
+// host whichever transport it uses: "rdma:10.0.0.2:5000" -> "10.0.0.2", and
+// an IPv4 peer seen by a dual-stack socket, "[::ffff:10.0.0.2]:7471" ->
+// "10.0.0.2".
 std::string host_of(const std::string& remote);
+// The address:port without the transport's prefix ("rdma:10.0.0.2:5000" ->
+// "10.0.0.2:5000"), for parse_host_port.
+std::string_view without_transport(std::string_view remote);
 
 }  // namespace rdmagw::tunnel

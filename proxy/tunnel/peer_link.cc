@@ -187,6 +187,12 @@ void PeerLink::on_tcp_beside_dialed(IoPtr<Transport> transport) {
 void PeerLink::on_tcp_beside_failed(std::string_view reason, bool refused) {
   tcp_beside_.reset();
   log::debug("tcp_beside_failed").kv("peer", peer_.name).kv("reason", reason).kv("refused", refused);
+  if (refused) {
+    // Every rdmagw listens on TCP: a refusal says none is there, whatever
+    // the RDMA dial still waits for.
+    refused_at_ = loop_.now();
+    if (!active_) divert_waiting(reason);
+  }
   // The RDMA dial goes on; if it has ended meanwhile, its own failure
   // already dialled TCP again or scheduled a retry.
   if (!dial_) connect_failed(TransportKind::kTcp, std::string(reason));
@@ -269,14 +275,15 @@ void PeerLink::on_dial_failed(std::string_view reason, bool refused) {
 void PeerLink::dial_failed(TransportKind kind, std::string reason, bool refused) {
   if (kind == TransportKind::kTcp) {
     if (refused) refused_at_ = loop_.now();
-    if (refused && !active_) divert_waiting(reason);
     if (refused && active_ && active_->wants_transport()) {
       // Nothing listens on the peer's tunnel port: its rdmagw is gone, and
       // the session with it (a successor would not know it). Its streams are
       // reset now rather than at the end of resume_timeout_ms.
       active_->close(SessionEnd::kPeerGone, "peer refused the connection: " + reason, CloseMode::kAbort);
+      divert_waiting(reason);
       return;
     }
+    if (refused && !active_) divert_waiting(reason);
     connect_failed(kind, reason);
     return;
   }

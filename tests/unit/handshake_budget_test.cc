@@ -57,4 +57,11 @@ TEST_CASE("handshake gate: counts by address, not by port, for IPv4 and IPv6") {
   CHECK(host_of("10.0.0.1:1") == "10.0.0.1");
   CHECK(host_of("[fd00::1]") == "[fd00::1]");
   CHECK(host_of("unix") == "unix");
+  // One host whichever transport, and an IPv4 peer on a dual-stack socket.
+  CHECK(host_of("rdma:10.0.0.1:5000") == "10.0.0.1");
+  CHECK(host_of("rdma:[fd00::1]:5000") == "[fd00::1]");
+  CHECK(host_of("[::ffff:10.0.0.1]:7471") == "10.0.0.1");
+  CHECK(host_of("[::ffff:1]:7471") == "[::ffff:1]");
+  CHECK(without_transport("rdma:10.0.0.1:5000") == "10.0.0.1:5000");
+  CHECK(without_transport("10.0.0.1:5000") == "10.0.0.1:5000");
 }

@@ -1407,6 +1407,22 @@ TEST_CASE("peer link: in auto, RDMA connecting after its head start but before T
   CHECK(f.tcp.calls.size() == 1);
 }
 
+TEST_CASE("peer link: in auto, TCP refused beside a hanging RDMA dial diverts the streams that can go directly") {
+  Fixture f(TransportMode::kAuto);
+  WaitingStream service, plain;
+  service.divertible = true;
+  f.link->submit(&service);
+  f.link->submit(&plain);
+  f.link->tick(f.t0 + std::chrono::milliseconds(501));
+  REQUIRE(f.tcp.calls.size() == 1);
+  f.tcp.fail("connect tcp:10.0.0.9:7471: Connection refused", /*refused=*/true);
+  CHECK(service.diverts == 1);  // at once, not when the RDMA dial gives up
+  CHECK(plain.diverts == 0);
+  CHECK(f.info().waiting_streams == 1);
+  CHECK(f.link->refused_at());
+  CHECK(f.rdma.live_dials == 1);  // the RDMA dial goes on
+}
+
 TEST_CASE("peer link: in auto, an RDMA failure while TCP is dialled beside it waits for that TCP dial") {
   Fixture f(TransportMode::kAuto);
   f.link->start();
