@@ -2,6 +2,7 @@
 #include "common/local_addresses.h"
 
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 
 #include <cstring>
@@ -30,10 +31,14 @@ bool same_address(const sockaddr_storage& a, const sockaddr_storage& b) {
 bool LocalAddresses::contains(const Endpoint& endpoint, Clock::time_point now) {
   if (endpoint.kind != Endpoint::Kind::kTcp) return false;
   if (is_loopback(endpoint)) return true;
-  if (read_ && listed(endpoint.addr)) return true;
-  if (read_ && now - refreshed_ < kRefreshInterval) return false;
-  refreshed_ = now;
-  refresh();
+  // Read again at most once a second, hit or miss: an address that left
+  // the interfaces stops counting within a second, and a failing
+  // getifaddrs is tried (and logged) no more often.
+  if (!tried_ || now - refreshed_ >= kRefreshInterval) {
+    tried_ = true;
+    refreshed_ = now;
+    refresh();
+  }
   return listed(endpoint.addr);
 }
 
@@ -51,10 +56,13 @@ void LocalAddresses::refresh() {
     log::warn("local_addresses_unreadable").kv("error", std::strerror(errno));
     return;
   }
-  read_ = true;
   addresses_.clear();
   for (const ifaddrs* i = list; i; i = i->ifa_next) {
     if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
+    // Only interfaces that are up: IPVS kube-proxy parks every ClusterIP on
+    // kube-ipvs0, down, and a host-network rdmagw must not take those for
+    // its own (they lead to other hosts).
+    if (!(i->ifa_flags & IFF_UP)) continue;
     sockaddr_storage a{};
     std::memcpy(&a, i->ifa_addr, i->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
     addresses_.push_back(a);

@@ -13,16 +13,16 @@ namespace rdmagw {
 // The addresses of this host's (or pod's) interfaces, for targets written
 // `tcp:self:PORT`: a pod's address is not known when its configuration is
 // written, so such a target admits PORT on whichever address the interfaces
-// hold. Read with getifaddrs() on first use and again on a miss, at most once
-// a second (a miss is any other target a peer asks for), so a stream open
-// costs a short scan, not a netlink dump. One per worker: not thread-safe.
+// that are up hold. Read with getifaddrs() at most once a second, so a
+// stream open costs a short scan, not a netlink dump, and an address that
+// left counts no more after a second. One per worker: not thread-safe.
 class LocalAddresses {
  public:
   using Clock = std::chrono::steady_clock;
 
   // Whether `endpoint` is a TCP endpoint on an address of this host:
-  // loopback, or an address one of its interfaces holds now (within a
-  // second).
+  // loopback, or an address an interface that is up holds (as of the last
+  // read, at most a second ago).
   bool contains(const Endpoint& endpoint, Clock::time_point now = Clock::now());
 
  private:
@@ -31,7 +31,7 @@ class LocalAddresses {
 
   std::vector<sockaddr_storage> addresses_;
   Clock::time_point refreshed_{};
-  bool read_ = false;
+  bool tried_ = false;
 };
 
 }  // namespace rdmagw

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -191,12 +192,12 @@ TEST_CASE("LocalAddresses: loopback and this host's interface addresses, nothing
   CHECK(local.contains(*rdmagw::parse_endpoint("tcp:127.0.0.53:1", &error)));
   CHECK_FALSE(local.contains(*rdmagw::parse_endpoint("tcp:192.0.2.77:6379", &error)));  // TEST-NET-1
   CHECK_FALSE(local.contains(*rdmagw::parse_endpoint("unix:/run/x.sock", &error)));
-  // Every IPv4 address an interface holds counts.
+  // Every IPv4 address an interface that is up holds counts.
   ifaddrs* list = nullptr;
   REQUIRE(getifaddrs(&list) == 0);
   int seen = 0;
   for (const ifaddrs* i = list; i; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
     char text[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
     CHECK(local.contains(*rdmagw::parse_endpoint(std::string("tcp:") + text + ":80", &error)));
