@@ -49,7 +49,7 @@ func run(args []string) int {
 		flags.PrintDefaults()
 	}
 	kubeconfig := flags.String("kubeconfig", "", "a kubeconfig file (default: the pod's service account, else $KUBECONFIG)")
-	output := flags.String("output", "", "the services file to write, replaced by rename (e.g. /run/rdmagw/services.json)")
+	output := flags.String("output", "", "the services file to write, replaced by rename (e.g. /run/rdmagw-k8s/services.json)")
 	once := flags.Bool("once", false, "list once, print the file as JSON on standard output, exit")
 	syncTimeout := flags.Duration("sync-timeout", 30*time.Second, "how long the first list may take")
 	settle := flags.Duration("settle", 100*time.Millisecond, "how long to let a burst of changes land before writing")

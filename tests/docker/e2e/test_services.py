@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import select
 import shlex
 import subprocess
 from pathlib import Path
@@ -218,8 +219,12 @@ def test_the_injected_client_reaches_the_service_over_three_endpoints_through_rd
     assert sum(counts.values()) == 90 and min(counts.values()) >= 15, counts
     # Over the tunnel: the ClusterIP is routed nowhere in this network (no
     # kube-proxy); sessions to the three endpoints' sidecars carried it.
-    peers = podman("exec", cluster.client_sidecar, "rdmagwctl", "peers").stdout
-    assert all(ip in peers for ip in ENDPOINTS.values()), peers
+    peers = json.loads(podman("exec", cluster.client_sidecar, "rdmagwctl", "peers", "--json").stdout)["peers"]
+    with_sessions = {p["name"] for p in peers if p["discovered"] and p["sessions"]}
+    assert with_sessions == set(ENDPOINTS.values()), peers
+    log = logs(cluster.client_sidecar)
+    assert "event=streams_diverted" not in log and "event=service_endpoint_direct" not in log, log[-3000:]
+    assert "direction=passthrough" not in log, log[-3000:]
 
 
 def test_endpoint_churn_applies_to_new_connections_and_drops_no_open_one(cluster):
@@ -229,6 +234,8 @@ def test_endpoint_churn_applies_to_new_connections_and_drops_no_open_one(cluster
     def held_incr(expected: int) -> None:
         held.stdin.write("incr held\n")
         held.stdin.flush()
+        ready, _, _ = select.select([held.stdout], [], [], 30)
+        assert ready, "the held connection did not answer within 30 s"
         assert held.stdout.readline().strip() == str(expected)
 
     try:
