@@ -115,6 +115,8 @@ targets:
   - "tcp:127.0.0.1:6379"
   - "unix:/run/redis.sock"
   - {target: "tcp:127.0.0.1:5432", peers: [10.0.1.0/24, "fd00::/64"]}
+  - "tcp:self:6380"
+  - {target: "tcp:self:6381", peers: [10.0.2.0/24]}
 shutdown_timeout_ms: 1000
 log_level: debug
 """)
