@@ -477,21 +477,16 @@ std::optional<TargetRule> Parser::get_target(const Value& v) {
     auto ep = get_endpoint(v);
     return ep ? std::optional<TargetRule>(TargetRule{*ep}) : std::nullopt;
   }
-  std::string_view digits = std::string_view(v.node.Scalar()).substr(kSelf.size());
-  unsigned port = 0;
-  bool ok = !digits.empty() && digits.size() <= 5;
-  for (char c : digits) {
-    ok = ok && c >= '0' && c <= '9';
-    port = port * 10 + static_cast<unsigned>(c - '0');
-  }
-  if (!ok || port == 0 || port > 65535) {
+  // The port as any endpoint's; the address stands for this host's own.
+  std::string err;
+  auto ep = parse_host_port("0.0.0.0:" + v.node.Scalar().substr(kSelf.size()), &err);
+  if (!ep) {
     error(v.mark, v.path,
-          "invalid endpoint " + quote(v.node.Scalar()) + ": tcp:self: takes a port, 1..65535 (e.g. tcp:self:6379)");
+          "invalid endpoint " + quote(v.node.Scalar()) + ": tcp:self: takes a port, 1..65535 (" + err + ")");
     return std::nullopt;
   }
-  std::string err;
   TargetRule rule;
-  rule.target = *make_tcp_endpoint("0.0.0.0", static_cast<uint16_t>(port), &err);
+  rule.target = *ep;
   rule.self = true;
   return rule;
 }
