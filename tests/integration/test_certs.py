@@ -191,6 +191,10 @@ def test_certificates_and_the_ca_rotate_by_reload_with_a_stream_open(sidecar, ba
     transports, and the stream open throughout goes on."""
     echo = backend(EchoServer())
     p = CertPair(sidecar, tmp_path, [echo.endpoint]).start()
+    # Both of host-a's sessions (one per worker; only one will carry the
+    # stream) are open before the first cut, so that each cut resumes both.
+    wait_for(lambda: p.a.log_text().count("event=session_open") >= 2, timeout=10,
+             what="host-a's two sessions open")
     s = connect(("127.0.0.1", p.listen), timeout=10)
     rounds = 0
 
@@ -213,9 +217,16 @@ def test_certificates_and_the_ca_rotate_by_reload_with_a_stream_open(sidecar, ba
 
     def cut_tunnel():
         # The next transport authenticates with the new material: kill the
-        # current one (ss -K on host-b's tunnel port) and let it resume.
+        # current ones (ss -K on host-b's tunnel port) and let them resume.
+        # Each session resumes on its own worker, after the cut and whatever
+        # the stream does: the one without the stream may log its resume
+        # after the next exchange. Wait for both, so that each cut is seen
+        # whole and the next one finds both sessions on a transport.
         import subprocess
+        mark = p.a.log_size()
         subprocess.run(["ss", "-K", "sport", "=", str(p.b_port)], capture_output=True, timeout=10)
+        wait_for(lambda: p.a.log_text(mark).count("event=session_resumed") >= 2, timeout=20,
+                 what="both of host-a's sessions resumed on a new transport")
 
     exchange()
     # 1. host-a's certificate renewed (same CA, a new key).
@@ -243,7 +254,7 @@ def test_certificates_and_the_ca_rotate_by_reload_with_a_stream_open(sidecar, ba
     assert "event=stream_reset" not in p.a.log_text() + p.b.log_text()
     assert "event=auth_failed" not in p.a.log_text() + p.b.log_text()
     # Each cut made the sessions authenticate a new transport with what the
-    # reloads brought.
+    # reloads brought (cut_tunnel waited for each cut's two resumes).
     assert p.a.log_text().count("event=session_resumed") >= 3 * 2, p.a.tail()
 
 
