@@ -8,10 +8,12 @@ Binary: $RDMAGWCTL_BIN, else rdmagwctl next to the rdmagw binary (build/bin/).
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
 import subprocess
+import threading
 import time
 
 import pytest
@@ -241,6 +243,134 @@ def test_top_count_2_prints_two_tables(rdmagwctl_bin, pair, backend):
     assert len(rows) == 2, f"expected the listener once per table:\n{out}"
     assert all(re.search(r"/s\b", r) for r in rows), f"no rates in:\n{out}"
     assert "\x1b[" not in out, "ANSI screen control in output that is not a terminal"
+
+
+# ---------------------------------------------------------------------------
+# hostile strings: a fake admin endpoint serving canned JSON
+
+# A peer's node name (sent in its tunnel handshake) or a pod name that would
+# retitle the terminal (OSC ... BEL), clear it (CSI 2J), return the cursor
+# (CR), start a line (LF), with DEL and CSI as a C1 control (U+009B).
+HOSTILE = "x\x1b]0;pwned\x07\x1b[2J\rfake\nline\x7f\u009b31m back\\slash caf\u00e9"
+# How rdmagwctl shows it (docs/admin.md, rdmagwctl).
+HOSTILE_SHOWN = r"x\x1b]0;pwned\x07\x1b[2J\rfake\nline\x7f\u009b31m back\\slash caf" + "\u00e9"
+# What a terminal could act on: C0 controls but LF, DEL, C1 controls.
+RAW_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f\x80-\x9f]")
+
+
+def hostile_answers() -> dict[str, dict]:
+    h = HOSTILE
+    return {
+        "/stats": {
+            "version": h, "commit": h, "node": h, "uptime_seconds": 5, "ready": True, "draining": False,
+            "workers": 1, "transport": h, "transport_reason": h, "io_uring": h,
+            "config": {"file": h, "generation": 2, "reloads": 1, "reload_failures": 0,
+                       "last_reload": {"ok": True, "unix_time": 5, "changes": [h], "errors": []}},
+            "listeners": [{"name": h, "listen": h, "configured": True, "accepted": 1, "active": 1,
+                           "bytes_received": 1, "bytes_sent": 1}],
+            "peers": [{"name": h, "sessions_tcp": 1, "sessions_rdma": 0, "streams_opened": 1,
+                       "bytes_sent": 1, "bytes_received": 1, "credit_stalls": 0, "reconnects": 0}],
+            "streams": {"opened_outbound": 1, "opened_inbound": 0, "active": 1, "failed": {h: 1}},
+            "latency": {h: {"count": 1, "sum_seconds": 0.001}}},
+        "/peers": {"peers": [
+            {"name": h, "configured": False, "transport": "tcp", "state": "up", "last_error": h,
+             "waiting_streams": 0, "sessions": [
+                 {"worker": 0, "role": "acceptor", "transport": "tcp", "state": h, "remote_address": h,
+                  "peer_node": h, "rtt_us": 41, "streams": 1, "bytes_sent": 1, "bytes_received": 1}]},
+            {"name": h, "configured": True, "transport": "tcp", "state": "down", "last_error": h,
+             "transport_reason": h, "last_close": h, "sessions": []}]},
+        "/streams": {"total": 1, "offset": 0, "limit": 100, "streams": [
+            {"worker": 0, "side": h, "listener": h, "peer": h, "target": h, "stream_id": 1, "age_ms": 5,
+             "bytes_from_app": 1, "bytes_to_app": 1, "state": h, "waiting_for": h}]},
+        "/services": {
+            "services": {"file": h, "loaded": True, "services": 1, "endpoints": 1, "error": h,
+                         "api": {"reachable": False, "since": h, "error": h}},
+            "table": [{"namespace": h, "name": h, "cluster_ips": [h], "ports": [
+                {"name": h, "port": 6379, "endpoints": [
+                    {"address": h, "port": 6379, "state": h, "rdmagw": True, "pod": h, "node": h,
+                     "streams": 1}]}]}]},
+    }
+
+
+@pytest.fixture
+def hostile_admin():
+    """An HTTP server on 127.0.0.1 answering like rdmagw's admin endpoint,
+    every string in its answers hostile. JSON as a server may write it: the
+    controls below 0x20 escaped, DEL and C1 as raw UTF-8. /ready answers 503
+    with a hostile reason. Yields "127.0.0.1:PORT"."""
+    answers = hostile_answers()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            path = self.path.split("?", 1)[0]
+            if path == "/ready":
+                self.answer(503, HOSTILE.encode() + b"\xff\xfe\n", "text/plain")
+            elif path in answers:
+                self.answer(200, json.dumps(answers[path], ensure_ascii=False).encode(), "application/json")
+            else:
+                self.answer(404, b"not found\n", "text/plain")
+
+        def answer(self, status: int, body: bytes, content_type: str):
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def run_ctl_bytes(binary: str, *args: str):
+    """run_ctl, with stdout and stderr as the bytes printed."""
+    env = dict(os.environ)
+    env.pop("RDMAGW_ADMIN", None)
+    r = subprocess.run([binary, *args], stdin=subprocess.DEVNULL, capture_output=True, timeout=30, env=env)
+    check_sanitizers(" ".join([binary, *args]), (r.stdout + r.stderr).decode("utf-8", "replace"), r.returncode)
+    return r.returncode, r.stdout, r.stderr
+
+
+def assert_no_raw_control(what: str, data: bytes) -> str:
+    """`data` decodes as UTF-8 and holds no control byte but LF; returns the text."""
+    text = data.decode("utf-8")  # bytes that are not UTF-8 would have been escaped
+    m = RAW_CONTROL.search(text)
+    assert m is None, f"{what}: raw control character {m.group()!r} at {m.start()}:\n{text!r}"
+    return text
+
+
+@pytest.mark.parametrize("command", ["status", "peers", "streams", "services"])
+def test_hostile_names_print_escaped(rdmagwctl_bin, hostile_admin, command):
+    rc, out, err = run_ctl_bytes(rdmagwctl_bin, "--admin", hostile_admin, command)
+    assert rc == 0, f"rc={rc}\n{out!r}\n{err!r}"
+    text = assert_no_raw_control(f"rdmagwctl {command}", out)
+    assert_no_raw_control(f"rdmagwctl {command} (stderr)", err)
+    assert HOSTILE_SHOWN in text, f"the escaped name is missing from:\n{text}"
+
+    # --json: the same strings as JSON escapes, DEL and C1 included.
+    rc, out, err = run_ctl_bytes(rdmagwctl_bin, "--admin", hostile_admin, command, "--json")
+    assert rc == 0, f"rc={rc}\n{out!r}\n{err!r}"
+    text = assert_no_raw_control(f"rdmagwctl {command} --json", out)
+    path = "/stats" if command == "status" else f"/{command}"
+    assert json.loads(text) == hostile_answers()[path], f"--json changed the server's answer:\n{text}"
+    assert "\\u007f\\u009b" in text, f"DEL and CSI not written as \\u escapes:\n{text}"
+
+
+def test_hostile_error_answer_prints_escaped(rdmagwctl_bin, hostile_admin):
+    rc, out, err = run_ctl_bytes(rdmagwctl_bin, "--admin", hostile_admin, "ready")
+    assert rc == 1, f"rc={rc}\n{out!r}\n{err!r}"
+    text = assert_no_raw_control("rdmagwctl ready (stderr)", err)
+    assert HOSTILE_SHOWN + r"\xff\xfe" in text, text
 
 
 # ---------------------------------------------------------------------------

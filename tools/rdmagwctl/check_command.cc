@@ -6,6 +6,7 @@
 #include "config/config.h"
 #include "tools/rdmagwctl/commands.h"
 #include "tools/rdmagwctl/json.h"
+#include "tools/rdmagwctl/terminal_text.h"
 
 namespace rdmagw::ctl {
 
@@ -33,14 +34,15 @@ int run_check(const std::string& config_file, bool json) {
     return result.errors.empty() ? kExitOk : kExitUsage;
   }
   if (!result.errors.empty()) {
-    for (const auto& e : result.errors) fprintf(stderr, "%s\n", e.to_string().c_str());
-    fprintf(stderr, "rdmagwctl: %zu error%s in %s\n", result.errors.size(), result.errors.size() == 1 ? "" : "s",
-            config_file.c_str());
+    // Errors quote the file, which may come from anywhere: escaped like answers.
+    for (const auto& e : result.errors) fprintf(stderr, "%s\n", terminal_text(e.to_string()).c_str());
+    print_error(std::to_string(result.errors.size()) + (result.errors.size() == 1 ? " error" : " errors") + " in " +
+                config_file);
     return kExitUsage;
   }
   const Config& config = *result.config;
-  printf("%s: ok (%zu listeners, %zu peers, %zu targets)\n", config_file.c_str(), config.listeners.size(),
-         config.peers.size(), config.targets.size());
+  printf("%s: ok (%zu listeners, %zu peers, %zu targets)\n", terminal_text(config_file).c_str(),
+         config.listeners.size(), config.peers.size(), config.targets.size());
   return kExitOk;
 }
 

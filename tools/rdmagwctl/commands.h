@@ -48,7 +48,9 @@ int run_drain(const CommandContext& ctx, const DrainOptions& options);
 // Offline: needs no admin endpoint.
 int run_check(const std::string& config_file, bool json);
 
-// Prints "rdmagwctl: MESSAGE" on stderr.
+// Prints "rdmagwctl: MESSAGE" on stderr, MESSAGE through terminal_text
+// (terminal_text.h): errors quote the server (an HTTP reason, a body, a
+// parse error's bytes), so they are escaped like every other answer.
 void print_error(const std::string& message);
 
 }  // namespace rdmagw::ctl

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "tools/rdmagwctl/commands.h"
+#include "tools/rdmagwctl/terminal_text.h"
 
 namespace rdmagw::ctl {
 
@@ -78,7 +79,7 @@ int run_ready(const CommandContext& ctx) {
   std::string body = response.body;
   while (!body.empty() && (body.back() == '\n' || body.back() == '\r')) body.pop_back();
   if (response.status == 200) {
-    printf("%s\n", body.empty() ? "ready" : body.c_str());
+    printf("%s\n", body.empty() ? "ready" : terminal_text(body).c_str());
     return kExitOk;
   }
   // 503 says why (starting, draining); anything else is not rdmagw answering.
@@ -113,17 +114,19 @@ int run_reload(const CommandContext& ctx) {
     printf("%s\n", to_json(answer).c_str());
     return applied ? kExitOk : kExitFailure;
   }
+  // The changes and errors quote the config file, which need not be ours.
+  const Json shown = terminal_json(answer);
   if (applied) {
-    const auto& changes = array_at(answer, "changes");
+    const auto& changes = array_at(shown, "changes");
     std::string summary = changes.empty()
                               ? "no changes"
                               : std::to_string(changes.size()) + (changes.size() == 1 ? " change:" : " changes:");
-    printf("reloaded: configuration generation %lld, %s\n", static_cast<long long>(int_or(answer, "generation")),
+    printf("reloaded: configuration generation %lld, %s\n", static_cast<long long>(int_or(shown, "generation")),
            summary.c_str());
     for (const auto& c : changes) printf("  %s\n", string_value(c).c_str());
     return kExitOk;
   }
-  const auto& errors = array_at(answer, "errors");
+  const auto& errors = array_at(shown, "errors");
   print_error("reload refused (the running configuration is kept): " + std::to_string(errors.size()) +
               (errors.size() == 1 ? " error" : " errors"));
   for (const auto& e : errors) fprintf(stderr, "%s\n", string_value(e).c_str());
@@ -144,13 +147,15 @@ int run_drain(const CommandContext& ctx, const DrainOptions& options) {
   }
   if (ctx.json) {
     // docs/admin.md does not fix the answer's shape: JSON is printed as
-    // JSON, anything else as sent.
+    // JSON, anything else as sent, but escaped (terminal_text.h).
     std::string json_error;
     auto answer = parse_json(response.body, &json_error);
+    std::string body = response.body;
+    while (!body.empty() && (body.back() == '\n' || body.back() == '\r')) body.pop_back();
     if (answer)
       printf("%s\n", to_json(*answer).c_str());
     else
-      fputs(response.body.c_str(), stdout);
+      printf("%s\n", terminal_text(body).c_str());
     fflush(stdout);
   } else {
     printf("draining: rdmagw (admin at %s) accepts no new connections; open streams finish\n",

@@ -122,7 +122,29 @@ const Json& array_at(const Json& value, std::string_view key) {
 std::string string_value(const Json& value) { return value.is_string() ? value.get<std::string>() : std::string(); }
 
 std::string to_json(const Json& value, int indent) {
-  return value.dump(indent > 0 ? indent : -1, ' ', false, Json::error_handler_t::replace);
+  std::string text = value.dump(indent > 0 ? indent : -1, ' ', false, Json::error_handler_t::replace);
+  // nlohmann-json escapes only what JSON must (below 0x20): DEL and the C1
+  // controls pass raw. The dump is well-formed UTF-8 and such bytes can only
+  // be inside string literals, where a \u escape means the same character.
+  if (text.find('\x7F') == std::string::npos && text.find('\xC2') == std::string::npos) return text;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size() + 16);
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const auto next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
+    if (c == 0x7F) {
+      out += "\\u007f";
+    } else if (c == 0xC2 && next >= 0x80 && next <= 0x9F) {
+      out += "\\u00";
+      out += kHex[next >> 4];
+      out += kHex[next & 0xF];
+      ++i;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
 }
 
 std::string json_quote(std::string_view text) { return to_json(Json(std::string(text)), 0); }

@@ -42,6 +42,10 @@ std::optional<int64_t> int_value(const Json& value);
 
 // `value` as JSON text: indented by `indent` spaces per level, or compact on
 // one line when indent is 0. Bytes that are not UTF-8 print as U+FFFD.
+// Besides the control characters below 0x20, which JSON itself escapes, DEL
+// and the C1 controls (U+0080..U+009F) are written as \u escapes too, so the
+// text holds no byte a terminal acts on (terminal_text.h), whatever strings
+// the server sent.
 std::string to_json(const Json& value, int indent = 2);
 
 // `text` as a JSON string literal, quotes included.

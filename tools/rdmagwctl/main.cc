@@ -21,7 +21,7 @@ int run(const CliOptions& options) {
     std::string error;
     // The same file rdmagw reads, held to the same rules (private, >= 32 bytes).
     if (!read_key_file(options.token_file, &token, &error)) {
-      fprintf(stderr, "rdmagwctl: admin token %s: %s\n", options.token_file.c_str(), error.c_str());
+      print_error("admin token " + options.token_file + ": " + error);
       return kExitUsage;
     }
   }
@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
   CliOptions options;
   std::string error;
   if (!parse_cli(args, getenv(kAdminEnvironment), &options, &error)) {
-    fprintf(stderr, "rdmagwctl: %s\n(rdmagwctl --help shows the usage)\n", error.c_str());
+    print_error(error);
+    fputs("(rdmagwctl --help shows the usage)\n", stderr);
     return kExitUsage;
   }
   if (options.token_file.empty() && getenv(kTokenFileEnvironment)) options.token_file = getenv(kTokenFileEnvironment);
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
   try {
     return run(options);
   } catch (const std::exception& e) {
-    fprintf(stderr, "rdmagwctl: fatal: %s\n", e.what());
+    print_error(std::string("fatal: ") + e.what());
     return kExitFailure;
   }
 }

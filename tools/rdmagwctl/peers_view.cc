@@ -46,7 +46,8 @@ std::string no_session_note(const Json& peer) {
 
 }  // namespace
 
-std::string render_peers(const Json& answer) {
+std::string render_peers(const Json& raw_answer) {
+  const Json answer = terminal_json(raw_answer);
   const auto& peers = array_at(answer, "peers");
   if (peers.empty()) return "no peers (none configured, none connected)\n";
   bool rdma = any_rdma_session(peers);

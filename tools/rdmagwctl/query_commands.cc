@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "tools/rdmagwctl/commands.h"
+#include "tools/rdmagwctl/terminal_text.h"
 #include "tools/rdmagwctl/views.h"
 
 namespace rdmagw::ctl {
@@ -40,7 +41,7 @@ std::string streams_target(int64_t offset, int64_t limit) {
 
 }  // namespace
 
-void print_error(const std::string& message) { fprintf(stderr, "rdmagwctl: %s\n", message.c_str()); }
+void print_error(const std::string& message) { fprintf(stderr, "rdmagwctl: %s\n", terminal_text(message).c_str()); }
 
 int run_status(const CommandContext& ctx) { return show(ctx, "/stats", render_status); }
 

@@ -34,7 +34,8 @@ std::string source_line(const Json& status) {
 
 }  // namespace
 
-std::string render_services(const Json& answer) {
+std::string render_services(const Json& raw_answer) {
+  const Json answer = terminal_json(raw_answer);
   std::string out = source_line(object_at(answer, "services"));
   const Json& services = array_at(answer, "table");
   if (services.empty()) return out;

@@ -122,7 +122,8 @@ std::string indent_lines(const std::string& text, int spaces) {
   return out;
 }
 
-std::string render_status(const Json& stats) {
+std::string render_status(const Json& answer) {
+  const Json stats = terminal_json(answer);
   std::string commit = string_or(stats, "commit");
   std::string out = "rdmagw " + text_or_dash(stats, "version") + (commit.empty() ? "" : " (commit " + commit + ")") +
                     " on node " + text_or_dash(stats, "node") + ", up " +

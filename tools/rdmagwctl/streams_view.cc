@@ -6,7 +6,8 @@
 
 namespace rdmagw::ctl {
 
-std::string render_streams(const Json& streams, int64_t offset, int64_t total) {
+std::string render_streams(const Json& page_streams, int64_t offset, int64_t total) {
+  const Json streams = terminal_json(page_streams);
   if (total <= 0 && streams.empty()) return "no active streams\n";
   std::string out;
   if (!streams.empty()) {

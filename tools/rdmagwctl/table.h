@@ -21,6 +21,8 @@ class Table {
   explicit Table(std::vector<Column> columns) : columns_(std::move(columns)) {}
 
   // Missing trailing cells print empty; extra cells are a bug and dropped.
+  // Cells print as given: the views hand in text already through
+  // terminal_text (views.h), so widths are those of the escaped text.
   void add_row(std::vector<std::string> cells);
   size_t row_count() const { return rows_.size(); }
 

@@ -39,10 +39,13 @@ class RateOf {
 
 }  // namespace
 
-std::string render_top(const Json& previous_stats, const Json& current, double elapsed_seconds) {
+std::string render_top(const Json& previous_stats, const Json& current_stats, double elapsed_seconds) {
+  // Both samples escaped alike, so that names still match between them.
+  const Json current = terminal_json(current_stats);
+  const Json escaped_previous = terminal_json(previous_stats);
   // A restarted rdmagw (uptime went backwards) starts its counters again.
-  bool restarted = number_or(current, "uptime_seconds") < number_or(previous_stats, "uptime_seconds");
-  const Json& previous = restarted ? empty_object() : previous_stats;
+  bool restarted = number_or(current, "uptime_seconds") < number_or(escaped_previous, "uptime_seconds");
+  const Json& previous = restarted ? empty_object() : escaped_previous;
 
   std::string state = bool_or(current, "draining") ? "draining" : bool_or(current, "ready") ? "ready" : "not ready";
   std::string out = "rdmagw on node " + text_or_dash(current, "node") + ", up " +

@@ -4,10 +4,16 @@
 // into text, without I/O, so they can be tested on fixed JSON. Fields a
 // server does not send print as zero or "-" rather than failing, so an older
 // or newer rdmagw still gets a readable answer.
+//
+// Each view first puts its whole answer through terminal_json
+// (terminal_text.h): every string and member name it reads, in table cells
+// and in lines alike, is already escaped, and tables measure the escaped
+// text. What a view returns holds no control byte but its own newlines.
 #include <string>
 #include <vector>
 
 #include "tools/rdmagwctl/json.h"
+#include "tools/rdmagwctl/terminal_text.h"
 
 namespace rdmagw::ctl {
 
