@@ -27,7 +27,7 @@ import time
 import pytest
 
 from backends import LoopServer
-from clients import connect, socket_end
+from clients import connect, socket_end, wait_for
 from conftest import scaled, tcp_only
 from test_crash_resets import kill_tunnel, pattern, prefix_sha
 from test_crash_resets import stream_bytes as chunk_of
@@ -273,8 +273,10 @@ def transfer_under_faults(addr, target: Target, faults: Faults) -> str:
 
 def assert_resumed_without_resets(p, faults: int):
     """host-a resumed at least once per fault, and no stream was reset."""
-    resumed = p.a.log_text().count("event=session_resumed")
-    assert resumed >= faults, f"host-a logged {resumed} resumes for {faults} faults"
+    # The streams are done, but a session the last fault hit may resume
+    # after that: one that carried no stream by then, on its own worker.
+    wait_for(lambda: p.a.log_text().count("event=session_resumed") >= faults, timeout=20,
+             what=f"host-a to log at least {faults} resumes, one per fault")
     assert "event=stream_reset" not in p.a.log_text() + p.b.log_text()
     assert p.a.running() and p.b.running()
 
