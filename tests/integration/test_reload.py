@@ -144,7 +144,13 @@ def test_invalid_reload_changes_nothing_and_says_where(sidecar, backend):
     since = pair.a.log_size()
     pair.a.send_signal(signal.SIGHUP)
     assert pair.a.wait_log("event=reload_failed", 10, since=since)
-    errors = [line for line in pair.a.log_text(since).splitlines() if "event=reload_error" in line]
+
+    # Each error has a line of its own, written after event=reload_failed.
+    def reload_errors() -> list[str]:
+        return [line for line in pair.a.log_text(since).splitlines() if "event=reload_error" in line]
+
+    wait_for(lambda: len(reload_errors()) >= 2, timeout=5, what="the failed reload's two event=reload_error lines")
+    errors = reload_errors()
     assert len(errors) == 2 and all(re.search(r"\.yaml:\d+:\d+: ", line) for line in errors), errors
 
     # Nothing changed: same config, same generation, the listener still works.
@@ -280,7 +286,8 @@ def test_a_config_path_that_would_block_fails_the_reload_at_once(sidecar, backen
     pair.a.send_signal(signal.SIGHUP)
     line = pair.a.wait_log("event=reload_failed", 10, since=since)
     assert line, pair.a.tail()
-    assert why in pair.a.log_text(since), pair.a.log_text(since)
+    # Why: on the event=reload_error line, written after that one.
+    wait_for(lambda: why in pair.a.log_text(since), timeout=5, what=f"the log to say why: {why}")
     started = time.monotonic()
     r = admin_request(pair.a_admin, "/reload", "POST", timeout=5)
     assert r.status == 400 and why in r.text, r.text
