@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from backends import LoopServer
-from clients import require_root_and, socket_end
+from clients import require_root_and, socket_end, wait_for
 from conftest import key_file, REPO, RDMAGW_BIN
 from netns_hosts import run, two_hosts
 
@@ -309,6 +309,9 @@ def test_passthrough_finishing_during_drain_lets_rdmagw_exit_at_once(passthrough
     assert rc == 0, f"rdmagw A exit code {rc} (None: still running 10 s after SIGTERM)\n{a.log()[-3000:]}"
     print(f"connection done {t_end - t_sig:.2f}s after SIGTERM, rdmagw A exited at {t_exit - t_sig:.2f}s")
     assert t_exit - t_end < 1.5, f"rdmagw A exited {t_exit - t_end:.2f}s after its last connection ended"
+    # The server's thread records the end after its shutdown(), which the
+    # client may see first.
+    wait_for(lambda: server.conns[0]["end"] is not None, timeout=5, what="the server side's end")
     assert server.conns[0]["end"] == "eof", server.conns[0]["end"]
 
 
