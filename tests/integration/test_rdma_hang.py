@@ -23,7 +23,7 @@ import pytest
 
 from admin_client import admin_json
 from backends import EchoServer, prng_bytes
-from clients import echo_concurrently, free_port
+from clients import echo_concurrently, free_port, wait_for
 from conftest import TEST_TRANSPORT, TUNNEL_ADDR, render_config
 from test_resume import Target, move_streams, stream_problems
 
@@ -95,6 +95,9 @@ def test_a_session_that_lost_the_race_to_tcp_moves_to_rdma_under_traffic(pair, b
     moved = p.a.wait_log(lambda l: "event=transport_moved" in l and "to=rdma" in l, 15)
     assert moved, p.a.tail()
     # Under traffic: the move is logged before the last stream's access line.
+    # (A stream's line is written as rdmagw lets go of it, which may be
+    # after its client saw the end: wait for all 8.)
+    wait_for(lambda: p.a.log_text().count("event=access") >= 8, timeout=10, what="host-a's 8 access lines")
     log = p.a.log_text()
     assert log.find("event=transport_moved") < log.rfind("event=access"), p.a.tail()
     sessions = [s for peer in admin_json(p.a.admin_port, "/peers")["peers"] for s in peer["sessions"]]
