@@ -160,7 +160,9 @@ def run_scenario(kube: Kube, namespace: str, cluster_ip: str, c: Cluster) -> Non
         kube.tool("stop-apiserver")
         try:
             wait_for(lambda: not c.status()["api"]["reachable"], 15, "the agent reporting the outage")
-            assert "event=services_api_unreachable" in c.pod.log_text()
+            # Logged after the table (and /stats) took the file in.
+            wait_for(lambda: "event=services_api_unreachable" in c.pod.log_text(), 5,
+                     "event=services_api_unreachable")
             out, err = traffic.communicate(timeout=90)
             assert traffic.returncode == 0, err
             ends = [r["end"] for r in json.loads(out)]
