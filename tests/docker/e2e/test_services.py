@@ -201,7 +201,9 @@ def test_the_agent_writes_the_service_from_the_api_server_with_its_rights_only(c
     (redis,) = [s for s in cluster.services() if (s["namespace"], s["name"]) == ("default", "redis")]
     assert redis["cluster_ips"] == [cluster.cluster_ip], redis
     assert all(e["rdmagw"] and e["port"] == 6379 for e in redis["ports"][0]["endpoints"]), redis
-    assert "event=services_written" in logs(agent), logs(agent)
+    # The agent logs the write after the rename that made the file visible.
+    wait_for("the agent's event=services_written line", lambda: "event=services_written" in logs(agent) or None,
+             timeout=10)
     # As the DaemonSet runs it: a read-only root, no capability; the
     # ServiceAccount's token (in-cluster configuration, no kubeconfig).
     assert podman("inspect", "--format", "{{.HostConfig.ReadonlyRootfs}} {{.EffectiveCaps}}", agent).stdout.split() \
