@@ -44,6 +44,8 @@ type Feed struct {
 	mu          sync.Mutex
 	api         APIStatus
 	watchErrors map[string]string // the last list or watch error, by resource
+
+	refused refusalLog // addresses left out of the file, logged once per object version
 }
 
 func NewFeed(config *rest.Config) (*Feed, error) {
@@ -224,7 +226,9 @@ func (f *Feed) Build() File {
 	f.mu.Lock()
 	api := f.api
 	f.mu.Unlock()
-	return File{Format: FileFormat, API: api, Services: BuildServices(services, slices, pods)}
+	built, refused := BuildServices(services, slices, pods)
+	f.refused.report(refused)
+	return File{Format: FileFormat, API: api, Services: built}
 }
 
 // Run rewrites path whenever what it would hold changes, at most once per

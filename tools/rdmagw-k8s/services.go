@@ -5,9 +5,11 @@ package main
 import (
 	"net/netip"
 	"sort"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The services file: what the agent writes and the sidecars of its node read
@@ -34,7 +36,8 @@ type Service struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	// IPv4 ClusterIPs; none for a headless Service, whose clients connect to
-	// the endpoints' addresses themselves.
+	// the endpoints' addresses themselves, nor for one whose every ClusterIP
+	// was refused (refusal).
 	ClusterIPs []string `json:"cluster_ips"`
 	Ports      []Port   `json:"ports"`
 }
@@ -69,10 +72,120 @@ type Endpoint struct {
 // SidecarLabel marks a pod that rdmagw-inject gave a sidecar.
 const SidecarLabel = "rdmagw.io/sidecar"
 
+// refusal says why an address may not be written as a ClusterIP or an
+// endpoint, or "" when it may. A sidecar sends a Service's connections to
+// its endpoints and takes the connections to its ClusterIPs: an endpoint at
+// 127.0.0.1 would land every client's connections on the client's own
+// loopback (its sidecar's admin port, say), a ClusterIP of 127.0.0.1 would
+// capture the pod's connections to its own loopback. None of these is an
+// address a pod or a Service can have; whoever wrote one into an
+// EndpointSlice or a Service is not to be followed. A v4-mapped IPv6
+// address is judged as the IPv4 address it holds.
+func refusal(addr netip.Addr) string {
+	addr = addr.Unmap()
+	switch {
+	case addr.IsLoopback():
+		return "loopback"
+	case addr.IsUnspecified():
+		return "unspecified"
+	case addr.IsLinkLocalUnicast():
+		return "link-local"
+	case addr.IsLinkLocalMulticast():
+		return "link-local-multicast"
+	case addr.IsInterfaceLocalMulticast():
+		return "interface-local-multicast"
+	case addr.IsMulticast():
+		return "multicast"
+	}
+	return ""
+}
+
+// Refused is an address BuildServices left out of the file, and the object
+// (and version of it) that listed it.
+type Refused struct {
+	Resource        string // "services" or "endpointslices", as the API names them
+	Namespace, Name string
+	ResourceVersion string
+	Address         string
+	Reason          string // refusal's
+}
+
+// refusals collects Refused, each once.
+type refusals map[Refused]struct{}
+
+func (r refusals) add(resource string, object metav1.Object, address netip.Addr, reason string) {
+	r[Refused{Resource: resource, Namespace: object.GetNamespace(), Name: object.GetName(),
+		ResourceVersion: object.GetResourceVersion(), Address: address.String(), Reason: reason}] = struct{}{}
+}
+
+// sorted lists them in a fixed order: by resource, namespace, name, version,
+// address.
+func (r refusals) sorted() []Refused {
+	out := make([]Refused, 0, len(r))
+	for x := range r {
+		out = append(out, x)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Resource != b.Resource {
+			return a.Resource < b.Resource
+		}
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		if a.ResourceVersion != b.ResourceVersion {
+			return a.ResourceVersion < b.ResourceVersion
+		}
+		return a.Address < b.Address
+	})
+	return out
+}
+
+// refusalLog logs each Refused once per version of the object that listed
+// it: the file is built again on every change anywhere in the cluster, and
+// one bad object must not log a line each time.
+type refusalLog struct {
+	mu     sync.Mutex
+	logged map[Refused]bool // the refusals of the last build
+	write  func(Refused)    // nil: logEvent
+}
+
+// report logs the refusals of one build that the last build did not have:
+// new ones, and old ones of an object's new version. It returns them.
+func (l *refusalLog) report(refused []Refused) []Refused {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	current := make(map[Refused]bool, len(refused))
+	var fresh []Refused
+	for _, r := range refused {
+		current[r] = true
+		if l.logged[r] {
+			continue
+		}
+		fresh = append(fresh, r)
+		if l.write != nil {
+			l.write(r)
+		} else {
+			logEvent("warn", "address_refused", "resource", r.Resource, "namespace", r.Namespace, "name", r.Name,
+				"resource_version", r.ResourceVersion, "address", r.Address, "reason", r.Reason)
+		}
+	}
+	// Only the last build's: what a deleted or updated object listed goes.
+	l.logged = current
+	return fresh
+}
+
 // BuildServices turns the API's objects into the file's services. sidecarPods
-// holds "namespace/name" of the pods that carry SidecarLabel.
+// holds "namespace/name" of the pods that carry SidecarLabel. The ClusterIPs
+// and endpoint addresses that refusal refuses are left out (a Service whose
+// every ClusterIP is refused is written with none, as a headless one), and
+// listed in the second result, each once.
 func BuildServices(services []*corev1.Service, slices []*discoveryv1.EndpointSlice,
-	sidecarPods map[string]bool) []Service {
+	sidecarPods map[string]bool) ([]Service, []Refused) {
+	refused := refusals{}
 	byService := map[string][]*discoveryv1.EndpointSlice{}
 	for _, slice := range slices {
 		owner := slice.Labels[discoveryv1.LabelServiceName]
@@ -88,18 +201,19 @@ func BuildServices(services []*corev1.Service, slices []*discoveryv1.EndpointSli
 		if svc.Spec.Type == corev1.ServiceTypeExternalName {
 			continue // a DNS name, no addresses: nothing to carry
 		}
-		entry := Service{Namespace: svc.Namespace, Name: svc.Name, ClusterIPs: clusterIPv4s(svc), Ports: []Port{}}
+		entry := Service{Namespace: svc.Namespace, Name: svc.Name, Ports: []Port{}}
 		for _, sp := range svc.Spec.Ports {
 			if sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP {
 				continue
 			}
 			port := Port{Name: sp.Name, Port: sp.Port,
-				Endpoints: endpointsFor(sp.Name, byService[svc.Namespace+"/"+svc.Name], sidecarPods)}
+				Endpoints: endpointsFor(sp.Name, byService[svc.Namespace+"/"+svc.Name], sidecarPods, refused)}
 			entry.Ports = append(entry.Ports, port)
 		}
 		if len(entry.Ports) == 0 {
 			continue
 		}
+		entry.ClusterIPs = clusterIPv4s(svc, refused)
 		sort.Slice(entry.Ports, func(i, j int) bool { return entry.Ports[i].Port < entry.Ports[j].Port })
 		out = append(out, entry)
 	}
@@ -109,17 +223,25 @@ func BuildServices(services []*corev1.Service, slices []*discoveryv1.EndpointSli
 		}
 		return out[i].Name < out[j].Name
 	})
-	return out
+	return out, refused.sorted()
 }
 
-func clusterIPv4s(svc *corev1.Service) []string {
+func clusterIPv4s(svc *corev1.Service, refused refusals) []string {
 	ips := svc.Spec.ClusterIPs
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP}
 	}
 	out := []string{}
 	for _, ip := range ips {
-		if addr, err := netip.ParseAddr(ip); err == nil && addr.Is4() {
+		addr, err := netip.ParseAddr(ip) // "None": headless
+		if err != nil {
+			continue
+		}
+		if why := refusal(addr); why != "" {
+			refused.add("services", svc, addr, why)
+			continue
+		}
+		if addr.Is4() {
 			out = append(out, addr.String())
 		}
 	}
@@ -130,7 +252,8 @@ func clusterIPv4s(svc *corev1.Service) []string {
 // port named like the Service port (EndpointSlice ports carry the Service
 // port's name and the resolved target port). An address listed twice (two
 // slices during an update) keeps its best state.
-func endpointsFor(portName string, slices []*discoveryv1.EndpointSlice, sidecarPods map[string]bool) []Endpoint {
+func endpointsFor(portName string, slices []*discoveryv1.EndpointSlice, sidecarPods map[string]bool,
+	refused refusals) []Endpoint {
 	type key struct {
 		address string
 		port    int32
@@ -152,7 +275,14 @@ func endpointsFor(portName string, slices []*discoveryv1.EndpointSlice, sidecarP
 			}
 			for _, address := range ep.Addresses {
 				addr, err := netip.ParseAddr(address)
-				if err != nil || !addr.Is4() {
+				if err != nil {
+					continue
+				}
+				if why := refusal(addr); why != "" {
+					refused.add("endpointslices", slice, addr, why)
+					continue
+				}
+				if !addr.Is4() {
 					continue
 				}
 				k := key{addr.String(), target}

@@ -4,7 +4,12 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"net/netip"
+	"os"
 	"reflect"
+	"regexp"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,7 +52,7 @@ func TestNamedTargetPortsResolveThroughTheSlicesPortOfTheSameName(t *testing.T) 
 	s := slice("default", "web-abc", "web",
 		[]discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080))}, {Name: ptr("admin"), Port: ptr(int32(9901))}},
 		endpoint("10.0.1.5", "web-0", nil, nil))
-	got := BuildServices([]*corev1.Service{svc}, []*discoveryv1.EndpointSlice{s}, map[string]bool{"default/web-0": true})
+	got, _ := BuildServices([]*corev1.Service{svc}, []*discoveryv1.EndpointSlice{s}, map[string]bool{"default/web-0": true})
 	want := []Service{{Namespace: "default", Name: "web", ClusterIPs: []string{"10.96.0.20"}, Ports: []Port{
 		{Name: "http", Port: 80, Endpoints: []Endpoint{{Address: "10.0.1.5", Port: 8080, State: StateReady,
 			Node: "node-web-0", Pod: "web-0", Rdmagw: true}}},
@@ -66,7 +71,7 @@ func TestStatesFollowTheEndpointSliceConditions(t *testing.T) {
 		endpoint("10.0.1.1", "r-ready", ptr(true), ptr(false)),
 		endpoint("10.0.1.2", "r-not-ready", ptr(false), nil),
 		endpoint("10.0.1.4", "r-terminating", ptr(true), ptr(true)))
-	got := BuildServices([]*corev1.Service{svc}, []*discoveryv1.EndpointSlice{s}, nil)
+	got, _ := BuildServices([]*corev1.Service{svc}, []*discoveryv1.EndpointSlice{s}, nil)
 	states := map[string]string{}
 	order := []string{}
 	for _, ep := range got[0].Ports[0].Endpoints {
@@ -92,7 +97,7 @@ func TestAnAddressInTwoSlicesKeepsItsBestState(t *testing.T) {
 	old := slice("default", "db-old", "db", port, endpoint("10.0.2.1", "db-0", ptr(false), nil))
 	fresh := slice("default", "db-new", "db", port, endpoint("10.0.2.1", "db-0", ptr(true), nil))
 	for _, order := range [][]*discoveryv1.EndpointSlice{{old, fresh}, {fresh, old}} {
-		got := BuildServices([]*corev1.Service{svc}, order, nil)
+		got, _ := BuildServices([]*corev1.Service{svc}, order, nil)
 		eps := got[0].Ports[0].Endpoints
 		if len(eps) != 1 || eps[0].State != StateReady {
 			t.Fatalf("slices %s, %s: %+v", order[0].Name, order[1].Name, eps)
@@ -113,7 +118,7 @@ func TestWhatASidecarCannotCarryIsLeftOut(t *testing.T) {
 	v6.AddressType = discoveryv1.AddressTypeIPv6
 	hl := slice("default", "hl-1", "hl", []discoveryv1.EndpointPort{{Port: ptr(int32(6379))}},
 		endpoint("10.0.3.1", "hl-0", nil, nil))
-	got := BuildServices([]*corev1.Service{external, udpOnly, dual, headless},
+	got, _ := BuildServices([]*corev1.Service{external, udpOnly, dual, headless},
 		[]*discoveryv1.EndpointSlice{v6, hl}, nil)
 	if len(got) != 2 || got[0].Name != "dual" || got[1].Name != "hl" {
 		t.Fatalf("want dual and hl only: %+v", got)
@@ -132,14 +137,187 @@ func TestTheSameObjectsGiveTheSameBytes(t *testing.T) {
 	b := service("a", "y", []string{"10.96.0.1"}, corev1.ServicePort{Port: 2})
 	s1 := slice("a", "y-1", "y", []discoveryv1.EndpointPort{{Port: ptr(int32(2))}},
 		endpoint("10.0.0.9", "y-0", nil, nil), endpoint("10.0.0.10", "y-1", nil, nil))
-	first, _ := json.Marshal(BuildServices([]*corev1.Service{a, b}, []*discoveryv1.EndpointSlice{s1}, nil))
-	second, _ := json.Marshal(BuildServices([]*corev1.Service{b, a}, []*discoveryv1.EndpointSlice{s1}, nil))
+	built, _ := BuildServices([]*corev1.Service{a, b}, []*discoveryv1.EndpointSlice{s1}, nil)
+	first, _ := json.Marshal(built)
+	built, _ = BuildServices([]*corev1.Service{b, a}, []*discoveryv1.EndpointSlice{s1}, nil)
+	second, _ := json.Marshal(built)
 	if string(first) != string(second) {
 		t.Fatalf("order of the informers' lists changed the file:\n%s\n%s", first, second)
 	}
-	got := BuildServices([]*corev1.Service{a, b}, []*discoveryv1.EndpointSlice{s1}, nil)
+	got, _ := BuildServices([]*corev1.Service{a, b}, []*discoveryv1.EndpointSlice{s1}, nil)
 	if got[0].Namespace != "a" || got[0].Ports[0].Endpoints[0].Address != "10.0.0.9" {
 		t.Fatalf("not sorted by namespace, then by address as numbers: %+v", got)
+	}
+}
+
+func TestAddressesThatAreNoEndpointsAreRefused(t *testing.T) {
+	cases := map[string]string{
+		"127.0.0.1":        "loopback",
+		"127.1.2.3":        "loopback",
+		"::1":              "loopback",
+		"::ffff:127.0.0.1": "loopback",
+		"0.0.0.0":          "unspecified",
+		"::":               "unspecified",
+		"::ffff:0.0.0.0":   "unspecified",
+		"169.254.169.254":  "link-local",
+		"fe80::1":          "link-local",
+		"febf::1":          "link-local",
+		"224.0.0.1":        "link-local-multicast",
+		"ff02::1":          "link-local-multicast",
+		"ff01::1":          "interface-local-multicast",
+		"224.0.1.1":        "multicast",
+		"239.255.255.250":  "multicast",
+		"ff05::2":          "multicast",
+		"10.0.1.5":         "",
+		"100.64.0.1":       "",
+		"169.253.255.255":  "",
+		"169.255.0.1":      "",
+		"223.255.255.255":  "",
+		"128.0.0.1":        "",
+		"fd00::1":          "",
+		"fec0::1":          "",
+	}
+	for text, want := range cases {
+		if got := refusal(netip.MustParseAddr(text)); got != want {
+			t.Errorf("refusal(%s) = %q, want %q", text, got, want)
+		}
+	}
+}
+
+func TestRefusedEndpointsAndClusterIPsAreLeftOutAndListed(t *testing.T) {
+	bad := []string{"127.0.0.1", "0.0.0.0", "169.254.169.254", "224.0.0.251", "239.1.2.3", "::1", "fe80::1",
+		"ff02::1", "::ffff:127.0.0.1"}
+	ports := []discoveryv1.EndpointPort{{Name: ptr("a"), Port: ptr(int32(6379))}, {Name: ptr("b"), Port: ptr(int32(9901))}}
+	hostile := slice("default", "redis-x", "redis", ports,
+		discoveryv1.Endpoint{Addresses: append([]string{"10.0.1.5"}, bad...), NodeName: ptr("n1")},
+		endpoint("10.0.1.6", "redis-1", nil, nil))
+	hostile.ResourceVersion = "41"
+	svc := service("default", "redis", []string{"10.96.0.10"},
+		corev1.ServicePort{Name: "a", Port: 6379}, corev1.ServicePort{Name: "b", Port: 9901})
+	loopbackIP := service("default", "lo", []string{"127.0.0.1"}, corev1.ServicePort{Port: 80})
+	loopbackIP.ResourceVersion = "7"
+	dual := service("default", "dual", []string{"::1", "10.96.0.40"}, corev1.ServicePort{Port: 81})
+	dual.ResourceVersion = "8"
+	oneIP := service("default", "old", nil, corev1.ServicePort{Port: 82})
+	oneIP.Spec.ClusterIP = "169.254.0.1"
+	oneIP.ResourceVersion = "9"
+	loSlice := slice("default", "lo-1", "lo", []discoveryv1.EndpointPort{{Port: ptr(int32(8080))}},
+		endpoint("10.0.2.1", "lo-0", nil, nil))
+
+	got, refused := BuildServices([]*corev1.Service{svc, loopbackIP, dual, oneIP},
+		[]*discoveryv1.EndpointSlice{hostile, loSlice}, nil)
+	if len(got) != 4 {
+		t.Fatalf("want dual, lo, old and redis: %+v", got)
+	}
+	byName := map[string]Service{}
+	for _, s := range got {
+		byName[s.Name] = s
+	}
+	// A Service whose every ClusterIP is refused is written with none, and
+	// keeps its endpoints; the others keep the ClusterIPs that may stay.
+	if ips := byName["lo"].ClusterIPs; ips == nil || len(ips) != 0 {
+		t.Fatalf("lo: want an empty cluster_ips, got %#v", ips)
+	}
+	if eps := byName["lo"].Ports[0].Endpoints; len(eps) != 1 || eps[0].Address != "10.0.2.1" {
+		t.Fatalf("lo: its endpoint went too: %+v", eps)
+	}
+	if !reflect.DeepEqual(byName["dual"].ClusterIPs, []string{"10.96.0.40"}) {
+		t.Fatalf("dual: %+v", byName["dual"].ClusterIPs)
+	}
+	if len(byName["old"].ClusterIPs) != 0 {
+		t.Fatalf("old (spec.clusterIP only): %+v", byName["old"].ClusterIPs)
+	}
+	for _, port := range byName["redis"].Ports {
+		var addresses []string
+		for _, ep := range port.Endpoints {
+			addresses = append(addresses, ep.Address)
+		}
+		if !reflect.DeepEqual(addresses, []string{"10.0.1.5", "10.0.1.6"}) {
+			t.Fatalf("redis port %d: endpoints %v, want 10.0.1.5 and 10.0.1.6 only", port.Port, addresses)
+		}
+	}
+	data, _ := json.Marshal(got)
+	for _, b := range []string{"127.0.0.1", "0.0.0.0", "169.254.", "224.", "239.", "::1", "fe80", "ff02", "::ffff"} {
+		if strings.Contains(string(data), b) {
+			t.Fatalf("%s in the file:\n%s", b, data)
+		}
+	}
+	if !strings.Contains(string(data), `"name":"lo","cluster_ips":[]`) {
+		t.Fatalf("lo is not written with an empty cluster_ips:\n%s", data)
+	}
+
+	// Each refused address once, though two Service ports read the slice.
+	want := []Refused{
+		{"endpointslices", "default", "redis-x", "41", "0.0.0.0", "unspecified"},
+		{"endpointslices", "default", "redis-x", "41", "127.0.0.1", "loopback"},
+		{"endpointslices", "default", "redis-x", "41", "169.254.169.254", "link-local"},
+		{"endpointslices", "default", "redis-x", "41", "224.0.0.251", "link-local-multicast"},
+		{"endpointslices", "default", "redis-x", "41", "239.1.2.3", "multicast"},
+		{"endpointslices", "default", "redis-x", "41", "::1", "loopback"},
+		{"endpointslices", "default", "redis-x", "41", "::ffff:127.0.0.1", "loopback"},
+		{"endpointslices", "default", "redis-x", "41", "fe80::1", "link-local"},
+		{"endpointslices", "default", "redis-x", "41", "ff02::1", "link-local-multicast"},
+		{"services", "default", "dual", "8", "::1", "loopback"},
+		{"services", "default", "lo", "7", "127.0.0.1", "loopback"},
+		{"services", "default", "old", "9", "169.254.0.1", "link-local"},
+	}
+	if !reflect.DeepEqual(refused, want) {
+		t.Fatalf("refused:\n%+v\nwant\n%+v", refused, want)
+	}
+
+	// Nothing refused in a Service that is not written (UDP only).
+	udp := service("default", "dns", []string{"127.0.0.53"}, corev1.ServicePort{Port: 53, Protocol: corev1.ProtocolUDP})
+	if _, refused := BuildServices([]*corev1.Service{udp}, nil, nil); len(refused) != 0 {
+		t.Fatalf("refusals for a Service left out anyway: %+v", refused)
+	}
+}
+
+func TestARefusalIsLoggedOncePerObjectVersion(t *testing.T) {
+	var lines []Refused
+	log := refusalLog{write: func(r Refused) { lines = append(lines, r) }}
+	svc := service("default", "lo", []string{"127.0.0.1"}, corev1.ServicePort{Port: 80})
+	svc.ResourceVersion = "1"
+	other := service("default", "web", []string{"10.96.0.20"}, corev1.ServicePort{Port: 80})
+	build := func(services ...*corev1.Service) {
+		_, refused := BuildServices(services, nil, nil)
+		log.report(refused)
+	}
+	build(svc, other)
+	build(svc, other) // a change elsewhere: the file is built again
+	other.ResourceVersion = "5"
+	build(svc, other)
+	if len(lines) != 1 || lines[0].Name != "lo" || lines[0].Address != "127.0.0.1" || lines[0].Reason != "loopback" {
+		t.Fatalf("want one line for lo, got %+v", lines)
+	}
+	svc.ResourceVersion = "2" // a new version that still lists it: logged again
+	build(svc, other)
+	build(svc, other)
+	if len(lines) != 2 || lines[1].ResourceVersion != "2" {
+		t.Fatalf("want a second line for version 2, got %+v", lines)
+	}
+	build(other) // deleted, then created again
+	build(svc, other)
+	if len(lines) != 3 {
+		t.Fatalf("want a third line after the Service came back, got %+v", lines)
+	}
+}
+
+func TestTheRefusalLineIsInRdmagwsLogFormat(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	var log refusalLog
+	log.report([]Refused{{"endpointslices", "default", "redis-x", "41", "127.0.0.1", "loopback"}})
+	os.Stderr = stderr
+	w.Close()
+	out, _ := io.ReadAll(r)
+	line := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z warn event=address_refused ` +
+		`resource=endpointslices namespace=default name=redis-x resource_version=41 address=127.0.0.1 reason=loopback\n$`)
+	if !line.Match(out) {
+		t.Fatalf("log line %q", out)
 	}
 }
 
