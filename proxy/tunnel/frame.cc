@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "proxy/tunnel/frame.h"
 
+#include "common/node_name.h"
+
 namespace rdmagw::tunnel {
 
 std::string_view frame_type_name(FrameType type) {
@@ -341,6 +343,12 @@ bool decode_hello(std::span<const uint8_t> payload, HelloPayload* out, std::stri
   if (out->stream_window < out->max_data || out->session_window < out->stream_window) {
     *reason = "HELLO windows inconsistent (stream " + std::to_string(out->stream_window) + ", session " +
               std::to_string(out->session_window) + ")";
+    return false;
+  }
+  // A name outside the rule would reach logs, labels and terminals as the
+  // peer chose it (common/node_name.h).
+  if (std::string why = node_name_problem(out->node); !why.empty()) {
+    *reason = "HELLO node name is not a node name: " + why;
     return false;
   }
   return true;

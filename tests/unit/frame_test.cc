@@ -286,6 +286,21 @@ TEST_CASE("HELLO carries a node name of up to 255 bytes and no more", "[limits]"
   CHECK(d.reason == "HELLO payload of 281 bytes exceeds limit 280");
 }
 
+TEST_CASE("HELLO with a node name outside the rule is refused, naming the byte", "[limits]") {
+  std::string reason;
+  CHECK(hello_accepted(hello(16384, 262144, 1 << 20, "host-a.example_1"), &reason));
+  CHECK_FALSE(hello_accepted(hello(16384, 262144, 1 << 20, "x\x1b]0;pwned\x07"), &reason));
+  CHECK(reason ==
+        "HELLO node name is not a node name: byte 2 is 0x1b (1 to 255 bytes of ASCII letters, digits, "
+        "'.', '-' and '_')");
+  CHECK_FALSE(hello_accepted(hello(16384, 262144, 1 << 20, "a b"), &reason));
+  CHECK(reason.find("byte 2 is 0x20 (' ')") != std::string::npos);
+  CHECK_FALSE(hello_accepted(hello(16384, 262144, 1 << 20, "caf\xc3\xa9"), &reason));
+  CHECK(reason.find("byte 4 is 0xc3") != std::string::npos);
+  CHECK_FALSE(hello_accepted(hello(16384, 262144, 1 << 20, ""), &reason));
+  CHECK(reason.find("empty") != std::string::npos);
+}
+
 TEST_CASE("OPEN carries a target of up to 300 bytes and no more", "[limits]") {
   std::string reason;
   OpenPayload open;
