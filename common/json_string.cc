@@ -15,6 +15,13 @@ void append_json_string(std::string* out, std::string_view text) {
       if (length == 0) {
         out->append(kReplacementCharacter);
         i += 1;
+      } else if (length == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0) {
+        // U+0080..U+009F, the C1 controls (CSI among them): escaped like C0,
+        // so a reader printing the answer raw (curl) gets no terminal control.
+        out->append("\\u00");
+        out->push_back(kHex[static_cast<unsigned char>(text[i + 1]) >> 4]);
+        out->push_back(kHex[static_cast<unsigned char>(text[i + 1]) & 0xF]);
+        i += 2;
       } else {
         out->append(text.substr(i, length));
         i += length;
@@ -44,7 +51,7 @@ void append_json_string(std::string* out, std::string_view text) {
         out->append("\\t");
         break;
       default:
-        if (c < 0x20) {
+        if (c < 0x20 || c == 0x7f) {
           out->append("\\u00");
           out->push_back(kHex[c >> 4]);
           out->push_back(kHex[c & 0xF]);

@@ -214,7 +214,11 @@ TEST_CASE("json: strings are escaped, UTF-8 passes, invalid bytes are replaced",
   CHECK(json_string("a\"b\\c/") == R"("a\"b\\c/")");
   CHECK(json_string("\n\r\t\b\f") == R"("\n\r\t\b\f")");
   CHECK(json_string(std::string("\x01\x1f\x00z", 4)) == R"("\u0001\u001f\u0000z")");
-  CHECK(json_string("\x7f") == "\"\x7f\"");  // DEL needs no escape in JSON
+  // DEL and the C1 controls need no escape in JSON, but a terminal acts on
+  // them: escaped, for a reader that prints an answer raw.
+  CHECK(json_string("\x7f") == R"("\u007f")");
+  CHECK(json_string("a\xC2\x9B"
+                    "2J\xC2\x80\xC2\x9F\xC2\xA0") == "\"a\\u009b2J\\u0080\\u009f\xC2\xA0\"");
   CHECK(json_string("h\xC3\xA9llo \xE2\x9C\x93 \xF0\x9F\x98\x80") == "\"h\xC3\xA9llo \xE2\x9C\x93 \xF0\x9F\x98\x80\"");
   const std::string fffd = "\xEF\xBF\xBD";
   CHECK(json_string("a\xFF"
