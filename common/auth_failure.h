@@ -18,6 +18,7 @@ enum class AuthFailure : uint8_t {
   kWrongAddress,  // an address the certificate does not list, or not the one dialed
   kBadSignature,  // the signature over the handshake does not verify with the certificate's key
   kMismatch,      // the two sides' settings disagree (auth mode, encryption, an older rdmagw)
+  kNotANode,      // a CA's certificate, or key usages that do not allow a node's handshake
   kCount
 };
 std::string_view auth_failure_name(AuthFailure f);

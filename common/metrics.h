@@ -162,6 +162,9 @@ class alignas(64) WorkerMetrics {
   // tunnel.limits.sessions_per_address: a suspended session from the address
   // closed to make room for a new one, or the new one refused.
   Counter address_sessions_closed;
+  // Sessions ended because the peer's proof no longer held (a reload removed
+  // its key or CA, or its certificate ended).
+  Counter sessions_revoked;
   Counter address_sessions_refused;
   Counter streams_handed_over;  // accepted here, carried by another worker's session (sessions_per_peer)
   // tunnel.rdma.max_pinned reached (docs/configuration.md, "Fleet").

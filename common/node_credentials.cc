@@ -11,6 +11,9 @@
 
 #include <cstring>
 #include <ctime>
+#include <memory>
+
+#include "common/node_name.h"
 
 namespace rdmagw {
 
@@ -98,6 +101,34 @@ BioPtr memory_bio(const std::string& text) {
   return BioPtr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
 }
 
+// Empty if `cert` may stand for a node: not a CA's (basicConstraints
+// CA:TRUE would let its holder issue certificates the fleet accepts, where
+// a chain is allowed), and, where it carries them, key usage allowing
+// digital signatures (each node signs the handshake) and extended key usage
+// allowing both client and server authentication (each node dials and
+// accepts). Otherwise what is wrong, and how a certificate is made right.
+std::string node_certificate_problem(X509* cert) {
+  uint32_t flags = X509_get_extension_flags(cert);  // also makes OpenSSL cache the extensions
+  if (flags & EXFLAG_INVALID) return "its extensions do not parse";
+  if (flags & EXFLAG_CA) return "it is a CA's certificate (basicConstraints CA:TRUE), not a node's";
+  if ((flags & EXFLAG_KUSAGE) && !(X509_get_key_usage(cert) & KU_DIGITAL_SIGNATURE))
+    return "its keyUsage does not allow digitalSignature, which the handshake needs";
+  if (flags & EXFLAG_XKUSAGE) {
+    uint32_t eku = X509_get_extended_key_usage(cert);
+    bool any = (eku & XKU_ANYEKU) != 0;
+    if (!any && !((eku & XKU_SSL_SERVER) && (eku & XKU_SSL_CLIENT)))
+      return "its extendedKeyUsage does not allow both serverAuth and clientAuth (every node dials and accepts)";
+  }
+  return {};
+}
+
+// `t` in seconds since the epoch (0 if OpenSSL cannot read it).
+int64_t unix_time(const ASN1_TIME* t) {
+  struct tm tm {};
+  if (!t || ASN1_TIME_to_tm(t, &tm) != 1) return 0;
+  return static_cast<int64_t>(timegm(&tm));
+}
+
 }  // namespace
 
 std::string_view auth_failure_name(AuthFailure f) {
@@ -120,6 +151,8 @@ std::string_view auth_failure_name(AuthFailure f) {
       return "bad-signature";
     case AuthFailure::kMismatch:
       return "mismatch";
+    case AuthFailure::kNotANode:
+      return "not-a-node";
     case AuthFailure::kCount:
       break;
   }
@@ -179,6 +212,11 @@ std::shared_ptr<const NodeCredentials> NodeCredentials::load(const std::vector<s
   c->addresses_ = ip_sans(c->cert_);
   if (c->name_.empty()) {
     *error = "cert_file: the certificate's subject has no common name (CN): it must be this node's name";
+    return nullptr;
+  }
+  // Peers refuse what is not a node certificate: said at start, not by them.
+  if (std::string why = node_certificate_problem(c->cert_); !why.empty()) {
+    *error = "cert_file: " + why + " (docs/security.md, \"Making certificates\")";
     return nullptr;
   }
   // Our own certificate is checked as a peer will check it, so that a
@@ -241,63 +279,91 @@ bool NodeCredentials::sign(std::span<const uint8_t> message, std::vector<uint8_t
   return ok;
 }
 
-bool NodeCredentials::verify_peer(std::span<const uint8_t> certificate, const IpBytes& address,
-                                  std::string_view expected_name, std::span<const uint8_t> message,
-                                  std::span<const uint8_t> signature, std::string* name, AuthFailure* failure,
-                                  std::string* detail) const {
-  auto refuse = [&](AuthFailure f, std::string why) {
-    *failure = f;
-    *detail = std::move(why);
-    return false;
-  };
-  const unsigned char* p = certificate.data();
-  X509* cert = d2i_X509(nullptr, &p, static_cast<long>(certificate.size()));
-  if (!cert || p != certificate.data() + certificate.size()) {
-    X509_free(cert);
-    ERR_clear_error();
-    return refuse(AuthFailure::kMalformed, "the peer's certificate does not parse");
-  }
-  struct Free {
-    X509* c;
-    ~Free() { X509_free(c); }
-  } owned{cert};
-  *name = common_name(cert);
+namespace {
+struct X509Free {
+  void operator()(X509* c) const { X509_free(c); }
+};
+using X509Ptr = std::unique_ptr<X509, X509Free>;
+
+// The whole of `der` as one certificate, or null.
+X509Ptr parse_der(std::span<const uint8_t> der) {
+  const unsigned char* p = der.data();
+  X509Ptr cert(d2i_X509(nullptr, &p, static_cast<long>(der.size())));
+  if (cert && p != der.data() + der.size()) cert.reset();
+  ERR_clear_error();
+  return cert;
+}
+
+bool refuse(AuthFailure f, std::string why, AuthFailure* failure, std::string* detail) {
+  *failure = f;
+  *detail = std::move(why);
+  return false;
+}
+}  // namespace
+
+bool NodeCredentials::check_x509(X509* cert, VerifiedPeer* peer, AuthFailure* failure, std::string* detail) const {
+  peer->name = common_name(cert);
+  peer->not_after = unix_time(X509_get0_notAfter(cert));
   X509_STORE_CTX* ctx = X509_STORE_CTX_new();
   bool chained = ctx && X509_STORE_CTX_init(ctx, store_, cert, nullptr) == 1 && X509_verify_cert(ctx) == 1;
   int why = ctx ? X509_STORE_CTX_get_error(ctx) : X509_V_ERR_OUT_OF_MEM;
   X509_STORE_CTX_free(ctx);
   ERR_clear_error();
-  std::string who = "the peer's certificate (CN " + (name->empty() ? std::string("none") : *name) + ")";
+  // The name is the peer's choice: shown only if it is a node name.
+  bool printable = node_name_problem(peer->name).empty();
+  std::string who = "the peer's certificate (CN " + (printable ? peer->name : std::string("not shown")) + ")";
   if (!chained) {
     std::string text = who + ": " + X509_verify_cert_error_string(why);
-    if (why == X509_V_ERR_CERT_HAS_EXPIRED) return refuse(AuthFailure::kExpired, text);
-    if (why == X509_V_ERR_CERT_NOT_YET_VALID) return refuse(AuthFailure::kNotYetValid, text);
-    return refuse(AuthFailure::kUnknownCa, text);
+    if (why == X509_V_ERR_CERT_HAS_EXPIRED) return refuse(AuthFailure::kExpired, text, failure, detail);
+    if (why == X509_V_ERR_CERT_NOT_YET_VALID) return refuse(AuthFailure::kNotYetValid, text, failure, detail);
+    return refuse(AuthFailure::kUnknownCa, text, failure, detail);
   }
-  if (name->empty()) {
-    return refuse(AuthFailure::kMalformed, who + " has no common name: it names no node");
-  }
-  if (!expected_name.empty() && *name != expected_name) {
-    return refuse(AuthFailure::kWrongName, who + " names node " + *name + ", not " + std::string(expected_name));
-  }
+  if (std::string problem = node_certificate_problem(cert); !problem.empty())
+    return refuse(AuthFailure::kNotANode, who + ": " + problem, failure, detail);
+  if (peer->name.empty())
+    return refuse(AuthFailure::kMalformed, who + " has no common name: it names no node", failure, detail);
+  if (!printable)
+    return refuse(AuthFailure::kWrongName,
+                  who + ": its common name is not a node name: " + node_name_problem(peer->name), failure, detail);
+  return true;
+}
+
+bool NodeCredentials::check_certificate(std::span<const uint8_t> certificate, VerifiedPeer* peer, AuthFailure* failure,
+                                        std::string* detail) const {
+  X509Ptr cert = parse_der(certificate);
+  if (!cert) return refuse(AuthFailure::kMalformed, "the peer's certificate does not parse", failure, detail);
+  return check_x509(cert.get(), peer, failure, detail);
+}
+
+bool NodeCredentials::verify_peer(std::span<const uint8_t> certificate, const IpBytes& address,
+                                  std::string_view expected_name, std::span<const uint8_t> message,
+                                  std::span<const uint8_t> signature, VerifiedPeer* peer, AuthFailure* failure,
+                                  std::string* detail) const {
+  X509Ptr cert = parse_der(certificate);
+  if (!cert) return refuse(AuthFailure::kMalformed, "the peer's certificate does not parse", failure, detail);
+  if (!check_x509(cert.get(), peer, failure, detail)) return false;
+  std::string who = "the peer's certificate (CN " + peer->name + ")";
+  if (!expected_name.empty() && peer->name != expected_name)
+    return refuse(AuthFailure::kWrongName, who + " names node " + peer->name + ", not " + std::string(expected_name),
+                  failure, detail);
   static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   bool v4 = std::memcmp(address.data(), kMapped, 12) == 0;
   const unsigned char* ip = v4 ? address.data() + 12 : address.data();
-  if (X509_check_ip(cert, ip, v4 ? 4 : 16, 0) != 1) {
+  if (X509_check_ip(cert.get(), ip, v4 ? 4 : 16, 0) != 1) {
     ERR_clear_error();
     return refuse(AuthFailure::kWrongAddress,
-                  who + " does not list " + ip_bytes_text(address) + " among its IP addresses (subjectAltName)");
+                  who + " does not list " + ip_bytes_text(address) + " among its IP addresses (subjectAltName)",
+                  failure, detail);
   }
-  EVP_PKEY* key = X509_get0_pubkey(cert);
+  EVP_PKEY* key = X509_get0_pubkey(cert.get());
   EVP_MD_CTX* md = EVP_MD_CTX_new();
   bool verified = key && md && EVP_DigestVerifyInit(md, nullptr, digest_for(key), nullptr, key) == 1 &&
                   EVP_DigestVerify(md, signature.data(), signature.size(), message.data(), message.size()) == 1;
   EVP_MD_CTX_free(md);
   ERR_clear_error();
-  if (!verified) {
+  if (!verified)
     return refuse(AuthFailure::kBadSignature,
-                  "the peer's signature over the handshake does not verify with " + who + "'s key");
-  }
+                  "the peer's signature over the handshake does not verify with " + who + "'s key", failure, detail);
   return true;
 }
 

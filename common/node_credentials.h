@@ -26,6 +26,12 @@ struct evp_pkey_st;
 
 namespace rdmagw {
 
+// What a verified peer certificate says.
+struct VerifiedPeer {
+  std::string name;       // its common name: the peer's node name
+  int64_t not_after = 0;  // its end, in seconds since the epoch
+};
+
 class NodeCredentials {
  public:
   // From PEM text: each CA file may hold several certificates; the key must
@@ -50,20 +56,29 @@ class NodeCredentials {
   // OpenSSL cannot.
   bool sign(std::span<const uint8_t> message, std::vector<uint8_t>* signature) const;
 
-  // A peer's certificate (DER) and its signature over `message`: it must
-  // chain to one of our CAs and be valid now, list `address` among its IP
-  // SANs, name `expected_name` if that is not empty, and its key must have
-  // made `signature`. The peer's name (common name) goes to *name; false
-  // on refusal, with *failure and why in *detail.
+  // A peer's certificate (DER) and its signature over `message`: it must be
+  // a node certificate (check_certificate below), list `address` among its
+  // IP SANs, name `expected_name` if that is not empty, and its key must
+  // have made `signature`. The peer's name and when its certificate ends go
+  // to *peer; false on refusal, with *failure and why in *detail.
   bool verify_peer(std::span<const uint8_t> certificate, const IpBytes& address, std::string_view expected_name,
-                   std::span<const uint8_t> message, std::span<const uint8_t> signature, std::string* name,
+                   std::span<const uint8_t> message, std::span<const uint8_t> signature, VerifiedPeer* peer,
                    AuthFailure* failure, std::string* detail) const;
+  // Whether a certificate (DER) verified earlier is still good with these
+  // CAs, now: it chains to one of them, is within its dates, and is a node
+  // certificate (not a CA's; key usage and extended key usage, where it has
+  // them, allow signing and both client and server authentication) whose
+  // common name is a node name. A reload that changes the CAs, and a
+  // certificate's end, are checked with it on open sessions.
+  bool check_certificate(std::span<const uint8_t> certificate, VerifiedPeer* peer, AuthFailure* failure,
+                         std::string* detail) const;
 
   // Same certificate, key and CAs (a reload that changed nothing).
   bool same_as(const NodeCredentials& other) const { return fingerprint_ == other.fingerprint_; }
 
  private:
   NodeCredentials() = default;
+  bool check_x509(x509_st* cert, VerifiedPeer* peer, AuthFailure* failure, std::string* detail) const;
   x509_store_st* store_ = nullptr;
   x509_st* cert_ = nullptr;
   evp_pkey_st* key_ = nullptr;

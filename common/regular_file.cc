@@ -61,16 +61,19 @@ bool read_up_to(int fd, uint8_t* buffer, size_t capacity, size_t* got, std::stri
 bool read_regular_file(const std::string& path, uint64_t max_bytes, std::string* out, std::string* error) {
   struct stat st {};
   UniqueFd fd = open_regular_file(path, max_bytes, &st, error);
-  if (!fd.valid()) return false;
+  return fd.valid() && read_opened_file(fd.get(), st, max_bytes, out, error);
+}
+
+bool read_opened_file(int fd, const struct stat& st, uint64_t max_bytes, std::string* out, std::string* error) {
   std::string text(static_cast<size_t>(st.st_size) + 1, '\0');  // one more: growth since the stat shows
   size_t got = 0;
-  if (!read_up_to(fd.get(), reinterpret_cast<uint8_t*>(text.data()), text.size(), &got, error)) return false;
+  if (!read_up_to(fd, reinterpret_cast<uint8_t*>(text.data()), text.size(), &got, error)) return false;
   if (got > static_cast<size_t>(st.st_size)) {
     // It grew while we read: read on, within the limit.
     text.resize(static_cast<size_t>(max_bytes) + 1);
     size_t more = 0;
     if (got < text.size() &&
-        !read_up_to(fd.get(), reinterpret_cast<uint8_t*>(text.data()) + got, text.size() - got, &more, error))
+        !read_up_to(fd, reinterpret_cast<uint8_t*>(text.data()) + got, text.size() - got, &more, error))
       return false;
     got += more;
     if (got > max_bytes) {

@@ -21,6 +21,9 @@ UniqueFd open_regular_file(const std::string& path, uint64_t max_bytes, struct s
 // The whole content, at most `max_bytes` (a file that grew past it since
 // the open is refused too).
 bool read_regular_file(const std::string& path, uint64_t max_bytes, std::string* out, std::string* error);
+// The same, of a file open_regular_file() opened (`st` its stat), for a
+// caller that checks the open file before it reads.
+bool read_opened_file(int fd, const struct stat& st, uint64_t max_bytes, std::string* out, std::string* error);
 
 // Reads at most `capacity` bytes of an open file into `buffer`; *got: how
 // many. False with *error on a read error.

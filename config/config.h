@@ -102,6 +102,17 @@ struct ListenerConfig {
   // process umask alone would keep other uids out: node mode shares the
   // socket with every pod on the host). 0: left as the umask made it.
   uint32_t socket_mode = 0;
+  // TCP listeners: the addresses applications may connect from (any port);
+  // a connection from elsewhere is reset at accept. Required on an address
+  // other than loopback, which other hosts may reach: without it, anyone
+  // who can connect would use the tunnel as this host's applications do.
+  // Empty: anyone who can connect (loopback listeners, unix: ones).
+  std::vector<RouteMatch> clients;
+  // Whether an application at `peer` may use it.
+  bool admits(const sockaddr* peer) const {
+    return clients.empty() ||
+           std::any_of(clients.begin(), clients.end(), [&](const RouteMatch& m) { return m.matches(peer); });
+  }
 };
 
 // The RDMA transport's knobs (tunnel.rdma). Defaults suit eRDMA.
@@ -203,8 +214,19 @@ struct AccessLogConfig {
 
 // services: Kubernetes Services and their endpoints, from the file the node
 // agent (rdmagw-k8s) writes (docs/kubernetes.md).
+// services.direct: when a Service connection may go to its endpoint
+// directly rather than through the endpoint's rdmagw (docs/security.md,
+// "Mixed fleets").
+enum class ServicesDirect {
+  kNever,          // every endpoint through its rdmagw; one without rdmagw is refused
+  kWithoutRdmagw,  // endpoints the file says have no rdmagw directly; the others only through it
+  kFallback,       // also an endpoint whose tunnel port refuses, or that peer_cidrs leaves out
+};
+std::string_view services_direct_name(ServicesDirect direct);
+
 struct ServicesConfig {
   std::string file;  // absolute path; empty: no services file, no `action: service` routes
+  ServicesDirect direct = ServicesDirect::kWithoutRdmagw;
   bool operator==(const ServicesConfig&) const = default;
 };
 

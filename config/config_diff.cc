@@ -39,9 +39,16 @@ bool same_routes(const std::vector<RouteConfig>& a, const std::vector<RouteConfi
   return true;
 }
 
+std::string match_text(const std::vector<RouteMatch>& matches) {
+  std::string out;
+  for (const auto& m : matches) out += m.to_string() + ",";
+  return out;
+}
+
 bool same_listener(const ListenerConfig& a, const ListenerConfig& b) {
   return a.listen == b.listen && a.transparent == b.transparent && a.peer == b.peer &&
-         (a.transparent || a.target == b.target) && same_routes(a.routes, b.routes) && a.socket_mode == b.socket_mode;
+         (a.transparent || a.target == b.target) && same_routes(a.routes, b.routes) && a.socket_mode == b.socket_mode &&
+         match_text(a.clients) == match_text(b.clients);
 }
 
 bool same_peer(const PeerConfig& a, const PeerConfig& b) {
@@ -156,6 +163,8 @@ std::vector<std::string> describe_changes(const Config& running, const Config& n
   d.check("access_log.format", std::string(al.json ? "json" : "kv"), std::string(nl.json ? "json" : "kv"));
   d.check("access_log.lines_per_second", al.lines_per_second, nl.lines_per_second);
   d.check("services.file", running.services.file, next.services.file);
+  d.check("services.direct", std::string(services_direct_name(running.services.direct)),
+          std::string(services_direct_name(next.services.direct)));
   // Key files are read again on every reload, so a key rotated in place
   // (the same file, new content) counts as a change too.
   const AuthConfig& ra = running.tunnel.auth;

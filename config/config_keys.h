@@ -17,7 +17,7 @@ using Keys = std::vector<std::string_view>;
 inline const Keys kTop = {"node",      "admin",   "admin_token_file",    "workers",   "worker_cpus", "tunnel",  "peers",
                           "listeners", "targets", "shutdown_timeout_ms", "log_level", "access_log",  "services"};
 inline const Keys kAccessLog = {"enabled", "path", "format", "lines_per_second"};
-inline const Keys kServices = {"file"};
+inline const Keys kServices = {"file", "direct"};
 inline const Keys kTunnel = {"address",
                              "tcp_port",
                              "rdma_port",
@@ -48,7 +48,7 @@ inline const Keys kAuth = {"mode", "key_files", "encrypt", "ca_files", "cert_fil
 inline const Keys kRdma = {"device",     "slab_size",    "max_pinned",      "recv_depth",
                            "send_depth", "busy_poll_us", "inline_threshold"};
 inline const Keys kPeer = {"name", "address", "tcp_port", "rdma_port", "connect"};
-inline const Keys kListener = {"name", "listen", "peer", "target", "routes", "socket_mode"};
+inline const Keys kListener = {"name", "listen", "peer", "target", "routes", "socket_mode", "clients"};
 inline const Keys kRoute = {"match", "peer", "target", "action"};
 inline const Keys kTarget = {"target", "peers"};  // targets[] in mapping form
 

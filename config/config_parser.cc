@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/node_name.h"
 #include "common/protocol_limits.h"
 #include "common/regular_file.h"
 #include "config/config.h"
@@ -82,6 +83,18 @@ TargetRefusal Config::target_refusal(const Endpoint& t, const sockaddr* peer, st
 
 std::string_view auth_mode_name(AuthMode mode) {
   return mode == AuthMode::kPsk ? "psk" : mode == AuthMode::kCert ? "cert" : "none";
+}
+
+std::string_view services_direct_name(ServicesDirect direct) {
+  switch (direct) {
+    case ServicesDirect::kNever:
+      return "never";
+    case ServicesDirect::kWithoutRdmagw:
+      return "without_rdmagw";
+    case ServicesDirect::kFallback:
+      return "fallback";
+  }
+  return "?";
 }
 
 std::string ConfigError::to_string() const {
@@ -146,10 +159,24 @@ std::string join_path(const std::string& path, std::string_view key) {
 
 std::string index_path(const std::string& path, size_t index) { return path + "[" + std::to_string(index) + "]"; }
 
+// Control bytes are shown as \xNN: a value quoted in an error must not act
+// on the terminal that --check prints to.
 std::string quote(std::string_view text) {
   constexpr size_t kMaxShown = 80;
-  if (text.size() > kMaxShown) return "'" + std::string(text.substr(0, kMaxShown)) + "...'";
-  return "'" + std::string(text) + "'";
+  bool cut = text.size() > kMaxShown;
+  std::string out = "'";
+  for (char c : text.substr(0, kMaxShown)) {
+    auto b = static_cast<unsigned char>(c);
+    if (b >= 0x20 && b != 0x7f) {
+      out += c;
+      continue;
+    }
+    static constexpr char kHex[] = "0123456789abcdef";
+    out += "\\x";
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out + (cut ? "...'" : "'");
 }
 
 // How a node is named in messages: the scalar itself, or its kind.
@@ -275,6 +302,7 @@ class Parser {
   // A `peer:` value that must name a defined peer.
   bool read_peer_ref(const Value& x, const std::vector<std::string>& peer_names, std::string* out);
   bool read_socket_mode(const Value& x, const ListenerConfig& listener, bool listen_parsed, uint32_t* out);
+  bool read_clients(const Value& x, const ListenerConfig& listener, bool listen_parsed, std::vector<RouteMatch>* out);
   // Reads one optional numeric field (a byte size when `size`) into *out;
   // returns whether the value, given or default, is valid.
   template <class T>
@@ -510,12 +538,15 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
   if (require(fields, top, "node")) {
     const Value& node = *find(fields, "node");
     if (auto s = get_string(node)) {
-      // The node name travels in HELLO, whose length field is one byte.
+      // The node name travels in HELLO, whose length field is one byte, and
+      // its peers refuse one outside the rule (common/node_name.h).
       if (s->size() > kMaxNodeNameLength)
         error(node.mark, node.path,
               "must be at most " + std::to_string(kMaxNodeNameLength) +
                   " bytes long (the tunnel handshake carries it), got " + std::to_string(s->size()) +
                   " bytes: " + quote(*s));
+      else if (std::string why = node_name_problem(*s); !why.empty())
+        error(node.mark, node.path, "not a node name: " + why + ", got " + quote(*s));
       else
         cfg->node = *s;
     }
@@ -899,6 +930,12 @@ void Parser::parse_services(const Value& v, ServicesConfig* s) {
     else
       s->file = *p;
   }
+  if (const Value* d = find(*maybe, "direct")) {
+    if (auto name = get_choice(*d, {"never", "without_rdmagw", "fallback"}))
+      s->direct = *name == "never"            ? ServicesDirect::kNever
+                  : *name == "without_rdmagw" ? ServicesDirect::kWithoutRdmagw
+                                              : ServicesDirect::kFallback;
+  }
 }
 
 std::optional<std::string> Parser::read_secret_file(const Value& v, SecretKeys* keys) {
@@ -1187,6 +1224,17 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v, const std::vector
     }
     if (const Value* x = find(f, "socket_mode"))
       ok = read_socket_mode(*x, listener, listen_parsed, &listener.socket_mode) && ok;
+    const Value* clients = find(f, "clients");
+    if (clients) ok = read_clients(*clients, listener, listen_parsed, &listener.clients) && ok;
+    if (listen_parsed && !clients && listener.listen.kind == Endpoint::Kind::kTcp && !is_loopback(listener.listen)) {
+      const Value& at = *find(f, "listen");
+      error(at.mark, at.path,
+            quote(at.node.Scalar()) +
+                " may be reached from other hosts, and whoever connects uses the tunnel as this host's applications "
+                "do (every target the fleet opens to this node); say who may connect: clients: [CIDR, ...] (e.g. the "
+                "pod network), or clients: [0.0.0.0/0] to allow anyone knowingly; or listen on 127.0.0.1");
+      ok = false;
+    }
     if (ok) cfg->listeners.push_back(std::move(listener));
   }
   return listens;
@@ -1214,6 +1262,41 @@ bool Parser::read_socket_mode(const Value& x, const ListenerConfig& listener, bo
     return false;
   }
   return true;
+}
+
+// clients: [CIDR, ...], the addresses that may connect to a TCP listener.
+bool Parser::read_clients(const Value& x, const ListenerConfig& listener, bool listen_parsed,
+                          std::vector<RouteMatch>* out) {
+  if (listen_parsed && listener.listen.kind != Endpoint::Kind::kTcp) {
+    error(x.mark, x.path, "clients applies to TCP listeners only (a unix: socket's socket_mode says who connects)");
+    return false;
+  }
+  auto list = read_list(x);
+  if (!list) return false;
+  if (list->empty()) {
+    error(x.mark, x.path, "an empty list lets nobody connect; list the addresses that may, e.g. [10.0.0.0/8]");
+    return false;
+  }
+  bool ok = true;
+  for (const auto& c : *list) {
+    auto text = get_string(c);
+    if (!text) {
+      ok = false;
+      continue;
+    }
+    std::string err;
+    auto m = parse_route_match(*text, &err);
+    if (!m) {
+      error(c.mark, c.path, quote(*text) + " is not an address or CIDR (" + err + ")");
+      ok = false;
+    } else if (!m->any_port()) {
+      error(c.mark, c.path, quote(*text) + ": clients are matched by address only, without a port");
+      ok = false;
+    } else {
+      out->push_back(*m);
+    }
+  }
+  return ok;
 }
 
 bool Parser::read_peer_ref(const Value& x, const std::vector<std::string>& peer_names, std::string* out) {
@@ -1337,8 +1420,7 @@ void Parser::parse_targets(const Value& v, Config* cfg) {
       }
       std::string err;
       auto m = parse_route_match(*text, &err);
-      if (!m && cfg->tunnel.auth.mode == AuthMode::kCert && !text->empty() && text->size() <= kMaxNodeNameLength &&
-          text->find_first_of(":/ ") == std::string::npos) {
+      if (!m && cfg->tunnel.auth.mode == AuthMode::kCert && node_name_problem(*text).empty()) {
         rule.peer_names.push_back(*text);  // a node name, as its certificate proves it
         continue;
       }

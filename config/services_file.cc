@@ -74,6 +74,14 @@ struct Reader {
       fail(join(path, key), "longer than " + std::to_string(kMaxNameBytes) + " bytes");
       return std::nullopt;
     }
+    // Names are shown to operators (rdmagwctl services, the log): a control
+    // byte in one is no Kubernetes name.
+    for (char c : s) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        fail(join(path, key), "holds a control byte: not a Kubernetes name");
+        return std::nullopt;
+      }
+    }
     return s;
   }
 
@@ -97,13 +105,28 @@ struct Reader {
     return static_cast<uint16_t>(value->get<int64_t>());
   }
 
+  // An address connections may be sent to: never one that would land on
+  // this host whatever the file meant (loopback, unspecified: rdmagw's own
+  // admin endpoint among others), nor one no pod or Service holds
+  // (link-local, multicast, broadcast).
   std::optional<uint32_t> ipv4(const json& value, const std::string& path) {
     in_addr addr{};
     if (!value.is_string() || inet_pton(AF_INET, value.get_ref<const std::string&>().c_str(), &addr) != 1) {
       fail(path, "not an IPv4 address");
       return std::nullopt;
     }
-    return ntohl(addr.s_addr);
+    uint32_t ip = ntohl(addr.s_addr);
+    const char* kind = (ip >> 24) == 127      ? "loopback"
+                       : (ip >> 24) == 0      ? "unspecified (0.0.0.0/8)"
+                       : (ip >> 16) == 0xA9FE ? "link-local (169.254.0.0/16)"
+                       : (ip >> 28) == 0xE    ? "multicast (224.0.0.0/4)"
+                       : ip == 0xFFFFFFFF     ? "broadcast"
+                                              : nullptr;
+    if (kind) {
+      fail(path, value.get_ref<const std::string&>() + " is " + kind + ": not an address a Service or pod holds");
+      return std::nullopt;
+    }
+    return ip;
   }
 };
 

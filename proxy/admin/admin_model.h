@@ -46,11 +46,22 @@ struct ServicesStatus {
   size_t endpoints = 0;
 };
 
+// The tunnel to an endpoint's rdmagw, as this process has it: the best
+// state any worker's link to it is in.
+struct EndpointTunnel {
+  std::string state;  // up | resuming | connecting | down | idle (tunnel::PeerLink::state_name)
+  std::string error;  // the last dial's failure, while down
+};
+
 // GET /services: the table in use and each endpoint's open connections.
 struct ServicesReport {
   ServicesStatus status;
+  std::string direct;                              // services.direct
   std::shared_ptr<const ServiceTable> table;       // null: none loaded
   std::unordered_map<uint64_t, uint64_t> streams;  // by ServiceTable::key, summed over workers
+  // By endpoint address (IPv4, host order): endpoints with rdmagw some
+  // worker has a link to; the others are "idle".
+  std::unordered_map<uint32_t, EndpointTunnel> tunnels;
 };
 
 struct Status {

@@ -219,6 +219,7 @@ std::string render_services_json(const ServicesReport& report) {
   JsonWriter w;
   w.begin_object();
   write_services_status(w, report.status);
+  w.field("direct", report.direct);
   w.key("table").begin_array();
   if (const ServiceTable* table = report.table.get()) {
     for (const ServiceTable::Service& service : table->services) {
@@ -239,6 +240,15 @@ std::string render_services_json(const ServicesReport& report) {
           w.field("state", endpoint_state_name(e.state)).field("rdmagw", e.rdmagw);
           w.field("pod", e.pod).field("node", e.node);
           w.field("streams", open == report.streams.end() ? uint64_t{0} : open->second);
+          // Endpoints with rdmagw: how their tunnel stands (a refused or
+          // failing dial shows here, with services.direct deciding what
+          // happens to their connections meanwhile).
+          if (e.rdmagw) {
+            auto tunnel = report.tunnels.find(e.ip);
+            bool known = tunnel != report.tunnels.end();
+            w.field("tunnel", known ? tunnel->second.state : std::string("idle"));
+            w.field("tunnel_error", known ? tunnel->second.error : std::string());
+          }
           w.end_object();
         }
         w.end_array().end_object();
@@ -315,7 +325,12 @@ std::string render_config_json(const Config& config, uint64_t generation) {
   w.key("targets").begin_array();
   for (const TargetRule& t : config.targets) w.value(t.to_string());
   w.end_array();
-  if (!config.services.file.empty()) w.key("services").begin_object().field("file", config.services.file).end_object();
+  if (!config.services.file.empty())
+    w.key("services")
+        .begin_object()
+        .field("file", config.services.file)
+        .field("direct", services_direct_name(config.services.direct))
+        .end_object();
   w.field("shutdown_timeout_ms", config.shutdown_timeout_ms).field("log_level", config.log_level);
   w.field("generation", generation);
   w.end_object();

@@ -97,6 +97,7 @@ MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::
     totals.sessions_evicted += w->sessions_evicted.value();
     totals.sessions_refused += w->sessions_refused.value();
     totals.address_sessions_closed += w->address_sessions_closed.value();
+    totals.sessions_revoked += w->sessions_revoked.value();
     totals.address_sessions_refused += w->address_sessions_refused.value();
     totals.streams_handed_over += w->streams_handed_over.value();
     totals.rdma_budget_evicted += w->rdma_budget_evicted.value();

@@ -75,6 +75,7 @@ struct MetricTotals {
   uint64_t handshakes_refused = 0;
   uint64_t sessions_idle_closed = 0, sessions_evicted = 0, sessions_refused = 0;
   uint64_t address_sessions_closed = 0, address_sessions_refused = 0;
+  uint64_t sessions_revoked = 0;
   uint64_t streams_handed_over = 0;
   uint64_t rdma_budget_evicted = 0, rdma_budget_tcp = 0, rdma_budget_refused = 0, rdma_budget_rejected = 0;
   uint64_t access_log_lines = 0, access_log_suppressed = 0;

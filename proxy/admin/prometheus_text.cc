@@ -235,6 +235,10 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Con
   p.sample("rdmagw_tunnel_address_session_limit_total", {{"action", "closed_suspended"}},
            totals.address_sessions_closed);
   p.sample("rdmagw_tunnel_address_session_limit_total", {{"action", "refused"}}, totals.address_sessions_refused);
+  p.family("rdmagw_tunnel_sessions_revoked_total", "counter",
+           "Sessions ended because the peer's proof no longer held: a reload removed the key or the CA it "
+           "authenticated with, or its certificate ended (event=session_revoked says which).");
+  p.sample("rdmagw_tunnel_sessions_revoked_total", {}, totals.sessions_revoked);
   p.family("rdmagw_tunnel_streams_handed_over_total", "counter",
            "tunnel.sessions_per_peer: streams accepted by one worker and carried by another worker's session to "
            "the same peer.");

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "proxy/runtime/runtime.h"
 
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -564,13 +565,42 @@ admin::ServicesStatus Runtime::services_status(const ServicesFeed::State& state)
 bool Runtime::services(admin::ServicesReport* out, std::string* error) {
   ServicesFeed::State state = services_feed_.state();  // one snapshot: the status is the table's
   out->status = services_status(state);
+  out->direct = std::string(services_direct_name(config()->services.direct));
   out->table = state.table;
-  auto counts = std::make_shared<std::vector<std::unordered_map<uint64_t, uint64_t>>>(mailboxes_.size());
-  bool ok =
-      on_every_worker([counts](Worker& w) { w.count_service_streams(&(*counts)[w.index()]); }, kAskTimeout, error);
+  struct PerWorker {
+    std::unordered_map<uint64_t, uint64_t> streams;
+    std::vector<Worker::DiscoveredState> links;
+  };
+  auto asked = std::make_shared<std::vector<PerWorker>>(mailboxes_.size());
+  bool ok = on_every_worker(
+      [asked](Worker& w) {
+        PerWorker& mine = (*asked)[w.index()];
+        w.count_service_streams(&mine.streams);
+        w.describe_discovered(&mine.links);
+      },
+      kAskTimeout, error);
   if (!ok) return false;
-  for (const auto& worker : *counts)
-    for (const auto& [key, open] : worker) out->streams[key] += open;
+  // One worker's link may be up while another's has not dialled: the best
+  // state stands for the endpoint, and the error of one that is down.
+  auto rank = [](std::string_view s) {
+    for (int i = 0; std::string_view best : {"up", "resuming", "connecting", "down", "idle"}) {
+      if (s == best) return i;
+      ++i;
+    }
+    return 5;
+  };
+  for (const PerWorker& worker : *asked) {
+    for (const auto& [key, open] : worker.streams) out->streams[key] += open;
+    for (const Worker::DiscoveredState& link : worker.links) {
+      in_addr a{};
+      if (inet_pton(AF_INET, link.address.c_str(), &a) != 1) continue;
+      admin::EndpointTunnel& t = out->tunnels[ntohl(a.s_addr)];
+      if (t.state.empty() || rank(link.state) < rank(t.state)) t.state = std::string(link.state);
+      if (link.state == "down" && t.error.empty()) t.error = link.error;
+    }
+  }
+  for (auto& [ip, t] : out->tunnels)
+    if (t.state != "down") t.error.clear();
   return true;
 }
 

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/regular_file.h"
+#include "common/trusted_path.h"
 
 namespace rdmagw {
 
@@ -14,6 +15,24 @@ namespace {
 
 double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The file decides where every Service connection goes, and whether it is
+// tunnelled: read only if root or this user alone can have written it
+// (common/trusted_path.h), as a regular file within the size limit.
+bool read_trusted(const std::string& path, std::string* text, std::string* error) {
+  if (std::string why = trusted_path_problem(path); !why.empty()) {
+    *error = "not trusted: " + why;
+    return false;
+  }
+  struct stat st {};
+  UniqueFd fd = open_regular_file(path, kMaxServicesFileBytes, &st, error);
+  if (!fd.valid()) return false;
+  if (std::string why = trusted_file_problem(path, st); !why.empty()) {
+    *error = "not trusted: " + why;
+    return false;
+  }
+  return read_opened_file(fd.get(), st, kMaxServicesFileBytes, text, error);
 }
 
 }  // namespace
@@ -53,13 +72,13 @@ bool ServicesFeed::poll(std::shared_ptr<const ServiceTable>* table) {
     seen_ = false;
     return false;
   }
-  Identity now{st.st_dev, st.st_ino, st.st_size, st.st_mtim};
+  Identity now{st.st_dev, st.st_ino, st.st_size, st.st_mtim, st.st_ctim};
   if (seen_ && now == seen_identity_) return false;
   seen_ = true;
   seen_identity_ = now;
   std::string text, error;
   std::shared_ptr<const ServiceTable> parsed;
-  if (!read_regular_file(path, kMaxServicesFileBytes, &text, &error) || !parse_services_file(text, &parsed, &error)) {
+  if (!read_trusted(path, &text, &error) || !parse_services_file(text, &parsed, &error)) {
     fail(path, std::move(error));
     return false;
   }

@@ -47,9 +47,12 @@ class ServicesFeed {
     ino_t ino = 0;
     off_t size = -1;
     timespec mtime{};
+    // A chmod or chown changes only this: a file refused for its owner or
+    // mode is read again once they are fixed.
+    timespec ctime{};
     bool operator==(const Identity& o) const {
       return dev == o.dev && ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
-             mtime.tv_nsec == o.mtime.tv_nsec;
+             mtime.tv_nsec == o.mtime.tv_nsec && ctime.tv_sec == o.ctime.tv_sec && ctime.tv_nsec == o.ctime.tv_nsec;
     }
   };
   void fail(const std::string& path, std::string error);

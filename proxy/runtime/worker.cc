@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <system_error>
 #include <utility>
@@ -512,8 +513,41 @@ void Worker::retire_listener(LocalListener& l) {
   l.acceptor.reset();  // freed once its cancelled accept completes
 }
 
+bool Worker::admit_client(const LocalListener& l, UniqueFd& fd) {
+  const ListenerConfig& config = l.socket->config;
+  if (config.clients.empty()) return true;
+  sockaddr_storage peer{};
+  socklen_t len = sizeof(peer);
+  bool known = getpeername(fd.get(), reinterpret_cast<sockaddr*>(&peer), &len) == 0;
+  // An IPv4 client of a dual-stack listener arrives as ::ffff:a.b.c.d; its
+  // clients: entries are written as IPv4.
+  auto* six = reinterpret_cast<sockaddr_in6*>(&peer);
+  if (known && peer.ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&six->sin6_addr)) {
+    sockaddr_in four{};
+    four.sin_family = AF_INET;
+    four.sin_port = six->sin6_port;
+    std::memcpy(&four.sin_addr, six->sin6_addr.s6_addr + 12, 4);
+    std::memcpy(&peer, &four, sizeof(four));
+    len = sizeof(four);
+  }
+  if (known && config.admits(reinterpret_cast<const sockaddr*>(&peer))) return true;
+  l.counters->accepted.add();
+  metrics_.failed(metrics::StreamFailure::kRejected);
+  uint64_t suppressed = 0;
+  if (client_log_.allow(loop_.now(), &suppressed)) {
+    log::Line line = log::warn("client_refused");
+    line.kv("listener", config.name)
+        .kv("client", known ? sockaddr_to_string(reinterpret_cast<const sockaddr*>(&peer), len) : "unknown")
+        .kv("reason", known ? "not among the listener's clients" : "its address is unknown (it left already)");
+    if (suppressed) line.kv("suppressed", suppressed);
+  }
+  set_abortive_close(fd.get());  // closed as the caller returns: the application sees a reset
+  return false;
+}
+
 void Worker::on_local_accept(LocalListener& l, UniqueFd fd) {
   const ListenerConfig& config = l.socket->config;
+  if (!admit_client(l, fd)) return;
   if (config.transparent) {
     on_transparent_accept(l, std::move(fd));
     return;
@@ -589,18 +623,19 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
 }
 
 bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const sockaddr_storage& dst,
-                              const std::string& destination, std::string* why) {
+                              const std::string& destination, std::string* why_refused) {
   const ListenerConfig& l = local.socket->config;
   ServiceRouter::Choice choice = services_.choose(reinterpret_cast<const sockaddr*>(&dst));
   if (choice.kind == ServiceRouter::Choice::Kind::kUnknown) return false;
   const ServiceTable& table = *services_.table();  // set: the choice found something in it
   if (choice.kind == ServiceRouter::Choice::Kind::kNoEndpoint) {
     // As kube-proxy does: refused, not left to time out.
-    *why = "the Service has no ready endpoint (" + table.service_name(*choice.port) + ")";
+    *why_refused = "the Service has no ready endpoint (" + table.service_name(*choice.port) + ")";
     return true;
   }
   const auto* address = reinterpret_cast<const sockaddr*>(&choice.address);
   std::string endpoint = sockaddr_to_string(address, sizeof(sockaddr_in));
+  const ServicesDirect direct = config_->services.direct;
   // The endpoint's own rdmagw, when its pod has one (sidecars accept
   // tunnels at the pod's address); peer_cidrs says which addresses may be
   // dialled at all.
@@ -610,12 +645,20 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
     link = discover(address, &why);
     // A label that lies (or a sidecar that is gone while its endpoint is
     // still listed ready): the endpoint's tunnel port refused this worker's
-    // last dial. Its connections go directly for a while, then the tunnel
-    // is tried again. The streams that waited for the refused dial went
-    // directly too (LocalStream::divert_on_refusal).
-    if (link && refused_recently(*link)) {
+    // last dial. Only with services.direct: fallback do its connections go
+    // directly for a while (then the tunnel is tried again), as do the
+    // streams that waited for the refused dial (divert_on_refusal).
+    // Otherwise a reset on the path would take them out of the tunnel:
+    // they wait for a session, and are reset if none comes.
+    if (link && direct == ServicesDirect::kFallback && refused_recently(*link)) {
       why = "its tunnel port refused the connection (no rdmagw there, whatever the label says)";
       link = nullptr;
+    }
+    if (!link && direct != ServicesDirect::kFallback) {
+      *why_refused = "the endpoint " + endpoint + " of " + table.service_name(*choice.port) + " has rdmagw, but " +
+                     why + "; services.direct is " + std::string(services_direct_name(direct)) +
+                     ", so it is not reached outside the tunnel";
+      return true;
     }
     uint64_t suppressed = 0;
     if (!link && service_log_.allow(loop_.now(), &suppressed)) {
@@ -623,6 +666,10 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
       line.kv("service", table.service_name(*choice.port)).kv("endpoint", endpoint).kv("reason", why);
       if (suppressed) line.kv("suppressed", suppressed);
     }
+  } else if (direct == ServicesDirect::kNever) {
+    *why_refused = "the endpoint " + endpoint + " of " + table.service_name(*choice.port) +
+                   " has no rdmagw, and services.direct is never (every endpoint through its rdmagw)";
+    return true;
   }
   if (log::enabled(log::Level::kDebug))  // the Service's name is built only for the line
     log::debug("stream_routed")
@@ -632,6 +679,14 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
         .kv("endpoint", endpoint)
         .kv("peer", link ? link->name() : std::string("none (direct)"));
   if (!link) {
+    // The file names where this goes: never rdmagw's own admin or tunnel port.
+    Endpoint direct_to;
+    direct_to.addr = choice.address;
+    direct_to.addr_len = sizeof(sockaddr_in);
+    if (std::string own = own_port_problem(direct_to); !own.empty()) {
+      *why_refused = "the endpoint " + endpoint + " of " + table.service_name(*choice.port) + ": " + own;
+      return true;
+    }
     local.counters->accepted.add();
     local::DirectPipe::start(*host_, std::move(fd), choice.address, sizeof(sockaddr_in), l.name, local.counters,
                              std::move(choice.lease));
@@ -640,10 +695,12 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
   std::string target = "tcp:" + endpoint;
   // Handed to another worker (tunnel.sessions_per_peer), it is not counted
   // there: counts are one worker's and never cross threads.
-  if (hand_over_stream(*link, fd, l.name, target, &choice.address)) return true;
+  // Where to go if the tunnel port refuses: only with services.direct: fallback.
+  const sockaddr_storage* fallback = direct == ServicesDirect::kFallback ? &choice.address : nullptr;
+  if (hand_over_stream(*link, fd, l.name, target, fallback)) return true;
   auto* stream = local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, link->name(), target,
                                                  destination, std::move(choice.lease));
-  stream->reach_directly_if_refused(choice.address, sizeof(sockaddr_in));
+  if (fallback) stream->reach_directly_if_refused(*fallback, sizeof(sockaddr_in));
   link->submit(stream);
   return true;
 }
@@ -652,9 +709,14 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
   config_ = std::move(config);
   access_log_.configure(config_->access_log, config_->node);
   // Keys read again by the reload: handshakes from now on use them (the
-  // mode itself never changes on reload, see config_diff.cc).
+  // mode itself never changes on reload, see config_diff.cc), and every
+  // open session's peer must still prove itself with them.
   if (config_->tunnel.auth.mode == AuthMode::kPsk) auth_keyring_.keys = config_->tunnel.auth.keys;
   if (config_->tunnel.auth.mode == AuthMode::kCert) auth_keyring_.credentials = config_->tunnel.auth.credentials;
+  recheck_peers();
+  own_ports_ = {config_->tunnel.tcp_port, config_->tunnel.rdma_port};
+  std::string unused;
+  if (auto admin = parse_host_port(config_->admin, &unused)) own_ports_.push_back(endpoint_port(*admin));
   // Peers: one whose address changed is a new peer; its old link finishes
   // the streams it carries, like a removed one.
   std::vector<std::unique_ptr<tunnel::PeerLink>> links;
@@ -835,10 +897,10 @@ bool Worker::token_in_use(const tunnel::SessionToken& token) {
 }
 
 bool Worker::resume_elsewhere(const tunnel::SessionPayload& request, const tunnel::HelloPayload& hello,
-                              IoPtr<tunnel::Transport>& transport) {
+                              const tunnel::PeerProof& proof, IoPtr<tunnel::Transport>& transport) {
   auto holder = directory_.holder(request.token);
   if (!holder || *holder == index_) return false;
-  ResumeHandOff hand_off{nullptr, request, hello, transport->remote_address()};
+  ResumeHandOff hand_off{nullptr, request, hello, transport->remote_address(), proof};
   unsigned to = *holder;
   SessionDirectory* directory = &directory_;
   bool moving = transport->hand_off([hand_off, to, directory](tunnel::MovedConnection moved) mutable {
@@ -876,7 +938,7 @@ void Worker::adopt_resume(const ResumeHandOff& hand_off) {
     transport->close(tunnel::CloseMode::kAbort);
     return;
   }
-  session->take_over(std::move(transport), hand_off.request.received, false);
+  session->take_over(std::move(transport), hand_off.request.received, false, hand_off.proof);
 }
 
 void Worker::on_session_draining(tunnel::Session&) {
@@ -895,12 +957,16 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
       !endpoint ? TargetRefusal::kNotListed
                 : config_->target_refusal(*endpoint, peer ? reinterpret_cast<const sockaddr*>(&peer->addr) : nullptr,
                                           proven, is_local_address_);
+  // Never rdmagw itself, even where targets would allow it.
+  std::string own = endpoint && refusal == TargetRefusal::kNone ? own_port_problem(*endpoint) : std::string();
+  if (!own.empty()) refusal = TargetRefusal::kNotListed;
   if (refusal != TargetRefusal::kNone) {
     uint64_t suppressed = 0;
     if (refusal_log_.allow(loop_.now(), &suppressed)) {
       log::Line line = log::warn("stream_refused");
       std::string who = proven.empty() ? "peers" : "node " + std::string(proven);
-      std::string detail = !endpoint ? error
+      std::string detail = !endpoint      ? error
+                           : !own.empty() ? own
                            : refusal == TargetRefusal::kNotForThisPeer
                                ? "target is not open to " + who + " at " + tunnel::host_of(session.remote_address())
                                : "target is not in targets";
@@ -945,6 +1011,24 @@ void Worker::begin_drain() {
 void Worker::close_everything(std::string_view reason, tunnel::CloseMode mode) {
   for_each_link([&](tunnel::PeerLink& link) { link.close_all(reason, mode); });
   for (auto& s : inbound_) s->close(tunnel::SessionEnd::kLocalClose, reason, mode);
+}
+
+void Worker::describe_discovered(std::vector<DiscoveredState>* out) const {
+  for (const auto& [ip, link] : discovered_) out->push_back({ip, link->state_name(), link->last_error()});
+}
+
+std::string Worker::own_port_problem(const Endpoint& target) {
+  if (target.kind != Endpoint::Kind::kTcp) return {};
+  uint16_t port = endpoint_port(target);
+  if (std::find(own_ports_.begin(), own_ports_.end(), port) == own_ports_.end()) return {};
+  if (!local_addresses_.contains(target)) return {};
+  return target.to_string() + " is rdmagw's own admin or tunnel port on this host";
+}
+
+void Worker::recheck_peers() {
+  // Closing only queues the session's end: nothing here is freed meanwhile.
+  for (auto& s : inbound_) s->recheck_peer();
+  for_each_link([](tunnel::PeerLink& link) { link.for_each_session([](tunnel::Session& s) { s.recheck_peer(); }); });
 }
 
 void Worker::tick() {

@@ -85,6 +85,14 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   void set_services(std::shared_ptr<const ServiceTable> table) { services_.set_table(std::move(table)); }
   // Open connections per Service endpoint (by ServiceTable::key), added to *out.
   void count_service_streams(std::unordered_map<uint64_t, uint64_t>* out) const { services_.count_open(out); }
+  // The links `peer: destination` and Services made, by address: their
+  // state (PeerLink::state_name) and last dial failure.
+  struct DiscoveredState {
+    std::string address;
+    std::string_view state;
+    std::string error;
+  };
+  void describe_discovered(std::vector<DiscoveredState>* out) const;
   void describe_streams(std::vector<local::StreamInfo>* out) const;
 
   // --- a takeover (docs/operations.md, "Takeover") ----------------------------
@@ -116,12 +124,15 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   tunnel::Session* find_session(const tunnel::SessionToken& token) override;
   bool token_in_use(const tunnel::SessionToken& token) override;
   bool resume_elsewhere(const tunnel::SessionPayload& request, const tunnel::HelloPayload& hello,
-                        IoPtr<tunnel::Transport>& transport) override;
+                        const tunnel::PeerProof& proof, IoPtr<tunnel::Transport>& transport) override;
 
  private:
   // InboundObserver: a peer dialed us (either transport).
   void on_inbound(IoPtr<tunnel::Transport> transport) override;
   void tick();
+  // After a reload swapped auth_keyring_: ends the sessions whose peers no
+  // longer prove themselves with it (Session::recheck_peer).
+  void recheck_peers();
   // A listener as this worker serves it.
   struct LocalListener {
     std::shared_ptr<const ListenerSocket> socket;
@@ -163,10 +174,11 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   void on_local_accept(LocalListener& listener, UniqueFd fd);
   void on_transparent_accept(const LocalListener& listener, UniqueFd fd);
   // `action: service`: false if the file does not know the destination (the
-  // next route decides); true once it is carried, or (`fd` left open, *why
-  // set) when the caller must reject it.
+  // next route decides); true once it is carried, or (`fd` left open,
+  // *why_refused set) when the caller must reject it: no ready endpoint, or
+  // one that services.direct keeps from being reached outside the tunnel.
   bool route_to_service(const LocalListener& listener, UniqueFd& fd, const sockaddr_storage& destination,
-                        const std::string& destination_text, std::string* why);
+                        const std::string& destination_text, std::string* why_refused);
   void begin_drain();
   // Another worker's connection asks to resume a session this worker holds.
   struct ResumeHandOff {
@@ -174,6 +186,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
     tunnel::SessionPayload request;
     tunnel::HelloPayload hello;
     std::string remote;
+    tunnel::PeerProof proof;  // what the peer proved itself with on this connection
   };
   void adopt_resume(const ResumeHandOff& hand_off);
   // Worker 0's RDMA listener: which worker accepts a connect request (see
@@ -238,8 +251,18 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // Refused OPENs are the peer's to multiply: at most 10 lines a second
   // (bursts of 20) per worker; the metric counts them all.
   log::LogLimiter refusal_log_{10, 20};
+  // client_refused lines (a listener's clients: leaves the address out).
+  log::LogLimiter client_log_{5, 20};
+  // listeners[].clients: false (the connection reset, logged, counted) if
+  // the application's address is not among them.
+  bool admit_client(const LocalListener& listener, UniqueFd& fd);
   // Decides targets written tcp:self:PORT (this pod's own addresses).
   LocalAddresses local_addresses_;
+  // The admin and tunnel ports (set by apply): no stream is opened to them
+  // on this host's own addresses, whatever a peer or the services file asks.
+  std::vector<uint16_t> own_ports_;
+  // Empty, or why `target` is refused: rdmagw's own admin or tunnel port.
+  std::string own_port_problem(const Endpoint& target);
   LocalAddressTest is_local_address_ = [this](const Endpoint& e) { return local_addresses_.contains(e); };
   // Lines about accepted tunnel connections whose peer was never admitted.
   log::LogLimiter handshake_log_{5, 20};

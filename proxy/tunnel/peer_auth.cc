@@ -100,4 +100,23 @@ std::optional<size_t> verify_auth_proof(const SecretKeys& keys, AuthRole role, c
   return matched;
 }
 
+std::string proof_problem(const PeerProof& proof, const AuthKeyring& keyring) {
+  switch (proof.kind) {
+    case PeerProof::Kind::kNone:
+      return {};
+    case PeerProof::Kind::kKey:
+      if (keyring.keys && keyring.keys->holds(proof.key)) return {};
+      return "the key it proved with is no longer in tunnel.auth.key_files";
+    case PeerProof::Kind::kCertificate: {
+      if (!keyring.credentials) return "this side no longer authenticates with certificates";
+      VerifiedPeer peer;
+      AuthFailure failure = AuthFailure::kMalformed;
+      std::string detail;
+      if (keyring.credentials->check_certificate(proof.certificate, &peer, &failure, &detail)) return {};
+      return detail;
+    }
+  }
+  return "an unknown kind of proof";
+}
+
 }  // namespace rdmagw::tunnel

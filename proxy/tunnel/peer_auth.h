@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 struct evp_pkey_st;
@@ -43,6 +44,26 @@ struct AuthKeyring {
   bool certificates() const { return credentials != nullptr; }
   bool enabled() const { return (keys && !keys->empty()) || credentials; }
 };
+
+// What a peer proved itself with on a session's current transport, kept
+// for as long as the session runs on it: a reload that changes this side's
+// trust, and the end of the peer's certificate, are checked against it
+// (Session::recheck_peer). Nothing secret: a key is kept by its id.
+struct PeerProof {
+  enum class Kind : uint8_t {
+    kNone,         // not authenticated (mode none), or not since a takeover: resumed before anything else
+    kKey,          // mode psk: the key its proof verified with
+    kCertificate,  // mode cert: its certificate
+  };
+  Kind kind = Kind::kNone;
+  SecretKeys::KeyId key{};
+  std::vector<uint8_t> certificate;  // DER
+  int64_t not_after = 0;             // the certificate's end, seconds since the epoch
+};
+
+// Empty if `proof` still holds under `keyring` (a reload's keys or CAs, the
+// time now); otherwise why not, for the log and the session's end.
+std::string proof_problem(const PeerProof& proof, const AuthKeyring& keyring);
 
 enum class AuthRole : uint8_t { kDialer = 1, kAcceptor = 2 };
 

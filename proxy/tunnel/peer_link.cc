@@ -628,6 +628,16 @@ Session* PeerLink::adopt(const SessionImage& image) {
 
 bool PeerLink::finished() const { return !active_ && draining_.empty() && waiting_.empty() && !dial_ && !tcp_beside_; }
 
+std::string_view PeerLink::state_name() const {
+  if (retired_) return "removed";
+  if (active_ && active_->state() == Session::State::kResuming) return "resuming";
+  if (up()) return "up";
+  // "down": the last attempt failed and the next waits for its backoff.
+  if (failures_ > 0 && !dial_ && !active_) return "down";
+  if (!active_ && !dial_ && failures_ == 0 && !peer_.always_connected) return "idle";
+  return "connecting";
+}
+
 void PeerLink::describe(unsigned worker, PeerInfo* out) const {
   out->name = peer_.name;
   out->configured = !retired_ && !peer_.discovered;
@@ -640,14 +650,7 @@ void PeerLink::describe(unsigned worker, PeerInfo* out) const {
                           : !connectors_.rdma                        ? "no usable RDMA device here"
                           : !in_rdma_share()                         ? rdma_share_reason()
                                                                      : "RDMA device available";
-  // "down": the last attempt failed and the next waits for its backoff.
-  bool waiting_to_retry = failures_ > 0 && !dial_ && !active_;
-  out->state = retired_                                                   ? "removed"
-               : active_ && active_->state() == Session::State::kResuming ? "resuming"
-               : up()                                                     ? "up"
-               : waiting_to_retry                                         ? "down"
-                                                                          : "connecting";
-  if (!active_ && !dial_ && !retired_ && failures_ == 0 && !peer_.always_connected) out->state = "idle";
+  out->state = std::string(state_name());
   out->last_error = last_error_;
   out->waiting_streams = waiting_.size();
   out->discovered = peer_.discovered;

@@ -158,6 +158,15 @@ class PeerLink final : public SessionOwner, private DialObserver {
   Session* adopt(const SessionImage& image);
   // This worker's view of the peer (GET /peers).
   void describe(unsigned worker, PeerInfo* out) const;
+  // removed | resuming | up | down (the last dial failed: last_error()) |
+  // idle (on demand, nothing to carry) | connecting.
+  std::string_view state_name() const;
+  // Calls f(Session&) for each session it holds (active and draining).
+  template <class F>
+  void for_each_session(F&& f) const {
+    if (active_) f(*active_);
+    for (const auto& d : draining_) f(*d);
+  }
   const PeerConfig& config() const { return peer_; }
   // How many dials failed in a row (tests, logs).
   uint32_t consecutive_failures() const { return failures_; }

@@ -60,6 +60,8 @@ std::string_view session_end_name(SessionEnd end) {
       return "peer-restarted";
     case SessionEnd::kAuthFailed:
       return "auth-failed";
+    case SessionEnd::kRevoked:
+      return "revoked";
   }
   return "unknown";
 }
@@ -187,6 +189,12 @@ bool Session::send_hello() {
 
 void Session::tick(Clock::time_point now) {
   if (state_ == State::kClosed || frozen_) return;
+  // A certificate ends the session it authenticated (within a tick).
+  if (peer_proof_.not_after != 0 &&
+      std::chrono::system_clock::to_time_t(std::chrono::system_clock::now()) >= peer_proof_.not_after) {
+    revoke("its certificate expired (notAfter " + std::to_string(peer_proof_.not_after) + " seconds since the epoch)");
+    return;
+  }
   apply_acks();
   if (state_ == State::kResuming) {
     if (now - suspended_at_ > std::chrono::milliseconds(settings_.resume_timeout_ms)) {

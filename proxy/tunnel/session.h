@@ -70,6 +70,7 @@ enum class SessionEnd : uint8_t {
   kPeerRestarted,   // the peer's process is a new one (a fresh session from it says so)
   kAuthFailed,      // the peer did not prove it holds a key (or we could not prove it to the peer)
   kLimit,           // this side holds as many sessions from the peer's address as tunnel.limits allows
+  kRevoked,         // the peer's proof no longer holds: its key or CA was removed, or its certificate ended
 };
 std::string_view session_end_name(SessionEnd end);
 
@@ -104,7 +105,11 @@ class SessionOwner {
   // Acceptor, mid-parse, when find_session() found none: the session may be
   // held elsewhere (another worker). True if the owner took `transport`
   // to carry the request there (the dialer waits for the answer).
-  virtual bool resume_elsewhere(const SessionPayload&, const HelloPayload&, IoPtr<Transport>&) { return false; }
+  // `proof`: what the peer proved itself with on that transport.
+  virtual bool resume_elsewhere(const SessionPayload&, const HelloPayload&, const PeerProof& /*proof*/,
+                                IoPtr<Transport>&) {
+    return false;
+  }
 };
 
 struct SessionSettings {
@@ -201,8 +206,9 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // to `peer_received` may resume this session.
   bool can_resume_from(const HelloPayload& hello, uint64_t peer_received) const;
   // Acceptor: carry on over `transport`, on which the dialer asked to resume
-  // (started: by the session that parsed the request; else start it here).
-  void take_over(IoPtr<Transport> transport, uint64_t peer_received, bool started);
+  // (started: by the session that parsed the request; else start it here),
+  // after proving itself with `proof`.
+  void take_over(IoPtr<Transport> transport, uint64_t peer_received, bool started, PeerProof proof);
 
   // --- a takeover by a new process (session_handover.cc) ---------------------
   // Stops using the transport (the peer takes it for a fault and waits to
@@ -238,6 +244,12 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   int64_t rtt_us() const { return rtt_us_; }
   // For the admin endpoint (GET /peers); the caller sets `worker`.
   void describe(SessionInfo* out) const;
+  // What the peer proved itself with on the current transport.
+  const PeerProof& peer_proof() const { return peer_proof_; }
+  // This side's keys or CAs changed (a reload; settings.auth already holds
+  // the new ones): a session whose peer's proof no longer holds is ended,
+  // its streams reset (docs/security.md, "Revocation"). False if it ended.
+  bool recheck_peer();
 
   // --- used by streams (never while the session parses) ---------------------
   // Bytes a new stream may carry in its OPEN (min of stream and session credit).
@@ -317,6 +329,9 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   bool on_auth(std::span<const uint8_t> payload);
   // Ends this transport without a word to the peer; logs once per address.
   bool auth_failed(AuthFailure failure, std::string_view reason);
+  // Ends the session: the peer's proof no longer holds (`why`). Logged and
+  // counted; the peer is told the end is meant, so it does not resume.
+  void revoke(std::string_view why);
   // The transport seals what it sends from now on and opens what it
   // receives after the current frame (authenticated; encrypted with
   // tunnel.auth.encrypt), with keys derived from `key` and both nonces.
@@ -472,6 +487,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
     HelloPayload peer_hello;                            // held until the peer's proof verifies
   };
   std::unique_ptr<AuthExchange> auth_;
+  PeerProof peer_proof_;  // set by each transport's authentication
 
   std::unordered_map<uint32_t, Stream*> streams_;
   uint32_t next_local_id_;

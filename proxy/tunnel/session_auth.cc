@@ -258,14 +258,16 @@ bool Session::on_auth_proof(const AuthPayload& got) {
   if (role_ == Role::kAcceptor) {
     std::optional<size_t> key = verify_auth_proof(keys, AuthRole::kDialer, auth_transcript(false), got.value);
     if (!key) return auth_failed(AuthFailure::kProof, no_key_matches(keys));
+    peer_proof_ = PeerProof{PeerProof::Kind::kKey, keys.id(*key), {}, 0};
     // Our HELLO and proof are the first records: the dialer turned its
     // records on when it sent the proof we just verified.
     if (!protect_records(keys.key(*key))) return false;
     HelloPayload hello = std::move(auth_->peer_hello);
     return accept_hello(std::move(hello));  // sends our HELLO and proof
   }
-  if (!verify_auth_proof(keys, AuthRole::kAcceptor, auth_transcript(true), got.value))
-    return auth_failed(AuthFailure::kProof, no_key_matches(keys));
+  std::optional<size_t> key = verify_auth_proof(keys, AuthRole::kAcceptor, auth_transcript(true), got.value);
+  if (!key) return auth_failed(AuthFailure::kProof, no_key_matches(keys));
+  peer_proof_ = PeerProof{PeerProof::Kind::kKey, keys.id(*key), {}, 0};
   HelloPayload hello = std::move(auth_->peer_hello);
   auth_.reset();
   return accept_hello(std::move(hello));
@@ -281,20 +283,40 @@ bool Session::on_auth_signature(const AuthPayload& got) {
   const IpBytes& where = acceptor ? remote : auth_->dialed;
   AuthTranscript t = auth_transcript(!acceptor);
   t.certificate = auth_->peer_certificate;
-  std::string name, detail;
+  VerifiedPeer peer;
+  std::string detail;
   AuthFailure failure = AuthFailure::kMalformed;
   if (!settings_.auth->credentials->verify_peer(
           auth_->peer_certificate, where, acceptor ? std::string_view() : settings_.expected_peer,
-          signed_transcript(acceptor ? AuthRole::kDialer : AuthRole::kAcceptor, t), got.blob, &name, &failure, &detail))
+          signed_transcript(acceptor ? AuthRole::kDialer : AuthRole::kAcceptor, t), got.blob, &peer, &failure, &detail))
     return auth_failed(failure, detail);
   // The certificate says who the peer is; its HELLO must not say otherwise.
-  if (auth_->peer_hello.node != name)
+  if (auth_->peer_hello.node != peer.name)
     return auth_failed(AuthFailure::kWrongName, "the peer calls itself " + auth_->peer_hello.node +
-                                                    " in HELLO, but its certificate names " + name);
+                                                    " in HELLO, but its certificate names " + peer.name);
+  peer_proof_ = PeerProof{PeerProof::Kind::kCertificate, {}, std::move(auth_->peer_certificate), peer.not_after};
   if (acceptor && !protect_records_with_shares()) return false;
   HelloPayload hello = std::move(auth_->peer_hello);
   if (!acceptor) auth_.reset();
   return accept_hello(std::move(hello));  // the acceptor: sends our HELLO, certificate and signature
+}
+
+bool Session::recheck_peer() {
+  if (state_ == State::kClosed || !settings_.auth) return true;
+  std::string why = proof_problem(peer_proof_, *settings_.auth);
+  if (why.empty()) return true;
+  revoke(why);
+  return false;
+}
+
+void Session::revoke(std::string_view why) {
+  if (settings_.metrics) settings_.metrics->sessions_revoked.add();
+  log::warn("session_revoked")
+      .kv("peer", peer_label())
+      .kv("remote", remote_address_)
+      .kv("streams", streams_.size())
+      .kv("reason", why);
+  close(SessionEnd::kRevoked, "the peer's proof no longer holds: " + std::string(why), CloseMode::kFlush);
 }
 
 bool Session::protect_records_with_shares() {

@@ -88,7 +88,7 @@ bool Session::on_session_as_acceptor(const SessionPayload& request) {
   if (request.kind != SessionKind::kResume)
     return protocol_error(std::string("unexpected SESSION ") + std::string(session_kind_name(request.kind)));
   Session* existing = owner_ ? owner_->find_session(request.token) : nullptr;
-  if (!existing && owner_ && owner_->resume_elsewhere(request, peer_hello_, transport_)) {
+  if (!existing && owner_ && owner_->resume_elsewhere(request, peer_hello_, peer_proof_, transport_)) {
     // Another worker holds the session: the connection went there.
     handed_off_ = true;
     link_ = Link::kNone;
@@ -108,7 +108,7 @@ bool Session::on_session_as_acceptor(const SessionPayload& request) {
   // This session was only a shell for the handshake: the transport, and the
   // frames that follow on it, belong to the session it resumes.
   handed_off_ = true;
-  existing->take_over(std::move(transport_), request.received, true);
+  existing->take_over(std::move(transport_), request.received, true, std::move(peer_proof_));
   link_ = Link::kNone;
   close(SessionEnd::kLocalClose, "handed over to the session it resumes", CloseMode::kAbort);
   return true;
@@ -121,8 +121,9 @@ bool Session::can_resume_from(const HelloPayload& hello, uint64_t peer_received)
          peer_received <= frames_->end_offset();
 }
 
-void Session::take_over(IoPtr<Transport> transport, uint64_t peer_received, bool started) {
+void Session::take_over(IoPtr<Transport> transport, uint64_t peer_received, bool started, PeerProof proof) {
   assert(!parsing_);
+  peer_proof_ = std::move(proof);
   if (transport_) {
     // The dialer gave up on the old transport before we noticed: so do we.
     transport_->close(CloseMode::kAbort);

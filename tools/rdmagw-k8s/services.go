@@ -86,8 +86,12 @@ func refusal(addr netip.Addr) string {
 	switch {
 	case addr.IsLoopback():
 		return "loopback"
-	case addr.IsUnspecified():
+	case addr.IsUnspecified(), addr.Is4() && addr.As4()[0] == 0:
+		// 0.0.0.0/8 is "this network": as the unspecified address, it
+		// lands on the host that connects (rdmagw's parser refuses it too).
 		return "unspecified"
+	case addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return "broadcast"
 	case addr.IsLinkLocalUnicast():
 		return "link-local"
 	case addr.IsLinkLocalMulticast():

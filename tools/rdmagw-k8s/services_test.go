@@ -157,6 +157,8 @@ func TestAddressesThatAreNoEndpointsAreRefused(t *testing.T) {
 		"::1":              "loopback",
 		"::ffff:127.0.0.1": "loopback",
 		"0.0.0.0":          "unspecified",
+		"0.1.2.3":          "unspecified",
+		"255.255.255.255":  "broadcast",
 		"::":               "unspecified",
 		"::ffff:0.0.0.0":   "unspecified",
 		"169.254.169.254":  "link-local",
