@@ -711,9 +711,13 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
   // Keys read again by the reload: handshakes from now on use them (the
   // mode itself never changes on reload, see config_diff.cc), and every
   // open session's peer must still prove itself with them.
+  std::string own_change = own_proof_change(*config_);
   if (config_->tunnel.auth.mode == AuthMode::kPsk) auth_keyring_.keys = config_->tunnel.auth.keys;
   if (config_->tunnel.auth.mode == AuthMode::kCert) auth_keyring_.credentials = config_->tunnel.auth.credentials;
   recheck_peers();
+  // What peers hold of our proof is about to be retired (the next step of
+  // a rotation removes the old CA or key): open sessions prove again now.
+  if (!own_change.empty()) reauthenticate_sessions("re-authenticating: " + own_change);
   own_ports_ = {config_->tunnel.tcp_port, config_->tunnel.rdma_port};
   std::string unused;
   if (auto admin = parse_host_port(config_->admin, &unused)) own_ports_.push_back(endpoint_port(*admin));
@@ -1023,6 +1027,27 @@ std::string Worker::own_port_problem(const Endpoint& target) {
   if (std::find(own_ports_.begin(), own_ports_.end(), port) == own_ports_.end()) return {};
   if (!local_addresses_.contains(target)) return {};
   return target.to_string() + " is rdmagw's own admin or tunnel port on this host";
+}
+
+std::string Worker::own_proof_change(const Config& next) const {
+  const AuthConfig& auth = next.tunnel.auth;
+  if (auth.mode == AuthMode::kPsk && auth.keys && auth_keyring_.keys && !auth.keys->empty() &&
+      !auth_keyring_.keys->empty() && auth.keys->id(0) != auth_keyring_.keys->id(0))
+    return "this node proves itself with a new key (the first of tunnel.auth.key_files)";
+  if (auth.mode == AuthMode::kCert && auth.credentials && auth_keyring_.credentials) {
+    auto now = auth.credentials->certificate(), before = auth_keyring_.credentials->certificate();
+    if (!std::equal(now.begin(), now.end(), before.begin(), before.end()))
+      return "this node has a new certificate (tunnel.auth.cert_file)";
+  }
+  return {};
+}
+
+void Worker::reauthenticate_sessions(const std::string& reason) {
+  size_t moved = 0;
+  auto renew = [&](tunnel::Session& s) { moved += s.reauthenticate(reason) ? 1 : 0; };
+  for (auto& s : inbound_) renew(*s);
+  for_each_link([&](tunnel::PeerLink& link) { link.for_each_session(renew); });
+  if (moved) log::info("sessions_reauthenticating").kv("sessions", moved).kv("reason", reason);
 }
 
 void Worker::recheck_peers() {

@@ -133,6 +133,12 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // After a reload swapped auth_keyring_: ends the sessions whose peers no
   // longer prove themselves with it (Session::recheck_peer).
   void recheck_peers();
+  // Empty, or how `next` changes the proof this node gives (a new first
+  // key, a new certificate) from the one auth_keyring_ holds.
+  std::string own_proof_change(const Config& next) const;
+  // Every open resumable session moves to a new transport and proves itself
+  // again (Session::reauthenticate).
+  void reauthenticate_sessions(const std::string& reason);
   // A listener as this worker serves it.
   struct LocalListener {
     std::shared_ptr<const ListenerSocket> socket;

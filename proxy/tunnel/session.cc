@@ -189,8 +189,9 @@ bool Session::send_hello() {
 
 void Session::tick(Clock::time_point now) {
   if (state_ == State::kClosed || frozen_) return;
-  // A certificate ends the session it authenticated (within a tick).
-  if (peer_proof_.not_after != 0 &&
+  // A certificate ends the session it authenticated (within a tick);
+  // resuming, the next transport proves itself again.
+  if (peer_proof_.not_after != 0 && state_ != State::kResuming &&
       std::chrono::system_clock::to_time_t(std::chrono::system_clock::now()) >= peer_proof_.not_after) {
     revoke("its certificate expired (notAfter " + std::to_string(peer_proof_.not_after) + " seconds since the epoch)");
     return;

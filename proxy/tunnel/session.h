@@ -249,7 +249,15 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // This side's keys or CAs changed (a reload; settings.auth already holds
   // the new ones): a session whose peer's proof no longer holds is ended,
   // its streams reset (docs/security.md, "Revocation"). False if it ended.
+  // A session resuming is not checked: its next transport proves itself
+  // under the new trust anyway, and carries nothing until then.
   bool recheck_peer();
+  // This side's own proof changed (a reload brought a new certificate, or
+  // a new first key): an open resumable session moves to a new transport,
+  // on which both sides prove themselves with what they hold now, so that
+  // its peer's record of our proof is not one that is about to be retired.
+  // Its streams only pause. False if it cannot (not resumable, not open).
+  bool reauthenticate(std::string_view reason);
 
   // --- used by streams (never while the session parses) ---------------------
   // Bytes a new stream may carry in its OPEN (min of stream and session credit).

@@ -19,6 +19,7 @@
 // and is logged once per peer address.
 #include <openssl/crypto.h>
 
+#include <cassert>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -302,11 +303,18 @@ bool Session::on_auth_signature(const AuthPayload& got) {
 }
 
 bool Session::recheck_peer() {
-  if (state_ == State::kClosed || !settings_.auth) return true;
+  if (state_ == State::kClosed || state_ == State::kResuming || !settings_.auth) return true;
   std::string why = proof_problem(peer_proof_, *settings_.auth);
   if (why.empty()) return true;
   revoke(why);
   return false;
+}
+
+bool Session::reauthenticate(std::string_view reason) {
+  if (!resumable_ || state_ != State::kOpen || frozen_ || peer_closing_) return false;
+  assert(!parsing_);
+  suspend(reason);  // the dialer dials a new transport at once; the acceptor's peer sees this one close
+  return true;
 }
 
 void Session::revoke(std::string_view why) {

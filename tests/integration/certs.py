@@ -16,7 +16,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 NOW = datetime.datetime.now(datetime.timezone.utc)
 DAY = datetime.timedelta(days=1)
@@ -44,8 +44,10 @@ class Authority:
         self.path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
 
     def node(self, node: str, addresses=("127.0.0.1",), *, not_before=None, not_after=None,
-             tag: str = "") -> tuple[str, str]:
-        """(cert_file, key_file) of a node certificate."""
+             tag: str = "", ca: bool = False, eku=()) -> tuple[str, str]:
+        """(cert_file, key_file) of a node certificate; `ca`: with
+        basicConstraints CA:TRUE (which no node certificate has), `eku`: an
+        extendedKeyUsage of these ("server", "client")."""
         key = ec.generate_private_key(ec.SECP256R1())
         builder = (x509.CertificateBuilder()
                    .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)]))
@@ -56,6 +58,11 @@ class Authority:
             builder = builder.add_extension(
                 x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(a)) for a in addresses]),
                 critical=False)
+        if ca:
+            builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        if eku:
+            usages = {"server": ExtendedKeyUsageOID.SERVER_AUTH, "client": ExtendedKeyUsageOID.CLIENT_AUTH}
+            builder = builder.add_extension(x509.ExtendedKeyUsage([usages[u] for u in eku]), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())
         base = self.directory / f"{node}{tag}"
         cert_path, key_path = Path(f"{base}.crt"), Path(f"{base}.key")

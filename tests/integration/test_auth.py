@@ -205,6 +205,43 @@ def test_keys_rotate_by_reload_while_a_stream_flows(pair, backend):
     live.close()
 
 
+def test_a_key_removed_by_a_reload_ends_the_sessions_it_authenticated(pair, backend):
+    """A key that leaked is removed from host-b's key_files: host-b ends the
+    sessions whose peer proved itself with it at the reload (their streams
+    are reset), not at their next handshake, and nothing new gets through
+    with it."""
+    leaked = key_file("revoke-leaked")
+    kept = key_file("revoke-kept")
+    echo = backend(EchoServer())
+    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], a_auth=[leaked], b_auth=[leaked, kept])
+    live = connect(p.address("echo"), timeout=10)
+    send_all(live, b"before", time.monotonic() + 10)
+    assert recv_exact(live, 6, time.monotonic() + 10) == b"before"
+    text = p.b.config_path.read_text()
+    start = text.index("    key_files: [")
+    end = text.index("]", start) + 1
+    mark = p.b.log_size()
+    p.b.config_path.write_text(text[:start] + f"    key_files: [{kept}]" + text[end:])
+    r = admin_request(p.b.admin_port, "/reload", "POST")
+    assert r.status == 200, r.text
+    how, _, _ = wait_closed(live, timeout=10)
+    live.close()
+    assert how == "reset", how
+    line = p.b.wait_log("event=session_revoked", 5, since=mark)
+    assert line and "no longer in tunnel.auth.key_files" in line, p.b.tail()
+    revoked = parse_metrics(admin_request(p.b.admin_port, "/metrics").text)["rdmagw_tunnel_sessions_revoked_total"]
+    assert revoked >= 1
+    s = connect(p.address("echo"), timeout=10)
+    try:
+        send_all(s, b"after", time.monotonic() + 10)
+        how, _, _ = wait_closed(s, timeout=15)
+    except (ConnectionResetError, BrokenPipeError):
+        how = "reset"
+    s.close()
+    assert how == "reset", how
+    wait_for(lambda: auth_failures(p.b) >= 1, timeout=10, what="host-b refusing the leaked key's proofs")
+
+
 def test_refuses_to_start_on_a_reachable_tunnel_without_auth_or_with_a_public_key_file(rdmagw_bin, tmp_path):
     def run(text):
         cfg = tmp_path / "c.yaml"

@@ -15,7 +15,9 @@ where it may be. Real sidecars, certificates made by certs.py:
 
 from __future__ import annotations
 
+import datetime
 import socket
+import subprocess
 import time
 
 import pytest
@@ -23,7 +25,7 @@ import pytest
 from admin_client import admin_json, admin_request, parse_metrics
 from backends import EchoServer
 from certs import DAY, NOW, Authority, cert_auth
-from clients import connect, echo_roundtrip, free_port, how_stream_ends, wait_for
+from clients import connect, echo_roundtrip, free_port, how_stream_ends, recv_exact, wait_closed, wait_for
 from conftest import TEST_TRANSPORT, TUNNEL_ADDR, render_config
 
 # Two cases need what only the TCP transport on loopback has here: a second
@@ -183,16 +185,18 @@ def test_mode_cert_and_psk_refuse_each_other_saying_so(sidecar, backend, tmp_pat
     assert line and "failure=mismatch" in line and "the peer authenticates with a certificate" in line, p.b.tail()
 
 
-@needs_ss_kill
 @pytest.mark.deadline(120)
 def test_certificates_and_the_ca_rotate_by_reload_with_a_stream_open(sidecar, backend, tmp_path):
     """A node certificate renewed, then the CA replaced (both CAs trusted
-    during the change): each reload applies to new handshakes and to resumed
-    transports, and the stream open throughout goes on."""
+    during the change), by reloads only: a reload that gives a node a new
+    certificate moves its open sessions to new transports, on which both
+    sides prove themselves with what they hold now, so that the last step
+    (the old CA dropped) finds every open session proven under the new CA
+    and ends none; the stream open throughout goes on."""
     echo = backend(EchoServer())
     p = CertPair(sidecar, tmp_path, [echo.endpoint]).start()
     # Both of host-a's sessions (one per worker; only one will carry the
-    # stream) are open before the first cut, so that each cut resumes both.
+    # stream) are open, so that each re-authentication moves both.
     wait_for(lambda: p.a.log_text().count("event=session_open") >= 2, timeout=10,
              what="host-a's two sessions open")
     s = connect(("127.0.0.1", p.listen), timeout=10)
@@ -209,52 +213,43 @@ def test_certificates_and_the_ca_rotate_by_reload_with_a_stream_open(sidecar, ba
             got += s.recv(64)
         assert got == msg
 
-    def reload(sc, text):
+    def reload(sc, text, *, new_certificate):
+        """`new_certificate`: the reload gives `sc` a new certificate, so both
+        of host-a's sessions resume on a new transport (waited for)."""
+        mark, own_mark = p.a.log_size(), sc.log_size()
         sc.config_path.write_text(text)
         r = admin_request(sc.admin_port, "/reload", "POST")
         assert r.status == 200, r.text
+        if new_certificate:
+            assert sc.wait_log("event=sessions_reauthenticating", 10, since=own_mark), sc.tail()
+            wait_for(lambda: p.a.log_text(mark).count("event=session_resumed") >= 2, timeout=20,
+                     what="both of host-a's sessions resumed on a new transport")
         return r.json()
-
-    def cut_tunnel():
-        # The next transport authenticates with the new material: kill the
-        # current ones (ss -K on host-b's tunnel port) and let them resume.
-        # Each session resumes on its own worker, after the cut and whatever
-        # the stream does: the one without the stream may log its resume
-        # after the next exchange. Wait for both, so that each cut is seen
-        # whole and the next one finds both sessions on a transport.
-        import subprocess
-        mark = p.a.log_size()
-        subprocess.run(["ss", "-K", "sport", "=", str(p.b_port)], capture_output=True, timeout=10)
-        wait_for(lambda: p.a.log_text(mark).count("event=session_resumed") >= 2, timeout=20,
-                 what="both of host-a's sessions resumed on a new transport")
 
     exchange()
     # 1. host-a's certificate renewed (same CA, a new key).
     new_a = p.ca.node("host-a", ["127.0.0.1"], tag="-renewed")
-    result = reload(p.a, p.a_text(cert_auth([p.ca.path], *new_a)))
+    result = reload(p.a, p.a_text(cert_auth([p.ca.path], *new_a)), new_certificate=True)
     assert any("certificate, key or CAs changed" in c for c in result["changes"]), result
-    cut_tunnel()
     exchange()
     # 2. A new CA: every node trusts both, then gets a certificate from the
     # new one, then trusts only the new one.
     new_ca = Authority(tmp_path / "pki2", name="rdmagw fleet CA 2")
-    reload(p.b, render_b(p, [p.ca.path, new_ca.path], p.b_cert))
+    reload(p.b, render_b(p, [p.ca.path, new_ca.path], p.b_cert), new_certificate=False)
     a2 = new_ca.node("host-a", ["127.0.0.1"])
-    reload(p.a, p.a_text(cert_auth([p.ca.path, new_ca.path], *a2)))
-    cut_tunnel()
+    reload(p.a, p.a_text(cert_auth([p.ca.path, new_ca.path], *a2)), new_certificate=True)
     exchange()
     b2 = new_ca.node("host-b", ["127.0.0.1"])
-    reload(p.b, render_b(p, [new_ca.path], b2))
-    reload(p.a, p.a_text(cert_auth([new_ca.path], *a2)))
-    cut_tunnel()
+    reload(p.b, render_b(p, [new_ca.path], b2), new_certificate=True)
+    reload(p.a, p.a_text(cert_auth([new_ca.path], *a2)), new_certificate=False)
     exchange()
     assert echo_roundtrip(("127.0.0.1", p.listen), b"a new stream", timeout=10) == b"a new stream"
     s.shutdown(socket.SHUT_WR)
     s.close()
-    assert "event=stream_reset" not in p.a.log_text() + p.b.log_text()
-    assert "event=auth_failed" not in p.a.log_text() + p.b.log_text()
-    # Each cut made the sessions authenticate a new transport with what the
-    # reloads brought (cut_tunnel waited for each cut's two resumes).
+    logs = p.a.log_text() + p.b.log_text()
+    for event in ("event=stream_reset", "event=auth_failed", "event=session_revoked"):
+        assert event not in logs, logs[-4000:]
+    # Three reloads brought a new certificate: each moved both sessions.
     assert p.a.log_text().count("event=session_resumed") >= 3 * 2, p.a.tail()
 
 
@@ -290,6 +285,97 @@ def test_new_sessions_authenticate_with_what_a_reload_brought(sidecar, backend, 
     reload(p.a, p.a_text(cert_auth([new_ca.path], *a2)))
     round_trip(3)  # only the new CA on both sides: the new certificates did it
     assert "event=auth_failed" not in p.a.log_text() + p.b.log_text()
+
+
+def revoked_metric(sc) -> float:
+    return parse_metrics(admin_request(sc.admin_port, "/metrics").text).get("rdmagw_tunnel_sessions_revoked_total", 0)
+
+
+def open_stream(p: CertPair) -> socket.socket:
+    """A stream through the pair that has carried bytes both ways."""
+    s = connect(("127.0.0.1", p.listen), timeout=10)
+    s.sendall(b"before")
+    assert recv_exact(s, 6, time.monotonic() + 10) == b"before"
+    return s
+
+
+def test_a_ca_removed_by_a_reload_ends_the_sessions_its_certificates_authenticated(sidecar, backend, tmp_path):
+    """host-b's reload drops the CA host-a's certificate chains to (a node
+    whose key leaked, a CA retired): host-b ends host-a's open sessions at
+    the reload, not at their next handshake, so the open stream is reset,
+    and nothing new gets through."""
+    echo = backend(EchoServer())
+    p = CertPair(sidecar, tmp_path, [echo.endpoint]).start()
+    s = open_stream(p)
+    new_ca = Authority(tmp_path / "pki2", name="rdmagw fleet CA 2")
+    mark = p.b.log_size()
+    p.b.config_path.write_text(render_b(p, [new_ca.path], new_ca.node("host-b", [TUNNEL_ADDR])))
+    r = admin_request(p.b_admin, "/reload", "POST")
+    assert r.status == 200, r.text
+    reloaded = time.monotonic()
+    how, waited, _ = wait_closed(s, timeout=10)
+    s.close()
+    assert how == "reset", how
+    assert time.monotonic() - reloaded < 5, "the stream outlived the reload by seconds"
+    line = p.b.wait_log("event=session_revoked", 5, since=mark)
+    assert line and "peer=host-a" in line and "unable to get local issuer certificate" in line, p.b.tail()
+    assert revoked_metric(p.b) >= 1
+    assert how_stream_ends(("127.0.0.1", p.listen), b"knock knock", timeout=15) == "reset"
+    assert p.b.wait_log("event=auth_failed", 10, since=mark), p.b.tail()
+
+
+@pytest.mark.deadline(60)
+def test_a_peer_certificate_that_expires_ends_its_session_at_its_end(sidecar, backend, tmp_path):
+    """host-a's certificate ends a few seconds after the pair starts: host-b
+    ends the session it authenticated then (its open stream is reset), not
+    at the next handshake, which it refuses as expired."""
+    echo = backend(EchoServer())
+    p = CertPair(sidecar, tmp_path, [echo.endpoint])
+    # X.509 times have whole seconds: the end is a whole second, 6 to 7 s on.
+    ends = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0) + datetime.timedelta(seconds=7)
+    short = p.ca.node("host-a", [TUNNEL_ADDR], not_after=ends, tag="-short")
+    p.a = sidecar("host-a", p.a_text(cert_auth([p.ca.path], *short)))
+    p.start()
+    s = open_stream(p)
+    how, _, _ = wait_closed(s, timeout=20)
+    s.close()
+    gone = datetime.datetime.now(datetime.timezone.utc)
+    assert how == "reset", how
+    # Not before its end; soon after (sessions check every 50 ms; the margin
+    # is for a loaded machine).
+    assert gone >= ends - datetime.timedelta(milliseconds=100), (gone, ends)
+    assert gone <= ends + datetime.timedelta(seconds=3), (gone, ends)
+    line = p.b.wait_log("event=session_revoked", 5)
+    assert line and "peer=host-a" in line and "expired" in line, p.b.tail()
+    assert revoked_metric(p.b) >= 1
+    assert how_stream_ends(("127.0.0.1", p.listen), b"knock knock", timeout=15) == "reset"
+    line = p.b.wait_log("event=auth_failed", 10)
+    assert line and "failure=expired" in line, p.b.tail()
+
+
+def test_a_ca_certificate_or_one_for_servers_only_is_not_a_node_certificate(sidecar, backend, tmp_path):
+    """A node's own certificate with CA:TRUE (its holder could issue one for
+    any node), or with an extended key usage that leaves out client
+    authentication (every node dials), stops --check and the start, saying
+    why; its peers would refuse it (tests/unit/session_auth_test.cc drives a
+    peer's handshake with such certificates)."""
+    echo = backend(EchoServer())
+    p = CertPair(sidecar, tmp_path, [echo.endpoint])
+
+    def check(auth) -> subprocess.CompletedProcess:
+        p.a.config_path.write_text(p.a_text(auth))
+        return subprocess.run([str(p.a.binary), "--check", "--config", str(p.a.config_path)], capture_output=True,
+                              text=True, timeout=30)
+
+    r = check(cert_auth([p.ca.path], *p.ca.node("host-a", [TUNNEL_ADDR], tag="-both", eku=("server", "client"))))
+    assert r.returncode == 0, r.stderr
+    r = check(cert_auth([p.ca.path], *p.ca.node("host-a", [TUNNEL_ADDR], tag="-ca", ca=True)))
+    assert r.returncode == 2 and "CA:TRUE" in r.stderr, r.stderr
+    r = check(cert_auth([p.ca.path], *p.ca.node("host-a", [TUNNEL_ADDR], tag="-server", eku=("server",))))
+    assert r.returncode == 2 and "clientAuth" in r.stderr, r.stderr
+    p.a.start(wait=False)
+    p.a.proc.wait(timeout=30)
+    assert p.a.proc.returncode != 0 and "clientAuth" in p.a.log_text(), p.a.tail()
 
 
 def render_b(p: CertPair, ca_files, cert) -> str:

@@ -2,6 +2,9 @@
 // Authentication with a pre-shared key (docs/protocol.md, "Authentication"):
 // sessions over fake transports, and an acceptor facing a peer the test
 // plays frame by frame, which knows the protocol but maybe not the key.
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <iterator>
@@ -505,4 +508,140 @@ TEST_CASE("cert: node credentials are checked when loaded") {
   REQUIRE(good->addresses().size() == 1);
   CHECK(ip_bytes_text(good->addresses()[0]) == "192.0.2.1");
   CHECK(good->seconds_left() > 0);
+}
+
+// --- revocation: what a session's peer proved itself with, checked again --
+
+namespace {
+// A PEM certificate's DER, as a peer sends it.
+std::string der_of_pem(const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  REQUIRE(cert);
+  unsigned char* der = nullptr;
+  int n = i2d_X509(cert, &der);
+  X509_free(cert);
+  REQUIRE(n > 0);
+  std::string out(reinterpret_cast<char*>(der), static_cast<size_t>(n));
+  OPENSSL_free(der);
+  return out;
+}
+
+std::shared_ptr<const NodeCredentials> credentials(std::initializer_list<const char*> cas, const std::string& node) {
+  std::vector<std::string> ca_pems;
+  for (const char* c : cas) ca_pems.push_back(read_text(c));
+  std::string error;
+  auto creds = NodeCredentials::load(ca_pems, read_text(node + ".crt.pem"), read_text(node + ".key.pem"), &error);
+  INFO(error);
+  REQUIRE(creds);
+  return creds;
+}
+}  // namespace
+
+TEST_CASE("revocation: a key removed from the keyring ends the sessions its proofs opened; others go on") {
+  AuthKeyring d = keyring({kKeyA}), a = keyring({kKeyA, kKeyB});
+  Pair p(with_keys(resumable_settings("dialer"), &d), with_keys(resumable_settings("acceptor"), &a));
+  REQUIRE(p.dialer->open());
+  REQUIRE(p.acceptor->open());
+  CHECK(p.acceptor->peer_proof().kind == PeerProof::Kind::kKey);
+  // A reload that keeps the key the dialer proved with changes nothing.
+  a.keys = keyring({kKeyB, kKeyA}).keys;
+  CHECK(p.acceptor->recheck_peer());
+  CHECK(p.acceptor->open());
+  // One that removes it ends the session, saying why.
+  a.keys = keyring({kKeyB}).keys;
+  CHECK_FALSE(p.acceptor->recheck_peer());
+  p.loop.end_batch();
+  REQUIRE(p.accept_owner.closed.size() == 1);
+  CHECK(p.accept_owner.closed[0].end == SessionEnd::kRevoked);
+  CHECK_THAT(p.accept_owner.closed[0].reason, Contains("no longer in tunnel.auth.key_files"));
+}
+
+TEST_CASE("revocation: a CA removed from the keyring ends the sessions its certificates opened") {
+  AuthKeyring d = cert_ring("dialer", {"ca-a.pem"}), a = cert_ring("acceptor", {"ca-a.pem"});
+  Pair p(named(resumable_settings("dialer"), &d, "acceptor"), named(resumable_settings("acceptor"), &a));
+  REQUIRE(p.acceptor->open());
+  REQUIRE(p.acceptor->peer_proof().kind == PeerProof::Kind::kCertificate);
+  CHECK(p.acceptor->peer_proof().not_after > 0);
+  // Both CAs trusted: the dialer's certificate still verifies.
+  a.credentials = credentials({"ca-a.pem", "ca-b.pem"}, "acceptor-other-ca");
+  CHECK(p.acceptor->recheck_peer());
+  // Only the new CA: it does not.
+  a.credentials = credentials({"ca-b.pem"}, "acceptor-other-ca");
+  CHECK_FALSE(p.acceptor->recheck_peer());
+  p.loop.end_batch();
+  REQUIRE(p.accept_owner.closed.size() == 1);
+  CHECK(p.accept_owner.closed[0].end == SessionEnd::kRevoked);
+  CHECK_THAT(p.accept_owner.closed[0].reason, Contains("unable to get local issuer certificate"));
+}
+
+TEST_CASE("revocation: a session that re-authenticates proves itself with the keys of now, its streams only paused") {
+  AuthKeyring d = keyring({kKeyA}), a = keyring({kKeyA, kKeyB});
+  Pair p(with_keys(resumable_settings("dialer"), &d), with_keys(resumable_settings("acceptor"), &a));
+  REQUIRE(p.dialer->open());
+  FakeStream x, y;
+  p.open_stream_pair(x, y);
+  // The dialer's first key changes: its open session moves to a new
+  // transport, where it proves itself with the new key.
+  d.keys = keyring({kKeyB, kKeyA}).keys;
+  REQUIRE(p.dialer->reauthenticate("test: a new first key"));
+  p.accept_wire->fail("the dialer let its transport go");
+  p.loop.end_batch();
+  p.reconnect();
+  REQUIRE(p.dialer->open());
+  CHECK(p.dialer->counters().resumes == 1);
+  // The acceptor now holds the new key's proof: dropping the old key ends nothing.
+  a.keys = keyring({kKeyB}).keys;
+  CHECK(p.acceptor->recheck_peer());
+  CHECK(p.send(*p.dialer, x, "after", 0) == 5);
+  p.pump();
+  CHECK(y.received == "after");
+  CHECK(p.dial_owner.closed.empty());
+  CHECK(p.acceptor->open());
+  for (const auto& c : p.accept_owner.closed) CHECK(c.end != SessionEnd::kRevoked);  // the resume's shell only
+  // A session that is not resumable cannot move.
+  Pair q(with_keys(resumable_settings("dialer", 0), &d), with_keys(resumable_settings("acceptor", 0), &a));
+  REQUIRE(q.dialer->open());
+  CHECK_FALSE(q.dialer->reauthenticate("test"));
+  CHECK(q.dialer->open());
+}
+
+TEST_CASE("cert: what is no node certificate is refused, saying why") {
+  auto ring = credentials({"ca-a.pem"}, "acceptor");
+  struct Case {
+    const char* file;
+    AuthFailure failure;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"dialer-is-a-ca", AuthFailure::kNotANode, "CA:TRUE"},
+      {"dialer-server-only", AuthFailure::kNotANode, "clientAuth"},
+      {"dialer-cannot-sign", AuthFailure::kNotANode, "digitalSignature"},
+      {"dialer-bad-name", AuthFailure::kWrongName, "not a node name: byte 2 is 0x1b"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.file);
+    std::string der = der_of_pem(read_text(std::string(c.file) + ".crt.pem"));
+    VerifiedPeer peer;
+    AuthFailure failure = AuthFailure::kMalformed;
+    std::string detail;
+    CHECK_FALSE(ring->check_certificate(std::span(reinterpret_cast<const uint8_t*>(der.data()), der.size()), &peer,
+                                        &failure, &detail));
+    CHECK(failure == c.failure);
+    CHECK_THAT(detail, Contains(c.says));
+    CHECK(detail.find('\x1b') == std::string::npos);  // the name is the peer's choice: never shown raw
+  }
+  std::string good = der_of_pem(read_text("dialer-with-usages.crt.pem"));
+  VerifiedPeer peer;
+  AuthFailure failure = AuthFailure::kMalformed;
+  std::string detail;
+  CHECK(ring->check_certificate(std::span(reinterpret_cast<const uint8_t*>(good.data()), good.size()), &peer, &failure,
+                                &detail));
+  CHECK(peer.name == "dialer");
+  // And as our own certificate: refused at load, saying why.
+  std::string error;
+  CHECK_FALSE(NodeCredentials::load({read_text("ca-a.pem")}, read_text("dialer-is-a-ca.crt.pem"),
+                                    read_text("dialer-is-a-ca.key.pem"), &error));
+  CHECK_THAT(error, Contains("cert_file: it is a CA's certificate (basicConstraints CA:TRUE)"));
 }
