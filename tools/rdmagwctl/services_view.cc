@@ -32,11 +32,23 @@ std::string source_line(const Json& status) {
   return out;
 }
 
+// The RDMAGW column: through the endpoint's rdmagw (and how its tunnel
+// stands), or not: directly, or refused (services.direct: never).
+std::string rdmagw_text(const Json& endpoint, const std::string& direct) {
+  if (!bool_or(endpoint, "rdmagw")) return direct == "never" ? "no (refused)" : "no (direct)";
+  std::string tunnel = string_or(endpoint, "tunnel");
+  if (tunnel.empty()) return "yes";
+  std::string error = string_or(endpoint, "tunnel_error");
+  return "yes, tunnel " + tunnel + (error.empty() ? "" : ": " + error);
+}
+
 }  // namespace
 
 std::string render_services(const Json& raw_answer) {
   const Json answer = terminal_json(raw_answer);
   std::string out = source_line(object_at(answer, "services"));
+  std::string direct = string_or(answer, "direct");
+  if (!direct.empty()) out += "services.direct: " + direct + "\n";
   const Json& services = array_at(answer, "table");
   if (services.empty()) return out;
   Table table({{"SERVICE"},
@@ -60,8 +72,8 @@ std::string render_services(const Json& raw_answer) {
       if (endpoints.empty()) table.add_row({name, ips, port_text, "-", "no endpoints"});
       for (const auto& e : endpoints)
         table.add_row({name, ips, port_text, string_or(e, "address") + ":" + counter_text(e, "port"),
-                       text_or_dash(e, "state"), bool_or(e, "rdmagw") ? "yes" : "no (direct)",
-                       counter_text(e, "streams"), text_or_dash(e, "pod"), text_or_dash(e, "node")});
+                       text_or_dash(e, "state"), rdmagw_text(e, direct), counter_text(e, "streams"),
+                       text_or_dash(e, "pod"), text_or_dash(e, "node")});
     }
   }
   return out + table.render();
