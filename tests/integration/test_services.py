@@ -24,6 +24,7 @@ resets).
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -49,6 +50,20 @@ def services_file(endpoints: list[dict], reachable: bool = True, headless: list[
     if not reachable:
         api["error"] = "Get \"https://127.0.0.1:6443/readyz\": connection refused"
     return {"format": "rdmagw-services/1", "api": api, "services": services}
+
+
+def set_direct(c: Cluster, mode: str | None) -> None:
+    """Reloads the pod's rdmagw with services.direct: `mode` (None: the key
+    left out, so the default) and checks /services says it."""
+    config = c.pod.config_path.read_text()
+    line = re.search(r"^services: \{.*\}$", config, re.M)
+    assert line, config
+    wanted = f"services: {{file: {c.path}" + (f", direct: {mode}" if mode else "") + "}"
+    c.pod.config_path.write_text(config.replace(line.group(0), wanted))
+    answer = json.loads(run("ip", "netns", "exec", c.pod_ns, "curl", "-sS", "--max-time", "5", "-X", "POST",
+                            "http://127.0.0.1:9901/reload").stdout)
+    assert answer["ok"], answer
+    assert json.loads(c.admin("/services"))["direct"] == (mode or "without_rdmagw")
 
 
 @pytest.fixture
@@ -213,8 +228,15 @@ def test_an_endpoint_whose_label_lies_is_reached_directly_once_its_tunnel_port_r
     """ep4 has no rdmagw, but the file says it has (a label that lies, or a
     sidecar gone while its endpoint is still listed ready): the connections
     waiting for the dial to its tunnel port go to ep4 directly once it is
-    refused, and the next ones go directly from the start."""
+    refused, and the next ones go directly from the start.
+
+    This is the opt-in `services.direct: fallback`, not the default
+    (without_rdmagw, under which these connections would be reset, see
+    test_a_reset_of_the_tunnel_port_on_the_path_does_not_take_service_connections_out_of_the_tunnel):
+    a reset of the tunnel port by a host on the path sends them out in clear
+    just the same."""
     c = cluster
+    set_direct(c, "fallback")
     c.write(services_file([endpoint(c.ip(4), rdmagw=True)]))
     c.wait_loaded(1)
     before = c.accepted()
