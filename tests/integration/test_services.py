@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,15 @@ def services_file(endpoints: list[dict], reachable: bool = True, headless: list[
     return {"format": "rdmagw-services/1", "api": api, "services": services}
 
 
+def two_services(first: list[dict], other: list[dict]) -> dict:
+    """The file's Service "echo" at CLUSTER_IP with `first`, and "other" at
+    OTHER_CLUSTER_IP with `other`."""
+    content = services_file(first)
+    content["services"].append({"namespace": "default", "name": "other", "cluster_ips": [OTHER_CLUSTER_IP],
+                                "ports": [{"name": "echo", "port": 80, "endpoints": other}]})
+    return content
+
+
 def set_direct(c: Cluster, mode: str | None) -> None:
     """Reloads the pod's rdmagw with services.direct: `mode` (None: the key
     left out, so the default) and checks /services says it."""
@@ -64,6 +74,40 @@ def set_direct(c: Cluster, mode: str | None) -> None:
                             "http://127.0.0.1:9901/reload").stdout)
     assert answer["ok"], answer
     assert json.loads(c.admin("/services"))["direct"] == (mode or "without_rdmagw")
+
+
+def endpoint_tunnels(c: Cluster) -> dict[str, dict]:
+    """/services: each endpoint with rdmagw of the first Service, by address:
+    its tunnel state and error."""
+    eps = json.loads(c.admin("/services"))["table"][0]["ports"][0]["endpoints"]
+    return {e["address"]: {"tunnel": e["tunnel"], "tunnel_error": e["tunnel_error"]} for e in eps if e["rdmagw"]}
+
+
+def node_iptables(c: Cluster, *args: str):
+    return run("ip", "netns", "exec", c.hosts[0][0], "iptables", *args)
+
+
+@contextmanager
+def forward_rules(c: Cluster, *rules: list[str]):
+    """Inserts `rules` at the top of the node's FORWARD chain (the router
+    between the pod and the endpoints) and deletes them after."""
+    added = []
+    try:
+        for rule in rules:
+            node_iptables(c, "-I", "FORWARD", *rule)
+            added.append(rule)
+        yield
+    finally:
+        for rule in reversed(added):
+            node_iptables(c, "-D", "FORWARD", *rule)
+
+
+def forward_packets(c: Cluster, comment: str) -> int:
+    """Packets the node's FORWARD rule commented `comment` counted."""
+    for line in node_iptables(c, "-nvx", "-L", "FORWARD").stdout.splitlines():
+        if f"/* {comment} */" in line:
+            return int(line.split()[0])
+    raise AssertionError(f"no FORWARD rule /* {comment} */ in the node")
 
 
 @pytest.fixture
@@ -250,6 +294,89 @@ def test_an_endpoint_whose_label_lies_is_reached_directly_once_its_tunnel_port_r
     assert "event=service_endpoint_direct" in log and "refused the connection" in log, c.pod.tail()
     assert "stream_failed" not in log and "end=reset" not in log, c.pod.tail()
     assert c.sessions_to() == set()
+
+
+def test_a_reset_of_the_tunnel_port_on_the_path_does_not_take_service_connections_out_of_the_tunnel(cluster):
+    """An attacker on the path (here the node, the router between the pod and
+    the endpoints) answers ep1's tunnel port with resets. ep1 has rdmagw, so
+    by default (services.direct: without_rdmagw) its connections wait for a
+    session, are reset after tunnel.connect_timeout_ms, and not one byte goes
+    to ep1 in clear; /services shows why. `direct: fallback` is the opt-in
+    that sends them directly instead: what the attacker wanted (in clear,
+    past the tunnel's authentication). Once the path is clean again, with
+    the default back, they go through ep1's rdmagw."""
+    c = cluster
+    ep1 = c.ip(1)
+    refuse = ["-p", "tcp", "-d", ep1, "--dport", "7471", "-j", "REJECT", "--reject-with", "tcp-reset"]
+    clear = ["-p", "tcp", "-d", ep1, "--dport", str(PORT), "-m", "comment", "--comment", "rdmagw-test-clear"]
+    assert json.loads(c.admin("/services"))["direct"] == "without_rdmagw"  # the default
+    c.write(services_file([endpoint(ep1)]))
+    c.wait_loaded(1)
+    n = 10
+    with forward_rules(c, clear, refuse):
+        before = c.accepted()
+        t0 = time.monotonic()
+        ends = c.run_client(f"{CLUSTER_IP}:80", n, 5000)
+        waited = time.monotonic() - t0
+        assert ends == ["reset"] * n, ends
+        assert waited >= 2.9, f"reset after {waited:.1f}s, before tunnel.connect_timeout_ms (3 s)"
+        assert [a - b for a, b in zip(c.accepted(), before)] == [0, 0, 0, 0] and c.sentinel() == 0
+        assert forward_packets(c, "rdmagw-test-clear") == 0, "bytes went to ep1 in clear"
+        assert c.sessions_to() == set()
+        tunnel = wait_for(lambda: (t := endpoint_tunnels(c)[ep1])["tunnel"] == "down" and t, 10,
+                          f"ep1's tunnel down in /services: {endpoint_tunnels(c)}")
+        assert "refused" in tunnel["tunnel_error"], tunnel
+        log = c.pod.log_text()
+        assert "event=streams_diverted" not in log and "event=service_endpoint_direct" not in log, c.pod.tail()
+        assert "no session to peer" in log, c.pod.tail()
+
+        # The opt-in: the same connections go to ep1 directly, in clear.
+        set_direct(c, "fallback")
+        before = c.accepted()
+        ends = c.run_client(f"{CLUSTER_IP}:80", n, 5000)
+        assert ends == ["ok"] * n, ends
+        assert [a - b for a, b in zip(c.accepted(), before)] == [n, 0, 0, 0] and c.sentinel() == 0
+        clear_packets = forward_packets(c, "rdmagw-test-clear")
+        assert clear_packets > 0, "the counting rule saw no direct connection"
+        assert c.sessions_to() == set()
+        assert "event=service_endpoint_direct" in c.pod.log_text(), c.pod.tail()
+
+    # The path clean, the default back: through ep1's rdmagw.
+    set_direct(c, None)
+    with forward_rules(c, clear):
+        before = c.accepted()
+        ends = c.run_client(f"{CLUSTER_IP}:80", n, 5000)
+        assert ends == ["ok"] * n, ends
+        assert [a - b for a, b in zip(c.accepted(), before)] == [n, 0, 0, 0] and c.sentinel() == 0
+        assert forward_packets(c, "rdmagw-test-clear") == 0, "bytes went to ep1 in clear"
+        assert ep1 in c.sessions_to()
+        assert endpoint_tunnels(c)[ep1] == {"tunnel": "up", "tunnel_error": ""}
+
+
+def test_direct_never_refuses_endpoints_without_rdmagw_at_once(cluster):
+    """services.direct: never: an endpoint without rdmagw (ep4) is not
+    reached at all: its connections are reset at once, logged naming
+    services.direct; an endpoint with rdmagw (ep1) is still reached
+    through its tunnel."""
+    c = cluster
+    set_direct(c, "never")
+    c.write(two_services([endpoint(c.ip(4), rdmagw=False)], [endpoint(c.ip(1))]))
+    c.wait_loaded(1)
+    before = c.accepted()
+    t0 = time.monotonic()
+    ends = c.run_client(f"{CLUSTER_IP}:80", 10, 5000)
+    waited = time.monotonic() - t0
+    assert ends == ["reset"] * 10, ends
+    assert waited < 2.0, f"reset after {waited:.1f}s: not at once"
+    assert [a - b for a, b in zip(c.accepted(), before)] == [0, 0, 0, 0] and c.sentinel() == 0
+    line = wait_for(lambda: next((l for l in c.pod.log_text().splitlines() if "event=stream_rejected" in l), None),
+                    5, "event=stream_rejected")
+    assert "services.direct is never" in line and f"{c.ip(4)}:{PORT}" in line, line
+
+    ends = c.run_client(f"{OTHER_CLUSTER_IP}:80", 10, 5000)
+    assert ends == ["ok"] * 10, ends
+    assert [a - b for a, b in zip(c.accepted(), before)] == [10, 0, 0, 0] and c.sentinel() == 0
+    assert c.sessions_to() == {c.ip(1)}
 
 
 def test_a_reload_that_moves_services_file_reads_the_new_one(cluster):
