@@ -120,6 +120,21 @@ targets:
 shutdown_timeout_ms: 1000
 log_level: debug
 """)
+    # A listener on an address other hosts reach, with its clients; the
+    # Services' mode; a node name outside the rule.
+    write("fuzz_config", b"""node: node-a.example_1
+tunnel: {address: 10.0.0.1, auth: {mode: psk, key_files: [/k1]}, peer_cidrs: [10.0.0.0/16]}
+peers: [{name: b, address: 10.0.0.2}]
+services: {file: /run/rdmagw-k8s/services.json, direct: never}
+listeners:
+  - {name: l, listen: "tcp:169.254.77.1:6380", clients: [10.244.0.0/16, "fd00::/64"], peer: b,
+     target: "tcp:127.0.0.1:6379"}
+  - name: t
+    listen: transparent:0.0.0.0:15001
+    clients: [0.0.0.0/0]
+    routes: [{match: "10.96.0.0/12", action: service}, {match: "10.0.0.0/16:6379", peer: destination}]
+""")
+    write("fuzz_config", b"node: \"x\\e]0;pwned\\a\"\nservices: {file: /s.json, direct: fallback}\n")
 
 
 def endpoint_seeds() -> None:
@@ -185,6 +200,14 @@ def services_file_seeds() -> None:
                  "ports": [{"name": "sql", "port": 5432, "endpoints": [{**ep, "port": 5432}]},
                            {"name": "metrics", "port": 9187, "endpoints": []}]}]}
     write("fuzz_services_file", json.dumps(full, indent=1).encode())
+    # Addresses no endpoint holds, and a name with a control byte: refused.
+    for address in ("127.0.0.1", "169.254.169.254", "0.1.2.3", "224.0.0.1", "255.255.255.255"):
+        write("fuzz_services_file", json.dumps({**full, "services": [
+            {"namespace": "default", "name": "x", "cluster_ips": ["10.96.0.11"],
+             "ports": [{"port": 80, "endpoints": [{**ep, "address": address}]}]}]}).encode())
+    write("fuzz_services_file", json.dumps({**full, "services": [
+        {"namespace": "default", "name": "x", "cluster_ips": ["10.96.0.12"],
+         "ports": [{"port": 80, "endpoints": [{**ep, "pod": "p\u001b]0;t\u0007"}]}]}]}).encode())
     write("fuzz_services_file", json.dumps({"format": "rdmagw-services/1", "api": {
         "reachable": False, "since": "2026-11-28T01:00:00Z", "error": "connection refused"}, "services": []}).encode())
 

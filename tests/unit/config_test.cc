@@ -431,6 +431,50 @@ TEST_CASE("node names are accepted up to the 255 bytes HELLO carries", "[config]
   expect_errors("node: " + wide + "\n", {{1, 7, "node", "got 256 bytes"}});
 }
 
+TEST_CASE("node names are letters, digits, '.', '-' and '_': a control byte never enters", "[config]") {
+  CHECK(parse_ok("node: host-a.zone_1\n")->node == "host-a.zone_1");
+  expect_errors("node: \"x\\e]0;pwned\\a\"\n",
+                {{1, 7, "node",
+                  "not a node name: byte 2 is 0x1b (1 to 255 bytes of ASCII letters, digits, '.', '-' "
+                  "and '_'), got 'x\\x1b]0;pwned\\x07'"}});
+  expect_errors("node: host a\n", {{1, 7, "node", "byte 5 is 0x20 (' ')"}});
+}
+
+TEST_CASE("a TCP listener other hosts may reach needs clients; they are CIDRs", "[config]") {
+  const std::string head = lines({kNode, "peers:", "  - {name: b, address: 127.0.0.1, tcp_port: 7481}", "listeners:"});
+  auto listener = [&](const std::string& listen, const std::string& extra = "") {
+    return head + "  - {name: l, listen: \"" + listen + "\", peer: b, target: \"tcp:127.0.0.1:6379\"" + extra + "}\n";
+  };
+  CHECK(parse_ok(listener("tcp:127.0.0.1:6380"))->listeners[0].clients.empty());
+  expect_errors(listener("tcp:0.0.0.0:6380"), {{5, 23, "listeners[0].listen", "say who may connect: clients:"}});
+  expect_errors(listener("tcp:169.254.77.1:6380"), {{5, 23, "listeners[0].listen", "or listen on 127.0.0.1"}});
+  auto c = parse_ok(listener("tcp:0.0.0.0:6380", ", clients: [10.244.0.0/16, 192.168.1.7]"));
+  REQUIRE(c->listeners[0].clients.size() == 2);
+  sockaddr_in in{};
+  in.sin_family = AF_INET;
+  inet_pton(AF_INET, "10.244.3.4", &in.sin_addr);
+  CHECK(c->listeners[0].admits(reinterpret_cast<const sockaddr*>(&in)));
+  inet_pton(AF_INET, "10.245.0.1", &in.sin_addr);
+  CHECK_FALSE(c->listeners[0].admits(reinterpret_cast<const sockaddr*>(&in)));
+  expect_errors(listener("tcp:0.0.0.0:6380", ", clients: []"),
+                {{5, 91, "listeners[0].clients", "lets nobody connect"}});
+  expect_errors(listener("tcp:0.0.0.0:6380", ", clients: [10.0.0.0/8:80]"),
+                {{5, 92, "listeners[0].clients[0]", "matched by address only"}});
+  expect_errors(listener("tcp:0.0.0.0:6380", ", clients: [nowhere]"),
+                {{5, 92, "listeners[0].clients[0]", "is not an address or CIDR"}});
+  expect_errors(listener("unix:/run/l.sock", ", clients: [10.0.0.0/8]"),
+                {{5, 91, "listeners[0].clients", "applies to TCP listeners only"}});
+}
+
+TEST_CASE("services.direct names when a Service connection may leave the tunnel", "[config]") {
+  CHECK(parse_ok("node: a\nservices: {file: /s.json}\n")->services.direct == rdmagw::ServicesDirect::kWithoutRdmagw);
+  CHECK(parse_ok("node: a\nservices: {file: /s.json, direct: never}\n")->services.direct ==
+        rdmagw::ServicesDirect::kNever);
+  CHECK(parse_ok("node: a\nservices: {file: /s.json, direct: fallback}\n")->services.direct ==
+        rdmagw::ServicesDirect::kFallback);
+  expect_errors("node: a\nservices: {file: /s.json, direct: always}\n", {{2, 35, "services.direct", "got 'always'"}});
+}
+
 TEST_CASE("tunnel.rdma.recv_depth is accepted within the limits the peer's RDMA CM check uses", "[config][limits]") {
   // 8192 receives of 16KiB + headroom need a 528MiB slab for 4 sessions.
   auto c = parse_ok(

@@ -163,3 +163,50 @@ TEST_CASE("a services file larger than the bound is refused unread") {
   std::string big(rdmagw::kMaxServicesFileBytes + 1, ' ');
   CHECK(refused(big) == "larger than 67108864 bytes");
 }
+
+TEST_CASE("an address no Service or pod holds refuses the file: connections would land on this host") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"127.0.0.1", "127.0.0.1 is loopback"},
+      {"127.9.9.9", "127.9.9.9 is loopback"},
+      {"0.0.0.0", "0.0.0.0 is unspecified (0.0.0.0/8)"},
+      {"0.1.2.3", "0.1.2.3 is unspecified (0.0.0.0/8)"},
+      {"169.254.169.254", "169.254.169.254 is link-local (169.254.0.0/16)"},
+      {"224.0.0.251", "224.0.0.251 is multicast (224.0.0.0/4)"},
+      {"255.255.255.255", "255.255.255.255 is broadcast"},
+  };
+  for (const auto& [address, says] : cases) {
+    INFO(address);
+    std::string endpoint =
+        std::string(R"({"address": ")") + address + R"(", "port": 9901, "state": "ready", "rdmagw": false})";
+    CHECK(refused(with_endpoint(endpoint)) == "services[0].ports[0].endpoints[0].address: " + std::string(says) +
+                                                  ": not an address a Service or pod holds");
+    std::string cluster_ip = std::string(R"({"format": "rdmagw-services/1", "api": {"reachable": true},
+      "services": [{"namespace": "a", "name": "b", "cluster_ips": [")") +
+                             address + R"("], "ports": []}]})";
+    CHECK(refused(cluster_ip).rfind("services[0].cluster_ips[0]: " + std::string(says), 0) == 0);
+  }
+  // The edges of each range are endpoints like any other.
+  std::shared_ptr<const ServiceTable> table;
+  std::string error;
+  for (const char* fine : {"1.0.0.0", "126.255.255.255", "128.0.0.0", "169.253.255.255", "223.255.255.255"}) {
+    INFO(fine);
+    CHECK(parse_services_file(
+        with_endpoint(std::string(R"({"address": ")") + fine + R"(", "port": 80, "state": "ready", "rdmagw": false})"),
+        &table, &error));
+  }
+}
+
+TEST_CASE("a name with a control byte refuses the file: names reach operators' terminals") {
+  CHECK(refused(with_endpoint(
+            R"({"address": "10.0.0.1", "port": 80, "state": "ready", "rdmagw": true, "pod": "p\u001b]0;x\u0007"})")) ==
+        "services[0].ports[0].endpoints[0].pod: holds a control byte: not a Kubernetes name");
+  CHECK(refused(R"({"format": "rdmagw-services/1", "api": {"reachable": true},
+                    "services": [{"namespace": "a\r", "name": "b", "cluster_ips": [], "ports": []}]})") ==
+        "services[0].namespace: holds a control byte: not a Kubernetes name");
+  // The agent's own words about the API server are free text, shown escaped.
+  std::shared_ptr<const ServiceTable> table;
+  std::string error;
+  CHECK(parse_services_file(R"({"format": "rdmagw-services/1",
+      "api": {"reachable": false, "error": "x\u001b[2J"}, "services": []})",
+                            &table, &error));
+}
