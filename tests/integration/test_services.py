@@ -34,7 +34,7 @@ import pytest
 from clients import require_root_and, wait_for
 from conftest import RDMAGWCTL_BIN, ManagedProcess, key_file
 from netns_hosts import run
-from service_cluster import CLUSTER_IP, OTHER_CLUSTER_IP, PORT, Cluster, service_cluster
+from service_cluster import CLUSTER_IP, OTHER_CLUSTER_IP, POD_IP, PORT, Cluster, service_cluster
 
 
 def endpoint(ip: str, port: int = PORT, state: str = "ready", rdmagw: bool = True, pod: str = "") -> dict:
@@ -377,6 +377,25 @@ def test_direct_never_refuses_endpoints_without_rdmagw_at_once(cluster):
     assert ends == ["ok"] * 10, ends
     assert [a - b for a, b in zip(c.accepted(), before)] == [10, 0, 0, 0] and c.sentinel() == 0
     assert c.sessions_to() == {c.ip(1)}
+
+
+def test_an_endpoint_on_rdmagws_own_tunnel_port_is_refused(cluster):
+    """A services file whose endpoint is the pod's own address at rdmagw's
+    tunnel port (7471; a loopback address would refuse the whole file):
+    rdmagw opens no connection to its own tunnel port; the application's
+    connections are reset, and the log says why. Endpoints elsewhere in the
+    same file still work."""
+    c = cluster
+    c.write(two_services([endpoint(POD_IP, 7471, rdmagw=False)], [endpoint(c.ip(4), rdmagw=False)]))
+    c.wait_loaded(1)
+    before = c.accepted()
+    assert c.run_client(f"{CLUSTER_IP}:80", 5, 1000) == ["reset"] * 5
+    line = wait_for(lambda: next((l for l in c.pod.log_text().splitlines() if "event=stream_rejected" in l), None),
+                    5, "event=stream_rejected")
+    assert f"tcp:{POD_IP}:7471 is rdmagw's own admin or tunnel port on this host" in line, line
+    assert "event=handshake_failed" not in c.pod.log_text() and "auth_failed" not in c.pod.log_text(), c.pod.tail()
+    assert c.run_client(f"{OTHER_CLUSTER_IP}:80", 5, 1000) == ["ok"] * 5
+    assert [a - b for a, b in zip(c.accepted(), before)] == [0, 0, 0, 5] and c.sentinel() == 0
 
 
 def test_a_reload_that_moves_services_file_reads_the_new_one(cluster):
