@@ -17,14 +17,9 @@ double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// The file decides where every Service connection goes, and whether it is
-// tunnelled: read only if root or this user alone can have written it
-// (common/trusted_path.h), as a regular file within the size limit.
+// The file itself (its path was checked): a regular file within the size
+// limit that root or this user alone can have written.
 bool read_trusted(const std::string& path, std::string* text, std::string* error) {
-  if (std::string why = trusted_path_problem(path); !why.empty()) {
-    *error = "not trusted: " + why;
-    return false;
-  }
   struct stat st {};
   UniqueFd fd = open_regular_file(path, kMaxServicesFileBytes, &st, error);
   if (!fd.valid()) return false;
@@ -54,6 +49,7 @@ bool ServicesFeed::poll(std::shared_ptr<const ServiceTable>* table) {
   if (path_changed) {
     polled_file_ = path;
     seen_ = false;
+    path_problem_.clear();
   }
   if (path.empty()) {
     if (!path_changed) return false;
@@ -73,9 +69,21 @@ bool ServicesFeed::poll(std::shared_ptr<const ServiceTable>* table) {
     return false;
   }
   Identity now{st.st_dev, st.st_ino, st.st_size, st.st_mtim, st.st_ctim};
-  if (seen_ && now == seen_identity_) return false;
+  // The file decides where every Service connection goes, and whether it is
+  // tunnelled: read only if root or this user alone can have written it
+  // (common/trusted_path.h). A file refused for the way to it (a directory
+  // others may write, a symlink another user owns) is not changed by fixing
+  // that: the way is looked at again on every poll, quietly while the
+  // answer stays the same.
+  if (seen_ && now == seen_identity_ && (path_problem_.empty() || trusted_path_problem(path) == path_problem_))
+    return false;
   seen_ = true;
   seen_identity_ = now;
+  path_problem_ = trusted_path_problem(path);
+  if (!path_problem_.empty()) {
+    fail(path, "not trusted: " + path_problem_);
+    return false;
+  }
   std::string text, error;
   std::shared_ptr<const ServiceTable> parsed;
   if (!read_trusted(path, &text, &error) || !parse_services_file(text, &parsed, &error)) {

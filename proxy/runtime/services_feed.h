@@ -61,7 +61,8 @@ class ServicesFeed {
   std::string polled_file_;  // the path the last poll() looked at
   bool seen_ = false;        // seen_identity_ holds the identity of its last read (good or not)
   Identity seen_identity_{};
-  mutable std::mutex mu_;  // guards state_
+  std::string path_problem_;  // why the way to the file was not trusted at its last read ("" if it was)
+  mutable std::mutex mu_;     // guards state_
   State state_;
 };
 

@@ -167,6 +167,10 @@ bool Worker::init(std::string* error) {
   auth_keyring_.credentials = t.auth.mode == AuthMode::kCert ? t.auth.credentials : nullptr;
   auth_keyring_.encrypt = t.auth.encrypt;
   session_settings_.auth = &auth_keyring_;
+  // Restart-only settings: set once.
+  own_ports_ = {t.tcp_port, t.rdma_port};
+  std::string unused;
+  if (auto admin = parse_host_port(config_->admin, &unused)) own_ports_.push_back(endpoint_port(*admin));
 
   std::optional<Endpoint> source = dial_source(t);
   tcp_connector_ = std::make_unique<transport::TcpConnector>(loop_, *pool_, t.buffer_size, t.tcp_splice, source);
@@ -718,9 +722,6 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
   // What peers hold of our proof is about to be retired (the next step of
   // a rotation removes the old CA or key): open sessions prove again now.
   if (!own_change.empty()) reauthenticate_sessions("re-authenticating: " + own_change);
-  own_ports_ = {config_->tunnel.tcp_port, config_->tunnel.rdma_port};
-  std::string unused;
-  if (auto admin = parse_host_port(config_->admin, &unused)) own_ports_.push_back(endpoint_port(*admin));
   // Peers: one whose address changed is a new peer; its old link finishes
   // the streams it carries, like a removed one.
   std::vector<std::unique_ptr<tunnel::PeerLink>> links;

@@ -264,7 +264,8 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   bool admit_client(const LocalListener& listener, UniqueFd& fd);
   // Decides targets written tcp:self:PORT (this pod's own addresses).
   LocalAddresses local_addresses_;
-  // The admin and tunnel ports (set by apply): no stream is opened to them
+  // The admin and tunnel ports (set at start; a reload cannot change them):
+  // no stream is opened to them
   // on this host's own addresses, whatever a peer or the services file asks.
   std::vector<uint16_t> own_ports_;
   // Empty, or why `target` is refused: rdmagw's own admin or tunnel port.
