@@ -34,10 +34,11 @@ from conftest import render_config
 
 INSTALL_HINT = "run tools/dev/install-deps (it installs chromium, chromium-driver and python3-selenium)"
 
-# Node names are free text, and a peer announces its own: the page must show
-# them as text, never run them. Either would mark the body if it ran.
-NODE_A = 'host-a <script>document.body.dataset.pwned="a"</script>'
-NODE_B = 'host-b "><img src=x onerror="document.body.dataset.pwned=\'b\'">'
+# Listener and peer names are free text (node names are not: a node name is
+# letters, digits, '.', '-' and '_'): the page must show them as text, never
+# run them. Either would mark the body if it ran.
+LISTENER = 'echo <script>document.body.dataset.pwned="a"</script>'
+PEER = 'host-b "><img src=x onerror="document.body.dataset.pwned=\'b\'">'
 
 POLL_S = 0.5  # the page's refresh interval here (?interval=); 2 s by default
 PAGE_WAIT_S = 15.0  # for what the page should show after a change
@@ -215,19 +216,14 @@ def test_stats_page_in_a_browser(browser, sidecar, backend, tmp_path):
     b_port, a_port, b_admin, a_admin = free_port(), free_port(), free_port(), free_port()
     listen = f"tcp:127.0.0.1:{free_port()}"
 
-    # The pair of conftest's `pair`, on TCP, with node names that are HTML.
-    def with_node(text: str, node: str) -> str:
-        first, rest = text.split("\n", 1)
-        assert first.startswith("node: ")
-        return f"node: {json.dumps(node)}\n{rest}"  # a JSON string is a YAML double-quoted scalar
-
-    b = sidecar("host-b", with_node(render_config("host-b", b_port, b_admin, targets=[echo.endpoint],
-                                                  transport="tcp"), NODE_B),
+    # The pair of conftest's `pair`, on TCP, with a listener and a peer whose
+    # names are HTML (a JSON string is a YAML double-quoted scalar).
+    b = sidecar("host-b", render_config("host-b", b_port, b_admin, targets=[echo.endpoint], transport="tcp"),
                 tunnel_port=b_port, admin_port=b_admin)
-    a = sidecar("host-a", with_node(render_config("host-a", a_port, a_admin, peers=[("host-b", b_port)],
-                                                  listeners=[{"name": "echo", "listen": listen, "peer": "host-b",
-                                                              "target": echo.endpoint}],
-                                                  transport="tcp"), NODE_A),
+    a = sidecar("host-a", render_config("host-a", a_port, a_admin, peers=[(json.dumps(PEER), b_port)],
+                                        listeners=[{"name": json.dumps(LISTENER), "listen": listen,
+                                                    "peer": json.dumps(PEER), "target": echo.endpoint}],
+                                        transport="tcp"),
                 tunnel_port=a_port, admin_port=a_admin)
     b.start()
     a.start()
@@ -255,20 +251,20 @@ def test_stats_page_in_a_browser(browser, sidecar, backend, tmp_path):
         page.until(lambda p: p.state()["polls"] >= 1, "the first update")
 
         # One session per worker.
-        peer = page.until(lambda p: p.row("peers", name="host-b", transport="tcp", state="up",
+        peer = page.until(lambda p: p.row("peers", name=PEER, transport="tcp", state="up",
                                           sessions="2 tcp, 0 rdma"), "peer host-b up on tcp, 2 sessions")
         assert peer["_class"] == "up", peer  # rows are coloured by state
-        session = page.until(lambda p: p.row("sessions", peer="host-b", transport="tcp", state="open",
+        session = page.until(lambda p: p.row("sessions", peer=PEER, transport="tcp", state="open",
                                              role="dialer"), "an open tcp session to host-b")
-        assert session["peer_node"] == NODE_B, session  # the peer's own name, as text
+        assert session["peer_node"] == "host-b", session  # the peer's own name
         assert re.fullmatch(r"\d+(\.\d)?(us|ms|s)", session["rtt"]) or session["rtt"] == "-", session
         stream = page.until(lambda p: p.row("streams", target=echo.endpoint, state="open"),
                             f"the open stream to {echo.endpoint}")
         # A stream names its peer by the node name the peer announced.
-        assert (stream["side"], stream["listener"], stream["peer"]) == ("client", "echo", NODE_B), stream
+        assert (stream["side"], stream["listener"], stream["peer"]) == ("client", LISTENER, "host-b"), stream
         # The three short streams are gone, the held one is listed.
         page.until(lambda p: p.state()["streams_count"].startswith("showing 1 of 1,"), "a count of 1 stream")
-        listener = page.until(lambda p: p.row("listeners", name="echo", accepted="4", active="1"),
+        listener = page.until(lambda p: p.row("listeners", name=LISTENER, accepted="4", active="1"),
                               "listener echo: 4 accepted, 1 active")
         assert listener["listen"] == listen and listener["_class"] == "up", listener
         assert re.fullmatch(r"\d+(\.\d)? (B|KiB|MiB)", listener["bytes_in"]) and listener["bytes_in"] != "0 B", listener
@@ -278,10 +274,10 @@ def test_stats_page_in_a_browser(browser, sidecar, backend, tmp_path):
         polls = page.state()["polls"]
         page.until(lambda p: p.state()["polls"] >= polls + 2, "two more updates")
         nonzero_rate = re.compile(r"(?!0 B/s)\d+(\.\d)? (B|KiB|MiB)/s")
-        listener = page.until(lambda p: (r := p.row("listeners", name="echo"))
+        listener = page.until(lambda p: (r := p.row("listeners", name=LISTENER))
                               and nonzero_rate.fullmatch(r["in_rate"]) and nonzero_rate.fullmatch(r["out_rate"]) and r,
                               "non-zero byte rates on listener echo")
-        peer = page.until(lambda p: (r := p.row("peers", name="host-b"))
+        peer = page.until(lambda p: (r := p.row("peers", name=PEER))
                           and nonzero_rate.fullmatch(r["sent_rate"]) and r, "a non-zero send rate to host-b")
         failures = {r["reason"]: r for r in page.rows("failures")}
         assert failures["all"]["total"] == "0" and failures["all"]["rate"] == "0.0/s", failures
@@ -297,9 +293,9 @@ def test_stats_page_in_a_browser(browser, sidecar, backend, tmp_path):
         assert all(size.fullmatch(w["buffers"]) and size.fullmatch(w["resident"]) for w in workers), workers
         assert any(w["resident"] != "0 B" for w in workers), workers  # the echo's bytes were written somewhere
 
-        # Names are text: the header shows NODE_A verbatim, nothing ran.
+        # Names are text: the tables showed them verbatim, nothing ran.
         state = page.state()
-        assert state["node"] == NODE_A and state["title"] == f"rdmagw {NODE_A} stats", state
+        assert state["node"] == "host-a" and state["title"] == "rdmagw host-a stats", state
         assert state["pwned"] is None and state["images"] == 0 and state["scripts"] == 1, state
         assert state["banner"] is None and not state["stale"], state
         # No script error, nothing the page's policy refused (an outside asset would be).
@@ -320,7 +316,7 @@ def test_stats_page_in_a_browser(browser, sidecar, backend, tmp_path):
         ticker = None
         held.close()
         b.stop()
-        peer = page.until(lambda p: (r := p.row("peers", name="host-b")) and r["state"] != "up" and r,
+        peer = page.until(lambda p: (r := p.row("peers", name=PEER)) and r["state"] != "up" and r,
                           "host-b shown not up")
         assert peer["state"] in ("down", "connecting", "resuming") and peer["_class"] in ("down", "warn"), peer
         assert page.state()["banner"] is None  # the endpoint itself still answers
@@ -332,7 +328,7 @@ def test_stats_page_in_a_browser(browser, sidecar, backend, tmp_path):
         state = page.until(lambda p: (s := p.state())["banner"] and s, "the error banner")
         assert "Update failed" in state["banner"] and "cannot reach the admin endpoint" in state["banner"], state
         assert "GET /stats" in state["banner"] and state["stale"], state
-        assert page.row("peers", name="host-b") is not None  # what was known is still shown
+        assert page.row("peers", name=PEER) is not None  # what was known is still shown
         assert page.state()["polls"] == polls
 
         # It comes back: the banner goes, updates go on.
