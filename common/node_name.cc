@@ -9,8 +9,7 @@ namespace rdmagw {
 
 namespace {
 bool allowed(unsigned char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
-         c == '_';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
 }
 }  // namespace
 
@@ -23,8 +22,9 @@ std::string node_name_problem(std::string_view name) {
     if (allowed(c)) continue;
     char shown[8];
     std::snprintf(shown, sizeof(shown), "0x%02x", c);
-    return "byte " + std::to_string(i + 1) + " is " + shown + (c >= 0x20 && c < 0x7f ? " ('" + std::string(1, static_cast<char>(c)) + "')" : std::string()) +
-           " (" + std::string(kNodeNameRule) + ")";
+    return "byte " + std::to_string(i + 1) + " is " + shown +
+           (c >= 0x20 && c < 0x7f ? " ('" + std::string(1, static_cast<char>(c)) + "')" : std::string()) + " (" +
+           std::string(kNodeNameRule) + ")";
   }
   return {};
 }

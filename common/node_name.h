@@ -17,7 +17,6 @@ namespace rdmagw {
 std::string node_name_problem(std::string_view name);
 
 // The rule in words, for messages and docs.
-inline constexpr std::string_view kNodeNameRule =
-    "1 to 255 bytes of ASCII letters, digits, '.', '-' and '_'";
+inline constexpr std::string_view kNodeNameRule = "1 to 255 bytes of ASCII letters, digits, '.', '-' and '_'";
 
 }  // namespace rdmagw
