@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+// The local legs without the TCP stack (docs/architecture.md, "Local
+// legs"): loopback connections to and from rdmagw are put into a SOCKHASH
+// when they are established, and each message one end sends is queued
+// straight on the other end's receive queue, skipping TCP/IP.
+//
+// Each direction of a connection is a flow, keyed by its sending socket's
+// own address and port, then its peer's. A flow is redirected only once
+// rdmagw has admitted it (the admissions map), as one of two kinds:
+//
+// - rdmagw reads it (an application, or a server, sends to rdmagw): at
+//   most max_in_flight bytes may be redirected and not yet read by rdmagw,
+//   which counts what it read in the mmap-able `reads` array (no syscall).
+//   A message past that takes the normal TCP path, whose window stops the
+//   writer until rdmagw reads, as it always has. The receiver reads its
+//   redirect queue before TCP's receive queue, so once a flow has sent by
+//   TCP it stays on TCP until rdmagw has read every byte it sent, and only
+//   then redirects again: bytes never overtake each other.
+// - rdmagw sends it: always redirected; rdmagw paces itself, from what the
+//   kernel says the receiver holds unread (socket_memory.h).
+//
+// A flow not admitted (yet, or ever: two applications of the same host)
+// sends by TCP, counted, so that the order rule above holds from its first
+// byte.
+#include <linux/bpf.h>
+#include <linux/types.h>
+
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "local_redirect_shared.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define AF_INET 2
+#define AF_INET6 10
+#define TCP_CLOSE 7
+
+// Set by the loader before the programs are loaded.
+const volatile __u64 max_in_flight = 256 * 1024;
+
+struct {
+  __uint(type, BPF_MAP_TYPE_SOCKHASH);
+  __uint(max_entries, LOCAL_REDIRECT_MAX_SOCKETS);
+  __type(key, struct local_redirect_key);
+  __type(value, __u64);
+} sockets SEC(".maps");
+
+// What the kernel keeps of a flow (made when its socket is established).
+struct flow {
+  __u64 sent;    // bytes sent since the connection was established (redirected or by TCP)
+  __u32 on_tcp;  // 1: by TCP until the reader has read all it was sent
+  __u32 unused;
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, LOCAL_REDIRECT_MAX_SOCKETS);
+  __type(key, struct local_redirect_key);
+  __type(value, struct flow);
+} flows SEC(".maps");
+
+// Flows rdmagw admitted (local_redirect_shared.h).
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, LOCAL_REDIRECT_MAX_SOCKETS);
+  __type(key, struct local_redirect_key);
+  __type(value, struct local_redirect_admission);
+} admissions SEC(".maps");
+
+// What rdmagw read of each flow it reads, by slot; written by rdmagw
+// through a shared mapping, read here.
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(map_flags, BPF_F_MMAPABLE);
+  __uint(max_entries, LOCAL_REDIRECT_MAX_SLOTS);
+  __type(key, __u32);
+  __type(value, __u64);
+} reads SEC(".maps");
+
+// Ports whose loopback connections are redirected (rdmagw's listeners, the
+// local targets it connects to); the loader fills it.
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, LOCAL_REDIRECT_MAX_PORTS);
+  __type(key, __u16);
+  __type(value, __u8);
+} ports SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct local_redirect_stats);
+} stats SEC(".maps");
+
+static __always_inline struct local_redirect_stats* my_stats(void) {
+  __u32 zero = 0;
+  return bpf_map_lookup_elem(&stats, &zero);
+}
+
+// IPv4 as ::ffff:a.b.c.d, so that a dual-stack socket and an IPv4 one see
+// the same connection under one key.
+static __always_inline void mapped(__u32 out[4], __u32 v4) {
+  out[0] = 0;
+  out[1] = 0;
+  out[2] = bpf_htonl(0xffff);
+  out[3] = v4;
+}
+
+static __always_inline int is_loopback(const __u32 ip[4]) {
+  if (ip[0] == 0 && ip[1] == 0 && ip[2] == bpf_htonl(0xffff)) return (bpf_ntohl(ip[3]) >> 24) == 127;
+  return ip[0] == 0 && ip[1] == 0 && ip[2] == 0 && ip[3] == bpf_htonl(1);
+}
+
+// A socket's key from what sock_ops and sk_msg contexts say of it
+// (local_port: host order; remote_port: the network-order port, in the
+// upper half of the word on a little-endian machine, which bpf_ntohl brings
+// down on either byte order). False for a family other than IPv4/IPv6.
+static __always_inline int fill_key(struct local_redirect_key* key, __u32 family, __u32 local4, __u32 remote4,
+                                    const __u32 local6[4], const __u32 remote6[4], __u32 local_port,
+                                    __u32 remote_port) {
+  if (family == AF_INET) {
+    mapped(key->local_ip, local4);
+    mapped(key->remote_ip, remote4);
+  } else if (family == AF_INET6) {
+    __builtin_memcpy(key->local_ip, local6, sizeof(key->local_ip));
+    __builtin_memcpy(key->remote_ip, remote6, sizeof(key->remote_ip));
+  } else {
+    return 0;
+  }
+  key->local_port = (__u16)local_port;
+  key->remote_port = (__u16)bpf_ntohl(remote_port);
+  return 1;
+}
+
+static __always_inline void reverse(struct local_redirect_key* out, const struct local_redirect_key* in) {
+  __builtin_memcpy(out->local_ip, in->remote_ip, sizeof(out->local_ip));
+  __builtin_memcpy(out->remote_ip, in->local_ip, sizeof(out->remote_ip));
+  out->local_port = in->remote_port;
+  out->remote_port = in->local_port;
+}
+
+SEC("sockops")
+int local_redirect_sockops(struct bpf_sock_ops* skops) {
+  struct local_redirect_key key = {};
+  __u32 op = skops->op;
+  if (op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB &&
+      op != BPF_SOCK_OPS_STATE_CB)
+    return 1;
+  // Every field read once, before any branch: the verifier refuses a
+  // context field read through a pointer the compiler offset elsewhere.
+  __u32 family = skops->family;
+  __u32 local4 = skops->local_ip4, remote4 = skops->remote_ip4;
+  __u32 local6[4] = {skops->local_ip6[0], skops->local_ip6[1], skops->local_ip6[2], skops->local_ip6[3]};
+  __u32 remote6[4] = {skops->remote_ip6[0], skops->remote_ip6[1], skops->remote_ip6[2], skops->remote_ip6[3]};
+  __u32 local_port = skops->local_port, remote_port = skops->remote_port;
+  if (!fill_key(&key, family, local4, remote4, local6, remote6, local_port, remote_port)) return 1;
+  if (op == BPF_SOCK_OPS_STATE_CB) {
+    // The connection ends: its flow goes (the kernel takes the socket out
+    // of the SOCKHASH itself).
+    if (skops->args[1] == TCP_CLOSE) {
+      bpf_map_delete_elem(&flows, &key);
+      bpf_map_delete_elem(&admissions, &key);
+    }
+    return 1;
+  }
+  if (!is_loopback(key.local_ip) || !is_loopback(key.remote_ip)) return 1;
+  if (!bpf_map_lookup_elem(&ports, &key.local_port) && !bpf_map_lookup_elem(&ports, &key.remote_port)) return 1;
+  struct flow fresh = {};
+  bpf_map_update_elem(&flows, &key, &fresh, BPF_ANY);
+  struct local_redirect_stats* s = my_stats();
+  if (bpf_sock_hash_update(skops, &sockets, &key, BPF_ANY) != 0) {
+    if (s) s->sockets_refused++;
+    bpf_map_delete_elem(&flows, &key);
+    return 1;
+  }
+  bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
+  if (s) s->sockets_added++;
+  return 1;
+}
+
+SEC("sk_msg")
+int local_redirect_msg(struct sk_msg_md* msg) {
+  struct local_redirect_key key = {}, peer;
+  __u32 family = msg->family;
+  __u32 local4 = msg->local_ip4, remote4 = msg->remote_ip4;
+  __u32 local6[4] = {msg->local_ip6[0], msg->local_ip6[1], msg->local_ip6[2], msg->local_ip6[3]};
+  __u32 remote6[4] = {msg->remote_ip6[0], msg->remote_ip6[1], msg->remote_ip6[2], msg->remote_ip6[3]};
+  __u32 local_port = msg->local_port, remote_port = msg->remote_port;
+  if (!fill_key(&key, family, local4, remote4, local6, remote6, local_port, remote_port)) return SK_PASS;
+  __u64 size = msg->size;
+  struct local_redirect_stats* s = my_stats();
+  struct flow* f = bpf_map_lookup_elem(&flows, &key);
+  if (!f) return SK_PASS;  // not established under these programs (or ended meanwhile): TCP
+  struct local_redirect_admission* a = bpf_map_lookup_elem(&admissions, &key);
+  if (!a) goto by_tcp;
+  if (a->paced) {
+    // rdmagw sends, and paces itself: redirected, unless it ever had to
+    // go by TCP (the reader left), after which it stays there.
+    if (f->on_tcp) goto by_tcp;
+  } else {
+    __u32 slot = a->slot;
+    __u64* r = bpf_map_lookup_elem(&reads, &slot);
+    __u64 read = r ? *(volatile __u64*)r : 0;
+    if (f->on_tcp) {
+      if (f->sent != read) goto by_tcp;
+      f->on_tcp = 0;  // rdmagw read every byte sent by TCP: redirecting keeps the order
+    }
+    if (f->sent != read && f->sent - read + size > max_in_flight) {
+      // Past the bound: TCP's window paces the writer until rdmagw reads.
+      if (s) s->flows_to_tcp++;
+      goto by_tcp;
+    }
+  }
+  reverse(&peer, &key);
+  if (bpf_msg_redirect_hash(msg, &sockets, &peer, BPF_F_INGRESS) != SK_PASS) goto by_tcp;  // the peer left
+  __sync_fetch_and_add(&f->sent, size);
+  if (s) {
+    s->msgs_redirected++;
+    s->bytes_redirected += size;
+  }
+  return SK_PASS;
+by_tcp:
+  f->on_tcp = 1;
+  __sync_fetch_and_add(&f->sent, size);
+  if (s) {
+    s->msgs_tcp++;
+    s->bytes_tcp += size;
+  }
+  return SK_PASS;
+}

@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "proxy/local/local_redirect.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#if RDMAGW_HAVE_BPF
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "local_redirect.skel.h"
+#endif
+#include "proxy/local/bpf/local_redirect_shared.h"
+
+namespace rdmagw::local {
+
+static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) && std::atomic<uint64_t>::is_always_lock_free,
+              "the read counters are shared with the BPF programs as plain 64-bit words");
+
+namespace {
+
+// A socket address as the programs key it: IPv6, IPv4 as ::ffff:a.b.c.d.
+void key_address(const sockaddr_storage& in, __u32 out[4], __u16* port) {
+  std::memset(out, 0, 4 * sizeof(__u32));
+  if (in.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(in);
+    out[2] = htonl(0xffff);
+    out[3] = a.sin_addr.s_addr;
+    *port = ntohs(a.sin_port);
+  } else {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(in);
+    std::memcpy(out, &a.sin6_addr, 16);
+    *port = ntohs(a.sin6_port);
+  }
+}
+
+// The key of the flow `connection`'s own end sends (`own`), or its peer sends.
+local_redirect_key flow_key(const RedirectKey& connection, bool own) {
+  local_redirect_key key{};
+  const sockaddr_storage& sender = own ? connection.local : connection.remote;
+  const sockaddr_storage& receiver = own ? connection.remote : connection.local;
+  key_address(sender, key.local_ip, &key.local_port);
+  key_address(receiver, key.remote_ip, &key.remote_port);
+  return key;
+}
+
+}  // namespace
+
+std::optional<RedirectKey> redirect_key_of(int fd) {
+  RedirectKey key;
+  socklen_t length = sizeof(key.local);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&key.local), &length) != 0) return std::nullopt;
+  length = sizeof(key.remote);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&key.remote), &length) != 0) return std::nullopt;
+  if (key.local.ss_family != AF_INET && key.local.ss_family != AF_INET6) return std::nullopt;
+  return key;
+}
+
+#if RDMAGW_HAVE_BPF
+
+std::unique_ptr<LocalRedirect> LocalRedirect::attach(const LocalRedirectOptions& options, std::string* why) {
+  std::unique_ptr<LocalRedirect> r(new LocalRedirect(options));
+  auto fail = [&](std::string what, int error) {
+    *why = what + (error ? std::string(": ") + strerror(error) : std::string());
+    r.reset();  // releases what was done so far
+    return nullptr;
+  };
+  r->cgroup_ = UniqueFd(::open(options.cgroup.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!r->cgroup_.valid()) return fail("cannot open the cgroup " + options.cgroup, errno);
+  // libbpf reports through its print callback; the reason given here is
+  // what the caller logs.
+  libbpf_set_print(nullptr);
+  r->skeleton_ = local_redirect__open();
+  if (!r->skeleton_) return fail("cannot open the BPF programs", errno);
+  r->skeleton_->rodata->max_in_flight = options.max_in_flight;
+  if (int error = local_redirect__load(r->skeleton_); error != 0)
+    return fail(
+        "the kernel refused the BPF programs (sock_ops, sk_msg and SOCKHASH are needed, and CAP_BPF with "
+        "CAP_NET_ADMIN)",
+        -error);
+  int reads_fd = bpf_map__fd(r->skeleton_->maps.reads);
+  r->reads_bytes_ = sizeof(uint64_t) * LOCAL_REDIRECT_MAX_SLOTS;
+  void* shared = ::mmap(nullptr, r->reads_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, reads_fd, 0);
+  if (shared == MAP_FAILED) return fail("cannot map the read counters", errno);
+  r->reads_ = static_cast<std::atomic<uint64_t>*>(shared);
+  r->sockops_link_ = bpf_program__attach_cgroup(r->skeleton_->progs.local_redirect_sockops, r->cgroup_.get());
+  if (!r->sockops_link_) return fail("cannot attach the sock_ops program to the cgroup " + options.cgroup, errno);
+  if (bpf_prog_attach(bpf_program__fd(r->skeleton_->progs.local_redirect_msg), bpf_map__fd(r->skeleton_->maps.sockets),
+                      BPF_SK_MSG_VERDICT, 0) != 0)
+    return fail("cannot attach the sk_msg program to its SOCKHASH", errno);
+  r->msg_attached_ = true;
+  r->free_slots_.reserve(LOCAL_REDIRECT_MAX_SLOTS);
+  for (uint32_t slot = LOCAL_REDIRECT_MAX_SLOTS; slot-- > 0;) r->free_slots_.push_back(slot);
+  return r;
+}
+
+void LocalRedirect::release() {
+  if (msg_attached_)
+    bpf_prog_detach2(bpf_program__fd(skeleton_->progs.local_redirect_msg), bpf_map__fd(skeleton_->maps.sockets),
+                     BPF_SK_MSG_VERDICT);
+  msg_attached_ = false;
+  if (sockops_link_) bpf_link__destroy(sockops_link_);
+  sockops_link_ = nullptr;
+  if (reads_) ::munmap(reads_, reads_bytes_);
+  reads_ = nullptr;
+  if (skeleton_) local_redirect__destroy(skeleton_);
+  skeleton_ = nullptr;
+}
+
+bool LocalRedirect::add_port(uint16_t port, std::string* why) {
+  __u8 one = 1;
+  if (bpf_map__update_elem(skeleton_->maps.ports, &port, sizeof(port), &one, sizeof(one), BPF_ANY) == 0) return true;
+  *why = "port " + std::to_string(port) + ": " + strerror(errno);
+  return false;
+}
+
+void LocalRedirect::remove_port(uint16_t port) { bpf_map__delete_elem(skeleton_->maps.ports, &port, sizeof(port), 0); }
+
+std::atomic<uint64_t>* LocalRedirect::admit_reader(const RedirectKey& connection) {
+  uint32_t slot;
+  {
+    std::lock_guard lock(mu_);
+    if (free_slots_.empty()) return nullptr;
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  reads_[slot].store(0, std::memory_order_relaxed);
+  local_redirect_key key = flow_key(connection, false);
+  local_redirect_admission admission{slot, 0};
+  if (bpf_map__update_elem(skeleton_->maps.admissions, &key, sizeof(key), &admission, sizeof(admission), BPF_ANY) !=
+      0) {
+    std::lock_guard lock(mu_);
+    free_slots_.push_back(slot);
+    return nullptr;
+  }
+  return &reads_[slot];
+}
+
+bool LocalRedirect::admit_sender(const RedirectKey& connection) {
+  local_redirect_key key = flow_key(connection, true);
+  local_redirect_admission admission{0, 1};
+  return bpf_map__update_elem(skeleton_->maps.admissions, &key, sizeof(key), &admission, sizeof(admission), BPF_ANY) ==
+         0;
+}
+
+void LocalRedirect::forget(const RedirectKey& connection, std::atomic<uint64_t>* counter) {
+  for (bool own : {true, false}) {
+    local_redirect_key key = flow_key(connection, own);
+    bpf_map__delete_elem(skeleton_->maps.admissions, &key, sizeof(key), 0);
+  }
+  if (!counter) return;
+  std::lock_guard lock(mu_);
+  free_slots_.push_back(static_cast<uint32_t>(counter - reads_));
+}
+
+LocalRedirectStats LocalRedirect::stats() const {
+  LocalRedirectStats total;
+  int cpus = libbpf_num_possible_cpus();
+  if (cpus <= 0) return total;
+  std::vector<local_redirect_stats> per_cpu(static_cast<size_t>(cpus));
+  __u32 zero = 0;
+  if (bpf_map__lookup_elem(skeleton_->maps.stats, &zero, sizeof(zero), per_cpu.data(),
+                           per_cpu.size() * sizeof(local_redirect_stats), 0) != 0)
+    return total;
+  for (const auto& s : per_cpu) {
+    total.sockets_added += s.sockets_added;
+    total.sockets_refused += s.sockets_refused;
+    total.messages_redirected += s.msgs_redirected;
+    total.bytes_redirected += s.bytes_redirected;
+    total.messages_tcp += s.msgs_tcp;
+    total.bytes_tcp += s.bytes_tcp;
+    total.flows_to_tcp += s.flows_to_tcp;
+  }
+  return total;
+}
+
+#else  // built without libbpf, bpftool or clang
+
+std::unique_ptr<LocalRedirect> LocalRedirect::attach(const LocalRedirectOptions&, std::string* why) {
+  *why = "this rdmagw was built without the BPF programs (clang, bpftool or libbpf-dev were missing)";
+  return nullptr;
+}
+void LocalRedirect::release() {}
+bool LocalRedirect::add_port(uint16_t, std::string*) { return false; }
+void LocalRedirect::remove_port(uint16_t) {}
+std::atomic<uint64_t>* LocalRedirect::admit_reader(const RedirectKey&) { return nullptr; }
+bool LocalRedirect::admit_sender(const RedirectKey&) { return false; }
+void LocalRedirect::forget(const RedirectKey&, std::atomic<uint64_t>*) {}
+LocalRedirectStats LocalRedirect::stats() const { return {}; }
+
+#endif
+
+LocalRedirect::~LocalRedirect() { release(); }
+
+}  // namespace rdmagw::local
