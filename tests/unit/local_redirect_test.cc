@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
@@ -114,9 +115,16 @@ std::unique_ptr<LocalRedirect> attached(const TestCgroup& cgroup, uint64_t bound
   return r;
 }
 
-}  // namespace
-
-namespace {
+// The programs attached to a cgroup of the test's own, for one port.
+struct Redirected {
+  TestCgroup cgroup;
+  std::unique_ptr<LocalRedirect> redirect;
+  uint16_t port = free_port();
+  explicit Redirected(uint64_t bound) : redirect(attached(cgroup, bound)) {
+    std::string why;
+    if (!redirect->add_port(port, &why)) FAIL(why);
+  }
+};
 
 // Sends `n` bytes of the stream from `offset` in chunks of random sizes, of
 // at most `largest` bytes.
@@ -154,13 +162,10 @@ uint64_t read_stream(int fd, uint64_t offset, uint64_t n, std::atomic<uint64_t>&
 }  // namespace
 
 TEST_CASE("redirected bytes arrive whole and in order across switches to TCP and back", "[redirect]") {
-  TestCgroup cgroup;
   constexpr uint64_t kBound = 4096;  // small: the writer crosses it again and again
-  auto redirect = attached(cgroup, kBound);
-  uint16_t port = free_port();
-  std::string why;
-  REQUIRE(redirect->add_port(port, &why));
-  Connection c = connect_pair(port);
+  Redirected r(kBound);
+  auto& redirect = r.redirect;
+  Connection c = connect_pair(r.port);
   auto key = redirect_key_of(c.server.get());
   REQUIRE(key);
   std::atomic<uint64_t>* counter = redirect->admit_reader(*key);
@@ -218,15 +223,12 @@ TEST_CASE("redirected bytes arrive whole and in order across switches to TCP and
 }
 
 TEST_CASE("a writer whose reader does not read redirects no more than the bound, then waits on TCP", "[redirect]") {
-  TestCgroup cgroup;
   constexpr uint64_t kBound = 256 * 1024;
-  auto redirect = attached(cgroup, kBound);
-  uint16_t port = free_port();
-  std::string why;
-  REQUIRE(redirect->add_port(port, &why));
+  Redirected r(kBound);
+  auto& redirect = r.redirect;
   for (size_t send_size : {size_t{64}, size_t{64 * 1024}}) {
     INFO("sends of " << send_size << " bytes");
-    Connection c = connect_pair(port);
+    Connection c = connect_pair(r.port);
     auto key = redirect_key_of(c.server.get());
     REQUIRE(key);
     std::atomic<uint64_t>* counter = redirect->admit_reader(*key);
@@ -252,16 +254,14 @@ TEST_CASE("a writer whose reader does not read redirects no more than the bound,
 }
 
 TEST_CASE("a flow rdmagw sends is redirected, and the reader's unread bytes show as its receive memory", "[redirect]") {
-  TestCgroup cgroup;
-  auto redirect = attached(cgroup, 256 * 1024);
-  uint16_t port = free_port();
-  std::string why;
-  REQUIRE(redirect->add_port(port, &why));
-  Connection c = connect_pair(port);
+  Redirected r(256 * 1024);
+  auto& redirect = r.redirect;
+  Connection c = connect_pair(r.port);
   auto key = redirect_key_of(c.server.get());
   REQUIRE(key);
   REQUIRE(redirect->admit_sender(*key));
   SocketMemory memory;
+  std::string why;
   REQUIRE(memory.open(&why));
   LocalRedirectStats before = redirect->stats();
   std::vector<uint8_t> chunk(1 << 20, 'y');
@@ -280,7 +280,7 @@ TEST_CASE("a flow rdmagw sends is redirected, and the reader's unread bytes show
     REQUIRE(n > 0);
     got += static_cast<size_t>(n);
   }
-  CHECK(buffer == chunk);
+  CHECK(std::equal(buffer.begin(), buffer.end(), chunk.begin(), chunk.end()));
   unread = memory.receive_bytes(key->remote, key->local);
   REQUIRE(unread);
   CHECK(*unread < chunk.size());
@@ -288,12 +288,9 @@ TEST_CASE("a flow rdmagw sends is redirected, and the reader's unread bytes show
 }
 
 TEST_CASE("connections of two applications that rdmagw did not admit stay on TCP", "[redirect]") {
-  TestCgroup cgroup;
-  auto redirect = attached(cgroup, 256 * 1024);
-  uint16_t port = free_port();
-  std::string why;
-  REQUIRE(redirect->add_port(port, &why));
-  Connection c = connect_pair(port);
+  Redirected r(256 * 1024);
+  auto& redirect = r.redirect;
+  Connection c = connect_pair(r.port);
   LocalRedirectStats before = redirect->stats();
   std::string text = "not rdmagw's";
   REQUIRE(::send(c.client.get(), text.data(), text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(text.size()));
