@@ -9,7 +9,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SPDX = "SPDX-License-Identifier: Apache-2.0"
-SOURCE_SUFFIXES = {".cc", ".h", ".py", ".sh", ".cmake"}
+SOURCE_SUFFIXES = {".cc", ".c", ".h", ".py", ".sh", ".cmake"}
 
 
 def tracked() -> list[Path]:

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+// SPDX-License-Identifier: Apache-2.0
 // The local legs without the TCP stack (docs/architecture.md, "Local
 // legs"): loopback connections to and from rdmagw are put into a SOCKHASH
 // when they are established, and each message one end sends is queued
@@ -30,7 +30,8 @@
 
 #include "local_redirect_shared.h"
 
-char LICENSE[] SEC("license") = "Dual BSD/GPL";
+// The kernel reads this: the programs call no GPL-only helper.
+char LICENSE[] SEC("license") = "Apache-2.0";
 
 #define AF_INET 2
 #define AF_INET6 10

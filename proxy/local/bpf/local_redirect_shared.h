@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the BPF programs of local_redirect.bpf.c and their loader
  * (proxy/local/local_redirect.cc) share: the maps' key and statistics. C,
  * for both compilers. */
