@@ -49,11 +49,13 @@ def connect_from(ns: str, address: str, count: int = 3, size: int = 4000) -> lis
 
 
 # Connects to argv[1]:argv[2] and waits (5 s at most) for the first byte:
-# prints how the connection ended, "reset" only for ECONNRESET.
+# prints how the connection ended, "reset" only for ECONNRESET. The reset
+# may come before connect() has returned (rdmagw resets at accept): a reset
+# too.
 _PROBE = """
 import errno, socket, sys
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
 try:
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
     print("eof" if s.recv(1) == b"" else "data")
 except socket.timeout:
     print("open")
