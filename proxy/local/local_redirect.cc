@@ -22,6 +22,18 @@ namespace rdmagw::local {
 static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) && std::atomic<uint64_t>::is_always_lock_free,
               "the read counters are shared with the BPF programs as plain 64-bit words");
 
+std::optional<RedirectKey> redirect_key_of(int fd) {
+  RedirectKey key;
+  socklen_t length = sizeof(key.local);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&key.local), &length) != 0) return std::nullopt;
+  length = sizeof(key.remote);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&key.remote), &length) != 0) return std::nullopt;
+  if (key.local.ss_family != AF_INET && key.local.ss_family != AF_INET6) return std::nullopt;
+  return key;
+}
+
+#if RDMAGW_HAVE_BPF
+
 namespace {
 
 // A socket address as the programs key it: IPv6, IPv4 as ::ffff:a.b.c.d.
@@ -50,18 +62,6 @@ local_redirect_key flow_key(const RedirectKey& connection, bool own) {
 }
 
 }  // namespace
-
-std::optional<RedirectKey> redirect_key_of(int fd) {
-  RedirectKey key;
-  socklen_t length = sizeof(key.local);
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&key.local), &length) != 0) return std::nullopt;
-  length = sizeof(key.remote);
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&key.remote), &length) != 0) return std::nullopt;
-  if (key.local.ss_family != AF_INET && key.local.ss_family != AF_INET6) return std::nullopt;
-  return key;
-}
-
-#if RDMAGW_HAVE_BPF
 
 std::unique_ptr<LocalRedirect> LocalRedirect::attach(const LocalRedirectOptions& options, std::string* why) {
   std::unique_ptr<LocalRedirect> r(new LocalRedirect(options));
