@@ -113,13 +113,22 @@ void LocalRedirect::release() {
 }
 
 bool LocalRedirect::add_port(uint16_t port, std::string* why) {
+  std::atomic<uint64_t>& word = port_bits_[port / 64];
+  uint64_t bit = uint64_t{1} << (port % 64);
+  if (word.load(std::memory_order_acquire) & bit) return true;
   __u8 one = 1;
-  if (bpf_map__update_elem(skeleton_->maps.ports, &port, sizeof(port), &one, sizeof(one), BPF_ANY) == 0) return true;
-  *why = "port " + std::to_string(port) + ": " + strerror(errno);
-  return false;
+  if (bpf_map__update_elem(skeleton_->maps.ports, &port, sizeof(port), &one, sizeof(one), BPF_ANY) != 0) {
+    *why = "port " + std::to_string(port) + ": " + strerror(errno);
+    return false;
+  }
+  word.fetch_or(bit, std::memory_order_acq_rel);
+  return true;
 }
 
-void LocalRedirect::remove_port(uint16_t port) { bpf_map__delete_elem(skeleton_->maps.ports, &port, sizeof(port), 0); }
+void LocalRedirect::remove_port(uint16_t port) {
+  port_bits_[port / 64].fetch_and(~(uint64_t{1} << (port % 64)), std::memory_order_acq_rel);
+  bpf_map__delete_elem(skeleton_->maps.ports, &port, sizeof(port), 0);
+}
 
 std::atomic<uint64_t>* LocalRedirect::admit_reader(const RedirectKey& connection) {
   uint32_t slot;
@@ -141,9 +150,11 @@ std::atomic<uint64_t>* LocalRedirect::admit_reader(const RedirectKey& connection
   return &reads_[slot];
 }
 
-bool LocalRedirect::admit_sender(const RedirectKey& connection) {
+bool LocalRedirect::admit_sender(const RedirectKey& connection) { return send_by_tcp(connection, false); }
+
+bool LocalRedirect::send_by_tcp(const RedirectKey& connection, bool by_tcp) {
   local_redirect_key key = flow_key(connection, true);
-  local_redirect_admission admission{0, 1};
+  local_redirect_admission admission{0, static_cast<__u32>(by_tcp ? LOCAL_REDIRECT_SEND_BY_TCP : LOCAL_REDIRECT_SEND)};
   return bpf_map__update_elem(skeleton_->maps.admissions, &key, sizeof(key), &admission, sizeof(admission), BPF_ANY) ==
          0;
 }
@@ -190,6 +201,7 @@ bool LocalRedirect::add_port(uint16_t, std::string*) { return false; }
 void LocalRedirect::remove_port(uint16_t) {}
 std::atomic<uint64_t>* LocalRedirect::admit_reader(const RedirectKey&) { return nullptr; }
 bool LocalRedirect::admit_sender(const RedirectKey&) { return false; }
+bool LocalRedirect::send_by_tcp(const RedirectKey&, bool) { return false; }
 void LocalRedirect::forget(const RedirectKey&, std::atomic<uint64_t>*) {}
 LocalRedirectStats LocalRedirect::stats() const { return {}; }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "proxy/local/stream_info.h"
 
 struct local_redirect;
 struct bpf_link;
@@ -34,16 +35,6 @@ namespace rdmagw::local {
 struct LocalRedirectOptions {
   std::string cgroup;                   // a cgroup v2 directory
   uint64_t max_in_flight = 256 * 1024;  // per flow: redirected and not yet read
-};
-
-struct LocalRedirectStats {
-  uint64_t sockets_added = 0;
-  uint64_t sockets_refused = 0;
-  uint64_t messages_redirected = 0;
-  uint64_t bytes_redirected = 0;
-  uint64_t messages_tcp = 0;
-  uint64_t bytes_tcp = 0;
-  uint64_t flows_to_tcp = 0;
 };
 
 // A connection's two ends as the programs key them.
@@ -64,7 +55,8 @@ class LocalRedirect {
   LocalRedirect& operator=(const LocalRedirect&) = delete;
 
   // Connections on this port (either end) are redirected from their next
-  // establishment on. False (and why) if the map is full.
+  // establishment on. False (and why) if the map is full. Any thread; a
+  // port already added costs no system call.
   bool add_port(uint16_t port, std::string* why);
   void remove_port(uint16_t port);
 
@@ -76,6 +68,11 @@ class LocalRedirect {
   // A flow rdmagw sends on `connection`: redirected; call before the
   // first send. False if the map refused (it stays on TCP).
   bool admit_sender(const RedirectKey& connection);
+  // Switches a flow admit_sender() admitted between TCP (true: the reader
+  // is behind) and redirecting (false: only once the reader has read every
+  // byte sent by TCP, or bytes would overtake them). False if the map
+  // refused.
+  bool send_by_tcp(const RedirectKey& connection, bool by_tcp);
   // The connection ends: its admissions and slot go.
   void forget(const RedirectKey& connection, std::atomic<uint64_t>* counter);
 
@@ -95,6 +92,7 @@ class LocalRedirect {
   size_t reads_bytes_ = 0;
   std::mutex mu_;  // guards free_slots_ (workers admit from their threads)
   std::vector<uint32_t> free_slots_;
+  std::atomic<uint64_t> port_bits_[65536 / 64] = {};  // ports in the ports map
 };
 
 }  // namespace rdmagw::local

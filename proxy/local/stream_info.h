@@ -24,6 +24,21 @@ struct StreamInfo {
   // What it waits for now: "session" | "target-connect" | "session-credit" |
   // "peer-window" | "app-read" (the socket takes no more) | "app-data" | "".
   std::string waiting_for;
+  // Its socket with the local legs redirected (local_legs.redirect):
+  // "redirected", "redirected-sending-by-tcp" (the application is behind),
+  // else "tcp".
+  std::string local_leg = "tcp";
+};
+
+// What the local legs' programs counted (local_redirect.h), summed over CPUs.
+struct LocalRedirectStats {
+  uint64_t sockets_added = 0;
+  uint64_t sockets_refused = 0;
+  uint64_t messages_redirected = 0;
+  uint64_t bytes_redirected = 0;
+  uint64_t messages_tcp = 0;
+  uint64_t bytes_tcp = 0;
+  uint64_t flows_to_tcp = 0;
 };
 
 }  // namespace rdmagw::local

@@ -16,8 +16,10 @@
 //   redirect queue before TCP's receive queue, so once a flow has sent by
 //   TCP it stays on TCP until rdmagw has read every byte it sent, and only
 //   then redirects again: bytes never overtake each other.
-// - rdmagw sends it: always redirected; rdmagw paces itself, from what the
-//   kernel says the receiver holds unread (socket_memory.h).
+// - rdmagw sends it: rdmagw paces itself, from what the kernel says the
+//   receiver holds unread (socket_memory.h): redirected, or by TCP while
+//   the reader is behind (rdmagw switches the admission; it goes back only
+//   once the reader has read everything, so again nothing overtakes).
 //
 // A flow not admitted (yet, or ever: two applications of the same host)
 // sends by TCP, counted, so that the order rule above holds from its first
@@ -196,10 +198,11 @@ int local_redirect_msg(struct sk_msg_md* msg) {
   if (!f) return SK_PASS;  // not established under these programs (or ended meanwhile): TCP
   struct local_redirect_admission* a = bpf_map_lookup_elem(&admissions, &key);
   if (!a) goto by_tcp;
-  if (a->paced) {
-    // rdmagw sends, and paces itself: redirected, unless it ever had to
-    // go by TCP (the reader left), after which it stays there.
-    if (f->on_tcp) goto by_tcp;
+  if (a->paced != LOCAL_REDIRECT_READ) {
+    // rdmagw sends, and paces itself: by TCP while it says so (the reader
+    // is behind; it switches back only once the reader has read every
+    // byte), else redirected.
+    if (a->paced == LOCAL_REDIRECT_SEND_BY_TCP) goto by_tcp;
   } else {
     __u32 slot = a->slot;
     __u64* r = bpf_map_lookup_elem(&reads, &slot);

@@ -24,10 +24,14 @@ struct local_redirect_key {
 };
 
 /* A flow rdmagw admitted: one it reads (its read counter is reads[slot]),
- * or one it sends and paces itself (paced). */
+ * or one it sends and paces itself (paced: redirected, or by TCP while the
+ * reader is behind; rdmagw switches it). */
+#define LOCAL_REDIRECT_READ 0
+#define LOCAL_REDIRECT_SEND 1
+#define LOCAL_REDIRECT_SEND_BY_TCP 2
 struct local_redirect_admission {
   __u32 slot;
-  __u32 paced;
+  __u32 paced; /* LOCAL_REDIRECT_READ, _SEND or _SEND_BY_TCP */
 };
 
 /* Per CPU; the loader sums them. */

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "proxy/local/redirected_leg.h"
+
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace rdmagw::local {
+
+namespace {
+
+bool loopback_address(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr) >> 24) == 127;
+  if (a.ss_family == AF_INET6) {
+    const in6_addr& v6 = reinterpret_cast<const sockaddr_in6&>(a).sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+constexpr auto kTcpCheckInterval = std::chrono::milliseconds(1);
+constexpr size_t kProbeBytes = 4096;
+
+sockaddr_storage local_address(int fd) {
+  sockaddr_storage a{};
+  socklen_t length = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length);
+  return a;
+}
+
+}  // namespace
+
+bool probe_redirect(LocalRedirect& redirect, std::string* why) {
+  LegRedirector redirector{redirect, {}};
+  if (!redirector.memory.open(why)) return false;
+  UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  any.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (!listener.valid() || ::bind(listener.get(), reinterpret_cast<sockaddr*>(&any), sizeof(any)) != 0 ||
+      ::listen(listener.get(), 1) != 0) {
+    *why = std::string("cannot open a loopback socket to check the redirect: ") + strerror(errno);
+    return false;
+  }
+  sockaddr_storage bound = local_address(listener.get());
+  uint16_t port = ntohs(reinterpret_cast<sockaddr_in&>(bound).sin_port);
+  if (!redirect.add_port(port, why)) return false;
+  struct PortGuard {
+    LocalRedirect& redirect;
+    uint16_t port;
+    ~PortGuard() { redirect.remove_port(port); }
+  } guard{redirect, port};
+  UniqueFd app(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!app.valid() || ::connect(app.get(), reinterpret_cast<sockaddr*>(&bound), sizeof(sockaddr_in)) != 0) {
+    *why = std::string("cannot connect a loopback socket to check the redirect: ") + strerror(errno);
+    return false;
+  }
+  UniqueFd own(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  if (!own.valid()) {
+    *why = std::string("cannot accept a loopback connection to check the redirect: ") + strerror(errno);
+    return false;
+  }
+  uint64_t before = redirect.stats().bytes_redirected;
+  {
+    std::unique_ptr<RedirectedLeg> leg = RedirectedLeg::admit(redirector, own.get());
+    if (!leg) {
+      *why = "the redirect maps refused rdmagw's own connection";
+      return false;
+    }
+    char bytes[kProbeBytes] = {};
+    if (::send(own.get(), bytes, sizeof(bytes), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(bytes))) {
+      *why = std::string("cannot send on a loopback connection to check the redirect: ") + strerror(errno);
+      return false;
+    }
+  }
+  if (redirect.stats().bytes_redirected - before < kProbeBytes) {
+    *why = "rdmagw's own loopback connection was not redirected: is rdmagw in local_legs.cgroup (or below it)?";
+    return false;
+  }
+  std::optional<uint64_t> unread = redirector.memory.receive_bytes(local_address(app.get()), local_address(own.get()));
+  if (!unread || *unread < kProbeBytes) {
+    *why =
+        "this kernel does not count redirected bytes as the reader's receive memory (6.13 or later does, and "
+        "6.12.8), so rdmagw could not bound what it sends an application";
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<RedirectedLeg> RedirectedLeg::admit(LegRedirector& redirector, int fd) {
+  std::optional<RedirectKey> key = redirect_key_of(fd);
+  if (!key || !loopback_address(key->local) || !loopback_address(key->remote)) return nullptr;
+  std::unique_ptr<RedirectedLeg> leg(new RedirectedLeg(redirector, *key));
+  leg->counter_ = redirector.redirect.admit_reader(*key);
+  leg->sender_ = redirector.redirect.admit_sender(*key);
+  if (!leg->counter_ && !leg->sender_) return nullptr;
+  return leg;
+}
+
+RedirectedLeg::~RedirectedLeg() { redirector_.redirect.forget(key_, counter_); }
+
+size_t RedirectedLeg::before_send(int fd) {
+  uint64_t bound = redirector_.redirect.max_in_flight();
+  uint64_t quarter = std::max<uint64_t>(bound / 4, 1);
+  if (!sender_) return SIZE_MAX;
+  if (by_tcp_) {
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_check_ < kTcpCheckInterval) return SIZE_MAX;
+    last_check_ = now;
+    // Everything sent by TCP must have been read before a redirected byte
+    // may follow: nothing unacknowledged here (on loopback, acknowledged
+    // is queued there), nothing unread there.
+    int unacknowledged = 0;
+    if (::ioctl(fd, SIOCOUTQ, &unacknowledged) != 0 || unacknowledged != 0) return SIZE_MAX;
+    std::optional<uint64_t> unread = redirector_.memory.receive_bytes(key_.remote, key_.local);
+    if (!unread || *unread != 0) return SIZE_MAX;
+    if (!redirector_.redirect.send_by_tcp(key_, false)) return SIZE_MAX;
+    by_tcp_ = false;
+    since_check_ = 0;
+    return quarter;
+  }
+  if (since_check_ >= quarter) {
+    since_check_ = 0;
+    std::optional<uint64_t> unread = redirector_.memory.receive_bytes(key_.remote, key_.local);
+    // No answer: the application's socket is gone, and the programs send
+    // by TCP whatever cannot be redirected.
+    if (unread && *unread >= bound && redirector_.redirect.send_by_tcp(key_, true)) {
+      by_tcp_ = true;
+      last_check_ = std::chrono::steady_clock::now();
+      return SIZE_MAX;
+    }
+  }
+  return static_cast<size_t>(quarter - since_check_);
+}
+
+}  // namespace rdmagw::local

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// One application connection's two flows through the local redirect
+// (local_redirect.h, docs/architecture.md "Local legs"): the flow rdmagw
+// reads, which the programs bound by the read counter advanced here, and
+// the flow rdmagw sends, which rdmagw paces here by what the application
+// has not read yet:
+//   - each send carries at most a quarter of max_in_flight, and after every
+//     quarter sent rdmagw asks the kernel what the application holds
+//     unread (SocketMemory); at max_in_flight or more the flow goes by TCP,
+//     whose window then paces rdmagw as it always has. So the redirected
+//     bytes the application has not read stay under 1.25 x max_in_flight.
+//   - by TCP, at most once a millisecond before a send, rdmagw checks that
+//     its socket has nothing unacknowledged and the application nothing
+//     unread; only then does the flow redirect again, so that no byte
+//     overtakes one sent by TCP.
+// Owned by the connection's LocalStream; not thread-safe (one worker).
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "proxy/local/local_redirect.h"
+#include "proxy/local/socket_memory.h"
+
+namespace rdmagw::local {
+
+// What a worker's connections share to redirect their legs.
+struct LegRedirector {
+  LocalRedirect& redirect;
+  SocketMemory memory;  // this worker's socket diagnostics
+};
+
+// Once, after LocalRedirect::attach(): a loopback connection of rdmagw's
+// own, admitted like a stream's, must be redirected and its unread bytes
+// seen by SocketMemory. False (and why) when rdmagw is not in the cgroup it
+// attached to, or the kernel does not charge redirected bytes to the
+// reader (before 6.13 and 6.12.8): rdmagw could not bound what it sends.
+bool probe_redirect(LocalRedirect& redirect, std::string* why);
+
+class RedirectedLeg {
+ public:
+  // Admits the loopback connection on `fd` (both flows); null if it is not
+  // one, or the maps refused it (it stays on TCP). Call before the first
+  // read or send on `fd`.
+  static std::unique_ptr<RedirectedLeg> admit(LegRedirector& redirector, int fd);
+  ~RedirectedLeg();
+  RedirectedLeg(const RedirectedLeg&) = delete;
+  RedirectedLeg& operator=(const RedirectedLeg&) = delete;
+
+  // rdmagw read `n` more bytes from the socket (one store the programs see).
+  void read(uint64_t n) {
+    read_ += n;
+    if (counter_) counter_->store(read_, std::memory_order_release);
+  }
+  // Before a send on `fd`: switches the flow to or from TCP as the
+  // application's unread bytes say, and returns how many bytes the send
+  // may carry (at least 1).
+  size_t before_send(int fd);
+  // A send on the socket took `n` bytes.
+  void sent(uint64_t n) { since_check_ += n; }
+
+  bool sending_by_tcp() const { return by_tcp_; }
+
+ private:
+  RedirectedLeg(LegRedirector& redirector, const RedirectKey& key) : redirector_(redirector), key_(key) {}
+
+  LegRedirector& redirector_;
+  RedirectKey key_;
+  std::atomic<uint64_t>* counter_ = nullptr;  // null: the read flow stays on TCP
+  uint64_t read_ = 0;
+  bool sender_ = false;  // the send flow was admitted
+  bool by_tcp_ = false;
+  uint64_t since_check_ = 0;  // bytes sent since the application's unread bytes were last asked
+  std::chrono::steady_clock::time_point last_check_{};
+};
+
+}  // namespace rdmagw::local
