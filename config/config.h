@@ -230,6 +230,15 @@ struct ServicesConfig {
   bool operator==(const ServicesConfig&) const = default;
 };
 
+// local_legs: the loopback legs between the applications and rdmagw
+// (proxy/local/local_redirect.h; docs/architecture.md, "Local legs past TCP").
+struct LocalLegsConfig {
+  bool redirect = false;                // past the TCP stack, by sockmap
+  std::string cgroup;                   // the cgroup v2 directory holding rdmagw and its applications
+  uint64_t max_in_flight = 256 * 1024;  // per flow: redirected and not yet read
+  bool operator==(const LocalLegsConfig&) const = default;
+};
+
 struct Config {
   std::string source_file;
   std::string node;
@@ -249,6 +258,7 @@ struct Config {
   std::string log_level = "info";        // log_level: debug | info | warn | error
   AccessLogConfig access_log;            // access_log
   ServicesConfig services;               // services
+  LocalLegsConfig local_legs;            // local_legs
 
   const PeerConfig* find_peer(const std::string& name) const {
     for (const auto& p : peers)

@@ -137,6 +137,10 @@ std::vector<std::string> restart_only_changes(const Config& running, const Confi
   // under live sessions.
   d.check("tunnel.auth.mode", a.auth.mode, b.auth.mode);
   d.check("tunnel.auth.encrypt", a.auth.encrypt, b.auth.encrypt);
+  // The programs are attached once, at start.
+  d.check("local_legs.redirect", running.local_legs.redirect, next.local_legs.redirect);
+  d.check("local_legs.cgroup", running.local_legs.cgroup, next.local_legs.cgroup);
+  d.check("local_legs.max_in_flight", running.local_legs.max_in_flight, next.local_legs.max_in_flight);
   return out;
 }
 

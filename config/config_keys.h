@@ -14,10 +14,12 @@ namespace rdmagw::config_keys {
 
 using Keys = std::vector<std::string_view>;
 
-inline const Keys kTop = {"node",      "admin",   "admin_token_file",    "workers",   "worker_cpus", "tunnel",  "peers",
-                          "listeners", "targets", "shutdown_timeout_ms", "log_level", "access_log",  "services"};
+inline const Keys kTop = {"node",      "admin",      "admin_token_file", "workers",   "worker_cpus",
+                          "tunnel",    "peers",      "listeners",        "targets",   "shutdown_timeout_ms",
+                          "log_level", "access_log", "services",         "local_legs"};
 inline const Keys kAccessLog = {"enabled", "path", "format", "lines_per_second"};
 inline const Keys kServices = {"file", "direct"};
+inline const Keys kLocalLegs = {"redirect", "cgroup", "max_in_flight"};
 inline const Keys kTunnel = {"address",
                              "tcp_port",
                              "rdma_port",
@@ -69,7 +71,8 @@ inline const Section kSections[] = {{"", &kTop},
                                     {"listeners[].routes[]", &kRoute},
                                     {"targets[]", &kTarget},
                                     {"access_log", &kAccessLog},
-                                    {"services", &kServices}};
+                                    {"services", &kServices},
+                                    {"local_legs", &kLocalLegs}};
 
 // Every key by its full path ("tunnel.rdma.slab_size", "peers[].name"),
 // mappings that are sections themselves included ("tunnel.rdma").

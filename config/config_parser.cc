@@ -332,6 +332,7 @@ class Parser {
   std::vector<ListenUse> parse_listeners(const Value& v, const std::vector<std::string>& peer_names, Config* cfg);
   void parse_targets(const Value& v, Config* cfg);
   void parse_access_log(const Value& v, AccessLogConfig* a);
+  void parse_local_legs(const Value& v, LocalLegsConfig* l);
   void parse_cert_auth(const Value& v, const Fields& f, const Value* mode, AuthConfig* a);
 
   std::string file_;
@@ -638,6 +639,7 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
     if (auto s = get_choice(*v, {"debug", "info", "warn", "error"})) cfg->log_level = *s;
   }
   if (const Value* v = find(fields, "access_log")) parse_access_log(*v, &cfg->access_log);
+  if (const Value* v = find(fields, "local_legs")) parse_local_legs(*v, &cfg->local_legs);
 
   // Nothing may listen on the tunnel's own TCP address.
   if (tunnel_listen) {
@@ -917,6 +919,31 @@ void Parser::parse_access_log(const Value& v, AccessLogConfig* a) {
   }
   if (const Value* n = find(f, "lines_per_second")) {
     if (auto rate = get_uint(*n, 1, 1000000)) a->lines_per_second = static_cast<uint32_t>(*rate);
+  }
+}
+
+void Parser::parse_local_legs(const Value& v, LocalLegsConfig* l) {
+  std::optional<Fields> maybe = read_map(v, config_keys::kLocalLegs, true);
+  if (!maybe) return;
+  const Fields& f = *maybe;
+  const Value* redirect = find(f, "redirect");
+  if (redirect) {
+    if (auto on = get_choice(*redirect, {"true", "false"})) l->redirect = *on == "true";
+  }
+  const Value* cgroup = find(f, "cgroup");
+  if (cgroup) {
+    if (auto p = get_string(*cgroup)) {
+      if (p->empty() || p->front() != '/')
+        error(cgroup->mark, cgroup->path, "must be an absolute path (a cgroup v2 directory), got " + quote(*p));
+      else
+        l->cgroup = *p;
+    }
+  } else if (l->redirect) {
+    error(redirect->mark, v.path + ".cgroup",
+          "is required with redirect: true (the cgroup v2 directory holding rdmagw and its applications)");
+  }
+  if (const Value* n = find(f, "max_in_flight")) {
+    if (auto bytes = get_size(*n, 16 * 1024, 64 * 1024 * 1024)) l->max_in_flight = *bytes;
   }
 }
 

@@ -135,6 +135,9 @@ listeners:
     routes: [{match: "10.96.0.0/12", action: service}, {match: "10.0.0.0/16:6379", peer: destination}]
 """)
     write("fuzz_config", b"node: \"x\\e]0;pwned\\a\"\nservices: {file: /s.json, direct: fallback}\n")
+    # The local legs past TCP: on, with its cgroup and bound; and half-given.
+    write("fuzz_config", b"node: a\nlocal_legs: {redirect: true, cgroup: /sys/fs/cgroup/pod, max_in_flight: 1MiB}\n")
+    write("fuzz_config", b"node: a\nlocal_legs:\n  redirect: true\n  max_in_flight: 16KiB\n")
 
 
 def endpoint_seeds() -> None:

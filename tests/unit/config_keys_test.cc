@@ -91,6 +91,9 @@ const std::vector<Change>& changes() {
       {"access_log.lines_per_second", "10"},
       {"services.file", "/run/rdmagw-k8s/services.json"},
       {"services.direct", "never"},
+      {"local_legs.redirect", "true", {}, {{"local_legs.cgroup", "/sys/fs/cgroup/rdmagw"}}},
+      {"local_legs.cgroup", "/sys/fs/cgroup/other"},
+      {"local_legs.max_in_flight", "1MiB"},
       {"tunnel.address", "127.0.0.2"},
       {"tunnel.tcp_port", "7571"},
       {"tunnel.rdma_port", "7572"},
@@ -307,4 +310,27 @@ TEST_CASE("access_log: json needs a path, a path is absolute, and a rate is at l
   REQUIRE(ok.config);
   CHECK(ok.config->access_log.enabled);  // on by default, into the process log
   CHECK(ok.config->access_log.path.empty());
+}
+
+TEST_CASE("local_legs: off by default; redirect needs an absolute cgroup; max_in_flight is bounded") {
+  auto errors = [](const std::string& legs) {
+    ConfigResult r = parse_config_text("node: a\nlocal_legs: " + legs + "\n", "a.yaml");
+    std::string out;
+    for (const auto& e : r.errors) out += e.to_string() + "\n";
+    return out;
+  };
+  CHECK(errors("{redirect: true}").find("local_legs.cgroup: is required with redirect: true") != std::string::npos);
+  CHECK(errors("{redirect: true, cgroup: pod}").find("local_legs.cgroup: must be an absolute path") !=
+        std::string::npos);
+  CHECK(errors("{max_in_flight: 1KiB}").find("local_legs.max_in_flight") != std::string::npos);
+  CHECK(errors("{max_in_flight: 1GiB}").find("local_legs.max_in_flight") != std::string::npos);
+  CHECK(errors("{redirect: maybe, cgroup: /sys/fs/cgroup/pod}").find("local_legs.redirect") != std::string::npos);
+  CHECK(errors("{redirect: true, cgroup: /sys/fs/cgroup/pod, max_in_flight: 1MiB}").empty());
+  ConfigResult ok = parse_config_text("node: a\nlocal_legs: {redirect: true, cgroup: /sys/fs/cgroup/pod}\n", "a.yaml");
+  REQUIRE(ok.config);
+  CHECK(ok.config->local_legs.redirect);
+  CHECK(ok.config->local_legs.max_in_flight == 256 * 1024);
+  ConfigResult off = parse_config_text("node: a\n", "a.yaml");
+  REQUIRE(off.config);
+  CHECK_FALSE(off.config->local_legs.redirect);
 }

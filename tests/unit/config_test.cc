@@ -563,7 +563,8 @@ TEST_CASE("ConfigError::to_string format", "[config][errors]") {
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].to_string() ==
         "conf/a.yaml:2:1: worker: unknown key 'worker'; allowed keys here: node, admin, admin_token_file, workers, "
-        "worker_cpus, tunnel, peers, listeners, targets, shutdown_timeout_ms, log_level, access_log, services");
+        "worker_cpus, tunnel, peers, listeners, targets, shutdown_timeout_ms, log_level, access_log, services, "
+        "local_legs");
 }
 
 TEST_CASE("unknown top-level key", "[config][errors]") {
