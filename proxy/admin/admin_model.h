@@ -64,6 +64,15 @@ struct ServicesReport {
   std::unordered_map<uint32_t, EndpointTunnel> tunnels;
 };
 
+// local_legs.redirect (docs/architecture.md, "Local legs past TCP").
+struct LocalLegsStatus {
+  std::string state = "off";  // off | redirected | unavailable (then on TCP, as off)
+  std::string reason;         // unavailable: why
+  std::string cgroup;
+  uint64_t max_in_flight = 0;
+  local::LocalRedirectStats counters;  // redirected: what passed which way
+};
+
 struct Status {
   std::string version;
   std::string commit;  // built from (common/version.h)
@@ -81,6 +90,7 @@ struct Status {
   ReloadResult last_reload;     // empty errors/changes before the first
   double last_reload_unix = 0;  // 0: never
   ServicesStatus services;
+  LocalLegsStatus local_legs;
 };
 
 // The runtime, as the admin thread sees it. Every call is made from the

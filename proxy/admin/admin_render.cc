@@ -174,6 +174,18 @@ void write_listener_config(JsonWriter& w, const ListenerConfig& l) {
 
 }  // namespace
 
+void write_local_legs_status(JsonWriter& w, const LocalLegsStatus& s) {
+  w.key("local_legs").begin_object();
+  w.field("state", s.state).field("reason", s.reason).field("cgroup", s.cgroup);
+  w.field("max_in_flight", s.max_in_flight);
+  const local::LocalRedirectStats& c = s.counters;
+  w.field("sockets_added", c.sockets_added).field("sockets_refused", c.sockets_refused);
+  w.field("messages_redirected", c.messages_redirected).field("bytes_redirected", c.bytes_redirected);
+  w.field("messages_tcp", c.messages_tcp).field("bytes_tcp", c.bytes_tcp);
+  w.field("flows_to_tcp", c.flows_to_tcp);
+  w.end_object();
+}
+
 void write_services_status(JsonWriter& w, const ServicesStatus& s) {
   w.key("services").begin_object();
   w.field("file", s.file).field("loaded", s.loaded).field("table_file", s.table_file);
@@ -203,6 +215,7 @@ std::string render_stats_json(const Status& status, const Config* config, const 
   write_stats_per_worker(w, totals);
   write_stats_streams(w, totals);
   write_services_status(w, status.services);
+  write_local_legs_status(w, status.local_legs);
   w.key("rdma").begin_object();
   w.field("send_completions", totals.rdma_send_completions).field("recv_completions", totals.rdma_recv_completions);
   w.end_object();
@@ -295,6 +308,7 @@ std::string render_streams_json(const std::vector<StreamInfo>& streams, size_t o
     w.field("bytes_from_app", s.bytes_from_app).field("bytes_to_app", s.bytes_to_app);
     w.field("state", s.state).field("queued_to_app", s.queued_to_app).field("send_credit", s.send_credit);
     w.field("waiting_for", s.waiting_for);
+    w.field("local_leg", s.local_leg);
     w.end_object();
   }
   w.end_array().end_object();
@@ -331,6 +345,12 @@ std::string render_config_json(const Config& config, uint64_t generation) {
         .field("file", config.services.file)
         .field("direct", services_direct_name(config.services.direct))
         .end_object();
+  w.key("local_legs")
+      .begin_object()
+      .field("redirect", config.local_legs.redirect)
+      .field("cgroup", config.local_legs.cgroup)
+      .field("max_in_flight", config.local_legs.max_in_flight)
+      .end_object();
   w.field("shutdown_timeout_ms", config.shutdown_timeout_ms).field("log_level", config.log_level);
   w.field("generation", generation);
   w.end_object();

@@ -270,6 +270,33 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Con
   p.sample("rdmagw_ready", {}, uint64_t{status.ready ? 1u : 0u});
 }
 
+// local_legs.redirect: every family; counters only while redirected.
+void write_local_legs_families(PrometheusWriter& p, const LocalLegsStatus& legs) {
+  p.family("rdmagw_local_legs_redirected", "gauge",
+           "1 when the loopback legs to and from applications go past the TCP stack (local_legs.redirect, loaded "
+           "and attached), else 0.");
+  p.sample("rdmagw_local_legs_redirected", {}, uint64_t{legs.state == "redirected" ? 1u : 0u});
+  const bool on = legs.state == "redirected";
+  const local::LocalRedirectStats& c = legs.counters;
+  p.family("rdmagw_local_legs_bytes_total", "counter",
+           "Bytes sent on the redirected legs' sockets (both ends): redirected past TCP, or by TCP (past the bound, "
+           "keeping order, or not admitted).");
+  if (on) {
+    p.sample("rdmagw_local_legs_bytes_total", {{"path", "redirected"}}, c.bytes_redirected);
+    p.sample("rdmagw_local_legs_bytes_total", {{"path", "tcp"}}, c.bytes_tcp);
+  }
+  p.family("rdmagw_local_legs_sockets_total", "counter",
+           "Loopback sockets on rdmagw's ports put in the redirect map when established (result=added), or refused "
+           "(full).");
+  if (on) {
+    p.sample("rdmagw_local_legs_sockets_total", {{"result", "added"}}, c.sockets_added);
+    p.sample("rdmagw_local_legs_sockets_total", {{"result", "refused"}}, c.sockets_refused);
+  }
+  p.family("rdmagw_local_legs_flows_to_tcp_total", "counter",
+           "Times a flow rdmagw reads reached local_legs.max_in_flight unread and went by TCP.");
+  if (on) p.sample("rdmagw_local_legs_flows_to_tcp_total", {}, c.flows_to_tcp);
+}
+
 // services.file (docs/kubernetes.md): every family, samples only where
 // they mean something (a file configured; a table in use).
 void write_services_families(PrometheusWriter& p, const ServicesStatus& services) {
@@ -306,6 +333,7 @@ std::string render_metrics_text(const Status& status, const Config* config, cons
   write_worker_families(p, totals);
   write_process_families(p, status, config, totals, process);
   write_services_families(p, status.services);
+  write_local_legs_families(p, status.local_legs);
   p.histogram("rdmagw_stream_open_seconds",
               "Time from accepting an application's connection to sending its OPEN, waiting for a session included.",
               totals.stream_open);

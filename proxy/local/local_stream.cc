@@ -45,6 +45,19 @@ metrics::StreamFailure failure_of(ResetCode code) {
   }
   return metrics::StreamFailure::kProtocol;
 }
+// Shortens `iov` (n entries) to at most `limit` bytes, at least one entry
+// kept; returns how many entries remain.
+size_t limit_iovecs(iovec* iov, size_t n, size_t limit) {
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (total + iov[i].iov_len >= limit) {
+      iov[i].iov_len = limit - total;
+      return i + 1;
+    }
+    total += iov[i].iov_len;
+  }
+  return n;
+}
 }  // namespace
 
 LocalStream::LocalStream(StreamHost& host, UniqueFd fd)
@@ -80,6 +93,7 @@ LocalStream* LocalStream::from_client(StreamHost& host, UniqueFd fd, std::string
     counters->accepted.add();
     counters->active.add();
   }
+  s->admit_to_redirect();
   return s;
 }
 
@@ -106,6 +120,13 @@ LocalStream* LocalStream::to_target(StreamHost& host, const tunnel::Session& ses
   if (host.access_log && host.access_log->enabled()) {
     s->client_ = session.remote_address();
     s->transport_ = tunnel::transport_kind_name(session.transport_kind());
+  }
+  if (host.redirector) {
+    // Before the connect: the programs pick a connection up when it is
+    // established, by its port. A port they cannot hold leaves it on TCP.
+    std::string ignored;
+    if (uint16_t port = endpoint_port(target); port != 0 && is_loopback(target))
+      host.redirector->redirect.add_port(port, &ignored);
   }
   s->connector().start(host.loop, fd, target.addr, target.addr_len, host.connect_timeout_ms);
   return s;
@@ -145,10 +166,22 @@ bool LocalStream::describe(StreamInfo* out) const {
     out->waiting_for = "app-read";
   else if (recv_posted_)
     out->waiting_for = "app-data";
+  if (leg_) out->local_leg = leg_->sending_by_tcp() ? "redirected-sending-by-tcp" : "redirected";
   return true;
 }
 
+void LocalStream::admit_to_redirect() {
+  if (host_.redirector) leg_ = RedirectedLeg::admit(*host_.redirector, fd_.get());
+}
+
+size_t LocalStream::send_limit() { return leg_ ? leg_->before_send(fd_.get()) : SIZE_MAX; }
+
+void LocalStream::note_sent(size_t n) {
+  if (leg_) leg_->sent(n);
+}
+
 void LocalStream::add_bytes_from_app(uint64_t n) {
+  if (leg_) leg_->read(n);
   bytes_up_ += n;
   if (listener_counters_) listener_counters_->bytes_received.add(n);
 }
@@ -209,6 +242,7 @@ void LocalStream::on_target_connected(int error) {
     return;
   }
   set_nodelay(fd_.get());
+  admit_to_redirect();
   host_.metrics.target_connect.observe_us(
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
   log::debug("stream_connected").kv("peer", peer_).kv("stream", stream_id()).kv("target", target_);
@@ -362,8 +396,17 @@ tunnel::Stream::Delivery LocalStream::on_peer_data(std::span<const iovec> pieces
     msghdr m{};
     m.msg_iov = const_cast<iovec*>(pieces.data());  // sendmsg does not write it
     m.msg_iovlen = std::min<size_t>(pieces.size(), IOV_MAX);
+    iovec limited[kMaxIov];
+    if (size_t limit = send_limit(); limit != SIZE_MAX) {
+      // A redirected leg: this send carries at most `limit` bytes.
+      m.msg_iovlen = std::min<size_t>(pieces.size(), kMaxIov);
+      std::copy_n(pieces.begin(), m.msg_iovlen, limited);
+      m.msg_iov = limited;
+      m.msg_iovlen = limit_iovecs(limited, m.msg_iovlen, limit);
+    }
     ssize_t n = ::sendmsg(fd_.get(), &m, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) {
+      note_sent(static_cast<size_t>(n));
       add_bytes_to_app(static_cast<uint64_t>(n));
       d.delivered = static_cast<uint32_t>(n);
       skip = static_cast<size_t>(n);
@@ -393,18 +436,25 @@ tunnel::Stream::Delivery LocalStream::on_peer_piped(std::span<const uint8_t> hea
   // now, the piped ones by splice (they never enter user space). What the
   // socket does not take is queued, read out of the pipe: the pipe must be
   // empty when this returns.
-  if (!sending_ && phase_ != Phase::kConnecting && to_socket_.empty() && downstream_ != Downstream::kShut) {
+  // A redirected leg: these sends carry at most `limit` bytes in all.
+  size_t limit = !sending_ && phase_ != Phase::kConnecting && to_socket_.empty() ? send_limit() : 0;
+  if (!sending_ && phase_ != Phase::kConnecting && to_socket_.empty() && downstream_ != Downstream::kShut &&
+      head.size() <= limit) {
     if (!head.empty()) {
       ssize_t n = ::send(fd_.get(), head.data(), head.size(), MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
       if (n > 0) head_sent = static_cast<size_t>(n);
     }
-    while (head_sent == head.size() && piped_sent < piped) {
-      ssize_t n = ::splice(pipe_fd, nullptr, fd_.get(), nullptr, piped - piped_sent, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+    while (head_sent == head.size() && piped_sent < piped && head_sent + piped_sent < limit) {
+      size_t want = std::min<size_t>(piped - piped_sent, limit - head_sent - piped_sent);
+      ssize_t n = ::splice(pipe_fd, nullptr, fd_.get(), nullptr, want, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
       if (n <= 0) break;  // the socket is full (an error is left to the queued send to report)
       piped_sent += static_cast<uint32_t>(n);
     }
     d.delivered = static_cast<uint32_t>(head_sent) + piped_sent;
-    if (d.delivered > 0) add_bytes_to_app(d.delivered);
+    if (d.delivered > 0) {
+      note_sent(d.delivered);
+      add_bytes_to_app(d.delivered);
+    }
   }
   if (head_sent < head.size() && !to_socket_.append(head.data() + head_sent, head.size() - head_sent))
     d.accepted = false;
@@ -439,7 +489,7 @@ void LocalStream::pump_send() {
   int n = to_socket_.front_iovecs(iov_, kMaxIov);
   msg_ = {};
   msg_.msg_iov = iov_;
-  msg_.msg_iovlen = static_cast<size_t>(n);
+  msg_.msg_iovlen = limit_iovecs(iov_, static_cast<size_t>(n), send_limit());
   io_uring_sqe* s = host_.loop.sqe(&send_op_);
   io_uring_prep_sendmsg(s, fd_.get(), &msg_, MSG_NOSIGNAL);
   sending_ = true;
@@ -456,6 +506,7 @@ void LocalStream::on_send(int res, uint32_t) {
     return;
   }
   to_socket_.consume(static_cast<size_t>(res));
+  note_sent(static_cast<size_t>(res));
   add_bytes_to_app(static_cast<uint64_t>(res));
   if (session()) session()->delivered(*this, static_cast<uint32_t>(res));
   pump_send();

@@ -30,6 +30,7 @@
 #include "common/metrics.h"
 #include "common/unique_fd.h"
 #include "proxy/io/timed_connect.h"
+#include "proxy/local/redirected_leg.h"
 #include "proxy/local/socket_receive.h"
 #include "proxy/local/stream_host.h"
 #include "proxy/local/stream_info.h"
@@ -128,6 +129,11 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   void watch_for_errors();
   void add_bytes_from_app(uint64_t n);
   void add_bytes_to_app(uint64_t n);
+  // With the local legs redirected (redirected_leg.h): admits the socket,
+  // once it is connected; then what a send may carry, and what it took.
+  void admit_to_redirect();
+  size_t send_limit();
+  void note_sent(size_t n);
 
   static constexpr int kMaxIov = 16;
 
@@ -149,6 +155,8 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   // Only a stream to a target connects (224 bytes, most of it the address
   // the kernel reads): made when it first does, so client streams carry none.
   std::unique_ptr<TimedConnect> connect_;
+  // The socket's flows through the local redirect (null: plain TCP legs).
+  std::unique_ptr<RedirectedLeg> leg_;
 
   IoOp recv_op_, send_op_, error_poll_op_;
   bool recv_posted_ = false;

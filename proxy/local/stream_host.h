@@ -20,6 +20,7 @@ namespace rdmagw::local {
 
 class AccessLog;
 class LocalConnection;
+struct LegRedirector;
 
 struct StreamHost {
   EventLoop& loop;
@@ -34,6 +35,8 @@ struct StreamHost {
   ProvidedBuffers* receive_ring = nullptr;
   // One line per connection when it ends (null: none; tests of the layer).
   AccessLog* access_log = nullptr;
+  // The local legs past TCP (local_legs.redirect), when they are on.
+  LegRedirector* redirector = nullptr;
   uint64_t live = 0;  // connections not yet freed (a drain waits for 0)
   LocalConnection* first = nullptr;
 

@@ -151,6 +151,7 @@ void Runtime::worker_thread(unsigned index) {
     Worker worker(index, std::move(config), std::move(listeners), tunnel_, stop_level_, *metrics_[index],
                   *mailboxes_[index], *directory_, access_log_file_);
     if (index < worker_imports_.size()) worker.import_on_init(std::move(worker_imports_[index]), inherited_fds_);
+    if (local_redirect_) worker.redirect_local_legs(*local_redirect_);
     std::string error = pin_error;
     bool ok = error.empty() && worker.init(&error);
     {
@@ -272,6 +273,7 @@ int Runtime::run() {
     abandon_takeover("the new process cannot open its access log: " + error);
     return 1;
   }
+  attach_local_legs();
   if (!open_tunnel_sockets() || !prepare_workers()) {
     abandon_takeover("the new process could not start (its log says why)");
     return 1;
@@ -521,6 +523,7 @@ admin::Status Runtime::status() {
   s.last_reload = last_reload_;
   s.last_reload_unix = last_reload_unix_;
   s.services = services_status();
+  s.local_legs = local_legs_status();
   return s;
 }
 
@@ -674,6 +677,7 @@ admin::ReloadResult Runtime::load_and_apply() {
   std::string key, error;
   if (!open_listener_set(*loaded.config, current, &next, &key, &error))
     return refuse_reload({options_.config_file + ": " + key + ": " + error});
+  redirect_listener_ports(next);
 
   const std::string& log_path = loaded.config->access_log.path;
   if (!log_path.empty() && log_path != running->access_log.path && !access_log_file_.open(log_path, &error))

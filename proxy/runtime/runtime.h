@@ -103,6 +103,10 @@ class Runtime final : public admin::Backend {
   void report_taken_channel(std::chrono::steady_clock::time_point busy_since, pid_t* reported);
   // Old process: every worker's image, once all are quiet; false after `timeout`.
   bool collect_images(std::vector<WorkerImage>* images, std::chrono::milliseconds timeout);
+  // local_legs.redirect (runtime_local_legs.cc): at start, before the workers.
+  void attach_local_legs();
+  void redirect_listener_ports(const ListenerSet& listeners);
+  admin::LocalLegsStatus local_legs_status() const;
 
   RuntimeOptions options_;
   // systemd's Type=notify (service_notify.h); does nothing without NOTIFY_SOCKET.
@@ -112,6 +116,10 @@ class Runtime final : public admin::Backend {
   bool rdma_ = false;
   std::string rdma_reason_ = "configured";
   std::string transport_;  // "tcp" | "rdma" | "rdma,tcp": decided at start, fixed
+  // The local legs' programs, attached at start (null: off or unavailable);
+  // destroyed after the workers, whose streams use them.
+  std::unique_ptr<local::LocalRedirect> local_redirect_;
+  admin::LocalLegsStatus local_legs_;  // fixed at start but for the counters
 
   // Guards the fields below it (read by the admin thread, written on reload).
   mutable std::mutex mu_;

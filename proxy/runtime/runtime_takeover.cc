@@ -302,6 +302,12 @@ void Runtime::hand_over(UniqueFd peer, int listening) {
   bool commit = (features & kTakeoverCommit) != 0;
   std::lock_guard reloading(reload_mu_);
   if (draining_ || !running_) return refuse("this rdmagw is draining or still starting");
+  // The bytes queued in redirected legs live in this process's maps, which
+  // go with it: not yet handed over.
+  if (local_redirect_)
+    return refuse(
+        "this rdmagw redirects its local legs (local_legs.redirect), whose queued bytes would be lost with its "
+        "maps: a takeover is not supported in that mode yet; restart it instead");
   log::info("takeover_requested").kv("by", who).kv("streams", live_streams());
   // Who we are, vouched for by the kernel, and the channel itself, so that
   // its name is never unbound between us and the new process.

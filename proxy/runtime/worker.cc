@@ -139,6 +139,17 @@ bool Worker::init(std::string* error) {
       local::StreamHost{loop_, *pool_, metrics_, index_, t.buffer_size, t.connect_timeout_ms});
   access_log_.configure(config_->access_log, config_->node);
   host_->access_log = &access_log_;
+  if (local_redirect_) {
+    redirector_ = std::make_unique<local::LegRedirector>(local::LegRedirector{*local_redirect_, {}});
+    std::string why;
+    if (redirector_->memory.open(&why)) {
+      host_->redirector = redirector_.get();
+    } else {
+      // Unpaced sends would have no bound: this worker's legs stay on TCP.
+      log::warn("local_legs_unavailable").kv("worker", index_).kv("reason", why).kv("legs", "tcp");
+      redirector_.reset();
+    }
+  }
   // Idle streams then hold no buffer (docs/architecture.md, "Memory per
   // connection"). Without buffer rings the streams poll, then read.
   std::string no_ring;

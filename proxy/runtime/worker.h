@@ -28,6 +28,7 @@
 #include "proxy/io/acceptor.h"
 #include "proxy/io/event_loop.h"
 #include "proxy/local/access_log.h"
+#include "proxy/local/redirected_leg.h"
 #include "proxy/local/stream_host.h"
 #include "proxy/local/stream_info.h"
 #include "proxy/runtime/listener_sockets.h"
@@ -113,6 +114,9 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
     imports_ = std::move(images);
     inherited_fds_ = std::move(fds);
   }
+  // Before init(): the local legs go past TCP through `redirect` (the
+  // process's; it outlives the worker).
+  void redirect_local_legs(local::LocalRedirect& redirect) { local_redirect_ = &redirect; }
 
   // SessionOwner, for sessions peers dialed to us.
   void on_session_open(tunnel::Session& session) override;
@@ -249,6 +253,9 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   std::unique_ptr<BufferPool> pool_;
   // After pool_ (its MR covers the slab) and before loop_.
   std::unique_ptr<transport::RdmaContext> rdma_;
+  // Before loop_: the streams' redirected legs point into it until they go.
+  local::LocalRedirect* local_redirect_ = nullptr;
+  std::unique_ptr<local::LegRedirector> redirector_;
   EventLoop loop_;
   // After loop_: destroyed first, returning its buffers to pool_.
   ProvidedBuffers receive_ring_;

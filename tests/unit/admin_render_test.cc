@@ -282,7 +282,7 @@ TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[a
     CHECK(f.help_lines.count(name) == 1);
     ++documented;
   }
-  CHECK(documented == 44);
+  CHECK(documented == 48);
   CHECK(f.type.size() == static_cast<size_t>(documented));  // and nothing undocumented
   for (const auto& [name, n] : f.help_lines) {
     INFO(name);
@@ -570,7 +570,7 @@ TEST_CASE("streams: total, offset and limit", "[admin][streams]") {
       page, Catch::StartsWith(R"({"total":5,"offset":1,"limit":2,"streams":[{"worker":0,"side":"client",)"
                               R"("listener":"","peer":"","target":"","stream_id":2,"age_ms":0,)"
                               R"("bytes_from_app":0,"bytes_to_app":0,"state":"open","queued_to_app":0,"send_credit":0,)"
-                              R"("waiting_for":""},{)"));
+                              R"("waiting_for":"","local_leg":"tcp"},{)"));
   CHECK_THAT(page, Catch::Contains(R"("stream_id":3)"));
   CHECK_THAT(page, !Catch::Contains(R"("stream_id":4)"));
   CHECK(render_streams_json(streams, 4, 100).find(R"("stream_id":5)") != std::string::npos);
@@ -600,6 +600,7 @@ TEST_CASE("config: the YAML schema as JSON, defaults filled in", "[admin][config
       R"({"match":"10.2.0.5/32:8000-8100","action":"tunnel","peer":"b","target":"tcp:127.0.0.1:8080"},)"
       R"({"match":"0.0.0.0/0","action":"passthrough"}]}],)"
       R"("targets":["tcp:127.0.0.1:6379","unix:/run/redis.sock"],)"
+      R"("local_legs":{"redirect":false,"cgroup":"","max_in_flight":262144},)"
       R"("shutdown_timeout_ms":10000,"log_level":"info","generation":3})");
 }
 

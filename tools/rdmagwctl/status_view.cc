@@ -92,6 +92,17 @@ std::string streams_section(const Json& streams) {
   return out;
 }
 
+// local_legs.redirect: said only when configured (an older rdmagw sends none).
+std::string local_legs_section(const Json& legs) {
+  std::string state = string_or(legs, "state");
+  if (state.empty() || state == "off") return "";
+  if (state != "redirected")
+    return "local legs " + text_or_dash(legs, "state") + ", on TCP (" + text_or_dash(legs, "reason") + ")\n";
+  return "local legs redirected past TCP (cgroup " + text_or_dash(legs, "cgroup") +
+         "): " + format_bytes(counter(legs, "bytes_redirected")) + " redirected, " +
+         format_bytes(counter(legs, "bytes_tcp")) + " by TCP\n";
+}
+
 // Means of the latency histograms that have samples.
 std::string latency_section(const Json& latency) {
   std::string parts;
@@ -133,6 +144,7 @@ std::string render_status(const Json& answer) {
   std::string reason = string_or(stats, "transport_reason");
   out += "transport  " + text_or_dash(stats, "transport") + (reason.empty() ? "" : " (" + reason + ")") + "\n";
   if (!string_or(stats, "io_uring").empty()) out += "io_uring   " + string_or(stats, "io_uring") + "\n";
+  out += local_legs_section(object_at(stats, "local_legs"));
   out += config_section(object_at(stats, "config"));
   out += streams_section(object_at(stats, "streams"));
   out += latency_section(object_at(stats, "latency"));
