@@ -1,0 +1,335 @@
+# SPDX-License-Identifier: Apache-2.0
+"""local_legs.redirect: the loopback legs between applications and rdmagw
+carried past the TCP stack by sockmap (docs/architecture.md, "Local legs
+past TCP").
+
+Both sidecars, the servers and the clients run in a cgroup v2 made for the
+test (this process joins it for the test's length, so that every socket it
+and its children make is in it). Asserted on real processes and sockets:
+bytes arrive exact (SHA-256) in both directions on both hosts' legs while
+the programs say they redirected them; an application that stops reading
+holds a bounded amount and then gets everything in order; with the mode
+unavailable, rdmagw says why once and carries the same bytes on TCP; a
+takeover is refused while the mode is on.
+
+Needs root, cgroup v2 and a kernel that charges redirected bytes to the
+reader (6.13 or later): skipped with the reason elsewhere (the RDMA lab's
+6.1), but not on a machine that has them."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import random
+import re
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from admin_client import admin_json
+from backends import EchoServer, ResetServer, Sha256Server, StallServer, sha256_of_prng
+from clients import RESET_ERRORS, connect, echo_concurrently, how_stream_ends, wait_for
+from conftest import RDMAGWCTL_BIN, scaled
+
+MiB = 1 << 20
+BOUND = 256 * 1024
+
+
+def cgroup2_mount() -> str | None:
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == "cgroup2":
+            return fields[1]
+    return None
+
+
+def kernel_charges_redirected_bytes() -> bool:
+    m = re.match(r"(\d+)\.(\d+)", platform.release())
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (6, 13)
+
+
+@pytest.fixture
+def test_cgroup():
+    """A cgroup v2 of the test's own, holding this process (and so every
+    process and socket it makes) until the test ends; then moved back and
+    removed."""
+    mount = cgroup2_mount()
+    if os.geteuid() != 0 or mount is None:
+        pytest.skip("needs root and cgroup v2")
+    own = next(line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::"))
+    before = Path(mount + own)
+    path = Path(mount) / f"rdmagw-local-legs-{os.getpid()}"
+    path.mkdir(exist_ok=True)
+    (path / "cgroup.procs").write_text(str(os.getpid()))
+    try:
+        yield str(path)
+    finally:
+        (before / "cgroup.procs").write_text(str(os.getpid()))
+        # Whatever a test left in it (a sidecar it did not stop) goes first.
+        for _ in range(100):
+            left = [p for p in (path / "cgroup.procs").read_text().split() if p]
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(int(pid), 9)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+        path.rmdir()
+
+
+def legs_lines(cgroup: str) -> list[str]:
+    return ["local_legs:", "  redirect: true", f"  cgroup: {cgroup}", f"  max_in_flight: {BOUND}"]
+
+
+def local_legs(sidecar) -> dict:
+    return admin_json(sidecar.admin_port, "/stats")["local_legs"]
+
+
+def redirected_pair(pair, backend, cgroup: str, server=None, **kw):
+    """A pair whose two sidecars redirect their local legs, with `server`
+    (an EchoServer by default) behind listener `echo`. Skips, with rdmagw's
+    reason, where the mode is unavailable, unless this machine kind must
+    have it."""
+    server = backend(server or EchoServer())
+    p = pair([{"name": "echo", "target": server.endpoint}], [server.endpoint], a_lines=legs_lines(cgroup),
+             b_lines=legs_lines(cgroup), **kw)
+    for side in (p.a, p.b):
+        legs = local_legs(side)
+        if legs["state"] != "redirected":
+            if kernel_charges_redirected_bytes() and os.environ.get("CI"):
+                pytest.fail(f"{side.name}: local legs {legs['state']} on kernel {platform.release()}: "
+                            f"{legs['reason']}")
+            pytest.skip(f"local legs unavailable here: {legs['reason']}")
+    return p, server
+
+
+def test_both_hosts_legs_are_redirected_and_every_byte_arrives_exact(pair, backend, test_cgroup):
+    p, _ = redirected_pair(pair, backend, test_cgroup)
+    # Requests and answers, one at a time: every byte of both hosts' legs
+    # (host-a: client <-> rdmagw, host-b: rdmagw <-> echo server) in both
+    # directions is redirected.
+    rounds, size = 300, 100
+    with connect(p.address("echo")) as s:
+        for i in range(rounds):
+            message = bytes([i % 256]) * size
+            s.sendall(message)
+            got = b""
+            while len(got) < size:
+                chunk = s.recv(size - len(got))
+                assert chunk, "EOF mid-answer"
+                got += chunk
+            assert got == message
+    for side in (p.a, p.b):
+        legs = local_legs(side)
+        assert legs["bytes_redirected"] >= 2 * rounds * size, (side.name, legs)
+    # Bulk, many streams at once, sizes from 1 byte to 3 MiB: exact in both
+    # directions, whether the bound and the order rule sent part by TCP.
+    rng = random.Random(42)
+    payloads = [rng.randbytes(rng.choice([1, 64, 4096, 100_000, 3 * MiB])) for _ in range(scaled(24))]
+    got = echo_concurrently(p.address("echo"), payloads, deadline=time.monotonic() + 60)
+    for i, (sent, back) in enumerate(zip(payloads, got)):
+        assert hashlib.sha256(back).hexdigest() == hashlib.sha256(sent).hexdigest(), f"stream {i} differs"
+    metrics = subprocess.run(["curl", "-s", f"http://127.0.0.1:{p.a.admin_port}/metrics"], capture_output=True,
+                             text=True, timeout=10).stdout
+    assert "rdmagw_local_legs_redirected 1" in metrics
+    assert 'rdmagw_local_legs_bytes_total{path="redirected"}' in metrics
+    status = subprocess.run([RDMAGWCTL_BIN, "--admin", f"127.0.0.1:{p.a.admin_port}", "status"], capture_output=True,
+                            text=True, timeout=10)
+    assert status.returncode == 0, status.stderr
+    assert f"local legs redirected past TCP (cgroup {test_cgroup})" in status.stdout, status.stdout
+
+
+def test_an_open_stream_shows_its_leg_redirected(pair, backend, test_cgroup):
+    p, _ = redirected_pair(pair, backend, test_cgroup)
+    with connect(p.address("echo")) as s:
+        s.sendall(b"ping")
+        assert s.recv(4) == b"ping"
+        streams = wait_for(lambda: admin_json(p.a.admin_port, "/streams")["streams"], what="the stream listed")
+        assert streams[0]["local_leg"] == "redirected", streams
+        far = wait_for(lambda: admin_json(p.b.admin_port, "/streams")["streams"], what="the far stream listed")
+        assert far[0]["local_leg"] == "redirected", far
+
+
+def unread_bytes(sock: socket.socket) -> int:
+    """What the kernel holds for `sock` unread (ss's skmem r: sk_rmem_alloc,
+    redirected bytes included)."""
+    host, port = sock.getsockname()
+    return unread_at(f"{host}:{port}")[0]
+
+
+def unread_at(src: str, dst: str | None = None) -> tuple[int, int]:
+    """For the socket whose own address is `src` (and peer `dst`): what it
+    holds unread, and its receive buffer (TCP's own limit, ss's rb)."""
+    filters = ["src", src] + (["dst", dst] if dst else [])
+    out = subprocess.run(["ss", "-tmnH"] + filters, capture_output=True, text=True, timeout=10).stdout
+    m = re.search(r"skmem:\(r(\d+),rb(\d+),", out)
+    assert m, f"ss shows no socket memory for {' '.join(filters)}: {out!r}"
+    return int(m.group(1)), int(m.group(2))
+
+
+def test_an_application_that_stops_reading_holds_a_bounded_amount_then_gets_every_byte_in_order(
+        pair, backend, test_cgroup):
+    total = 48 * MiB
+    p, server = redirected_pair(pair, backend, test_cgroup, server=Sha256Server(send_size=total, send_seed=7))
+    with connect(p.address("echo"), timeout=30) as s:
+        s.shutdown(socket.SHUT_WR)
+        # Not a byte read for a while: host-a's rdmagw must stop sending.
+        time.sleep(1.5)
+        held = unread_bytes(s)
+        time.sleep(0.5)
+        held_later = unread_bytes(s)
+        # rdmagw paces its redirected sends to about 1.25 x max_in_flight;
+        # then it sends by TCP, whose window the redirected bytes already
+        # fill (they are charged to the same receive memory).
+        print(f"unread: {held} then {held_later} (max_in_flight {BOUND})")
+        assert held <= 2 * BOUND and held_later <= 2 * BOUND, (held, held_later)
+        assert held_later <= held + 64 * 1024, "still growing"
+        stream = admin_json(p.a.admin_port, "/streams")["streams"][0]
+        assert stream["local_leg"] == "redirected-sending-by-tcp", stream
+        # Then read in bursts with pauses: the flow goes back and forth
+        # between TCP and redirection; every byte must come in order.
+        rng = random.Random(3)
+        h = hashlib.sha256()
+        got = 0
+        deadline = time.monotonic() + 120
+        for _ in range(1_000_000):
+            assert time.monotonic() < deadline, f"only {got} of {total} bytes read in time"
+            data = s.recv(rng.choice([1, 1000, 65536, 1 << 20]))
+            if not data:
+                break
+            h.update(data)
+            got += len(data)
+            if rng.random() < 0.01:
+                time.sleep(rng.random() * 0.02)
+        assert got == total
+        assert h.hexdigest() == sha256_of_prng(7, total)
+    legs = local_legs(p.a)
+    print(f"host-a's legs: {legs}")
+    assert legs["bytes_redirected"] > 0 and legs["bytes_tcp"] > 0, legs
+
+
+def test_a_server_that_stops_reading_bounds_both_hosts_legs_then_gets_every_byte_in_order(
+        pair, backend, test_cgroup):
+    # The client's bytes cross host-a's leg (rdmagw reads: bounded by the
+    # programs) and host-b's leg (rdmagw sends: paced by rdmagw) to a
+    # server that reads nothing until released.
+    p, server = redirected_pair(pair, backend, test_cgroup, server=StallServer())
+    listener = "%s:%d" % p.address("echo")
+    h = hashlib.sha256()
+    sent = 0
+    rng = random.Random(5)
+    with connect(p.address("echo"), timeout=30) as s:
+        s.setblocking(False)
+        client = "%s:%d" % s.getsockname()
+        stalled_since = None
+        deadline = time.monotonic() + 60
+        for _ in range(10_000_000):
+            assert time.monotonic() < deadline, f"the chain never filled ({sent} bytes sent)"
+            chunk = rng.randbytes(rng.choice([64, 65536]))
+            try:
+                n = s.send(chunk)
+                h.update(chunk[:n])
+                sent += n
+                stalled_since = None
+            except BlockingIOError:
+                stalled_since = stalled_since or time.monotonic()
+                if time.monotonic() - stalled_since > 1.0:
+                    break
+                time.sleep(0.01)
+        # Full: what rdmagw-a's socket holds from the client, and what the
+        # server's socket holds from rdmagw-b.
+        # Each holds at most what TCP alone would (its receive buffer, which
+        # TCP grows as rdmagw reads), or twice max_in_flight: unbounded
+        # redirection would have queued all that was sent.
+        at_a, buffer_a = unread_at(listener, client)
+        at_server, buffer_server = unread_at(f"127.0.0.1:{server.port}")
+        print(f"sent {sent}; unread at host-a's socket {at_a} (rb {buffer_a}), at the server's {at_server} "
+              f"(rb {buffer_server})")
+        assert at_a <= max(2 * BOUND, buffer_a + 65536), (at_a, buffer_a)
+        assert at_server <= max(2 * BOUND, buffer_server + 65536), (at_server, buffer_server)
+        assert sent > 4 * (at_a + at_server), "the chain should hold far less than was sent"
+        server.release()
+        s.setblocking(True)
+        s.settimeout(60)
+        tail = rng.randbytes(2 * MiB)
+        s.sendall(tail)
+        h.update(tail)
+        sent += len(tail)
+        s.shutdown(socket.SHUT_WR)
+        result = server.results.get(timeout=60)
+    assert result["error"] is None, result
+    assert result["recv_bytes"] == sent
+    assert result["recv_sha"] == h.hexdigest()
+
+
+def test_a_server_reset_reaches_each_client_as_a_reset(pair, backend, test_cgroup):
+    p, server = redirected_pair(pair, backend, test_cgroup, server=ResetServer())
+    ends = [how_stream_ends(p.address("echo"), b"x" * 1000, timeout=10) for _ in range(10)]
+    assert ends == ["reset"] * 10, ends
+    assert server.reset_count == 10
+
+
+def test_a_killed_sidecar_reaches_a_client_holding_unread_bytes_as_a_reset(pair, backend, test_cgroup):
+    # The client has redirected bytes queued unread when its rdmagw dies:
+    # whatever it reads then, the stream must not end as a clean EOF.
+    p, _ = redirected_pair(pair, backend, test_cgroup, server=Sha256Server(send_size=64 * MiB, send_seed=9))
+    with connect(p.address("echo"), timeout=30) as s:
+        wait_for(lambda: unread_bytes(s) > 0, what="bytes queued at the client")
+        p.a.kill9()
+        s.settimeout(10)
+        got = 0
+        how = None
+        for _ in range(100_000):
+            try:
+                data = s.recv(1 << 20)
+            except RESET_ERRORS:
+                how = "reset"
+                break
+            if not data:
+                how = "eof"
+                break
+            got += len(data)
+        assert how == "reset", f"{how} after {got} bytes"
+
+
+def test_unavailable_means_said_once_and_every_leg_on_tcp(pair, backend, test_cgroup):
+    echo = backend(EchoServer())
+    missing = test_cgroup + "/not-there"
+    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], a_lines=legs_lines(missing))
+    legs = local_legs(p.a)
+    assert legs["state"] == "unavailable" and legs["reason"], legs
+    assert p.a.log_text().count("event=local_legs_unavailable") == 1
+    assert "not-there" in p.a.log_text()
+    status = subprocess.run([RDMAGWCTL_BIN, "--admin", f"127.0.0.1:{p.a.admin_port}", "status"], capture_output=True,
+                            text=True, timeout=10)
+    assert "local legs unavailable, on TCP (cannot open the cgroup" in status.stdout, status.stdout
+    payloads = [random.Random(i).randbytes(200_000) for i in range(4)]
+    got = echo_concurrently(p.address("echo"), payloads, deadline=time.monotonic() + 30)
+    assert got == payloads
+    assert admin_json(p.a.admin_port, "/stats")["local_legs"]["bytes_redirected"] == 0
+    # A sidecar without the mode says nothing of it.
+    assert local_legs(p.b)["state"] == "off"
+    assert "local_legs" not in p.b.log_text()
+
+
+def test_a_takeover_is_refused_while_the_legs_are_redirected(pair, backend, test_cgroup, sidecar):
+    p, _ = redirected_pair(pair, backend, test_cgroup)
+    with connect(p.address("echo")) as s:
+        s.sendall(b"before")
+        assert s.recv(6) == b"before"
+        newer = sidecar("host-a-new", p.a.config_path.read_text())
+        newer.argv.append("--takeover")
+        newer.start(wait=False)
+        code = newer.wait(timeout=30)
+        assert code != 0
+        assert "local_legs.redirect" in newer.log_text(), newer.tail()
+        assert "event=takeover_refused" in p.a.log_text()
+        # The running one carries on, its stream untouched.
+        s.sendall(b"after")
+        assert s.recv(5) == b"after"
