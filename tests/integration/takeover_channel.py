@@ -41,7 +41,12 @@ def send(sock: socket.socket, kind: int, payload: bytes = b"", fds=(), credentia
                           struct.pack("iII", os.getpid(), os.geteuid(), os.getegid())))
     head = HEADER.pack(MAGIC, kind, len(payload), len(fds))
     sent = sock.sendmsg([head], ancillary)
-    sock.sendall(head[sent:] + payload)
+    # Nothing left is nothing sent: a send of 0 bytes fails with EPIPE once
+    # the other end has read the message and closed (RELEASED, then the new
+    # process lets go of the channel), which is no error of theirs.
+    rest = head[sent:] + payload
+    if rest:
+        sock.sendall(rest)
 
 
 def receive(sock: socket.socket, deadline_s: float = 20) -> tuple[int, bytes, list[int], tuple | None]:
