@@ -7,6 +7,7 @@ the tail of the text when it holds no result, so that a benchmark never
 records a figure it did not see. tests/perf/ checks them against recorded
 output.
 """
+import contextlib
 import json
 import os
 import re
@@ -74,6 +75,64 @@ def stop_all(procs) -> None:
             p.wait(timeout=15)
         except subprocess.TimeoutExpired:
             p.kill()
+
+
+# --- a cgroup v2 of the benchmark's own (rdmagw's local_legs.cgroup) -------------
+
+
+def cgroup2_mount() -> str:
+    with open("/proc/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) > 2 and fields[2] == "cgroup2":
+                return fields[1]
+    raise RuntimeError("no cgroup v2 is mounted (the local legs' redirect attaches to one)")
+
+
+def make_cgroup(name: str) -> tuple[str, str]:
+    """A new cgroup v2 directory, and the one this process is in now."""
+    mount = cgroup2_mount()
+    with open("/proc/self/cgroup") as f:
+        own = next(line[3:].strip() for line in f if line.startswith("0::"))
+    path = os.path.join(mount, name)
+    os.makedirs(path, exist_ok=True)
+    return path, mount + own
+
+
+def join_cgroup(path: str) -> None:
+    """Moves the calling process into `path` (a preexec_fn for Popen, too)."""
+    with open(os.path.join(path, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+
+
+@contextlib.contextmanager
+def in_cgroup(path: str, home: str):
+    """This process in `path` for the block, back in `home` after."""
+    join_cgroup(path)
+    try:
+        yield
+    finally:
+        join_cgroup(home)
+
+
+@contextlib.contextmanager
+def nothing():
+    yield
+
+
+def remove_cgroup(path: str, timeout: float = 10.0) -> None:
+    """Removes a cgroup once its processes (stopped by the caller) are gone."""
+    deadline = time.monotonic() + timeout
+    for _ in range(10000):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
 
 
 # --- what a process costs ------------------------------------------------------

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """rdmagw against HAProxy and against no proxy at all, in one run, same topology.
 
-Seven paths to the same backends on this machine:
+Eight paths to the same backends on this machine:
   direct          client -> backend
   haproxy         client -> haproxy A -> haproxy B -> backend   (mode tcp)
   haproxy-splice  the same, with option splice-request/splice-response
@@ -12,6 +12,11 @@ Seven paths to the same backends on this machine:
   rdmagw-unix     client -> rdmagw A over a Unix socket, B -> backend over its Unix socket
                   (the local legs of node mode or explicit listeners; redis tests only:
                   the other clients speak TCP alone)
+  rdmagw-redirect the rdmagw path with local_legs.redirect: both local legs past TCP
+                  (sockmap). Opt-in (--paths): needs root and cgroup v2. It gets its
+                  own backends, started in a cgroup made for it with both rdmagw, and
+                  its clients run in that cgroup too, so the other paths' connections
+                  never meet its programs.
 and, through each, in turns (the order of the paths rotates every round):
   redis-set, redis-get      redis-benchmark -c 50 -d 512, unpipelined
   redis-set-p16, redis-get-p16   the same with -P 16
@@ -59,7 +64,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
 from benchlib import free_port, wait_port  # noqa: E402
 
-PATHS = ("direct", "haproxy", "haproxy-splice", "rdmagw", "rdmagw-splice", "direct-unix", "rdmagw-unix")
+PATHS = ("direct", "haproxy", "haproxy-splice", "rdmagw", "rdmagw-splice", "direct-unix", "rdmagw-unix",
+         "rdmagw-redirect")
+DEFAULT_PATHS = PATHS[:-1]  # rdmagw-redirect needs root and cgroup v2: asked for by name
+REDIRECT = "rdmagw-redirect"
 UNIX_PATHS = ("direct-unix", "rdmagw-unix")  # redis only: redis-benchmark -s
 TESTS = ("redis-set", "redis-get", "redis-set-p16", "redis-get-p16", "iperf3", "pingpong", "hol", "hol-apart",
          "http-keepalive", "http-close")
@@ -83,26 +91,44 @@ class Topology:
         self.pids = {}
         self.admin = {}  # rdmagw paths: admin ports, in the order of pids
         self.backend_pids = {}
+        self.own_backend_pids = {}  # paths with backends of their own (rdmagw-redirect)
+        self.cgroup = None  # rdmagw-redirect's: (its directory, the one this script came from)
 
     def spawn(self, cmd, **kw):
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=kw.pop("stderr", subprocess.DEVNULL), **kw)
         self.procs.append(p)
         return p
 
-    def start(self, paths):
+    def start_backends(self, tag="", cgroup=None):
+        """The four backends; in `cgroup` if given. Returns their ports and pids."""
         backend = {name: free_port() for name in BACKENDS}
-        self.redis_socket = f"{self.work}/redis.sock"
-        self.backend_pids = {
+        join = (lambda: benchlib.join_cgroup(cgroup)) if cgroup else None
+        pids = {
             "redis": self.spawn(["redis-server", "--port", str(backend["redis"]), "--bind", "127.0.0.1",
-                                 "--unixsocket", self.redis_socket, "--unixsocketperm", "700",
-                                 "--save", "", "--appendonly", "no"]).pid,
-            "iperf": self.spawn(["iperf3", "-s", "-p", str(backend["iperf"])]).pid,
+                                 "--unixsocket", f"{self.work}/redis{tag}.sock", "--unixsocketperm", "700",
+                                 "--save", "", "--appendonly", "no"], preexec_fn=join).pid,
+            "iperf": self.spawn(["iperf3", "-s", "-p", str(backend["iperf"])], preexec_fn=join).pid,
             "sockperf": self.spawn(["sockperf", "server", "--tcp", "-i", "127.0.0.1", "-p",
-                                    str(backend["sockperf"])]).pid,
-            "http": self.start_nginx(backend["http"]).pid,  # master_process off: one process
+                                    str(backend["sockperf"])], preexec_fn=join).pid,
+            "http": self.start_nginx(backend["http"], tag, join).pid,  # master_process off: one process
         }
         for port in backend.values():
             wait_port(port)
+        return backend, pids
+
+    def backends_for(self, path):
+        return self.own_backend_pids.get(path, self.backend_pids)
+
+    def joined(self, path):
+        """While measuring rdmagw-redirect, this script (and so its clients)
+        is in that path's cgroup."""
+        if path != REDIRECT or not self.cgroup:
+            return benchlib.nothing()
+        return benchlib.in_cgroup(*self.cgroup)
+
+    def start(self, paths):
+        self.redis_socket = f"{self.work}/redis.sock"
+        backend, self.backend_pids = self.start_backends()
         self.ports["direct"] = backend
         self.pids["direct"] = []
         for path in paths:
@@ -118,19 +144,23 @@ class Topology:
                 self.pids[path] = []
             elif path == "rdmagw-unix":
                 self.start_rdmagw(path, backend, splice=False, unix=True)
+            elif path == REDIRECT:
+                self.cgroup = benchlib.make_cgroup(f"rdmagw-compare-{os.getpid()}")
+                own, self.own_backend_pids[path] = self.start_backends("-redirect", self.cgroup[0])
+                self.start_rdmagw(path, own, splice=False, redirect=self.cgroup[0])
         if "hol-apart" in self.args.tests and "rdmagw" in paths:
             self.start_rdmagw(TWIN, backend, splice=False)
 
-    def start_nginx(self, port):
+    def start_nginx(self, port, tag="", preexec_fn=None):
         os.makedirs(f"{self.work}/www", exist_ok=True)
         with open(f"{self.work}/www/index.html", "w") as f:
             f.write("x" * 1023 + "\n")
-        with open(f"{self.work}/nginx.conf", "w") as f:
+        with open(f"{self.work}/nginx{tag}.conf", "w") as f:
             f.write(f"""daemon off;
 master_process off;
 worker_processes 1;
-pid {self.work}/nginx.pid;
-error_log {self.work}/nginx.err warn;
+pid {self.work}/nginx{tag}.pid;
+error_log {self.work}/nginx{tag}.err warn;
 events {{ worker_connections 4096; }}
 http {{
     access_log off;
@@ -146,7 +176,7 @@ http {{
     }}
 }}
 """)
-        return self.spawn(["nginx", "-p", self.work, "-c", f"{self.work}/nginx.conf"])
+        return self.spawn(["nginx", "-p", self.work, "-c", f"{self.work}/nginx{tag}.conf"], preexec_fn=preexec_fn)
 
     def start_haproxy(self, path, backend, splice):
         front = {name: free_port() for name in BACKENDS}
@@ -175,8 +205,9 @@ defaults
         self.ports[path] = front
         self.pids[path] = pids
 
-    def start_rdmagw(self, path, backend, splice, unix=False):
-        """unix: redis alone, with Unix sockets on both local legs."""
+    def start_rdmagw(self, path, backend, splice, unix=False, redirect=None):
+        """unix: redis alone, with Unix sockets on both local legs. redirect:
+        a cgroup both rdmagw run in, with their local legs redirected."""
         if unix:
             listen = {"redis": f"{self.work}/{path}-redis.sock"}
             local = {"redis": (f"unix:{listen['redis']}", f"unix:{self.redis_socket}")}
@@ -191,13 +222,15 @@ defaults
 """ for b, (entry, target) in local.items())
         targets = ", ".join(f'"{target}"' for _, target in local.values())
         admin = {"b": free_port(), "a": free_port()}
+        bound = f", max_in_flight: {self.args.local_legs_bound}" if self.args.local_legs_bound else ""
+        legs = f"local_legs: {{redirect: true, cgroup: {redirect}{bound}}}\n" if redirect else ""
         configs = {
             "b": f"""node: host-b
 admin: "127.0.0.1:{admin['b']}"
 workers: {self.args.workers}
 tunnel: {tunnel % b_tunnel}
 targets: [{targets}]
-""",
+{legs}""",
             "a": f"""node: host-a
 admin: "127.0.0.1:{admin['a']}"
 workers: {self.args.workers}
@@ -205,7 +238,7 @@ tunnel: {tunnel % a_tunnel}
 peers:
   - {{name: host-b, address: 127.0.0.1, tcp_port: {b_tunnel}}}
 listeners:
-{listeners}""",
+{listeners}{legs}""",
         }
         pids = []
         for name in ("b", "a"):
@@ -213,8 +246,9 @@ listeners:
             with open(f"{base}.yaml", "w") as f:
                 f.write(configs[name])
             log = open(f"{base}.log", "w")
+            join = (lambda: benchlib.join_cgroup(redirect)) if redirect else None
             pids.append(self.spawn([benchlib.RDMAGW, "--config", f"{base}.yaml", "--log-level", "info"],
-                                   stderr=log).pid)
+                                   stderr=log, preexec_fn=join).pid)
         for name in ("b", "a"):
             benchlib.wait_log(f"{self.work}/{path}-{name}.log", "event=ready")
         for where in listen.values():
@@ -225,9 +259,16 @@ listeners:
         self.ports[path] = listen
         self.pids[path] = pids
         self.admin[path] = [admin["b"], admin["a"]]
+        if redirect:
+            for name in ("b", "a"):
+                legs = benchlib.admin_json(admin[name], "/stats")["local_legs"]
+                if legs["state"] != "redirected":
+                    raise RuntimeError(f"{path}: rdmagw {name}'s local legs are {legs['state']}: {legs['reason']}")
 
     def stop(self):
         benchlib.stop_all(self.procs)
+        if self.cgroup:
+            benchlib.remove_cgroup(self.cgroup[0])
 
 
 # --- one run of one test through one path ---------------------------------------
@@ -346,10 +387,11 @@ def measured(test, path, topo, args):
     admin = topo.admin.get(path, [])
     payload_before = [peer_payload(port) for port in admin]
     before = [benchlib.cpu_seconds(p) for p in pids]
-    backends = [topo.backend_pids[b] for b in backends_of(test)]
+    backends = [topo.backends_for(path)[b] for b in backends_of(test)]
     apps_before = sum(benchlib.cpu_seconds(p) for p in backends) + children_cpu()
     started = time.monotonic()
-    r = one(test, topo.ports[path], args, topo.ports.get(TWIN))
+    with topo.joined(path):
+        r = one(test, topo.ports[path], args, topo.ports.get(TWIN))
     r["wall"] = time.monotonic() - started
     # Before perf is stopped and waited for: the time it takes to write its
     # report is not the run's, and its CPU is not the client's.
@@ -430,7 +472,7 @@ def sched_profile(path, topo, args):
         rec.send_signal(signal.SIGINT)
         rec.wait(timeout=120)
     text = run(["perf", "sched", "timehist", "-i", data], 900)
-    proxies, server = set(topo.pids[path]), topo.backend_pids["sockperf"]
+    proxies, server = set(topo.pids[path]), topo.backends_for(path)["sockperf"]
 
     def classify(comm, pid):
         if pid in proxies:
@@ -751,7 +793,8 @@ def parse_args(argv=None):
     ap.add_argument("--seconds", type=int, default=5, help="length of the timed tests (default 5)")
     ap.add_argument("--requests", type=int, default=100000,
                     help="redis-benchmark requests per run, 4x that pipelined (default 100000)")
-    ap.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated subset of {', '.join(PATHS)}")
+    ap.add_argument("--paths", default=",".join(DEFAULT_PATHS),
+                    help=f"comma-separated subset of {', '.join(PATHS)} (default: all but {REDIRECT})")
     ap.add_argument("--tests", default=",".join(TESTS), help=f"comma-separated subset of {', '.join(TESTS)}")
     ap.add_argument("--hol-rate", default="2G",
                     help="iperf3 -b of the bulk stream beside the ping-pong in the hol test (default 2G: "
@@ -760,6 +803,8 @@ def parse_args(argv=None):
     ap.add_argument("--haproxy-threads", type=int, default=1, help="nbthread of each haproxy (default 1)")
     ap.add_argument("--buffer-size", type=int,
                     help="tunnel.buffer_size of both rdmagw (default: rdmagw's own, 32 KiB)")
+    ap.add_argument("--local-legs-bound", metavar="SIZE",
+                    help=f"local_legs.max_in_flight of {REDIRECT}'s pair (default: rdmagw's own, 256KiB)")
     ap.add_argument("--guard", action="store_true",
                     help="CI's short check: redis SET/GET and HTTP Connection: close through rdmagw and "
                          "HAProxy, 3 rounds; exit 1 when rdmagw's CPU per request is above HAProxy's")
@@ -831,6 +876,7 @@ def header(args):
             f"`perf/compare.py --rounds {args.rounds} --seconds {args.seconds} --requests {args.requests}"
             f" --workers {args.workers} --haproxy-threads {args.haproxy_threads}"
             f"{f' --buffer-size {args.buffer_size}' if args.buffer_size else ''}"
+            f"{f' --local-legs-bound {args.local_legs_bound}' if args.local_legs_bound else ''}"
             f" --paths {','.join(args.paths)} --tests {','.join(args.tests)}"
             f"{' --perf-sched DIR' if args.perf_sched else ''}`"
             f"{' --guard' if args.guard else ''}; commit {commit}; "
@@ -849,7 +895,8 @@ def main(argv=None):
         # One warm-up request stream per path: the first connection through
         # rdmagw dials its session, and nobody's first run should pay for it.
         for p in topo.ports:
-            redis(topo.ports[p]["redis"], "set", 2000, 1)
+            with topo.joined(p):
+                redis(topo.ports[p]["redis"], "set", 2000, 1)
         time.sleep(1)
         before = pair_snapshot(topo)
         snapshots = []
