@@ -4,7 +4,6 @@
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,8 +15,7 @@ namespace rdmagw::local {
 namespace {
 
 bool loopback_address(const sockaddr_storage& a) {
-  if (a.ss_family == AF_INET)
-    return (ntohl(reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr) >> 24) == 127;
+  if (a.ss_family == AF_INET) return (ntohl(reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr) >> 24) == 127;
   if (a.ss_family == AF_INET6) {
     const in6_addr& v6 = reinterpret_cast<const sockaddr_in6&>(a).sin6_addr;
     if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
@@ -109,7 +107,6 @@ RedirectedLeg::~RedirectedLeg() { redirector_.redirect.forget(key_, counter_); }
 
 size_t RedirectedLeg::before_send(int fd) {
   uint64_t bound = redirector_.redirect.max_in_flight();
-  uint64_t quarter = std::max<uint64_t>(bound / 4, 1);
   if (!sender_) return SIZE_MAX;
   if (by_tcp_) {
     auto now = std::chrono::steady_clock::now();
@@ -124,21 +121,28 @@ size_t RedirectedLeg::before_send(int fd) {
     if (!unread || *unread != 0) return SIZE_MAX;
     if (!redirector_.redirect.send_by_tcp(key_, false)) return SIZE_MAX;
     by_tcp_ = false;
-    since_check_ = 0;
-    return quarter;
+    budget_ = bound;
+    return static_cast<size_t>(budget_);
   }
-  if (since_check_ >= quarter) {
-    since_check_ = 0;
+  if (budget_ < bound / 8 + 1) {
+    // What the application holds unread now, asked only when what may be
+    // sent without asking runs low: a reader that keeps up costs one
+    // question per max_in_flight sent.
     std::optional<uint64_t> unread = redirector_.memory.receive_bytes(key_.remote, key_.local);
     // No answer: the application's socket is gone, and the programs send
     // by TCP whatever cannot be redirected.
-    if (unread && *unread >= bound && redirector_.redirect.send_by_tcp(key_, true)) {
-      by_tcp_ = true;
-      last_check_ = std::chrono::steady_clock::now();
-      return SIZE_MAX;
+    uint64_t held = unread.value_or(0);
+    if (held + bound / 8 >= bound) {
+      if (redirector_.redirect.send_by_tcp(key_, true)) {
+        by_tcp_ = true;
+        last_check_ = std::chrono::steady_clock::now();
+        return SIZE_MAX;
+      }
+      held = bound - 1;  // the map refused: send a byte at a time until the reader catches up
     }
+    budget_ = bound - held;
   }
-  return static_cast<size_t>(quarter - since_check_);
+  return static_cast<size_t>(budget_);
 }
 
 }  // namespace rdmagw::local

@@ -5,16 +5,19 @@
 // reads, which the programs bound by the read counter advanced here, and
 // the flow rdmagw sends, which rdmagw paces here by what the application
 // has not read yet:
-//   - each send carries at most a quarter of max_in_flight, and after every
-//     quarter sent rdmagw asks the kernel what the application holds
-//     unread (SocketMemory); at max_in_flight or more the flow goes by TCP,
-//     whose window then paces rdmagw as it always has. So the redirected
-//     bytes the application has not read stay under 1.25 x max_in_flight.
+//   - rdmagw asks the kernel what the application holds unread
+//     (SocketMemory), and may then send max_in_flight less that before it
+//     asks again; within an eighth of max_in_flight the flow goes by TCP
+//     instead, whose window then paces rdmagw as it always has. So the
+//     redirected bytes the application has not read stay under
+//     max_in_flight, and a reader that keeps up costs one question per
+//     max_in_flight sent.
 //   - by TCP, at most once a millisecond before a send, rdmagw checks that
 //     its socket has nothing unacknowledged and the application nothing
 //     unread; only then does the flow redirect again, so that no byte
 //     overtakes one sent by TCP.
 // Owned by the connection's LocalStream; not thread-safe (one worker).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -60,7 +63,7 @@ class RedirectedLeg {
   // may carry (at least 1).
   size_t before_send(int fd);
   // A send on the socket took `n` bytes.
-  void sent(uint64_t n) { since_check_ += n; }
+  void sent(uint64_t n) { budget_ -= std::min(budget_, n); }
 
   bool sending_by_tcp() const { return by_tcp_; }
 
@@ -73,7 +76,7 @@ class RedirectedLeg {
   uint64_t read_ = 0;
   bool sender_ = false;  // the send flow was admitted
   bool by_tcp_ = false;
-  uint64_t since_check_ = 0;  // bytes sent since the application's unread bytes were last asked
+  uint64_t budget_ = 0;  // bytes that may still be redirected before the application's unread bytes are asked
   std::chrono::steady_clock::time_point last_check_{};
 };
 
