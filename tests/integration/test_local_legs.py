@@ -308,15 +308,16 @@ def start_redis(procs, tmp_path) -> int:
                                             "--appendonly", "no", "--dir", str(tmp_path)], tmp_path / "redis.log")
     procs.append(redis)
     redis.start()
-    wait_for(lambda: redis_answers(port), what="redis-server")
+    wait_for(lambda: answers(port, b"PING\r\n", b"+PONG"), what="redis-server")
     return port
 
 
-def redis_answers(port: int) -> bool:
+def answers(port: int, request: bytes, reply: bytes) -> bool:
+    """Whether a server on `port` answers `request` with `reply` first."""
     try:
         with connect(("127.0.0.1", port), timeout=1) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
+            s.sendall(request)
+            return s.recv(64).startswith(reply)
     except OSError:
         return False
 
@@ -385,7 +386,7 @@ http {{
                            tmp_path / "nginx.log")
     procs.append(nginx)
     nginx.start()
-    wait_for(lambda: http_answers(port), what="nginx")
+    wait_for(lambda: answers(port, b"GET /small HTTP/1.0\r\n\r\n", b"HTTP/1.1 200"), what="nginx")
     target = f"tcp:127.0.0.1:{port}"
     p = pair([{"name": "web", "target": target}], [target], a_lines=legs_lines(test_cgroup),
              b_lines=legs_lines(test_cgroup))
@@ -401,15 +402,6 @@ http {{
         assert wrk.returncode == 0, wrk.stderr
         requests = int(re.search(r"(\d+) requests in", wrk.stdout).group(1))
         assert requests > 100 and "Non-2xx" not in wrk.stdout and "Socket errors" not in wrk.stdout, wrk.stdout
-
-
-def http_answers(port: int) -> bool:
-    try:
-        with connect(("127.0.0.1", port), timeout=1) as s:
-            s.sendall(b"GET /small HTTP/1.0\r\n\r\n")
-            return s.recv(64).startswith(b"HTTP/1.1 200")
-    except OSError:
-        return False
 
 
 def test_unavailable_means_said_once_and_every_leg_on_tcp(pair, backend, test_cgroup):
