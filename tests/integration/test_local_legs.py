@@ -8,7 +8,9 @@ test (this process joins it for the test's length, so that every socket it
 and its children make is in it). Asserted on real processes and sockets:
 bytes arrive exact (SHA-256) in both directions on both hosts' legs while
 the programs say they redirected them; an application that stops reading
-holds a bounded amount and then gets everything in order; with the mode
+holds a bounded amount and then gets everything in order; resets stay
+resets; a stream that ended before its rdmagw exited reaches the
+application whole; redis and nginx through the pair; with the mode
 unavailable, rdmagw says why once and carries the same bytes on TCP; a
 takeover is refused while the mode is on.
 
@@ -402,6 +404,35 @@ http {{
         assert wrk.returncode == 0, wrk.stderr
         requests = int(re.search(r"(\d+) requests in", wrk.stdout).group(1))
         assert requests > 100 and "Non-2xx" not in wrk.stdout and "Socket errors" not in wrk.stdout, wrk.stdout
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_a_stream_that_ended_before_its_sidecar_went_reaches_the_application_whole(pair, backend, test_cgroup, how):
+    # Its bytes were redirected into the client's socket, unread, and the
+    # stream ended cleanly; then host-a's rdmagw, whose maps held the
+    # socket, exits (SIGTERM) or is killed. The client must still read
+    # every byte, then EOF.
+    size = 200_000
+    p, _ = redirected_pair(pair, backend, test_cgroup, server=Sha256Server(send_size=size, send_seed=13))
+    with connect(p.address("echo"), timeout=30) as s:
+        s.shutdown(socket.SHUT_WR)
+        wait_for(lambda: "event=access" in p.a.log_text(), what="the stream's clean end at host-a")
+        assert "end=close" in p.a.log_text()
+        assert local_legs(p.a)["bytes_redirected"] >= size
+        if how == "stop":
+            p.a.stop()
+        else:
+            p.a.kill9()
+        h = hashlib.sha256()
+        got = 0
+        s.settimeout(10)
+        for _ in range(10_000):
+            data = s.recv(1 << 20)
+            if not data:
+                break
+            h.update(data)
+            got += len(data)
+        assert got == size and h.hexdigest() == sha256_of_prng(13, size)
 
 
 def test_unavailable_means_said_once_and_every_leg_on_tcp(pair, backend, test_cgroup):
