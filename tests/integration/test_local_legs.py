@@ -35,7 +35,7 @@ import pytest
 
 from admin_client import admin_json
 from backends import EchoServer, ResetServer, Sha256Server, StallServer, sha256_of_prng
-from clients import RESET_ERRORS, connect, echo_concurrently, free_port, how_stream_ends, wait_for
+from clients import RESET_ERRORS, connect, echo_concurrently, free_port, how_stream_ends, require_root_and, wait_for
 from conftest import RDMAGWCTL_BIN, ManagedProcess, scaled
 
 MiB = 1 << 20
@@ -94,14 +94,17 @@ def local_legs(sidecar) -> dict:
     return admin_json(sidecar.admin_port, "/stats")["local_legs"]
 
 
-def redirected_pair(pair, backend, cgroup: str, server=None, **kw):
-    """A pair whose two sidecars redirect their local legs, with `server`
-    (an EchoServer by default) behind listener `echo`. Skips, with rdmagw's
-    reason, where the mode is unavailable, unless this machine kind must
-    have it."""
-    server = backend(server or EchoServer())
-    p = pair([{"name": "echo", "target": server.endpoint}], [server.endpoint], a_lines=legs_lines(cgroup),
-             b_lines=legs_lines(cgroup), **kw)
+def redirected_pair(pair, backend, cgroup: str, server=None, target: str | None = None, name: str = "echo", **kw):
+    """A pair whose two sidecars redirect their local legs, with listener
+    `name` leading to `target` (default: `server`, an EchoServer unless
+    given, started here). Skips, with rdmagw's reason, where the mode is
+    unavailable, unless this machine kind must have it (CI on 6.13 or
+    later: then it fails)."""
+    if target is None:
+        server = backend(server or EchoServer())
+        target = server.endpoint
+    p = pair([{"name": name, "target": target}], [target], a_lines=legs_lines(cgroup), b_lines=legs_lines(cgroup),
+             **kw)
     for side in (p.a, p.b):
         legs = local_legs(side)
         if legs["state"] != "redirected":
@@ -302,9 +305,8 @@ def test_a_killed_sidecar_reaches_a_client_holding_unread_bytes_as_a_reset(pair,
 
 
 def start_redis(procs, tmp_path) -> int:
+    require_root_and(("redis-server", "redis-benchmark", "redis-cli"), "redis through redirected legs")
     server = shutil.which("redis-server")
-    if not server or not shutil.which("redis-benchmark"):
-        pytest.skip("redis-server / redis-benchmark not installed (tools/dev/install-deps installs them)")
     port = free_port()
     redis = ManagedProcess("redis-server", [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                             "--appendonly", "no", "--dir", str(tmp_path)], tmp_path / "redis.log")
@@ -336,11 +338,7 @@ def redis_command(port: int, *args: str, last: str | None = None) -> str:
 @pytest.mark.deadline(180)
 def test_redis_through_redirected_legs_answers_as_directly(pair, backend, procs, tmp_path, test_cgroup):
     rport = start_redis(procs, tmp_path)
-    target = f"tcp:127.0.0.1:{rport}"
-    p = pair([{"name": "redis", "target": target}], [target], a_lines=legs_lines(test_cgroup),
-             b_lines=legs_lines(test_cgroup))
-    if local_legs(p.a)["state"] != "redirected":
-        pytest.skip(f"local legs unavailable here: {local_legs(p.a)['reason']}")
+    p, _ = redirected_pair(pair, backend, test_cgroup, target=f"tcp:127.0.0.1:{rport}", name="redis")
     _, lport = p.address("redis")
     bench = subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(lport), "-q", "-n", "20000", "-P", "16",
                             "-t", "set,get,incr,lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,zpopmin,lrange_100,mset"],
@@ -360,8 +358,7 @@ def test_redis_through_redirected_legs_answers_as_directly(pair, backend, procs,
 
 
 def test_nginx_through_redirected_legs_serves_every_request_whole(pair, backend, tmp_path, test_cgroup, procs):
-    if not shutil.which("nginx") or not shutil.which("wrk"):
-        pytest.skip("nginx / wrk not installed (tools/dev/install-deps installs them)")
+    require_root_and(("nginx", "wrk", "curl"), "nginx through redirected legs")
     www = tmp_path / "www"
     www.mkdir()
     page = random.Random(12).randbytes(3 * MiB)
@@ -389,11 +386,7 @@ http {{
     procs.append(nginx)
     nginx.start()
     wait_for(lambda: answers(port, b"GET /small HTTP/1.0\r\n\r\n", b"HTTP/1.1 200"), what="nginx")
-    target = f"tcp:127.0.0.1:{port}"
-    p = pair([{"name": "web", "target": target}], [target], a_lines=legs_lines(test_cgroup),
-             b_lines=legs_lines(test_cgroup))
-    if local_legs(p.a)["state"] != "redirected":
-        pytest.skip(f"local legs unavailable here: {local_legs(p.a)['reason']}")
+    p, _ = redirected_pair(pair, backend, test_cgroup, target=f"tcp:127.0.0.1:{port}", name="web")
     _, lport = p.address("web")
     for _ in range(5):
         got = subprocess.run(["curl", "-sf", f"http://127.0.0.1:{lport}/big"], capture_output=True, timeout=30)
