@@ -172,13 +172,16 @@ uint16_t endpoint_port(const Endpoint& endpoint) {
 }
 
 bool is_loopback(const Endpoint& endpoint) {
-  if (endpoint.kind != Endpoint::Kind::kTcp) return false;
-  if (endpoint.addr.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&endpoint.addr);
+  return endpoint.kind == Endpoint::Kind::kTcp && is_loopback_address(endpoint.addr);
+}
+
+bool is_loopback_address(const sockaddr_storage& address) {
+  if (address.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
     return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
   }
-  if (endpoint.addr.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&endpoint.addr);
+  if (address.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address);
     if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return true;
     return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127;
   }

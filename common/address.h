@@ -42,6 +42,8 @@ uint16_t endpoint_port(const Endpoint& endpoint);
 // Whether a TCP endpoint's address is loopback (127.0.0.0/8, ::1, or
 // ::ffff:127.x): reachable from this host only.
 bool is_loopback(const Endpoint& endpoint);
+// The same for a socket's address (false for a family other than IPv4/IPv6).
+bool is_loopback_address(const sockaddr_storage& address);
 
 // Formats any socket address as text for logs ("127.0.0.1:5000", "unix:...").
 std::string sockaddr_to_string(const sockaddr* sa, socklen_t len);

@@ -436,10 +436,11 @@ tunnel::Stream::Delivery LocalStream::on_peer_piped(std::span<const uint8_t> hea
   // now, the piped ones by splice (they never enter user space). What the
   // socket does not take is queued, read out of the pipe: the pipe must be
   // empty when this returns.
+  bool nothing_ahead =
+      !sending_ && phase_ != Phase::kConnecting && to_socket_.empty() && downstream_ != Downstream::kShut;
   // A redirected leg: these sends carry at most `limit` bytes in all.
-  size_t limit = !sending_ && phase_ != Phase::kConnecting && to_socket_.empty() ? send_limit() : 0;
-  if (!sending_ && phase_ != Phase::kConnecting && to_socket_.empty() && downstream_ != Downstream::kShut &&
-      head.size() <= limit) {
+  size_t limit = nothing_ahead ? send_limit() : 0;
+  if (nothing_ahead && head.size() <= limit) {
     if (!head.empty()) {
       ssize_t n = ::send(fd_.get(), head.data(), head.size(), MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
       if (n > 0) head_sent = static_cast<size_t>(n);

@@ -10,19 +10,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/address.h"
+
 namespace rdmagw::local {
 
 namespace {
-
-bool loopback_address(const sockaddr_storage& a) {
-  if (a.ss_family == AF_INET) return (ntohl(reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr) >> 24) == 127;
-  if (a.ss_family == AF_INET6) {
-    const in6_addr& v6 = reinterpret_cast<const sockaddr_in6&>(a).sin6_addr;
-    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
-    return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
-  }
-  return false;
-}
 
 constexpr auto kTcpCheckInterval = std::chrono::milliseconds(1);
 constexpr size_t kProbeBytes = 4096;
@@ -95,7 +87,7 @@ bool probe_redirect(LocalRedirect& redirect, std::string* why) {
 
 std::unique_ptr<RedirectedLeg> RedirectedLeg::admit(LegRedirector& redirector, int fd) {
   std::optional<RedirectKey> key = redirect_key_of(fd);
-  if (!key || !loopback_address(key->local) || !loopback_address(key->remote)) return nullptr;
+  if (!key || !is_loopback_address(key->local) || !is_loopback_address(key->remote)) return nullptr;
   std::unique_ptr<RedirectedLeg> leg(new RedirectedLeg(redirector, *key));
   leg->counter_ = redirector.redirect.admit_reader(*key);
   leg->sender_ = redirector.redirect.admit_sender(*key);
