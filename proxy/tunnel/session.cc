@@ -730,8 +730,11 @@ bool Session::on_piped_frame(const FrameHeader& h, std::span<const uint8_t> head
 
 void Session::on_transport_closed(metrics::TransportLoss loss, std::string_view reason) {
   // An acceptor ends the transport without a word when our proof fails:
-  // the end right after it is the only answer we get.
-  if (auth_ && role_ == Role::kDialer && auth_->expect != AuthStep::kChallenge) {
+  // its clean end (FIN, RDMA disconnect) right after our proof is the only
+  // answer we get. A reset, a local abort (ss -K), a timeout or an error
+  // here is the transport failing, not a refusal: the session dials again.
+  if (auth_ && role_ == Role::kDialer && auth_->expect != AuthStep::kChallenge &&
+      loss == metrics::TransportLoss::kPeerClosed) {
     if (settings_.auth->certificates())
       auth_failed(AuthFailure::kMismatch,
                   "the peer ended the connection after our certificate: it did not accept it (do the two sides "

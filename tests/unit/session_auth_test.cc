@@ -223,12 +223,32 @@ TEST_CASE("auth: different keys: neither side opens, the acceptor shows nothing 
   // The dialer heard nothing back but the acceptor's challenge, then the
   // end of the transport (which the fake wires do not carry: the test does).
   CHECK(p.dialer->state() == Session::State::kHandshake);
-  p.dial_wire->fail("the acceptor closed it");
+  p.dial_wire->fail("the acceptor closed it", metrics::TransportLoss::kPeerClosed);
   p.loop.end_batch();
   REQUIRE(p.dial_owner.closed.size() == 1);
   CHECK(p.dial_owner.closed[0].end == SessionEnd::kAuthFailed);
   CHECK_THAT(p.dial_owner.closed[0].reason, Contains("ended the connection after our proof"));
   CHECK(p.dialer->peer_node().empty());
+}
+
+TEST_CASE("auth: a transport that fails after our proof is not a refusal: no auth failure counted") {
+  // The acceptor refuses with a clean end (FIN, RDMA disconnect); a reset,
+  // a local abort (ss -K on the connection) or an I/O error is the carrier
+  // failing mid-handshake, which counts as a transport loss instead.
+  AuthKeyring ring_a = keyring({kKeyA}), ring_b = keyring({kKeyB});
+  metrics::WorkerMetrics dial_metrics;
+  SessionSettings d = with_keys(resumable_settings("dialer"), &ring_a);
+  d.metrics = &dial_metrics;
+  Pair p(d, with_keys(resumable_settings("acceptor"), &ring_b));
+  CHECK_FALSE(p.dialer->open());
+  p.loop.end_batch();
+  REQUIRE(p.dialer->state() == Session::State::kHandshake);
+  p.dial_wire->fail("recv: Software caused connection abort", metrics::TransportLoss::kIoError);
+  p.loop.end_batch();
+  REQUIRE(p.dial_owner.closed.size() == 1);
+  CHECK(p.dial_owner.closed[0].end == SessionEnd::kTransportFailed);
+  CHECK_THAT(p.dial_owner.closed[0].reason, Contains("Software caused connection abort"));
+  for (size_t i = 0; i < dial_metrics.auth_failures.size(); ++i) CHECK(dial_metrics.auth_failures[i].value() == 0);
 }
 
 TEST_CASE("auth: one side without a key: refused with a reason that names the setting") {
