@@ -5,6 +5,8 @@
 // here, indexes into HandoverImages::fds) and every byte it held, so that
 // the new process carries on where the old one stopped. Plain data;
 // proxy/runtime/takeover_image.cc encodes it.
+#include <sys/socket.h>
+
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -17,6 +19,17 @@ class Session;
 }
 
 namespace rdmagw::local {
+
+// A stream's loopback leg past TCP (RedirectedLeg); its flows' state lives
+// in the maps, which a takeover hands over beside the image.
+inline constexpr size_t kRedirectedLegKeySize = 2 * sizeof(sockaddr_storage);
+struct RedirectedLegImage {
+  bool present = false;
+  std::vector<uint8_t> key;  // the connection's two addresses as admitted (RedirectKey's bytes: kRedirectedLegKeySize)
+  int32_t slot = -1;         // the read flow's counter; -1: that flow stays on TCP
+  bool sender = false;       // the send flow was admitted
+  bool by_tcp = false;       // ... and goes by TCP until the application has read what it holds
+};
 
 // A tunnel stream (LocalStream).
 struct LocalStreamImage {
@@ -33,6 +46,7 @@ struct LocalStreamImage {
   std::vector<uint8_t> to_socket;  // from the peer, not yet written to the socket
   std::vector<uint8_t> parked;     // read from the socket, not yet sent (no session credit)
   tunnel::StreamTunnelImage tunnel;
+  RedirectedLegImage leg;  // image version 3 on
 };
 
 // A passthrough connection (DirectPipe).

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -83,27 +84,137 @@ std::unique_ptr<LocalRedirect> LocalRedirect::attach(const LocalRedirectOptions&
         "the kernel refused the BPF programs (sock_ops, sk_msg and SOCKHASH are needed, and CAP_BPF with "
         "CAP_NET_ADMIN)",
         -error);
-  int reads_fd = bpf_map__fd(r->skeleton_->maps.reads);
-  r->reads_bytes_ = sizeof(uint64_t) * LOCAL_REDIRECT_MAX_SLOTS;
-  void* shared = ::mmap(nullptr, r->reads_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, reads_fd, 0);
-  if (shared == MAP_FAILED) return fail("cannot map the read counters", errno);
-  r->reads_ = static_cast<std::atomic<uint64_t>*>(shared);
+  if (!r->map_reads(&fail)) return nullptr;
   r->sockops_link_ = bpf_program__attach_cgroup(r->skeleton_->progs.local_redirect_sockops, r->cgroup_.get());
   if (!r->sockops_link_) return fail("cannot attach the sock_ops program to the cgroup " + options.cgroup, errno);
   if (bpf_prog_attach(bpf_program__fd(r->skeleton_->progs.local_redirect_msg), bpf_map__fd(r->skeleton_->maps.sockets),
                       BPF_SK_MSG_VERDICT, 0) != 0)
     return fail("cannot attach the sk_msg program to its SOCKHASH", errno);
   r->msg_attached_ = true;
-  r->free_slots_.reserve(LOCAL_REDIRECT_MAX_SLOTS);
-  for (uint32_t slot = LOCAL_REDIRECT_MAX_SLOTS; slot-- > 0;) r->free_slots_.push_back(slot);
+  r->init_slots();
   return r;
 }
 
+std::vector<::bpf_map*> LocalRedirect::maps() const {
+  // The order a takeover sends them in, after the link.
+  auto& m = skeleton_->maps;
+  return {m.sockets, m.flows, m.admissions, m.reads, m.ports, m.stats};
+}
+
+std::unique_ptr<LocalRedirect> LocalRedirect::adopt(const LocalRedirectOptions& options, LocalRedirectHandover handover,
+                                                    std::string* why) {
+  std::unique_ptr<LocalRedirect> r(new LocalRedirect(options));
+  auto fail = [&](std::string what, int error) {
+    *why = what + (error ? std::string(": ") + strerror(error) : std::string());
+    r.reset();
+    return nullptr;
+  };
+  if (handover.layout != LOCAL_REDIRECT_LAYOUT)
+    return fail("the running rdmagw's redirect maps have layout " + std::to_string(handover.layout) +
+                    ", this build's programs use layout " + std::to_string(LOCAL_REDIRECT_LAYOUT),
+                0);
+  if (handover.cgroup != options.cgroup)
+    return fail("the running rdmagw redirects in the cgroup " + handover.cgroup + ", this configuration names " +
+                    options.cgroup,
+                0);
+  r->cgroup_ = UniqueFd(::open(options.cgroup.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!r->cgroup_.valid()) return fail("cannot open the cgroup " + options.cgroup, errno);
+  struct stat cgroup_stat {};
+  if (::fstat(r->cgroup_.get(), &cgroup_stat) != 0) return fail("cannot stat the cgroup " + options.cgroup, errno);
+  libbpf_set_print(nullptr);
+  r->skeleton_ = local_redirect__open();
+  if (!r->skeleton_) return fail("cannot open the BPF programs", errno);
+  r->skeleton_->rodata->max_in_flight = options.max_in_flight;
+  std::vector<::bpf_map*> maps = r->maps();
+  if (handover.fds.size() != 1 + maps.size())
+    return fail(
+        std::to_string(handover.fds.size()) + " descriptors came with the maps, not " + std::to_string(1 + maps.size()),
+        0);
+  // The link must be a sock_ops attachment to this very cgroup.
+  bpf_link_info link{};
+  __u32 length = sizeof(link);
+  if (bpf_obj_get_info_by_fd(handover.fds[0].get(), &link, &length) != 0)
+    return fail("the takeover's first descriptor is not a BPF link", errno);
+  if (link.type != BPF_LINK_TYPE_CGROUP || link.cgroup.attach_type != BPF_CGROUP_SOCK_OPS ||
+      link.cgroup.cgroup_id != cgroup_stat.st_ino)
+    return fail("the takeover's link is not a sock_ops attachment to " + options.cgroup, 0);
+  // libbpf takes a reused map's definition from the kernel: a map that
+  // differs from what this build's programs were compiled against is
+  // refused here, not left to the verifier.
+  for (size_t i = 0; i < maps.size(); ++i) {
+    int fd = handover.fds[1 + i].get();
+    bpf_map_info info{};
+    length = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &length) != 0)
+      return fail(std::string("the takeover's map ") + bpf_map__name(maps[i]) + " is not a BPF map", errno);
+    if (info.type != bpf_map__type(maps[i]) || info.key_size != bpf_map__key_size(maps[i]) ||
+        info.value_size != bpf_map__value_size(maps[i]) || info.max_entries != bpf_map__max_entries(maps[i]) ||
+        info.map_flags != bpf_map__map_flags(maps[i]))
+      return fail(std::string("the takeover's map ") + bpf_map__name(maps[i]) +
+                      " differs from this build's (type, key, value, size or flags)",
+                  0);
+    if (int error = bpf_map__reuse_fd(maps[i], fd); error != 0)
+      return fail(std::string("cannot reuse the takeover's map ") + bpf_map__name(maps[i]), -error);
+  }
+  if (int error = local_redirect__load(r->skeleton_); error != 0)
+    return fail("the kernel refused the BPF programs on the takeover's maps", -error);
+  if (!r->map_reads(&fail)) return nullptr;
+  r->adopted_link_ = std::move(handover.fds[0]);
+  // The ports the old process named stay named until this one removes them.
+  __u16 port = 0, next = 0;
+  for (const __u16* at = nullptr; bpf_map__get_next_key(r->skeleton_->maps.ports, at, &next, sizeof(next)) == 0;
+       at = &port) {
+    port = next;
+    r->port_bits_[port / 64].fetch_or(uint64_t{1} << (port % 64), std::memory_order_relaxed);
+  }
+  r->init_slots();
+  return r;
+}
+
+bool LocalRedirect::take_charge(std::string* why) {
+  if (!adopted_link_.valid()) return true;
+  if (bpf_link_update(adopted_link_.get(), bpf_program__fd(skeleton_->progs.local_redirect_sockops), nullptr) != 0) {
+    *why = std::string("cannot put this build's sock_ops program on the cgroup link: ") + strerror(errno);
+    return false;
+  }
+  if (bpf_prog_attach(bpf_program__fd(skeleton_->progs.local_redirect_msg), bpf_map__fd(skeleton_->maps.sockets),
+                      BPF_SK_MSG_VERDICT, 0) != 0) {
+    *why = std::string("cannot put this build's sk_msg program on the SOCKHASH: ") + strerror(errno);
+    return false;
+  }
+  msg_attached_ = true;
+  return true;
+}
+
+std::vector<int> LocalRedirect::handover_fds() const {
+  std::vector<int> fds{adopted_link_.valid() ? adopted_link_.get() : bpf_link__fd(sockops_link_)};
+  for (::bpf_map* m : maps()) fds.push_back(bpf_map__fd(m));
+  return fds;
+}
+
+uint32_t LocalRedirect::layout() { return LOCAL_REDIRECT_LAYOUT; }
+
+template <typename Fail>
+bool LocalRedirect::map_reads(Fail* fail) {
+  int reads_fd = bpf_map__fd(skeleton_->maps.reads);
+  reads_bytes_ = sizeof(uint64_t) * LOCAL_REDIRECT_MAX_SLOTS;
+  void* shared = ::mmap(nullptr, reads_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, reads_fd, 0);
+  if (shared == MAP_FAILED) {
+    (*fail)("cannot map the read counters", errno);
+    return false;
+  }
+  reads_ = static_cast<std::atomic<uint64_t>*>(shared);
+  return true;
+}
+
 void LocalRedirect::release() {
-  if (msg_attached_)
+  // Handed over, the programs stay attached for the new process (which
+  // holds the link and has put its own sk_msg program on the map).
+  if (msg_attached_ && !handed_over_)
     bpf_prog_detach2(bpf_program__fd(skeleton_->progs.local_redirect_msg), bpf_map__fd(skeleton_->maps.sockets),
                      BPF_SK_MSG_VERDICT);
   msg_attached_ = false;
+  // Closes our descriptor of the link: it detaches only with the last one.
   if (sockops_link_) bpf_link__destroy(sockops_link_);
   sockops_link_ = nullptr;
   if (reads_) ::munmap(reads_, reads_bytes_);
@@ -130,13 +241,29 @@ void LocalRedirect::remove_port(uint16_t port) {
   bpf_map__delete_elem(skeleton_->maps.ports, &port, sizeof(port), 0);
 }
 
+void LocalRedirect::init_slots() {
+  free_slots_.reserve(LOCAL_REDIRECT_MAX_SLOTS);
+  for (uint32_t slot = LOCAL_REDIRECT_MAX_SLOTS; slot-- > 0;) free_slots_.push_back(slot);
+  slot_used_.assign(LOCAL_REDIRECT_MAX_SLOTS, 0);
+}
+
+std::atomic<uint64_t>* LocalRedirect::claim_slot(uint32_t slot) {
+  std::lock_guard lock(mu_);
+  if (slot >= slot_used_.size() || slot_used_[slot]) return nullptr;
+  slot_used_[slot] = 1;  // left in free_slots_: admit_reader() skips it
+  return &reads_[slot];
+}
+
 std::atomic<uint64_t>* LocalRedirect::admit_reader(const RedirectKey& connection) {
   uint32_t slot;
   {
     std::lock_guard lock(mu_);
-    if (free_slots_.empty()) return nullptr;
-    slot = free_slots_.back();
-    free_slots_.pop_back();
+    do {
+      if (free_slots_.empty()) return nullptr;
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    } while (slot_used_[slot]);
+    slot_used_[slot] = 1;
   }
   reads_[slot].store(0, std::memory_order_relaxed);
   local_redirect_key key = flow_key(connection, false);
@@ -144,6 +271,7 @@ std::atomic<uint64_t>* LocalRedirect::admit_reader(const RedirectKey& connection
   if (bpf_map__update_elem(skeleton_->maps.admissions, &key, sizeof(key), &admission, sizeof(admission), BPF_ANY) !=
       0) {
     std::lock_guard lock(mu_);
+    slot_used_[slot] = 0;
     free_slots_.push_back(slot);
     return nullptr;
   }
@@ -160,13 +288,16 @@ bool LocalRedirect::send_by_tcp(const RedirectKey& connection, bool by_tcp) {
 }
 
 void LocalRedirect::forget(const RedirectKey& connection, std::atomic<uint64_t>* counter) {
+  if (handed_over_.load(std::memory_order_acquire)) return;
   for (bool own : {true, false}) {
     local_redirect_key key = flow_key(connection, own);
     bpf_map__delete_elem(skeleton_->maps.admissions, &key, sizeof(key), 0);
   }
   if (!counter) return;
   std::lock_guard lock(mu_);
-  free_slots_.push_back(static_cast<uint32_t>(counter - reads_));
+  uint32_t slot = slot_of(counter);
+  slot_used_[slot] = 0;
+  free_slots_.push_back(slot);
 }
 
 LocalRedirectStats LocalRedirect::stats() const {
@@ -197,6 +328,15 @@ std::unique_ptr<LocalRedirect> LocalRedirect::attach(const LocalRedirectOptions&
   return nullptr;
 }
 void LocalRedirect::release() {}
+std::unique_ptr<LocalRedirect> LocalRedirect::adopt(const LocalRedirectOptions&, LocalRedirectHandover,
+                                                    std::string* why) {
+  *why = "this rdmagw was built without the BPF programs (clang, bpftool or libbpf-dev were missing)";
+  return nullptr;
+}
+bool LocalRedirect::take_charge(std::string*) { return false; }
+std::vector<int> LocalRedirect::handover_fds() const { return {}; }
+uint32_t LocalRedirect::layout() { return 0; }
+std::atomic<uint64_t>* LocalRedirect::claim_slot(uint32_t) { return nullptr; }
 bool LocalRedirect::add_port(uint16_t, std::string*) { return false; }
 void LocalRedirect::remove_port(uint16_t) {}
 std::atomic<uint64_t>* LocalRedirect::admit_reader(const RedirectKey&) { return nullptr; }

@@ -29,6 +29,7 @@
 
 struct local_redirect;
 struct bpf_link;
+struct bpf_map;
 
 namespace rdmagw::local {
 
@@ -45,11 +46,39 @@ struct RedirectKey {
 // The addresses of a connected socket; nullopt if it has none (it left).
 std::optional<RedirectKey> redirect_key_of(int fd);
 
+// What a takeover moves to the new process (docs/operations.md,
+// "Takeover"): the maps, which hold the connections it inherits and the
+// bytes counted for them, and the cgroup attachment, so that no connection
+// leaves them between two processes.
+struct LocalRedirectHandover {
+  uint32_t layout = 0;        // the maps' layout (LOCAL_REDIRECT_LAYOUT) in the process that made them
+  std::string cgroup;         // where its programs are attached
+  std::vector<UniqueFd> fds;  // the sock_ops program's cgroup link, then the maps (local_redirect.cc)
+};
+
 class LocalRedirect {
  public:
   // Loads and attaches; null, with why in *why, where the kernel, the
   // privileges, the cgroup or this build do not allow it.
   static std::unique_ptr<LocalRedirect> attach(const LocalRedirectOptions& options, std::string* why);
+  // The new process of a takeover: loads this build's programs on the maps
+  // `handover` brought, attaching nothing yet (the old process still
+  // serves: take_charge() once it has let go). Null, with why, if the maps
+  // are not what this build's programs expect, or the cgroup differs.
+  static std::unique_ptr<LocalRedirect> adopt(const LocalRedirectOptions& options, LocalRedirectHandover handover,
+                                              std::string* why);
+  // After adopt(), once the old process let go: this build's programs
+  // replace the old ones (sock_ops on the cgroup link, sk_msg on the map;
+  // sockets already in the map keep the program they were added with,
+  // which shares these maps). False with why if the kernel refused: the old
+  // programs then stay, on the same maps.
+  bool take_charge(std::string* why);
+  // The old process of a takeover: what moves (borrowed; kept open until
+  // this is destroyed), the layout, and from hand_over() on nothing is
+  // detached when this is destroyed, as the new process carries on with it.
+  std::vector<int> handover_fds() const;
+  static uint32_t layout();
+  void hand_over() { handed_over_.store(true, std::memory_order_release); }
   ~LocalRedirect();
   LocalRedirect(const LocalRedirect&) = delete;
   LocalRedirect& operator=(const LocalRedirect&) = delete;
@@ -73,8 +102,17 @@ class LocalRedirect {
   // byte sent by TCP, or bytes would overtake them). False if the map
   // refused.
   bool send_by_tcp(const RedirectKey& connection, bool by_tcp);
-  // The connection ends: its admissions and slot go.
+  // The connection ends: its admissions and slot go (unless handed over:
+  // then the new process carries the connection on in the same maps).
   void forget(const RedirectKey& connection, std::atomic<uint64_t>* counter);
+
+  // A takeover's read counters: the slot a counter is (for the image),
+  // and, in the new process, the counter of a slot the image names, taken
+  // out of the free ones before any worker admits (null if out of range or
+  // taken already).
+  uint32_t slot_of(const std::atomic<uint64_t>* counter) const { return static_cast<uint32_t>(counter - reads_); }
+  std::atomic<uint64_t>* claim_slot(uint32_t slot);
+  std::atomic<uint64_t>* counter(uint32_t slot) const { return &reads_[slot]; }
 
   LocalRedirectStats stats() const;
   uint64_t max_in_flight() const { return options_.max_in_flight; }
@@ -82,16 +120,23 @@ class LocalRedirect {
  private:
   explicit LocalRedirect(const LocalRedirectOptions& options) : options_(options) {}
   void release();
+  void init_slots();
+  std::vector<::bpf_map*> maps() const;  // in the order a takeover sends them
+  template <typename Fail>
+  bool map_reads(Fail* fail);  // the read counters, shared with the programs
 
   LocalRedirectOptions options_;
   ::local_redirect* skeleton_ = nullptr;
   ::bpf_link* sockops_link_ = nullptr;
+  UniqueFd adopted_link_;  // a takeover's: the old process's link, this process's programs once in charge
   bool msg_attached_ = false;
+  std::atomic<bool> handed_over_{false};  // read by forget(), on the workers' threads
   UniqueFd cgroup_;
   std::atomic<uint64_t>* reads_ = nullptr;  // the shared counters, LOCAL_REDIRECT_MAX_SLOTS of them
   size_t reads_bytes_ = 0;
-  std::mutex mu_;  // guards free_slots_ (workers admit from their threads)
-  std::vector<uint32_t> free_slots_;
+  std::mutex mu_;                     // guards free_slots_ and slot_used_ (workers admit from their threads)
+  std::vector<uint32_t> free_slots_;  // may hold slots claim_slot() took: admit_reader() skips them
+  std::vector<uint8_t> slot_used_;
   std::atomic<uint64_t> port_bits_[65536 / 64] = {};  // ports in the ports map
 };
 

@@ -48,6 +48,7 @@ bool LocalStream::export_image(HandoverImages* out, const SessionIndex& sessions
   to_socket_.copy_out(&image.to_socket);
   if (parked_buffer_)
     image.parked.assign(parked_buffer_ + kBufferHeadroom, parked_buffer_ + kBufferHeadroom + parked_len_);
+  if (leg_) image.leg = leg_->image();
   out->fds.push_back(fd_.get());
   out->streams.push_back(std::move(image));
   return true;
@@ -96,6 +97,10 @@ LocalStream* LocalStream::restore(StreamHost& host, UniqueFd fd, const LocalStre
       s->parked_len_ = static_cast<uint32_t>(image.parked.size());
     }
   }
+  // Its flows stay in the maps the takeover brought (the read counter's
+  // slot was claimed before any worker admits): the leg carries on before
+  // the first read or send here.
+  if (image.leg.present && host.redirector) s->leg_ = RedirectedLeg::restore(*host.redirector, image.leg);
   if (session) session->restore_stream(*s, image.tunnel);
   if (!ok) {
     s->fail("stream_failed", "rdmagw", metrics::StreamFailure::kResource, tunnel::ResetCode::kResource,

@@ -14,6 +14,8 @@
 
 namespace rdmagw::local {
 
+static_assert(sizeof(RedirectKey) == kRedirectedLegKeySize, "a takeover image carries a leg's key as its bytes");
+
 namespace {
 
 constexpr auto kTcpCheckInterval = std::chrono::milliseconds(1);
@@ -96,6 +98,40 @@ std::unique_ptr<RedirectedLeg> RedirectedLeg::admit(LegRedirector& redirector, i
 }
 
 RedirectedLeg::~RedirectedLeg() { redirector_.redirect.forget(key_, counter_); }
+
+RedirectedLegImage RedirectedLeg::image() const {
+  RedirectedLegImage image;
+  image.present = true;
+  auto* bytes = reinterpret_cast<const uint8_t*>(&key_);
+  image.key.assign(bytes, bytes + sizeof(key_));
+  image.slot = counter_ ? static_cast<int32_t>(redirector_.redirect.slot_of(counter_)) : -1;
+  image.sender = sender_;
+  image.by_tcp = by_tcp_;
+  return image;
+}
+
+bool claim_leg_slot(LocalRedirect& redirect, const RedirectedLegImage& image) {
+  if (!image.present || image.slot < 0) return true;
+  return redirect.claim_slot(static_cast<uint32_t>(image.slot)) != nullptr;
+}
+
+std::unique_ptr<RedirectedLeg> RedirectedLeg::restore(LegRedirector& redirector, const RedirectedLegImage& image) {
+  RedirectKey key;
+  if (!image.present || image.key.size() != sizeof(key)) return nullptr;  // sizes checked by the image's decoder
+  std::memcpy(&key, image.key.data(), sizeof(key));
+  std::unique_ptr<RedirectedLeg> leg(new RedirectedLeg(redirector, key));
+  // The slot is claimed (claim_leg_slot): this is its counter, which holds
+  // what the old process read.
+  if (image.slot >= 0) {
+    leg->counter_ = redirector.redirect.counter(static_cast<uint32_t>(image.slot));
+    leg->read_ = leg->counter_->load(std::memory_order_acquire);
+  }
+  leg->sender_ = image.sender;
+  leg->by_tcp_ = image.by_tcp;
+  // budget_ 0: the first send asks what the application holds unread.
+  leg->last_check_ = std::chrono::steady_clock::now();
+  return leg;
+}
 
 size_t RedirectedLeg::before_send(int fd) {
   uint64_t bound = redirector_.redirect.max_in_flight();

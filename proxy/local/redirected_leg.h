@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 
+#include "proxy/local/connection_image.h"
 #include "proxy/local/local_redirect.h"
 #include "proxy/local/socket_memory.h"
 
@@ -43,12 +44,22 @@ struct LegRedirector {
 // reader (before 6.13 and 6.12.8): rdmagw could not bound what it sends.
 bool probe_redirect(LocalRedirect& redirect, std::string* why);
 
+// The new process of a takeover, before any worker admits a connection:
+// the read counter `image` names is taken out of the free ones. False if
+// it is out of range or named twice (the image is then not used).
+bool claim_leg_slot(LocalRedirect& redirect, const RedirectedLegImage& image);
+
 class RedirectedLeg {
  public:
   // Admits the loopback connection on `fd` (both flows); null if it is not
   // one, or the maps refused it (it stays on TCP). Call before the first
   // read or send on `fd`.
   static std::unique_ptr<RedirectedLeg> admit(LegRedirector& redirector, int fd);
+  // A takeover: what the new process needs besides the maps, and the leg
+  // rebuilt there from it on the same socket (its read counter's slot
+  // claimed beforehand, claim_leg_slot()). Null if the image has no leg.
+  RedirectedLegImage image() const;
+  static std::unique_ptr<RedirectedLeg> restore(LegRedirector& redirector, const RedirectedLegImage& image);
   ~RedirectedLeg();
   RedirectedLeg(const RedirectedLeg&) = delete;
   RedirectedLeg& operator=(const RedirectedLeg&) = delete;

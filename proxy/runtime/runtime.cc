@@ -273,7 +273,11 @@ int Runtime::run() {
     abandon_takeover("the new process cannot open its access log: " + error);
     return 1;
   }
-  attach_local_legs();
+  if (!attach_local_legs(&error)) {
+    log::error("takeover_failed").kv("address", takeover_address(*config_)).kv("reason", error);
+    abandon_takeover(error);
+    return 1;
+  }
   if (!open_tunnel_sockets() || !prepare_workers()) {
     abandon_takeover("the new process could not start (its log says why)");
     return 1;
@@ -282,6 +286,7 @@ int Runtime::run() {
     log::error("takeover_failed").kv("address", takeover_address(*config_)).kv("reason", error);
     return 1;
   }
+  take_charge_of_local_legs();
   // The admin endpoint is bound before the workers start, so a port in use
   // fails the start like any other listener; it answers 503 on /ready until
   // the workers are up. After a takeover the old process holds it until it

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -103,8 +104,14 @@ class Runtime final : public admin::Backend {
   void report_taken_channel(std::chrono::steady_clock::time_point busy_since, pid_t* reported);
   // Old process: every worker's image, once all are quiet; false after `timeout`.
   bool collect_images(std::vector<WorkerImage>* images, std::chrono::milliseconds timeout);
-  // local_legs.redirect (runtime_local_legs.cc): at start, before the workers.
-  void attach_local_legs();
+  // local_legs.redirect (runtime_local_legs.cc): at start, before the
+  // workers. After a takeover that brought the old process's maps, adopts
+  // them; false (with why) if it cannot, which ends the takeover (the old
+  // process carries on).
+  bool attach_local_legs(std::string* error);
+  bool adopt_local_legs(std::string* error);
+  // After the commit: this build's programs replace the old process's.
+  void take_charge_of_local_legs();
   void redirect_listener_ports(const ListenerSet& listeners);
   admin::LocalLegsStatus local_legs_status() const;
 
@@ -160,6 +167,7 @@ class Runtime final : public admin::Backend {
   ListenerSet inherited_listeners_;
   std::shared_ptr<std::vector<UniqueFd>> inherited_fds_;
   std::vector<std::vector<WorkerImage>> worker_imports_;
+  std::optional<local::LocalRedirectHandover> inherited_legs_;  // the old process redirected its local legs
   UniqueFd takeover_channel_;
   UniqueFd takeover_listener_;  // the channel's listening socket, from WELCOME
   TakeoverPeer takeover_peer_;  // the old process, as the kernel told us

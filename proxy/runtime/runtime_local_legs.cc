@@ -8,9 +8,10 @@
 
 namespace rdmagw {
 
-void Runtime::attach_local_legs() {
+bool Runtime::attach_local_legs(std::string* error) {
   const LocalLegsConfig& legs = config_->local_legs;
-  if (!legs.redirect) return;
+  if (inherited_legs_) return adopt_local_legs(error);
+  if (!legs.redirect) return true;
   local_legs_.cgroup = legs.cgroup;
   local_legs_.max_in_flight = legs.max_in_flight;
   std::string why;
@@ -21,11 +22,55 @@ void Runtime::attach_local_legs() {
     local_legs_.state = "unavailable";
     local_legs_.reason = why;
     log::warn("local_legs_unavailable").kv("cgroup", legs.cgroup).kv("reason", why).kv("legs", "tcp");
-    return;
+    return true;
   }
   local_legs_.state = "redirected";
   redirect_listener_ports(listeners_);
   log::info("local_legs_redirected").kv("cgroup", legs.cgroup).kv("max_in_flight", legs.max_in_flight);
+  return true;
+}
+
+bool Runtime::adopt_local_legs(std::string* error) {
+  // The connections we inherit have flows in the old process's maps (bytes
+  // redirected to them, counted as read or not): they stay in those maps,
+  // with this build's programs on them, or the takeover does not happen.
+  const LocalLegsConfig& legs = config_->local_legs;
+  local::LocalRedirectHandover handover = std::move(*inherited_legs_);
+  inherited_legs_.reset();
+  if (!legs.redirect) {
+    *error =
+        "the running rdmagw redirects its local legs and this configuration does not (local_legs.redirect): "
+        "restart it instead";
+    return false;
+  }
+  std::string why;
+  local_redirect_ = local::LocalRedirect::adopt({legs.cgroup, legs.max_in_flight}, std::move(handover), &why);
+  if (!local_redirect_) {
+    *error = "cannot adopt the running rdmagw's local legs: " + why + "; restart it instead";
+    return false;
+  }
+  // Before any worker admits a connection: the inherited streams' read
+  // counters are theirs.
+  for (const auto& worker : worker_imports_)
+    for (const WorkerImage& image : worker)
+      for (const auto& stream : image.connections.streams)
+        if (!local::claim_leg_slot(*local_redirect_, stream.leg)) {
+          *error = "the takeover's image names read counter " + std::to_string(stream.leg.slot) + " twice";
+          local_redirect_.reset();
+          return false;
+        }
+  local_legs_.cgroup = legs.cgroup;
+  local_legs_.max_in_flight = legs.max_in_flight;
+  local_legs_.state = "redirected";
+  redirect_listener_ports(listeners_);
+  log::info("local_legs_adopted").kv("cgroup", legs.cgroup).kv("max_in_flight", legs.max_in_flight);
+  return true;
+}
+
+void Runtime::take_charge_of_local_legs() {
+  std::string why;
+  if (local_redirect_ && !local_redirect_->take_charge(&why))
+    log::warn("local_legs_programs_kept").kv("reason", why).kv("legs", "redirected by the old process's programs");
 }
 
 void Runtime::redirect_listener_ports(const ListenerSet& listeners) {

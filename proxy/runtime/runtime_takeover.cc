@@ -80,7 +80,7 @@ Runtime::TakeoverStart Runtime::take_over(std::string* error) {
   for (int i = 0; i < 4; ++i) {
     hello[i] = static_cast<uint8_t>(kTakeoverVersion >> (8 * i));
     hello[4 + i] = static_cast<uint8_t>(pid >> (8 * i));
-    hello[8 + i] = static_cast<uint8_t>(kTakeoverCommit >> (8 * i));
+    hello[8 + i] = static_cast<uint8_t>((kTakeoverCommit | kTakeoverLocalLegs) >> (8 * i));
   }
   if (!send_takeover_message(channel.get(), TakeoverMessage::kHello, hello, {}, error)) return TakeoverStart::kFailed;
   log::info("takeover_started").kv("address", takeover_address(*config_)).kv("listener", listener.describe());
@@ -118,6 +118,17 @@ Runtime::TakeoverStart Runtime::take_over(std::string* error) {
       *error = "the running rdmagw refused: " + std::string(m.payload.begin(), m.payload.end());
       return TakeoverStart::kFailed;
     }
+    if (m.type == TakeoverMessage::kLocalLegs) {
+      // Adopted with the local legs (attach_local_legs); checked there,
+      // against this build's programs and this configuration.
+      if (inherited_legs_ || m.payload.size() < 4) return refuse("a malformed or second LOCAL_LEGS");
+      local::LocalRedirectHandover legs;
+      for (int i = 0; i < 4; ++i) legs.layout |= uint32_t{m.payload[static_cast<size_t>(i)]} << (8 * i);
+      legs.cgroup.assign(m.payload.begin() + 4, m.payload.end());
+      legs.fds = std::move(m.fds);
+      inherited_legs_ = std::move(legs);
+      continue;
+    }
     if (m.type != TakeoverMessage::kImage)
       return refuse("unexpected message " + std::to_string(static_cast<uint32_t>(m.type)));
     if (!decode_process_image(m.payload.data(), m.payload.size(), &image, error))
@@ -127,6 +138,10 @@ Runtime::TakeoverStart Runtime::take_over(std::string* error) {
                     " came");
     if (!check_inherited_sockets(image, *fds, *config_, error))
       return refuse("its sockets do not match its image: " + *error);
+    // A leg's read counter is a slot of the maps that come with LOCAL_LEGS.
+    for (const WorkerImage& w : image.workers)
+      for (const auto& stream : w.connections.streams)
+        if (stream.leg.present && !inherited_legs_) return refuse("its image has redirected legs but no maps came");
     break;
   }
   if (!committing_) {
@@ -302,12 +317,12 @@ void Runtime::hand_over(UniqueFd peer, int listening) {
   bool commit = (features & kTakeoverCommit) != 0;
   std::lock_guard reloading(reload_mu_);
   if (draining_ || !running_) return refuse("this rdmagw is draining or still starting");
-  // The bytes queued in redirected legs live in this process's maps, which
-  // go with it: not yet handed over.
-  if (local_redirect_)
+  // Redirected legs live in this process's maps: they move with the
+  // connections, to a process that knows how to adopt them.
+  if (local_redirect_ && !(features & kTakeoverLocalLegs))
     return refuse(
-        "this rdmagw redirects its local legs (local_legs.redirect), whose queued bytes would be lost with its "
-        "maps: a takeover is not supported in that mode yet; restart it instead");
+        "this rdmagw redirects its local legs (local_legs.redirect) and the new process cannot adopt them (an "
+        "older rdmagw): restart it instead");
   log::info("takeover_requested").kv("by", who).kv("streams", live_streams());
   // Who we are, vouched for by the kernel, and the channel itself, so that
   // its name is never unbound between us and the new process.
@@ -365,6 +380,15 @@ void Runtime::hand_over(UniqueFd peer, int listening) {
   image.workers = std::move(workers);
   image.fd_count = static_cast<uint32_t>(fds.size());
   std::vector<uint8_t> payload = encode_process_image(image);
+  if (local_redirect_) {
+    std::vector<uint8_t> legs(4);
+    uint32_t layout = local::LocalRedirect::layout();
+    for (int i = 0; i < 4; ++i) legs[static_cast<size_t>(i)] = static_cast<uint8_t>(layout >> (8 * i));
+    const std::string& cgroup = config()->local_legs.cgroup;
+    legs.insert(legs.end(), cgroup.begin(), cgroup.end());
+    if (!send_takeover_message(peer.get(), TakeoverMessage::kLocalLegs, legs, local_redirect_->handover_fds(), &error))
+      return thaw_and_refuse(error);
+  }
   for (size_t i = 0; i < fds.size(); i += kMaxFdsPerMessage) {
     std::vector<int> part(fds.begin() + static_cast<long>(i),
                           fds.begin() + static_cast<long>(std::min(fds.size(), i + kMaxFdsPerMessage)));
@@ -384,12 +408,14 @@ void Runtime::hand_over(UniqueFd peer, int listening) {
   if (commit && !send_takeover_message(peer.get(), TakeoverMessage::kReleased, {}, {}, &error))
     return thaw_and_refuse("could not confirm to the new process: " + error);
 
-  // Everything runs in the new process now: ours only closes.
+  // Everything runs in the new process now: ours only closes. Our streams'
+  // legs, ended here, leave their flows in the maps the new process uses.
   {
     std::lock_guard lock(mu_);
     for (const auto& l : listeners_) l->fds->hand_over();
     ready_ = false;
   }
+  if (local_redirect_) local_redirect_->hand_over();
   taken_over_ = true;
   // This process is about to exit 0 while the new one carries everything:
   // a service manager watching us must follow it, not take our exit for the

@@ -284,7 +284,8 @@ bool receive_takeover_message(int fd, TakeoverMessageIn* out, std::string* error
   uint32_t type = get_u32(header + 4);
   uint64_t size = get_u64(header + 8);
   uint32_t fds = get_u32(header + 16);
-  if (type < 1 || type > 7 || size > kMaxTakeoverPayload || fds != out->fds.size()) {
+  if (type < 1 || type > static_cast<uint32_t>(TakeoverMessage::kLocalLegs) || size > kMaxTakeoverPayload ||
+      fds != out->fds.size()) {
     *error = "malformed takeover message (type " + std::to_string(type) + ", " + std::to_string(size) + " bytes, " +
              std::to_string(fds) + " sockets announced, " + std::to_string(out->fds.size()) + " came)";
     return false;

@@ -26,22 +26,28 @@
 namespace rdmagw {
 
 enum class TakeoverMessage : uint32_t {
-  kHello = 1,     // new -> old: asks to take over (payload: version, pid, features)
-  kSockets = 2,   // old -> new: sockets only, in order
-  kImage = 3,     // old -> new: the process image (takeover_image.h)
-  kAdopted = 4,   // new -> old: everything is rebuilt here; let go
-  kRefused = 5,   // either way: the takeover cannot go on (payload: why)
-  kWelcome = 6,   // old -> new, first, if HELLO asked (kTakeoverCommit): the
-                  // sender's credentials (SCM_CREDENTIALS, checked by the
-                  // kernel) and the channel's own listening socket
-  kReleased = 7,  // old -> new, the answer to ADOPTED (kTakeoverCommit): it
-                  // has let go; only now may the new process serve
+  kHello = 1,      // new -> old: asks to take over (payload: version, pid, features)
+  kSockets = 2,    // old -> new: sockets only, in order
+  kImage = 3,      // old -> new: the process image (takeover_image.h)
+  kAdopted = 4,    // new -> old: everything is rebuilt here; let go
+  kRefused = 5,    // either way: the takeover cannot go on (payload: why)
+  kWelcome = 6,    // old -> new, first, if HELLO asked (kTakeoverCommit): the
+                   // sender's credentials (SCM_CREDENTIALS, checked by the
+                   // kernel) and the channel's own listening socket
+  kReleased = 7,   // old -> new, the answer to ADOPTED (kTakeoverCommit): it
+                   // has let go; only now may the new process serve
+  kLocalLegs = 8,  // old -> new, before IMAGE, if HELLO asked (kTakeoverLocalLegs)
+                   // and it redirects its local legs: the maps' layout and
+                   // cgroup; the link and the maps ride on it
 };
 
 // HELLO's feature bits. An rdmagw that does not know one ignores it, and
 // then sends neither WELCOME nor RELEASED: the new process falls back to
 // what that version does (docs/operations.md, "Takeover").
 inline constexpr uint32_t kTakeoverCommit = 1;
+// The new process adopts redirected local legs (LOCAL_LEGS). An old process
+// that redirects them refuses a new one without it.
+inline constexpr uint32_t kTakeoverLocalLegs = 2;
 
 inline constexpr size_t kMaxFdsPerMessage = 250;  // under the kernel's SCM_MAX_FD
 // Bounds what a process at the other end may make us allocate: a payload is

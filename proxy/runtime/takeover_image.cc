@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/protocol_limits.h"
+#include "proxy/local/bpf/local_redirect_shared.h"
 
 namespace rdmagw {
 
@@ -209,7 +210,29 @@ void check_session(Reader& r, const tunnel::SessionImage& s, uint32_t image_vers
 }
 
 template <typename IO, typename T>
-void stream_fields(IO& io, T& s) {
+void leg_fields(IO& io, T& leg) {
+  io.flag(leg.present);
+  io.blob(leg.key, "a redirected leg's key");
+  io.u32(leg.slot);  // -1 (0xffffffff on the wire): its read flow has no counter
+  io.flag(leg.sender);
+  io.flag(leg.by_tcp);
+}
+
+void check_leg(Reader& r, const local::RedirectedLegImage& leg) {
+  if (!leg.present) {
+    if (!leg.key.empty() || leg.slot != -1 || leg.sender || leg.by_tcp)
+      r.fail("a stream without a leg says how it goes");
+    return;
+  }
+  if (leg.key.size() != local::kRedirectedLegKeySize)
+    r.fail("a redirected leg's key of " + std::to_string(leg.key.size()) + " bytes");
+  if (leg.slot < -1 || leg.slot >= LOCAL_REDIRECT_MAX_SLOTS)
+    r.fail("a redirected leg's read counter " + std::to_string(static_cast<uint32_t>(leg.slot)));
+  if (leg.by_tcp && !leg.sender) r.fail("a redirected leg sends by TCP without sending");
+}
+
+template <typename IO, typename T>
+void stream_fields(IO& io, T& s, uint32_t image_version) {
   io.u32(s.fd);
   io.u32(s.session);  // -1 (0xffffffff on the wire): no session
   io.flag(s.target_side);
@@ -227,6 +250,7 @@ void stream_fields(IO& io, T& s) {
   io.blob(s.to_socket, "bytes for the socket");
   io.blob(s.parked, "parked bytes");
   stream_tunnel_fields(io, s.tunnel);
+  if (image_version >= 3) leg_fields(io, s.leg);
 }
 
 template <typename IO, typename T>
@@ -242,22 +266,23 @@ void pipe_fields(IO& io, T& p) {
   io.flag(p.down_ended);
 }
 
-void put_connections(Writer& w, const local::HandoverImages& c) {
+void put_connections(Writer& w, const local::HandoverImages& c, uint32_t version) {
   w.count(c.streams.size(), "streams");
-  for (const auto& s : c.streams) stream_fields(w, s);
+  for (const auto& s : c.streams) stream_fields(w, s, version);
   w.count(c.pipes.size(), "passthrough connections");
   for (const auto& p : c.pipes) pipe_fields(w, p);
 }
 
 template <typename FdCheck>
-void get_connections(Reader& r, local::HandoverImages* c, size_t sessions, FdCheck& fd_ok) {
+void get_connections(Reader& r, local::HandoverImages* c, size_t sessions, FdCheck& fd_ok, uint32_t version) {
   size_t n = r.count("streams");
   for (size_t i = 0; i < n && r.ok(); ++i) {
     local::LocalStreamImage s;
-    stream_fields(r, s);
+    stream_fields(r, s, version);
     if (!r.ok()) break;
     fd_ok(s.fd);
     check_stream_tunnel(r, s.tunnel);
+    check_leg(r, s.leg);
     if (s.session < -1 || s.session >= static_cast<int64_t>(sessions))
       r.fail("a stream names session " + std::to_string(static_cast<uint32_t>(s.session)));
     if (s.session >= 0 && !s.opened) r.fail("a stream on a session that was never opened");
@@ -309,7 +334,7 @@ std::vector<uint8_t> encode_process_image(const ProcessImage& image, uint32_t ve
   for (const auto& worker : image.workers) {
     w.count(worker.sessions.size(), "sessions");
     for (const auto& s : worker.sessions) session_fields(w, s, version);
-    put_connections(w, worker.connections);
+    put_connections(w, worker.connections, version);
   }
   return out;
 }
@@ -355,7 +380,7 @@ bool decode_process_image(const uint8_t* data, size_t size, ProcessImage* out, s
       session_fields(r, worker.sessions.back(), version);
       check_session(r, worker.sessions.back(), version);
     }
-    get_connections(r, &worker.connections, worker.sessions.size(), fd_ok);
+    get_connections(r, &worker.connections, worker.sessions.size(), fd_ok, version);
     image.workers.push_back(std::move(worker));
   }
   if (r.ok() && !r.at_end()) r.fail("bytes after the image");

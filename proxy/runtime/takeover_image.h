@@ -25,9 +25,10 @@ struct ListenerImage {
   std::vector<uint32_t> fds;  // one per worker (TCP) or one shared (unix)
 };
 
-// The format this rdmagw writes; it reads this one and version 1.
+// The format this rdmagw writes; it reads this one and versions 1 and 2.
 // 2: sessions carry the values of their own HELLO.
-inline constexpr uint32_t kTakeoverImageVersion = 2;
+// 3: streams carry their redirected leg (local_legs.redirect).
+inline constexpr uint32_t kTakeoverImageVersion = 3;
 inline constexpr uint32_t kOldestTakeoverImageVersion = 1;
 
 struct ProcessImage {

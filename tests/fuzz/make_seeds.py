@@ -189,6 +189,10 @@ def takeover_channel_seeds() -> None:
     write("fuzz_takeover_channel", message(1, hello) + message(6) + message(2) + message(3, b"\x02" + b"\0" * 40)
           + message(7))
     write("fuzz_takeover_channel", message(5, b"the new process refused: why") + message(4))
+    # A new process that adopts redirected legs, and their maps' message.
+    hello_legs = struct.pack("<III", 1, 4242, 3)
+    write("fuzz_takeover_channel", message(1, hello_legs) + message(6)
+          + message(8, struct.pack("<I", 1) + b"/sys/fs/cgroup/unified/pod") + message(3, b"\x03" + b"\0" * 40))
 
 
 def services_file_seeds() -> None:

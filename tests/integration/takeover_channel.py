@@ -18,8 +18,9 @@ import time
 
 HEADER = struct.Struct("<IIQI")  # magic, type, payload length, sockets
 MAGIC = 0x54574752
-HELLO, SOCKETS, IMAGE, ADOPTED, REFUSED, WELCOME, RELEASED = range(1, 8)
+HELLO, SOCKETS, IMAGE, ADOPTED, REFUSED, WELCOME, RELEASED, LOCAL_LEGS = range(1, 9)
 COMMIT = 1  # HELLO's feature bit: WELCOME and RELEASED, please
+LOCAL_LEGS_ADOPTED = 2  # HELLO's feature bit: redirected local legs may come (LOCAL_LEGS)
 IMAGE_VERSION = 2
 
 

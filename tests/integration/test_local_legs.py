@@ -11,8 +11,10 @@ the programs say they redirected them; an application that stops reading
 holds a bounded amount and then gets everything in order; resets stay
 resets; a stream that ended before its rdmagw exited reaches the
 application whole; redis and nginx through the pair; with the mode
-unavailable, rdmagw says why once and carries the same bytes on TCP; a
-takeover is refused while the mode is on.
+unavailable, rdmagw says why once and carries the same bytes on TCP;
+takeovers of both hosts mid-transfer and with a stopped reader keep every
+byte and the legs redirected, and one by a process without the mode is
+refused while the running one carries on.
 
 Needs root, cgroup v2 and a kernel that charges redirected bytes to the
 reader (6.13 or later): skipped with the reason elsewhere (the RDMA lab's
@@ -35,8 +37,11 @@ import pytest
 
 from admin_client import admin_json
 from backends import EchoServer, ResetServer, Sha256Server, StallServer, sha256_of_prng
-from clients import RESET_ERRORS, connect, echo_concurrently, free_port, how_stream_ends, require_root_and, wait_for
-from conftest import RDMAGWCTL_BIN, ManagedProcess, scaled
+from clients import (RESET_ERRORS, connect, echo_concurrently, free_port, how_stream_ends, recv_exact,
+                     require_root_and, wait_for)
+from conftest import RDMAGW_BIN, RDMAGWCTL_BIN, ManagedProcess, scaled
+from test_resume import RUN_S, Faults, Target, transfer_under_faults
+from test_takeover import Upgrades
 
 MiB = 1 << 20
 BOUND = 256 * 1024
@@ -105,13 +110,7 @@ def redirected_pair(pair, backend, cgroup: str, server=None, target: str | None 
         target = server.endpoint
     p = pair([{"name": name, "target": target}], [target], a_lines=legs_lines(cgroup), b_lines=legs_lines(cgroup),
              **kw)
-    for side in (p.a, p.b):
-        legs = local_legs(side)
-        if legs["state"] != "redirected":
-            if kernel_charges_redirected_bytes() and os.environ.get("CI"):
-                pytest.fail(f"{side.name}: local legs {legs['state']} on kernel {platform.release()}: "
-                            f"{legs['reason']}")
-            pytest.skip(f"local legs unavailable here: {legs['reason']}")
+    require_redirected(p)
     return p, server
 
 
@@ -448,18 +447,129 @@ def test_unavailable_means_said_once_and_every_leg_on_tcp(pair, backend, test_cg
     assert "local_legs" not in p.b.log_text()
 
 
-def test_a_takeover_is_refused_while_the_legs_are_redirected(pair, backend, test_cgroup, sidecar):
+def require_redirected(p) -> None:
+    """Skips, with rdmagw's reason, where the mode is unavailable, unless
+    this machine kind must have it (CI on 6.13 or later: then it fails)."""
+    for side in (p.a, p.b):
+        legs = local_legs(side)
+        if legs["state"] != "redirected":
+            if kernel_charges_redirected_bytes() and os.environ.get("CI"):
+                pytest.fail(f"{side.name}: local legs {legs['state']} on kernel {platform.release()}: "
+                            f"{legs['reason']}")
+            pytest.skip(f"local legs unavailable here: {legs['reason']}")
+
+
+def round_trips(s: socket.socket, rounds: int, size: int = 100) -> None:
+    for i in range(rounds):
+        message = bytes([i % 256]) * size
+        s.sendall(message)
+        assert recv_exact(s, size, time.monotonic() + 10) == message
+
+
+@pytest.mark.deadline(RUN_S + 120)
+def test_takeovers_of_both_sides_mid_transfer_keep_every_byte_and_the_legs_redirected(
+        pair, backend, procs, tmp_path, test_cgroup):
+    # test_takeover.py's transfer (streams both ways, SHA-256 at both ends,
+    # no reset, old processes exit 0), with both hosts' legs redirected:
+    # the maps and the cgroup attachment move with the connections.
+    target = backend(Target())
+    echo = backend(EchoServer())
+    lines = legs_lines(test_cgroup)
+    p = pair([{"name": "io", "target": target.endpoint}, {"name": "echo", "target": echo.endpoint}],
+             [target.endpoint, echo.endpoint], a_lines=lines, b_lines=lines)
+    require_redirected(p)
+    up = Upgrades(p, procs, tmp_path, RDMAGW_BIN)
+    with connect(p.address("echo"), timeout=10) as held:
+        round_trips(held, 10)
+        order = ["host-a", "host-b", "host-a"]
+        summary = transfer_under_faults(p.address("io"), target,
+                                        Faults(lambda i: up.take_over(order[i]), len(order), 1.0))
+        assert len(up.old) == len(order), f"{len(up.old)} takeovers happened during the transfer: {summary}"
+        for old in up.old:
+            assert old.returncodes()[-1] == 0, f"{old.name} exited {old.returncodes()}:\n{old.tail()}"
+            log = old.log_text()
+            assert "event=taken_over" in log, f"{old.name} did not hand over:\n{old.tail()}"
+            assert "event=stream_reset" not in log, f"{old.name} reset streams:\n{old.tail()}"
+        # The stream held open throughout is still redirected in the new
+        # processes, in both directions of both hosts' legs.
+        a, b = up.current["host-a"], up.current["host-b"]
+        for sc in (a, b):
+            assert "event=local_legs_adopted" in sc.log_text(), sc.tail()
+            assert local_legs(sc)["state"] == "redirected"
+            assert "event=local_legs_programs_kept" not in sc.log_text(), sc.tail()
+        before = {sc.name: local_legs(sc)["bytes_redirected"] for sc in (a, b)}
+        round_trips(held, 300)
+        for sc in (a, b):
+            grew = local_legs(sc)["bytes_redirected"] - before[sc.name]
+            assert grew >= 2 * 300 * 100, (sc.name, grew)
+            # The transfer's streams are done: the held one is left.
+            streams = wait_for(lambda: (lambda l: l if len(l) == 1 else None)(
+                admin_json(sc.admin_port, "/streams")["streams"]), what=f"{sc.name}'s one stream left")
+            assert streams[0]["local_leg"] == "redirected", streams
+    # A connection made now is redirected by the new processes' programs.
+    with connect(p.address("echo"), timeout=10) as fresh:
+        before = local_legs(a)["bytes_redirected"]
+        round_trips(fresh, 100)
+        assert local_legs(a)["bytes_redirected"] - before >= 2 * 100 * 100
+
+
+@pytest.mark.deadline(240)
+def test_a_reader_stopped_across_takeovers_stays_bounded_then_gets_every_byte_in_order(
+        pair, backend, procs, tmp_path, test_cgroup):
+    total = 48 * MiB
+    p, _ = redirected_pair(pair, backend, test_cgroup, server=Sha256Server(send_size=total, send_seed=17))
+    up = Upgrades(p, procs, tmp_path, RDMAGW_BIN)
+    with connect(p.address("echo"), timeout=30) as s:
+        s.shutdown(socket.SHUT_WR)
+        time.sleep(1.0)
+        # Taken over while the client holds what it was paced to: the new
+        # process goes on pacing the same flow.
+        up.take_over("host-a")
+        time.sleep(1.0)
+        held = unread_bytes(s)
+        print(f"unread after the takeover: {held} (max_in_flight {BOUND})")
+        assert held <= 2 * BOUND, held
+        rng = random.Random(19)
+        h = hashlib.sha256()
+        got = 0
+        takeovers = {total // 3: "host-b", 2 * total // 3: "host-a"}
+        deadline = time.monotonic() + 150
+        for _ in range(1_000_000):
+            assert time.monotonic() < deadline, f"only {got} of {total} bytes read in time"
+            for mark in [m for m in takeovers if got >= m]:
+                up.take_over(takeovers.pop(mark))
+            data = s.recv(rng.choice([1, 1000, 65536, 1 << 20]))
+            if not data:
+                break
+            h.update(data)
+            got += len(data)
+            if rng.random() < 0.01:
+                time.sleep(rng.random() * 0.02)
+        assert got == total and h.hexdigest() == sha256_of_prng(17, total)
+    assert len(up.old) == 3
+    for old in up.old:
+        assert old.returncodes()[-1] == 0 and "event=taken_over" in old.log_text(), old.tail()
+    legs = local_legs(up.current["host-a"])
+    assert legs["bytes_redirected"] > 0 and legs["bytes_tcp"] > 0, legs
+
+
+def test_a_takeover_by_a_process_without_the_mode_is_refused_and_the_running_one_carries_on(
+        pair, backend, test_cgroup, sidecar):
     p, _ = redirected_pair(pair, backend, test_cgroup)
     with connect(p.address("echo")) as s:
         s.sendall(b"before")
         assert s.recv(6) == b"before"
-        newer = sidecar("host-a-new", p.a.config_path.read_text())
+        newer = sidecar("host-a-new", p.a.config_path.read_text().replace("  redirect: true", "  redirect: false"))
         newer.argv.append("--takeover")
         newer.start(wait=False)
         code = newer.wait(timeout=30)
         assert code != 0
         assert "local_legs.redirect" in newer.log_text(), newer.tail()
-        assert "event=takeover_refused" in p.a.log_text()
-        # The running one carries on, its stream untouched.
+        assert "event=takeover_failed" in p.a.log_text(), p.a.tail()
+        # The running one carries on, its stream and its legs untouched.
         s.sendall(b"after")
         assert s.recv(5) == b"after"
+        assert local_legs(p.a)["state"] == "redirected"
+        before = local_legs(p.a)["bytes_redirected"]
+        round_trips(s, 50)
+        assert local_legs(p.a)["bytes_redirected"] - before >= 2 * 50 * 100

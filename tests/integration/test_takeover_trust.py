@@ -28,8 +28,9 @@ import pytest
 from backends import EchoServer
 from clients import connect, free_port, recv_exact, require_root_and
 from conftest import RDMAGW_BIN, Sidecar, tcp_only
-from takeover_channel import (ADOPTED, COMMIT, HEADER, HELLO, IMAGE, MAGIC, REFUSED, RELEASED, SOCKETS, SQUATTER,
-                              WELCOME, StalledTakeover, channel_name, image, receive, send)
+from takeover_channel import (ADOPTED, COMMIT, HEADER, HELLO, IMAGE, LOCAL_LEGS, LOCAL_LEGS_ADOPTED, MAGIC, REFUSED,
+                              RELEASED, SOCKETS, SQUATTER, WELCOME, StalledTakeover, channel_name, image, receive,
+                              send)
 from test_takeover import Upgrades, echo_once, pair_with_a_stream, takeover_address
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", SQUATTER]
@@ -112,14 +113,16 @@ class FakeOldProcess:
     answered by `on_adopted` (RELEASED, REFUSED, or None: close)."""
 
     def __init__(self, tunnel_port: int, image_bytes: bytes, sockets=(), on_adopted: int | None = RELEASED,
-                 announce: int | None = None):
+                 announce: int | None = None, legs: tuple[bytes, list] | None = None):
         self.listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listening.bind(channel_name(tunnel_port))
         self.listening.listen(4)
         self.image, self.sockets, self.on_adopted = image_bytes, list(sockets), on_adopted
         self.announce = announce  # an IMAGE header claiming this many bytes, then only `image_bytes`
+        self.legs = legs  # LOCAL_LEGS before the image: (payload, files whose descriptors ride on it)
         self.hello_features: int | None = None
         self.adopted = False
+        self.answer = b""  # the payload of the new process's answer to IMAGE (REFUSED's: why)
         self.error: Exception | None = None
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -134,13 +137,15 @@ class FakeOldProcess:
             if self.hello_features & COMMIT:
                 send(conn, WELCOME, fds=[self.listening.fileno()], credentials=True)
             send(conn, SOCKETS, fds=[s.fileno() for s in self.sockets])
+            if self.legs is not None:
+                send(conn, LOCAL_LEGS, self.legs[0], fds=[f.fileno() for f in self.legs[1]])
             if self.announce is not None:
                 conn.sendall(HEADER.pack(MAGIC, IMAGE, self.announce, 0) + self.image)
                 time.sleep(3)  # the new process waits for the rest, or gives up
                 conn.close()
                 return
             send(conn, IMAGE, self.image)
-            kind, _, _, _ = receive(conn)
+            kind, self.answer, _, _ = receive(conn)
             self.adopted = kind == ADOPTED
             if self.on_adopted == REFUSED:
                 send(conn, REFUSED, b"gave up waiting")
@@ -165,6 +170,42 @@ def new_process(sidecar, tmp_path, port: int, targets) -> Sidecar:
 
 
 @tcp_only
+@pytest.mark.parametrize("case", ["not-bpf", "layout", "cgroup", "mode-off"])
+def test_redirected_legs_a_new_process_cannot_adopt_end_the_takeover_before_it_serves(sidecar, backend, tmp_path,
+                                                                                     case):
+    # What LOCAL_LEGS brings is checked before anything is loaded on it:
+    # descriptors that are no BPF link and maps, a layout or a cgroup other
+    # than this build's and configuration's, or a configuration without the
+    # mode. The new process refuses, never serves; the old one is told why.
+    require_root_and((), "local legs' takeover (cgroup v2)")
+    mount = next((line.split()[1] for line in open("/proc/mounts") if line.split()[2:3] == ["cgroup2"]), None)
+    if mount is None:
+        pytest.skip("needs cgroup v2")
+    echo = backend(EchoServer())
+    port = free_port()
+    layout = 999 if case == "layout" else 1
+    cgroup = mount + ("/elsewhere" if case == "cgroup" else "")
+    junk = [open("/dev/null", "rb") for _ in range(7)]
+    old = FakeOldProcess(port, image(), on_adopted=None, legs=(layout.to_bytes(4, "little") + cgroup.encode(), junk))
+    lines = [] if case == "mode-off" else ["local_legs:", "  redirect: true", f"  cgroup: {mount}"]
+    new = sidecar("host-new", tunnel_port=port, admin_port=free_port(), targets=[echo.endpoint], extra_lines=lines)
+    new.argv.append("--takeover")
+    new.start(wait=False)
+    assert new.wait(timeout=20) == 1
+    old.close()
+    for f in junk:
+        f.close()
+    assert old.error is None, old.error
+    assert not old.adopted
+    log = new.log_text()
+    assert "event=takeover_failed" in log and "event=ready" not in log, log
+    expected = {"not-bpf": "is not a BPF link", "layout": "layout 999, this build's programs use layout 1",
+                "cgroup": "redirects in the cgroup " + cgroup, "mode-off": "this configuration does not"}[case]
+    assert expected in log, log
+    assert expected in old.answer.decode(), old.answer
+
+
+@tcp_only
 @pytest.mark.parametrize("answer", [REFUSED, None])
 def test_a_new_process_whose_old_one_does_not_let_go_never_serves(sidecar, backend, tmp_path, answer):
     echo = backend(EchoServer())
@@ -175,7 +216,7 @@ def test_a_new_process_whose_old_one_does_not_let_go_never_serves(sidecar, backe
     assert new.wait(timeout=20) == 1
     old.close()
     assert old.error is None, old.error
-    assert old.hello_features == COMMIT and old.adopted
+    assert old.hello_features == COMMIT | LOCAL_LEGS_ADOPTED and old.adopted
     log = new.log_text()
     assert "event=takeover_failed" in log and "did not let go" in log, log
     assert "event=ready" not in log and "event=takeover_adopted" not in log

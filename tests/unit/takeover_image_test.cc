@@ -56,6 +56,11 @@ ProcessImage sample() {
   st.tunnel.receive_size = 262144;
   st.tunnel.receive_remaining = 262000;
   st.tunnel.receive_pending = 44;
+  st.leg.present = true;
+  st.leg.key = std::vector<uint8_t>(local::kRedirectedLegKeySize, 0x7f);
+  st.leg.slot = 65535;
+  st.leg.sender = true;
+  st.leg.by_tcp = true;
   w.connections.streams.push_back(st);
   local::PipeImage pipe;
   pipe.client_fd = 5;
@@ -99,13 +104,52 @@ TEST_CASE("takeover image: what is written reads back the same", "[takeover]") {
   CHECK(st.to_socket == std::vector<uint8_t>{1, 2, 3});
   CHECK(st.parked == std::vector<uint8_t>{4, 5});
   CHECK(st.tunnel.receive_pending == 44);
+  CHECK(st.leg.present);
+  CHECK(st.leg.key == std::vector<uint8_t>(local::kRedirectedLegKeySize, 0x7f));
+  CHECK(st.leg.slot == 65535);
+  CHECK(st.leg.sender);
+  CHECK(st.leg.by_tcp);
   CHECK(out.workers[0].connections.pipes.at(0).destination == "10.0.0.2:443");
   CHECK(encode_process_image(out) == bytes);
 }
 
+TEST_CASE("takeover image: version 2 (before redirected legs) is read; its streams have none", "[takeover]") {
+  std::vector<uint8_t> bytes = encode_process_image(sample(), 2);
+  // A leg: present, the key's length and bytes, the slot, two flags.
+  CHECK(bytes.size() + 1 + 8 + local::kRedirectedLegKeySize + 4 + 2 == encode_process_image(sample()).size());
+  ProcessImage out;
+  std::string error;
+  REQUIRE(decode_process_image(bytes.data(), bytes.size(), &out, &error));
+  const auto& st = out.workers.at(0).connections.streams.at(0);
+  CHECK_FALSE(st.leg.present);
+  CHECK(st.leg.slot == -1);
+  CHECK(st.parked == std::vector<uint8_t>{4, 5});
+}
+
+TEST_CASE("takeover image: a redirected leg that no leg could be is refused", "[takeover]") {
+  auto refused = [](auto change, const std::string& why) {
+    ProcessImage p = sample();
+    change(p.workers[0].connections.streams[0].leg);
+    std::vector<uint8_t> bytes = encode_process_image(p);
+    std::string error;
+    CHECK_FALSE(decodes(bytes, &error));
+    CHECK_THAT(error, Catch::Matchers::Contains(why));
+  };
+  refused([](local::RedirectedLegImage& l) { l.key.resize(10); }, "a redirected leg's key of 10 bytes");
+  refused([](local::RedirectedLegImage& l) { l.slot = 65536; }, "a redirected leg's read counter 65536");
+  refused([](local::RedirectedLegImage& l) { l.slot = -2; }, "a redirected leg's read counter");
+  refused([](local::RedirectedLegImage& l) { l.sender = false; }, "sends by TCP without sending");
+  refused(
+      [](local::RedirectedLegImage& l) {
+        l.present = false;
+        l.key.clear();
+      },
+      "a stream without a leg says how it goes");
+}
+
 TEST_CASE("takeover image: an older rdmagw's version 1 is read; its sessions' own settings are unknown", "[takeover]") {
   std::vector<uint8_t> bytes = encode_process_image(sample(), kOldestTakeoverImageVersion);
-  CHECK(bytes.size() + 16 == encode_process_image(sample()).size());  // the three values of one session
+  CHECK(bytes.size() + 16 == encode_process_image(sample(), 2).size());  // the three values of one session
   ProcessImage out;
   std::string error;
   REQUIRE(decode_process_image(bytes.data(), bytes.size(), &out, &error));
@@ -120,7 +164,7 @@ TEST_CASE("takeover image: an older rdmagw's version 1 is read; its sessions' ow
     std::vector<uint8_t> other = encode_process_image(sample());
     for (int i = 0; i < 4; ++i) other[static_cast<size_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
     CHECK_FALSE(decodes(other, &error));
-    CHECK(error.find("image version " + std::to_string(v) + ", this rdmagw reads versions 1 to 2") !=
+    CHECK(error.find("image version " + std::to_string(v) + ", this rdmagw reads versions 1 to 3") !=
           std::string::npos);
   }
 }
