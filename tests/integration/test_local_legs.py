@@ -178,6 +178,29 @@ def unread_at(src: str, dst: str | None = None) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def read_in_bursts(s: socket.socket, total: int, seed: int, seconds: float, at=None) -> tuple[int, str]:
+    """Reads `s` to EOF in random sizes with random short pauses (`seed`);
+    `at`: {bytes read: call} made once that many have been read. Returns
+    what was read and its SHA-256."""
+    rng = random.Random(seed)
+    pending = dict(at or {})
+    h = hashlib.sha256()
+    got = 0
+    deadline = time.monotonic() + seconds
+    for _ in range(10_000_000):
+        assert time.monotonic() < deadline, f"only {got} of {total} bytes read in time"
+        for mark in sorted(m for m in pending if got >= m):
+            pending.pop(mark)()
+        data = s.recv(rng.choice([1, 1000, 65536, 1 << 20]))
+        if not data:
+            break
+        h.update(data)
+        got += len(data)
+        if rng.random() < 0.01:
+            time.sleep(rng.random() * 0.02)
+    return got, h.hexdigest()
+
+
 def test_an_application_that_stops_reading_holds_a_bounded_amount_then_gets_every_byte_in_order(
         pair, backend, test_cgroup):
     total = 48 * MiB
@@ -199,21 +222,9 @@ def test_an_application_that_stops_reading_holds_a_bounded_amount_then_gets_ever
         assert stream["local_leg"] == "redirected-sending-by-tcp", stream
         # Then read in bursts with pauses: the flow goes back and forth
         # between TCP and redirection; every byte must come in order.
-        rng = random.Random(3)
-        h = hashlib.sha256()
-        got = 0
-        deadline = time.monotonic() + 120
-        for _ in range(1_000_000):
-            assert time.monotonic() < deadline, f"only {got} of {total} bytes read in time"
-            data = s.recv(rng.choice([1, 1000, 65536, 1 << 20]))
-            if not data:
-                break
-            h.update(data)
-            got += len(data)
-            if rng.random() < 0.01:
-                time.sleep(rng.random() * 0.02)
+        got, digest = read_in_bursts(s, total, seed=3, seconds=120)
         assert got == total
-        assert h.hexdigest() == sha256_of_prng(7, total)
+        assert digest == sha256_of_prng(7, total)
     legs = local_legs(p.a)
     print(f"host-a's legs: {legs}")
     assert legs["bytes_redirected"] > 0 and legs["bytes_tcp"] > 0, legs
@@ -529,23 +540,10 @@ def test_a_reader_stopped_across_takeovers_stays_bounded_then_gets_every_byte_in
         held = unread_bytes(s)
         print(f"unread after the takeover: {held} (max_in_flight {BOUND})")
         assert held <= 2 * BOUND, held
-        rng = random.Random(19)
-        h = hashlib.sha256()
-        got = 0
-        takeovers = {total // 3: "host-b", 2 * total // 3: "host-a"}
-        deadline = time.monotonic() + 150
-        for _ in range(1_000_000):
-            assert time.monotonic() < deadline, f"only {got} of {total} bytes read in time"
-            for mark in [m for m in takeovers if got >= m]:
-                up.take_over(takeovers.pop(mark))
-            data = s.recv(rng.choice([1, 1000, 65536, 1 << 20]))
-            if not data:
-                break
-            h.update(data)
-            got += len(data)
-            if rng.random() < 0.01:
-                time.sleep(rng.random() * 0.02)
-        assert got == total and h.hexdigest() == sha256_of_prng(17, total)
+        got, digest = read_in_bursts(s, total, seed=19, seconds=150,
+                                     at={total // 3: lambda: up.take_over("host-b"),
+                                         2 * total // 3: lambda: up.take_over("host-a")})
+        assert got == total and digest == sha256_of_prng(17, total)
     assert len(up.old) == 3
     for old in up.old:
         assert old.returncodes()[-1] == 0 and "event=taken_over" in old.log_text(), old.tail()
