@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The image as built by podman from docker/Dockerfile: its size, what its
-configuration keeps (HEALTHCHECK, user, entrypoint), no apt leftovers, and
-the seccomp profile: blocked under the runtime's default, running under
+configuration keeps (HEALTHCHECK, user, entrypoint), the local legs'
+programs built in, no apt leftovers, and the seccomp profile: blocked under the runtime's default, running under
 docker/seccomp.json, and confined all the same."""
 
 from __future__ import annotations
@@ -64,6 +64,14 @@ def test_image_binaries_name_the_commit_they_were_built_from():
     for binary in ("rdmagw", "rdmagwctl"):
         r = podman("run", "--rm", "--no-healthcheck", "--entrypoint", binary, IMAGE, "--version")
         assert r.stdout.strip().endswith(f"(commit {head})"), (binary, r.stdout, head)
+
+
+def test_image_rdmagw_is_built_with_the_local_legs_programs():
+    """The build stage has clang, bpftool and libbpf-dev: the programs of
+    local_legs.redirect are embedded, and rdmagw loads them with libbpf
+    (a build without them does not link it, and says so when asked)."""
+    r = podman("run", "--rm", "--no-healthcheck", "--entrypoint", "ldd", IMAGE, "/usr/local/bin/rdmagw")
+    assert "libbpf.so.1" in r.stdout, r.stdout
 
 
 def test_image_has_no_apt_lists_caches_or_documentation():
