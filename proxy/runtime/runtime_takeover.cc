@@ -13,13 +13,18 @@
 //                                         tunnels closed (peers suspend),
 //                                         connections' I/O cancelled
 //                                         waits until all are quiet
-//        <------------------------------ SOCKETS (x n), IMAGE
+//        <------------------------------ LOCAL_LEGS (if it redirects its
+//                                         local legs and HELLO asked),
+//                                         SOCKETS (x n), IMAGE
 //   checks the image and every socket
 //   against it; opens what the
-//   configuration adds (nothing served)
+//   configuration adds, loads its BPF
+//   programs on the maps that came
+//   (nothing served, nothing attached)
 //   ADOPTED ----------------------------> lets go of everything without
 //        <------------------------------ RELEASED   touching a socket, exits 0
-//   rebuilds sessions and streams;
+//   rebuilds sessions and streams; its
+//   BPF programs replace the old ones;
 //   workers start; dials the peers
 //
 // Until the old process sends RELEASED it can still carry on: if the new one
