@@ -246,8 +246,10 @@ void Session::close(SessionEnd end, std::string_view reason, CloseMode mode) {
   }
   // A connection that failed to authenticate was never a session: its
   // auth_failed line (once per address) is its only record, so a flood of
-  // them cannot flood the log.
-  bool quiet = end == SessionEnd::kAuthFailed && state_ == State::kHandshake && role_ == Role::kAcceptor;
+  // them cannot flood the log. A dialer's attempts are also said by its
+  // peer link (peer_connect_failed: the first and every tenth, with this
+  // reason), not once per redial.
+  bool quiet = end == SessionEnd::kAuthFailed && state_ == State::kHandshake;
   uint64_t suppressed = 0;
   bool logged = !quiet && may_log(&suppressed);
   state_ = State::kClosed;

@@ -147,6 +147,14 @@ def test_sidecars_with_different_keys_refuse_each_other_and_say_why(pair, backen
     assert how == "reset", f"a stream that could not open ended with {how}"
     assert echo.bytes_echoed == 0
     assert auth_failures(p.b) >= 1
+    # The dialer redials every couple of seconds per worker: its failures
+    # are counted, said once (auth_failed) and by the peer link (the first
+    # attempt and every tenth), not one session_closed line per attempt.
+    wait_for(lambda: auth_failures(p.a) >= 4, timeout=20, what="host-a to have redialed a few times")
+    log = p.a.log_text()
+    assert log.count("event=auth_failed") == 1, log[-3000:]
+    assert "event=session_closed" not in log, log[-3000:]
+    assert "event=peer_connect_failed" in log and "authentication failed" in log, log[-3000:]
 
 
 @tcp_only
