@@ -27,6 +27,10 @@ where it fails. `--short` runs a handful of units (CI: tools/test); the
 default is every unit the external mode runs (about 15 minutes per path on
 2 cores).
 
+Environment: RDMAGW_CACHE (where the suite is kept, default ~/.cache/rdmagw),
+REDIS_SUITE_UNIT_TIMEOUT (seconds a unit may take, default 600),
+REDIS_SUITE_KEEP (a directory that keeps each unit's output, per path).
+
 Exit status: 0 when every path passes, 1 otherwise, 2 on a setup error.
 """
 from __future__ import annotations
