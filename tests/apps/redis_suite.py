@@ -24,8 +24,8 @@ per path how many tests passed, failed and were skipped, and how long the
 units took. rdmagw-redirect where the mode is unavailable: skipped with
 rdmagw's reason, except under CI on a kernel that has it (6.13 or later),
 where it fails. `--short` runs a handful of units (CI: tools/test); the
-default is every unit the external mode runs (about 15 minutes per path on
-2 cores).
+default is every unit the external mode runs (4.5 to 6 minutes per path on
+2 cores: perf/results/2026-11-29-redis-suite.md).
 
 Environment: RDMAGW_CACHE (where the suite is kept, default ~/.cache/rdmagw),
 REDIS_SUITE_UNIT_TIMEOUT (seconds a unit may take, default 600),
