@@ -234,7 +234,8 @@ struct ServicesConfig {
 // (proxy/local/local_redirect.h; docs/architecture.md, "Local legs past TCP").
 struct LocalLegsConfig {
   bool redirect = false;                // past the TCP stack, by sockmap
-  std::string cgroup;                   // the cgroup v2 directory holding rdmagw and its applications
+  std::string cgroup;                   // the cgroup v2 directory holding rdmagw and its applications, or "pod"
+  std::string cgroup_fs;                // with cgroup "pod": where the host's cgroup v2 hierarchy is mounted
   uint64_t max_in_flight = 256 * 1024;  // per flow: redirected and not yet read
   bool operator==(const LocalLegsConfig&) const = default;
 };

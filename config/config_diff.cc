@@ -140,6 +140,7 @@ std::vector<std::string> restart_only_changes(const Config& running, const Confi
   // The programs are attached once, at start.
   d.check("local_legs.redirect", running.local_legs.redirect, next.local_legs.redirect);
   d.check("local_legs.cgroup", running.local_legs.cgroup, next.local_legs.cgroup);
+  d.check("local_legs.cgroup_fs", running.local_legs.cgroup_fs, next.local_legs.cgroup_fs);
   d.check("local_legs.max_in_flight", running.local_legs.max_in_flight, next.local_legs.max_in_flight);
   return out;
 }

@@ -19,7 +19,7 @@ inline const Keys kTop = {"node",      "admin",      "admin_token_file", "worker
                           "log_level", "access_log", "services",         "local_legs"};
 inline const Keys kAccessLog = {"enabled", "path", "format", "lines_per_second"};
 inline const Keys kServices = {"file", "direct"};
-inline const Keys kLocalLegs = {"redirect", "cgroup", "max_in_flight"};
+inline const Keys kLocalLegs = {"redirect", "cgroup", "cgroup_fs", "max_in_flight"};
 inline const Keys kTunnel = {"address",
                              "tcp_port",
                              "rdma_port",

@@ -933,14 +933,26 @@ void Parser::parse_local_legs(const Value& v, LocalLegsConfig* l) {
   const Value* cgroup = find(f, "cgroup");
   if (cgroup) {
     if (auto p = get_string(*cgroup)) {
-      if (p->empty() || p->front() != '/')
-        error(cgroup->mark, cgroup->path, "must be an absolute path (a cgroup v2 directory), got " + quote(*p));
+      if (*p != "pod" && (p->empty() || p->front() != '/'))
+        error(cgroup->mark, cgroup->path,
+              "must be an absolute path (a cgroup v2 directory) or pod (the parent of rdmagw's own cgroup), got " +
+                  quote(*p));
       else
         l->cgroup = *p;
     }
   } else if (l->redirect) {
     error(redirect->mark, v.path + ".cgroup",
           "is required with redirect: true (the cgroup v2 directory holding rdmagw and its applications)");
+  }
+  if (const Value* mount = find(f, "cgroup_fs")) {
+    if (auto p = get_string(*mount)) {
+      if (p->empty() || p->front() != '/')
+        error(mount->mark, mount->path, "must be an absolute path (a cgroup v2 mount), got " + quote(*p));
+      else if (l->cgroup != "pod")
+        error(mount->mark, mount->path, "is used only with cgroup: pod (it says where to look for rdmagw's cgroup)");
+      else
+        l->cgroup_fs = *p;
+    }
   }
   if (const Value* n = find(f, "max_in_flight")) {
     if (auto bytes = get_size(*n, 16 * 1024, 64 * 1024 * 1024)) l->max_in_flight = *bytes;

@@ -349,6 +349,7 @@ std::string render_config_json(const Config& config, uint64_t generation) {
       .begin_object()
       .field("redirect", config.local_legs.redirect)
       .field("cgroup", config.local_legs.cgroup)
+      .field("cgroup_fs", config.local_legs.cgroup_fs)
       .field("max_in_flight", config.local_legs.max_in_flight)
       .end_object();
   w.field("shutdown_timeout_ms", config.shutdown_timeout_ms).field("log_level", config.log_level);

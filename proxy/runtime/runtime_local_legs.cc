@@ -2,7 +2,10 @@
 // The local legs past TCP (local_legs.redirect; docs/architecture.md,
 // "Local legs past TCP"): the programs loaded and attached once at start,
 // the listeners' ports named to them, and what /stats and /metrics say.
+#include <optional>
+
 #include "common/log.h"
+#include "proxy/local/cgroup_locator.h"
 #include "proxy/local/redirected_leg.h"
 #include "proxy/runtime/runtime.h"
 
@@ -12,21 +15,22 @@ bool Runtime::attach_local_legs(std::string* error) {
   const LocalLegsConfig& legs = config_->local_legs;
   if (inherited_legs_) return adopt_local_legs(error);
   if (!legs.redirect) return true;
-  local_legs_.cgroup = legs.cgroup;
   local_legs_.max_in_flight = legs.max_in_flight;
   std::string why;
-  local_redirect_ = local::LocalRedirect::attach({legs.cgroup, legs.max_in_flight}, &why);
+  std::optional<std::string> cgroup = local::locate_legs_cgroup(legs.cgroup, legs.cgroup_fs, &why);
+  local_legs_.cgroup = cgroup.value_or(legs.cgroup);
+  if (cgroup) local_redirect_ = local::LocalRedirect::attach({*cgroup, legs.max_in_flight}, &why);
   if (local_redirect_ && !local::probe_redirect(*local_redirect_, &why)) local_redirect_.reset();
   if (!local_redirect_) {
     // Said once; the legs run on TCP as with the mode off.
     local_legs_.state = "unavailable";
     local_legs_.reason = why;
-    log::warn("local_legs_unavailable").kv("cgroup", legs.cgroup).kv("reason", why).kv("legs", "tcp");
+    log::warn("local_legs_unavailable").kv("cgroup", local_legs_.cgroup).kv("reason", why).kv("legs", "tcp");
     return true;
   }
   local_legs_.state = "redirected";
   redirect_listener_ports(listeners_);
-  log::info("local_legs_redirected").kv("cgroup", legs.cgroup).kv("max_in_flight", legs.max_in_flight);
+  log::info("local_legs_redirected").kv("cgroup", local_legs_.cgroup).kv("max_in_flight", legs.max_in_flight);
   return true;
 }
 
@@ -44,7 +48,8 @@ bool Runtime::adopt_local_legs(std::string* error) {
     return false;
   }
   std::string why;
-  local_redirect_ = local::LocalRedirect::adopt({legs.cgroup, legs.max_in_flight}, std::move(handover), &why);
+  std::optional<std::string> cgroup = local::locate_legs_cgroup(legs.cgroup, legs.cgroup_fs, &why);
+  if (cgroup) local_redirect_ = local::LocalRedirect::adopt({*cgroup, legs.max_in_flight}, std::move(handover), &why);
   if (!local_redirect_) {
     *error = "cannot adopt the running rdmagw's local legs: " + why + "; restart it instead";
     return false;
@@ -59,11 +64,11 @@ bool Runtime::adopt_local_legs(std::string* error) {
           local_redirect_.reset();
           return false;
         }
-  local_legs_.cgroup = legs.cgroup;
+  local_legs_.cgroup = *cgroup;
   local_legs_.max_in_flight = legs.max_in_flight;
   local_legs_.state = "redirected";
   redirect_listener_ports(listeners_);
-  log::info("local_legs_adopted").kv("cgroup", legs.cgroup).kv("max_in_flight", legs.max_in_flight);
+  log::info("local_legs_adopted").kv("cgroup", local_legs_.cgroup).kv("max_in_flight", legs.max_in_flight);
   return true;
 }
 

@@ -389,7 +389,7 @@ void Runtime::hand_over(UniqueFd peer, int listening) {
     std::vector<uint8_t> legs(4);
     uint32_t layout = local::LocalRedirect::layout();
     for (int i = 0; i < 4; ++i) legs[static_cast<size_t>(i)] = static_cast<uint8_t>(layout >> (8 * i));
-    const std::string& cgroup = config()->local_legs.cgroup;
+    const std::string& cgroup = local_legs_.cgroup;  // where they are attached (`pod` found at start)
     legs.insert(legs.end(), cgroup.begin(), cgroup.end());
     if (!send_takeover_message(peer.get(), TakeoverMessage::kLocalLegs, legs, local_redirect_->handover_fds(), &error))
       return thaw_and_refuse(error);

@@ -458,6 +458,62 @@ def test_unavailable_means_said_once_and_every_leg_on_tcp(pair, backend, test_cg
     assert "local_legs" not in p.b.log_text()
 
 
+@pytest.fixture
+def pod_cgroup(test_cgroup):
+    """test_cgroup as a pod: this process (so the sidecars, servers and
+    clients it starts) in a child of it, as a container is in its pod's."""
+    container = Path(test_cgroup) / "container"
+    container.mkdir()
+    (container / "cgroup.procs").write_text(str(os.getpid()))
+    try:
+        yield test_cgroup
+    finally:
+        (Path(test_cgroup) / "cgroup.procs").write_text(str(os.getpid()))
+        for _ in range(100):
+            left = [p for p in (container / "cgroup.procs").read_text().split() if p]
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(int(pid), 9)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+        container.rmdir()
+
+
+def test_cgroup_pod_attaches_to_the_parent_of_the_sidecars_own_cgroup(pair, backend, pod_cgroup):
+    # host-a finds the hierarchy itself (the first cgroup2 mount), host-b is
+    # told where it is, as a container is (local_legs.cgroup_fs).
+    echo = backend(EchoServer())
+    pod = ["local_legs:", "  redirect: true", "  cgroup: pod", f"  max_in_flight: {BOUND}"]
+    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], a_lines=pod,
+             b_lines=pod + [f"  cgroup_fs: {cgroup2_mount()}"])
+    require_redirected(p)
+    for side in (p.a, p.b):
+        assert local_legs(side)["cgroup"] == pod_cgroup, (side.name, local_legs(side))
+        assert f"event=local_legs_redirected cgroup={pod_cgroup} " in side.log_text(), side.log_text()
+        assert admin_json(side.admin_port, "/config")["local_legs"]["cgroup"] == "pod"
+    with connect(p.address("echo")) as s:
+        round_trips(s, 200)
+    for side in (p.a, p.b):
+        assert local_legs(side)["bytes_redirected"] >= 2 * 200 * 100, (side.name, local_legs(side))
+
+
+def test_cgroup_pod_is_refused_where_the_parent_is_the_hierarchys_root(pair, backend, test_cgroup):
+    # test_cgroup is a child of the root: its parent holds every process of
+    # the host, which `pod` never takes. Said once, and the legs run on TCP.
+    echo = backend(EchoServer())
+    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint],
+             a_lines=["local_legs:", "  redirect: true", "  cgroup: pod"])
+    legs = local_legs(p.a)
+    assert legs["state"] == "unavailable", legs
+    assert f"the parent of rdmagw's cgroup {test_cgroup} is the root of the hierarchy" in legs["reason"], legs
+    assert p.a.log_text().count("event=local_legs_unavailable") == 1
+    payloads = [random.Random(i).randbytes(100_000) for i in range(3)]
+    assert echo_concurrently(p.address("echo"), payloads, deadline=time.monotonic() + 30) == payloads
+
+
 def require_redirected(p) -> None:
     """Skips, with rdmagw's reason, where the mode is unavailable, unless
     this machine kind must have it (CI on 6.13 or later: then it fails)."""

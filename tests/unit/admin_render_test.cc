@@ -600,7 +600,7 @@ TEST_CASE("config: the YAML schema as JSON, defaults filled in", "[admin][config
       R"({"match":"10.2.0.5/32:8000-8100","action":"tunnel","peer":"b","target":"tcp:127.0.0.1:8080"},)"
       R"({"match":"0.0.0.0/0","action":"passthrough"}]}],)"
       R"("targets":["tcp:127.0.0.1:6379","unix:/run/redis.sock"],)"
-      R"("local_legs":{"redirect":false,"cgroup":"","max_in_flight":262144},)"
+      R"("local_legs":{"redirect":false,"cgroup":"","cgroup_fs":"","max_in_flight":262144},)"
       R"("shutdown_timeout_ms":10000,"log_level":"info","generation":3})");
 }
 

@@ -93,6 +93,7 @@ const std::vector<Change>& changes() {
       {"services.direct", "never"},
       {"local_legs.redirect", "true", {}, {{"local_legs.cgroup", "/sys/fs/cgroup/rdmagw"}}},
       {"local_legs.cgroup", "/sys/fs/cgroup/other"},
+      {"local_legs.cgroup_fs", "/host/cgroup", {{"local_legs.cgroup", "pod"}}},
       {"local_legs.max_in_flight", "1MiB"},
       {"tunnel.address", "127.0.0.2"},
       {"tunnel.tcp_port", "7571"},
@@ -312,7 +313,7 @@ TEST_CASE("access_log: json needs a path, a path is absolute, and a rate is at l
   CHECK(ok.config->access_log.path.empty());
 }
 
-TEST_CASE("local_legs: off by default; redirect needs an absolute cgroup; max_in_flight is bounded") {
+TEST_CASE("local_legs: off by default; redirect needs an absolute cgroup or pod; max_in_flight is bounded") {
   auto errors = [](const std::string& legs) {
     ConfigResult r = parse_config_text("node: a\nlocal_legs: " + legs + "\n", "a.yaml");
     std::string out;
@@ -320,8 +321,14 @@ TEST_CASE("local_legs: off by default; redirect needs an absolute cgroup; max_in
     return out;
   };
   CHECK(errors("{redirect: true}").find("local_legs.cgroup: is required with redirect: true") != std::string::npos);
-  CHECK(errors("{redirect: true, cgroup: pod}").find("local_legs.cgroup: must be an absolute path") !=
+  CHECK(errors("{redirect: true, cgroup: pods}").find("local_legs.cgroup: must be an absolute path") !=
         std::string::npos);
+  CHECK(errors("{redirect: true, cgroup: pod}").empty());
+  CHECK(errors("{redirect: true, cgroup: pod, cgroup_fs: /host/cgroup}").empty());
+  CHECK(errors("{redirect: true, cgroup: pod, cgroup_fs: host/cgroup}")
+            .find("local_legs.cgroup_fs: must be an absolute path") != std::string::npos);
+  CHECK(errors("{redirect: true, cgroup: /sys/fs/cgroup/pod, cgroup_fs: /host/cgroup}")
+            .find("local_legs.cgroup_fs: is used only with cgroup: pod") != std::string::npos);
   CHECK(errors("{max_in_flight: 1KiB}").find("local_legs.max_in_flight") != std::string::npos);
   CHECK(errors("{max_in_flight: 1GiB}").find("local_legs.max_in_flight") != std::string::npos);
   CHECK(errors("{redirect: maybe, cgroup: /sys/fs/cgroup/pod}").find("local_legs.redirect") != std::string::npos);
