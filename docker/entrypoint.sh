@@ -12,6 +12,8 @@
 #   RDMAGW_CONFIG  the configuration file (default /etc/rdmagw/rdmagw.yaml)
 #   RDMAGW_UID     the uid the init step exempted from the redirect (default
 #                  1337); a warning if rdmagw would run as another uid
+#   RDMAGW_GID     the gid the init step also exempted (rdmagw as root, for
+#                  the local legs past TCP); then the warning is for another gid
 #   RDMAGW_BIN     the rdmagw binary (default /usr/local/bin/rdmagw)
 #   RDMAGW_ADMIN   where rdmagwctl (the HEALTHCHECK, probes, docker exec)
 #                  looks for the admin endpoint (default 127.0.0.1:9901); a
@@ -113,8 +115,14 @@ fi
 # 3. The redirect exempts one uid; rdmagw running as another would have its
 #    own connections to captured destinations redirected back into itself.
 want_uid=${RDMAGW_UID:-1337}
-if config_text | grep -q 'transparent:' && [ "$(id -u)" != "$want_uid" ]; then
-  note "warning: running as uid $(id -u), but the iptables redirect exempts uid $want_uid (RDMAGW_UID): rdmagw's own connections to captured destinations would loop back into it"
+want_gid=${RDMAGW_GID:-}
+if config_text | grep -q 'transparent:'; then
+  if [ -n "$want_gid" ]; then
+    [ "$(id -g)" = "$want_gid" ] || [ "$(id -u)" = "$want_uid" ] ||
+      note "warning: running as uid $(id -u) gid $(id -g), but the iptables redirect exempts uid $want_uid (RDMAGW_UID) and gid $want_gid (RDMAGW_GID): rdmagw's own connections to captured destinations would loop back into it"
+  elif [ "$(id -u)" != "$want_uid" ]; then
+    note "warning: running as uid $(id -u), but the iptables redirect exempts uid $want_uid (RDMAGW_UID): rdmagw's own connections to captured destinations would loop back into it"
+  fi
 fi
 
 # 4. rdmagwctl finds the admin endpoint through RDMAGW_ADMIN, not through the

@@ -18,6 +18,9 @@
 #                         redirect (IPv6: [ADDR]:PORT or CIDR:PORT)
 #   RDMAGW_UID            the uid rdmagw runs as; its own connections are never
 #                         redirected (default 1337, the image's rdmagw user)
+#   RDMAGW_GID            a gid whose connections are never redirected either:
+#                         rdmagw's group where it runs as root (the local legs
+#                         past TCP in a pod; default: none)
 #   RDMAGW_EXCLUDE_PORTS  destination PORT or LO-HI never redirected
 #   RDMAGW_EXCLUDE_CIDRS  destination networks never redirected
 #   RDMAGW_REDIRECT_PORT  the transparent listener's port (default 15001)
@@ -43,6 +46,7 @@ die() {  # die STATUS MESSAGE...
 }
 
 UID_=${RDMAGW_UID:-1337}
+GID_=${RDMAGW_GID:-}
 REDIRECT_PORT=${RDMAGW_REDIRECT_PORT:-15001}
 IPV6=${RDMAGW_IPV6:-0}
 IPTABLES_CMD=${RDMAGW_IPTABLES_CMD:-}
@@ -166,6 +170,7 @@ tool_install() {
   fam=$1
   shift
   set -- install "$@" --uid "$UID_" --redirect-port "$REDIRECT_PORT"
+  [ -z "$GID_" ] || set -- "$@" --gid "$GID_"
   # shellcheck disable=SC2086
   for entry in $(of_family "$fam" $CAPTURE); do set -- "$@" --capture "$entry"; done
   # shellcheck disable=SC2086
@@ -177,6 +182,7 @@ tool_install() {
 
 log "redirecting outbound TCP to: $CAPTURE"
 log "  to port $REDIRECT_PORT on loopback (rdmagw's transparent listener); never for uid $UID_ (rdmagw itself)"
+[ -z "$GID_" ] || log "  nor for gid $GID_ (rdmagw itself, running as root)"
 [ -z "$EXCLUDE_PORTS" ] || log "  except to ports: $EXCLUDE_PORTS"
 [ -z "$EXCLUDE_CIDRS" ] || log "  except to networks: $EXCLUDE_CIDRS"
 

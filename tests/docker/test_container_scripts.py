@@ -149,6 +149,14 @@ def test_init_passes_every_setting_and_dry_runs_first(recording_tool):
     assert recording_tool.calls() == [f"install --dry-run {args}", f"install {args}"]
 
 
+def test_init_passes_rdmagw_gid_as_a_second_exemption(recording_tool):
+    proc = run_init(recording_tool, RDMAGW_CAPTURE="10.1.0.0/16", RDMAGW_UID="1337", RDMAGW_GID="1337")
+    assert proc.returncode == 0, proc.stderr
+    args = "--uid 1337 --redirect-port 15001 --gid 1337 --capture 10.1.0.0/16"
+    assert recording_tool.calls() == [f"install --dry-run {args}", f"install {args}"]
+    assert "nor for gid 1337" in proc.stdout
+
+
 def test_init_splits_ipv4_and_ipv6_entries_with_rdmagw_ipv6(recording_tool):
     proc = run_init(recording_tool, RDMAGW_IPV6="1", RDMAGW_CAPTURE="10.1.0.0/16 fd00:1::/64:6379 [fd00:2::5]:80",
                     RDMAGW_EXCLUDE_CIDRS="fd00:1::9/128 10.1.9.0/24", RDMAGW_IPTABLES_CMD="/usr/sbin/iptables-legacy")
@@ -316,6 +324,24 @@ listeners:
     proc = run([ENTRYPOINT, "--check"], env=env)
     assert proc.returncode == 0, proc.stderr
     assert f"but the iptables redirect exempts uid {os.getuid() + 1} (RDMAGW_UID)" in proc.stderr, proc.stderr
+
+
+def test_entrypoint_takes_rdmagw_gid_for_a_sidecar_running_as_root_with_its_group(rdmagw_bin, tmp_path):
+    config = write_config(tmp_path, """node: sidecar
+tunnel: {transport: tcp}
+peers: [{name: b, address: 127.0.0.2, tcp_port: 7471}]
+listeners:
+  - {name: out, listen: "transparent:127.0.0.1:15001", routes: [{match: 10.0.0.0/8, peer: b}]}
+""")
+    env = entrypoint_env(rdmagw_bin, config)
+    env["RDMAGW_UID"] = str(os.getuid() + 1)
+    env["RDMAGW_GID"] = str(os.getgid())
+    proc = run([ENTRYPOINT, "--check"], env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning" not in proc.stderr, proc.stderr
+    env["RDMAGW_GID"] = str(os.getgid() + 1)
+    proc = run([ENTRYPOINT, "--check"], env=env)
+    assert f"and gid {os.getgid() + 1} (RDMAGW_GID)" in proc.stderr, proc.stderr
 
 
 def test_entrypoint_runs_another_command_given_instead_of_options(tmp_path):

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Run inside a test network namespace: where do TCP connections land?
 
-    netprobe.py --listen 15001,8080,8081 --case NAME:HOST:PORT[:UID] ...
+    netprobe.py --listen 15001,8080,8081 --case NAME:HOST:PORT[:UID[:GID]] ...
 
 Opens a listener on 0.0.0.0 for every --listen port, then for every case
 connects to HOST:PORT (as UID when given, from a child process) and prints one
@@ -77,15 +77,15 @@ def main() -> int:
 
     results = {}
     for case in args.case:
-        name, host, port, *uid = case.split(":")
-        if uid:
+        name, host, port, *ids = case.split(":")
+        if ids:
             # A separate process, so only the client runs as that user; the
             # source goes by -c since that user may not read the work tree.
             with open(os.path.abspath(__file__)) as f:
                 source = f.read()
             out = subprocess.run(
                 [CHILD_PYTHON, "-c", source, "--connect", host, port],
-                user=int(uid[0]), group=int(uid[0]), extra_groups=[],
+                user=int(ids[0]), group=int(ids[-1]), extra_groups=[],
                 capture_output=True, text=True, timeout=30,
             )
             results[name] = json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr}

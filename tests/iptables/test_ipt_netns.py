@@ -156,6 +156,22 @@ def test_connections_are_really_redirected(netns):
     assert got["captured"]["port"] == 8080, got  # (no conntrack entry left to report orig)
 
 
+def test_gid_exempts_a_root_sidecar_and_nothing_else_of_root(netns):
+    """--gid: rdmagw running as root with its own group (the local legs in a
+    pod) is exempt by group, while root processes of the other groups are
+    still redirected."""
+    netns.run(["ip", "addr", "add", "10.99.0.1/24", "dev", "lo"])
+    netns.tool(["install", "--uid", "65534", "--gid", "4242", "--capture", "10.99.0.0/24:8080"])
+    saved = netns.save()
+    assert "--gid-owner 4242" in saved and "rdmagw:proxy-gid" in saved, saved
+    argv = ["/usr/bin/python3", str(NETPROBE), "--listen", "15001,8080",
+            "--case", "root_sidecar:10.99.0.2:8080:0:4242", "--case", "root_app:10.99.0.2:8080:0:0"]
+    got = json.loads(netns.run(argv).stdout)
+    assert got == {"root_sidecar": {"port": 8080, "orig": "10.99.0.2:8080"},
+                   "root_app": {"port": 15001, "orig": "10.99.0.2:8080"}}, got
+    netns.tool(["cleanup"])
+
+
 def test_without_cap_net_admin_the_message_says_so(netns):
     if shutil.which("setpriv") is None:
         pytest.skip("setpriv (util-linux) not installed")
