@@ -466,6 +466,37 @@ def test_options_reach_every_place_they_belong():
     assert spec["securityContext"]["fsGroup"] == 2000
 
 
+def test_local_legs_make_the_sidecar_root_with_its_group_bpf_net_admin_and_the_cgroup_fs():
+    (plain,) = injected("-f", REDIS, "--capture", CAPTURE)
+    (out,) = injected("-f", REDIS, "--capture", CAPTURE, "--local-legs", "--cgroup-fs", "/sys/fs/cgroup/unified")
+    spec = pod_spec(out)
+    (init,) = spec["initContainers"]
+    sidecar = by_name(spec["containers"])["rdmagw"]
+    assert sidecar["securityContext"] == {
+        "runAsUser": 0, "runAsGroup": SIDECAR_UID, "runAsNonRoot": False, "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK", "BPF", "NET_ADMIN"]},
+        "seccompProfile": {"type": "Localhost", "localhostProfile": DEFAULT_PROFILE}}
+    # The redirect exempts the group as well as the uid, and the entrypoint knows.
+    assert env_of(init)["RDMAGW_GID"] == env_of(sidecar)["RDMAGW_GID"] == str(SIDECAR_UID)
+    assert by_name(spec["volumes"])["rdmagw-cgroup"] == {"name": "rdmagw-cgroup", "hostPath": {
+        "path": "/sys/fs/cgroup/unified", "type": "Directory"}}
+    assert by_name(sidecar["volumeMounts"])["rdmagw-cgroup"] == {"name": "rdmagw-cgroup", "mountPath": "/host/cgroup",
+                                                                 "readOnly": True}
+    # Nothing else differs from a plain injection, and the default mount is /sys/fs/cgroup.
+    plain_sidecar = by_name(pod_spec(plain)["containers"])["rdmagw"]
+    assert plain_sidecar["securityContext"]["runAsUser"] == SIDECAR_UID
+    assert "RDMAGW_GID" not in env_of(plain_sidecar) and "RDMAGW_GID" not in env_of(pod_spec(plain)["initContainers"][0])
+    (default,) = injected("-f", REDIS, "--capture", CAPTURE, "--local-legs")
+    assert by_name(pod_spec(default)["volumes"])["rdmagw-cgroup"]["hostPath"]["path"] == "/sys/fs/cgroup"
+    # Injected again, with or without the mode: replaced, not added twice.
+    again = yaml.safe_dump(out, sort_keys=False)
+    (twice,) = injected("-f", "-", "--capture", CAPTURE, "--local-legs", "--cgroup-fs", "/sys/fs/cgroup/unified",
+                        stdin=again)
+    assert twice == out
+    (off,) = injected("-f", "-", "--capture", CAPTURE, stdin=again)
+    assert off == plain
+
+
 def test_no_keys_unconfined_and_no_rdma_resource():
     (out,) = injected("-f", REDIS, "--capture", CAPTURE, "--no-keys", "--seccomp-profile", "unconfined",
                       "--rdma-resource", "none")
@@ -559,6 +590,7 @@ DEPLOYMENT_OUTER_CAPTURE = with_line(workload("Deployment"), "  name: app",
 DEPLOYMENT_BAD_ANNOTATION = workload("Deployment").replace("labels: {app: app}",
                                                            "annotations: {rdmagw.io/capture: 10.0.0.0/33}")
 DEPLOYMENT_GRACE = workload("Deployment", extra="terminationGracePeriodSeconds: 30s\n      ")
+DEPLOYMENT_GROUP_1337 = workload("Deployment", extra="securityContext: {runAsGroup: 1337}\n      ")
 DEPLOYMENT_NO_TEMPLATE = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: app}\nspec: {replicas: 1}\n"
 DEPLOYMENT_NO_CONTAINERS = "kind: Deployment\nmetadata: {name: app}\nspec: {template: {spec: {containers: []}}}\n"
 CRONJOB_NO_JOB_TEMPLATE = "kind: CronJob\nmetadata: {name: r}\nspec: {schedule: '* * * * *'}\n"
@@ -627,6 +659,13 @@ ERRORS = {
     "image": (None, [*C, "--image", "a b"], ["--image 'a b'"]),
     "keys-and-no-keys": (None, [*C, "--key-secret", "k", "--no-keys"], ["not allowed with argument"]),
     "unknown-option": (None, [*C, "--frobnicate"], ["unrecognized arguments: --frobnicate"]),
+    "cgroup-fs-alone": (None, [*C, "--cgroup-fs", "/sys/fs/cgroup"], ["--cgroup-fs '/sys/fs/cgroup': used only "
+                                                                      "with --local-legs"]),
+    "cgroup-fs-relative": (None, [*C, "--local-legs", "--cgroup-fs", "sys/fs/cgroup"],
+                           ["--cgroup-fs 'sys/fs/cgroup': must be an absolute directory"]),
+    "local-legs-group-clash": (DEPLOYMENT_GROUP_1337, [*C, "--local-legs"],
+                               ["runs as gid 1337 (the pod's spec.template.spec.securityContext.runAsGroup)",
+                                "the redirect exempts that gid"]),
 }
 
 
