@@ -21,13 +21,16 @@ bool is_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r
 
 // The one exception to "owner only", as PostgreSQL makes it for its TLS key:
 // a file root owns may be readable by a group, when that group is one of
-// rdmagw's own and rdmagw is not root. That is how a Kubernetes Secret
-// reaches a non-root container (fsGroup: root-owned, mode 0440, the pod's
-// group), and who else is in that group is the platform's choice, not any
-// user's. Writable by the group, or anything for others: never.
+// rdmagw's own. That is how a Kubernetes Secret reaches a container
+// (fsGroup: root-owned, mode 0440, the pod's group), and who else is in that
+// group is the platform's choice, not any user's. Root takes it only as its
+// own non-root group (the sidecar of the local legs runs as uid 0 with the
+// pod's group): a root process's supplementary groups prove nothing.
+// Writable by the group, or anything for others: never.
 bool private_to_our_group(const struct stat& st) {
-  if (st.st_uid != 0 || ::geteuid() == 0) return false;
+  if (st.st_uid != 0) return false;
   if ((st.st_mode & (S_IWGRP | S_IXGRP | S_IRWXO)) != 0) return false;
+  if (::geteuid() == 0) return st.st_gid != 0 && st.st_gid == ::getegid();
   if (st.st_gid == ::getegid()) return true;
   gid_t groups[256];
   int n = ::getgroups(256, groups);

@@ -205,7 +205,7 @@ TEST_CASE("key files: a non-root rdmagw takes a root-owned key its own group may
   std::string file = dir.write("k", kKey, 0440);
   REQUIRE(chown(file.c_str(), 0, sidecar) == 0);
   CHECK(accepted_as(file, sidecar));
-  // Not for root itself, not for another group, never readable by others or writable by the group.
+  // Not for root with group root, not for another group, never readable by others or writable by the group.
   std::string key, error;
   CHECK_FALSE(read_key_file(file, &key, &error));
   REQUIRE(chown(file.c_str(), 0, sidecar + 1) == 0);
@@ -222,6 +222,41 @@ TEST_CASE("key files: a non-root rdmagw takes a root-owned key its own group may
   CHECK_FALSE(accepted_as(file, sidecar));
   REQUIRE(chmod(file.c_str(), 0400) == 0);
   CHECK(accepted_as(file, sidecar));
+}
+
+// The same, run as root with group `gid` (a child process; needs root).
+bool accepted_as_root_with_group(const std::string& file, gid_t gid) {
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(gid) != 0) _exit(2);
+    std::string key, error;
+    _exit(read_key_file(file, &key, &error) ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) != 2);
+  return WEXITSTATUS(status) == 0;
+}
+
+TEST_CASE("key files: a root rdmagw running with the pod's group takes the key that group may read (local legs)",
+          "[config][auth]") {
+  if (geteuid() != 0) SKIP_OR_RETURN;
+  KeyDir dir;
+  const gid_t pod_group = 64322;
+  std::string file = dir.write("k", kKey, 0440);
+  REQUIRE(chown(file.c_str(), 0, pod_group) == 0);
+  CHECK(accepted_as_root_with_group(file, pod_group));
+  // Not as group root, not with another group, not readable by others.
+  CHECK_FALSE(accepted_as_root_with_group(file, 0));
+  CHECK_FALSE(accepted_as_root_with_group(file, pod_group + 1));
+  REQUIRE(chmod(file.c_str(), 0444) == 0);
+  CHECK_FALSE(accepted_as_root_with_group(file, pod_group));
+  // A root:root file readable by group root: still refused.
+  REQUIRE(chown(file.c_str(), 0, 0) == 0);
+  REQUIRE(chmod(file.c_str(), 0440) == 0);
+  CHECK_FALSE(accepted_as_root_with_group(file, 0));
 }
 
 TEST_CASE("load_config_file reads every key file, and names the one it refuses", "[config][auth]") {
