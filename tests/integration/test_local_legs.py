@@ -500,6 +500,30 @@ def test_cgroup_pod_attaches_to_the_parent_of_the_sidecars_own_cgroup(pair, back
         assert local_legs(side)["bytes_redirected"] >= 2 * 200 * 100, (side.name, local_legs(side))
 
 
+def test_a_sidecar_with_only_cap_bpf_and_cap_net_admin_redirects(pair, backend, test_cgroup):
+    # What a container gets (rdmagw-inject --local-legs): root, but with no
+    # CAP_SYS_ADMIN or CAP_PERFMON, under which the verifier refuses more
+    # (pointer arithmetic across paths, for one).
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) not installed")
+    echo = backend(EchoServer())
+    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint], a_lines=legs_lines(test_cgroup),
+             b_lines=legs_lines(test_cgroup), start=False)
+    only = ["setpriv", "--bounding-set", "-all,+bpf,+net_admin,+ipc_lock", "--inh-caps", "-all", "--"]
+    for side in (p.b, p.a):
+        side.argv = only + side.argv
+        side.start()
+    for side in (p.a, p.b):
+        status = Path(f"/proc/{side.proc.pid}/status").read_text()
+        cap_eff = int(re.search(r"^CapEff:\t([0-9a-f]+)", status, re.M).group(1), 16)
+        assert cap_eff == (1 << 39) | (1 << 12) | (1 << 14), f"{side.name}: CapEff {cap_eff:#x}"
+    require_redirected(p)
+    with connect(p.address("echo")) as s:
+        round_trips(s, 200)
+    for side in (p.a, p.b):
+        assert local_legs(side)["bytes_redirected"] >= 2 * 200 * 100, (side.name, local_legs(side))
+
+
 def test_cgroup_pod_is_refused_where_the_parent_is_the_hierarchys_root(pair, backend, test_cgroup):
     # test_cgroup is a child of the root: its parent holds every process of
     # the host, which `pod` never takes. Said once, and the legs run on TCP.
