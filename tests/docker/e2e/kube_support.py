@@ -39,6 +39,14 @@ def pod_specs(doc: dict):
         yield doc["spec"]["template"]["spec"]
 
 
+def running(prefix: str, suffix: str) -> str | None:
+    """A running container whose name starts and ends so (a workload's pod
+    names have a generated part between)."""
+    names = podman("ps", "--format", "{{.Names}}").stdout.split()
+    found = [n for n in names if n.startswith(prefix) and n.endswith(suffix)]
+    return found[0] if found else None
+
+
 def example(name: str) -> list:
     return list(yaml.safe_load_all((DOCKER / "kubernetes" / name).read_text()))
 

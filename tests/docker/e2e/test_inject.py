@@ -11,18 +11,12 @@ import pytest
 import yaml
 
 from e2e_support import DOCKER, IMAGE, REPO, SIDECAR_UID, logs, podman, run, wait_for
-from kube_support import SERVER_IP, KubeLab, example
+from kube_support import SERVER_IP, KubeLab, example, running
 
 
 def inject(*args: str) -> list:
     r = run([REPO / "tools" / "rdmagw-inject", "-f", DOCKER / "kubernetes" / "redis-deployment.yaml", *args])
     return list(yaml.safe_load_all(r.stdout))
-
-
-def running(prefix: str, suffix: str) -> str | None:
-    names = podman("ps", "--format", "{{.Names}}").stdout.split()
-    found = [n for n in names if n.startswith(prefix) and n.endswith(suffix)]
-    return found[0] if found else None
 
 
 @pytest.fixture(scope="module")
