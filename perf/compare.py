@@ -376,9 +376,9 @@ def measured(test, path, topo, args):
     and of the client and backend (app_cpu), and the run's length (wall)."""
     pids = topo.pids[path]
     recorder = None
-    if args.perf_record and path == "rdmagw" and test in args.perf_record_tests:
+    if args.perf_record and path.startswith("rdmagw") and test in args.perf_record_tests:
         # The first round's run of each chosen test, both sidecars, call graphs.
-        data = os.path.join(args.perf_record, f"{test}.data")
+        data = os.path.join(args.perf_record, f"{path}-{test}.data")
         if not os.path.exists(data):
             recorder = subprocess.Popen(["perf", "record", "-q", "-F", "1999", "-g", "-o", data, "-p",
                                          ",".join(str(p) for p in pids)],
@@ -403,7 +403,7 @@ def measured(test, path, topo, args):
     if recorder:
         recorder.send_signal(signal.SIGINT)
         recorder.wait(timeout=60)
-        with open(os.path.join(args.perf_record, f"{test}.txt"), "w") as f:
+        with open(os.path.join(args.perf_record, f"{path}-{test}.txt"), "w") as f:
             subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "dso,sym", "--stdio",
                             "-g", "none", "--percent-limit", "0.5"], stdout=f, stderr=subprocess.DEVNULL,
                            timeout=300)
@@ -811,7 +811,8 @@ def parse_args(argv=None):
     ap.add_argument("--out", help="also write the report (markdown) to this file")
     ap.add_argument("--perf-record", metavar="DIR",
                     help="profile both rdmagw processes (perf record -g) during their first run of each test in "
-                         "--perf-record-tests; DIR/TEST.data and a flat report DIR/TEST.txt")
+                         "--perf-record-tests, for each rdmagw path; DIR/PATH-TEST.data and a flat report "
+                         "DIR/PATH-TEST.txt")
     ap.add_argument("--perf-record-tests", default="redis-set,iperf3",
                     help="the tests --perf-record profiles (default redis-set,iperf3)")
     ap.add_argument("--perf-sched", metavar="DIR",
