@@ -23,6 +23,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <system_error>
@@ -37,6 +38,7 @@
 #include "config/config.h"
 #include "config/config_keys.h"
 #include "config/key_files.h"
+#include "config/key_suggestion.h"
 
 namespace rdmagw {
 
@@ -338,6 +340,7 @@ class Parser {
   std::string file_;
   bool read_key_files_;
   std::vector<ConfigError> errors_;
+  std::set<std::string> misspelt_;  // paths of keys an unknown key was taken for ("did you mean")
 };
 
 std::optional<Parser::Fields> Parser::read_map(const Value& v, const Keys& allowed, bool null_is_empty) {
@@ -358,7 +361,14 @@ std::optional<Parser::Fields> Parser::read_map(const Value& v, const Keys& allow
     const std::string name = key.Scalar();
     std::string path = join_path(v.path, name);
     if (!contains(allowed, name)) {
-      error(key.Mark(), path, "unknown key " + quote(name) + "; allowed keys here: " + join_words(allowed));
+      std::optional<std::string_view> meant = closest_key(name, allowed);
+      std::string hint;
+      if (meant) {
+        hint = " (did you mean " + quote(*meant) + "?)";
+        // The same slip would also be reported as that key missing: once is enough.
+        misspelt_.insert(join_path(v.path, *meant));
+      }
+      error(key.Mark(), path, "unknown key " + quote(name) + hint + "; allowed keys here: " + join_words(allowed));
       continue;
     }
     auto [pos, inserted] = fields.try_emplace(name, make_value(it->second, key.Mark(), path));
@@ -373,7 +383,8 @@ std::optional<Parser::Fields> Parser::read_map(const Value& v, const Keys& allow
 
 bool Parser::require(const Fields& fields, const Value& map, std::string_view key) {
   if (fields.count(key)) return true;
-  error(map.mark, join_path(map.path, key), "required key " + quote(key) + " is missing");
+  std::string path = join_path(map.path, key);
+  if (!misspelt_.count(path)) error(map.mark, path, "required key " + quote(key) + " is missing");
   return false;
 }
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "config/config.h"
+#include "config/key_suggestion.h"
 
 #include <arpa/inet.h>
 #include <sys/stat.h>
@@ -20,6 +21,9 @@ using rdmagw::AuthMode;
 using rdmagw::Config;
 using rdmagw::ConfigError;
 using rdmagw::ConfigResult;
+using rdmagw::closest_key;
+using rdmagw::edit_distance;
+namespace config_keys = rdmagw::config_keys;
 using rdmagw::Endpoint;
 using rdmagw::load_config_file;
 using rdmagw::parse_config_text;
@@ -562,13 +566,44 @@ TEST_CASE("ConfigError::to_string format", "[config][errors]") {
   ConfigResult r = parse_config_text(lines({"node: host-a", "worker: 4"}), "conf/a.yaml");
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].to_string() ==
-        "conf/a.yaml:2:1: worker: unknown key 'worker'; allowed keys here: node, admin, admin_token_file, workers, "
+        "conf/a.yaml:2:1: worker: unknown key 'worker' (did you mean 'workers'?); allowed keys here: node, admin, "
+        "admin_token_file, workers, "
         "worker_cpus, tunnel, peers, listeners, targets, shutdown_timeout_ms, log_level, access_log, services, "
         "local_legs");
 }
 
 TEST_CASE("unknown top-level key", "[config][errors]") {
-  expect_errors(lines({"node: host-a", "worker: 4"}), {{2, 1, "worker", "unknown key 'worker'"}});
+  expect_errors(lines({"node: host-a", "worker: 4"}),
+                {{2, 1, "worker", "unknown key 'worker' (did you mean 'workers'?); allowed keys here: node,"}});
+  // Nothing near enough: no suggestion.
+  expect_errors(lines({"node: host-a", "threads: 4"}), {{2, 1, "threads", "unknown key 'threads'; allowed keys"}});
+}
+
+TEST_CASE("a misspelt required key is one error, naming the key it was taken for", "[config][errors]") {
+  // Not also "required key 'target' is missing" for the same slip.
+  expect_errors(lines({kNode, kPeers, kPeerB1, kPeerB2, kPeerB3, "listeners:", "  - name: redis",
+                       "    listen: tcp:127.0.0.1:6380", "    peer: host-b", "    tagret: tcp:127.0.0.1:6379"}),
+                {{10, 5, "listeners[0].tagret", "unknown key 'tagret' (did you mean 'target'?)"}});
+  // A slip for another key leaves the missing one reported.
+  expect_errors(lines({kNode, kPeers, kPeerB1, kPeerB2, kPeerB3, "listeners:", "  - name: redis",
+                       "    listen: tcp:127.0.0.1:6380", "    peers: host-b"}),
+                {{7, 5, "listeners[0].target", "required key 'target' is missing"},
+                 {9, 5, "listeners[0].peers", "(did you mean 'peer'?)"}});
+}
+
+TEST_CASE("edit distance: a letter missing, added, changed, or two swapped is one edit", "[config][errors]") {
+  CHECK(edit_distance("workers", "workers") == 0);
+  CHECK(edit_distance("worker", "workers") == 1);
+  CHECK(edit_distance("workerss", "workers") == 1);
+  CHECK(edit_distance("wurkers", "workers") == 1);
+  CHECK(edit_distance("wokrers", "workers") == 1);
+  CHECK(edit_distance("", "abc") == 3);
+  CHECK(edit_distance("listen", "silent") == 4);
+  config_keys::Keys keys = {"tcp_port", "rdma_port", "address"};
+  CHECK(closest_key("tcp_prot", keys) == "tcp_port");
+  CHECK(closest_key("adress", keys) == "address");
+  CHECK_FALSE(closest_key("port", keys).has_value());  // three edits from either port key
+  CHECK(closest_key("ab", {"ac", "abc"}) == "ac");  // a tie: the first
 }
 
 TEST_CASE("unknown key inside tunnel names the allowed keys", "[config][errors]") {
