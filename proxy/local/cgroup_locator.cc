@@ -126,8 +126,8 @@ std::optional<std::string> find_process_cgroup(const std::string& fs_root, std::
       if (it->is_directory(type_ec) && !it->is_symlink(type_ec)) pending.push_back(it->path());
     }
   }
-  *why = "no cgroup under " + fs_root + " lists this process (pid " + std::to_string(pid) +
-         ") in its cgroup.procs" + (walked >= kMaxCgroupsWalked ? " (stopped after 100000 cgroups)" : "") +
+  *why = "no cgroup under " + fs_root + " lists this process (pid " + std::to_string(pid) + ") in its cgroup.procs" +
+         (walked >= kMaxCgroupsWalked ? " (stopped after 100000 cgroups)" : "") +
          ": local_legs.cgroup_fs must be where this process sees the host's cgroup v2 hierarchy";
   return std::nullopt;
 }
@@ -159,8 +159,9 @@ std::optional<std::string> locate_legs_cgroup(const std::string& cgroup, const s
     std::optional<std::string> mountinfo = read_text("/proc/self/mountinfo");
     std::optional<std::string> mount = mountinfo ? first_cgroup2_mount(*mountinfo) : std::nullopt;
     if (!mount) {
-      *why = "local_legs.cgroup: pod, and this process sees no cgroup v2 hierarchy (no cgroup2 in "
-             "/proc/self/mountinfo): mount the host's and name it in local_legs.cgroup_fs";
+      *why =
+          "local_legs.cgroup: pod, and this process sees no cgroup v2 hierarchy (no cgroup2 in "
+          "/proc/self/mountinfo): mount the host's and name it in local_legs.cgroup_fs";
       return std::nullopt;
     }
     fs_root = *mount;

@@ -318,7 +318,13 @@ int Runtime::run() {
     if (!bound) log::error("listen_failed").kv("key", "admin").kv("address", config_->admin).kv("reason", error);
   }
   std::string listeners;
-  for (const auto& l : config_->listeners) listeners += (listeners.empty() ? "" : ",") + l.listen.to_string();
+  for (const auto& l : config_->listeners) {
+    // As the configuration writes it: a transparent listener's socket is a
+    // TCP one, but "tcp:" would hide what it is.
+    std::string listen = l.listen.to_string();
+    if (l.transparent && listen.starts_with("tcp:")) listen = "transparent:" + listen.substr(4);
+    listeners += (listeners.empty() ? "" : ",") + listen;
+  }
   {
     // A POST /drain may have come while the workers started.
     std::lock_guard lock(mu_);

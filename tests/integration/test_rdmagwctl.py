@@ -440,6 +440,10 @@ def test_unreachable_admin_exits_1_naming_the_address(rdmagwctl_bin):
     rc, out, err = run_ctl(rdmagwctl_bin, "--admin", f"127.0.0.1:{port}", "--timeout", "2", "status")
     assert rc == 1, f"rc={rc}\n{out}{err}"
     assert f"127.0.0.1:{port}" in err and "cannot reach" in err, err
+    # And where to look: the usual cause is rdmagw not running, or elsewhere.
+    assert "(is rdmagw running, with admin: at this address? Another address: --admin HOST:PORT or RDMAGW_ADMIN)" \
+        in err, err
+    assert err.count("\n") == 1, err  # one line
 
     # The same through $RDMAGW_ADMIN.
     rc, out, err = run_ctl(rdmagwctl_bin, "peers", env={"RDMAGW_ADMIN": f"127.0.0.1:{port}"})

@@ -146,6 +146,8 @@ listeners:
             time.sleep(0.1)
         assert "event=session_open peer=host-b" in log("a"), \
             "rdmagw A's own tunnel connection did not reach B (was it redirected?):\n" + log("a")
+        # The ready line names the listener as the configuration does.
+        assert f" listeners=transparent:{ep(fam['loop'], 15001)} " in log("a"), log("a")
 
         def client(port, text):
             return run("ip", "netns", "exec", a, "/usr/bin/python3", "-c", CLIENT, B_IP, str(port), text).stdout.strip()

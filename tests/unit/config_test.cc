@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "config/config.h"
-#include "config/key_suggestion.h"
 
 #include <arpa/inet.h>
 #include <sys/stat.h>
@@ -16,12 +15,13 @@
 
 #include "common/protocol_limits.h"
 #include "config/config_diff.h"
+#include "config/key_suggestion.h"
 
 using rdmagw::AuthMode;
+using rdmagw::closest_key;
 using rdmagw::Config;
 using rdmagw::ConfigError;
 using rdmagw::ConfigResult;
-using rdmagw::closest_key;
 using rdmagw::edit_distance;
 namespace config_keys = rdmagw::config_keys;
 using rdmagw::Endpoint;
@@ -603,7 +603,7 @@ TEST_CASE("edit distance: a letter missing, added, changed, or two swapped is on
   CHECK(closest_key("tcp_prot", keys) == "tcp_port");
   CHECK(closest_key("adress", keys) == "address");
   CHECK_FALSE(closest_key("port", keys).has_value());  // three edits from either port key
-  CHECK(closest_key("ab", {"ac", "abc"}) == "ac");  // a tie: the first
+  CHECK(closest_key("ab", {"ac", "abc"}) == "ac");     // a tie: the first
 }
 
 TEST_CASE("unknown key inside tunnel names the allowed keys", "[config][errors]") {

@@ -26,7 +26,11 @@ bool AdminClient::send(const HttpRequest& request, HttpResponse* response, std::
   if (http_exchange(address_, sent, timeout_seconds_, response, &failure)) return true;
   switch (failure.stage) {
     case HttpFailure::Stage::kConnect:
-      *error = "cannot reach admin at " + address_.display() + ": " + failure.reason;
+      // Most often nothing listens there: rdmagw is not running, or its
+      // admin: is elsewhere and this was not told (the default is tried).
+      *error = "cannot reach admin at " + address_.display() + ": " + failure.reason +
+               " (is rdmagw running, with admin: at this address? Another address: --admin HOST:PORT or "
+               "RDMAGW_ADMIN)";
       break;
     case HttpFailure::Stage::kExchange:
       *error = "admin at " + address_.display() + " did not answer " + what(request) + ": " + failure.reason;
