@@ -6,6 +6,7 @@
 // in docs/admin.md.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "common/metrics.h"
 #include "config/config.h"
 #include "config/services_file.h"
+#include "proxy/admin/process_self.h"
 #include "proxy/local/stream_info.h"
 #include "proxy/tunnel/tunnel_info.h"
 
@@ -91,6 +93,7 @@ struct Status {
   double last_reload_unix = 0;  // 0: never
   ServicesStatus services;
   LocalLegsStatus local_legs;
+  std::optional<ProcessSelf> self;  // /metrics only: the process_* metrics
 };
 
 // The runtime, as the admin thread sees it. Every call is made from the

@@ -88,6 +88,7 @@ Response get_stats(Backend& backend, std::string_view) {
 
 Response get_metrics(Backend& backend, std::string_view) {
   Status status = backend.status();
+  status.self = read_process_self();
   std::shared_ptr<const Config> config = backend.config();
   return Response{200,
                   std::string(kMetricsContentType),

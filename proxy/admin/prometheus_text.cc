@@ -3,6 +3,7 @@
 // table in docs/admin.md is always present with its HELP and TYPE lines,
 // even while it has no series yet, so dashboards and alerts can tell "no
 // traffic" from "not exported".
+#include <cstdio>
 #include <initializer_list>
 
 #include "common/utf8.h"
@@ -11,6 +12,13 @@
 
 namespace rdmagw::admin {
 namespace {
+
+// A measured quantity (CPU seconds, a start time), to the millisecond.
+std::string decimal_text(double value) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.3f", value);
+  return text;
+}
 
 struct Label {
   std::string_view name;
@@ -268,6 +276,24 @@ void write_process_families(PrometheusWriter& p, const Status& status, const Con
   p.sample("rdmagw_config_generation", {}, status.config_generation);
   p.family("rdmagw_ready", "gauge", "1 when ready to serve (listeners bound, not draining), else 0.");
   p.sample("rdmagw_ready", {}, uint64_t{status.ready ? 1u : 0u});
+  p.family("rdmagw_build_info", "gauge", "Always 1: the version and the commit this rdmagw was built from.");
+  p.sample("rdmagw_build_info", {{"version", status.version}, {"commit", status.commit}}, uint64_t{1});
+}
+
+// The names and meanings every Prometheus client library gives them.
+void write_standard_process_families(PrometheusWriter& p, const ProcessSelf& self) {
+  p.family("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.");
+  p.sample("process_cpu_seconds_total", {}, decimal_text(self.cpu_seconds));
+  p.family("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.");
+  p.sample("process_start_time_seconds", {}, decimal_text(self.start_time_seconds));
+  p.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+  p.sample("process_resident_memory_bytes", {}, self.resident_bytes);
+  p.family("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+  p.sample("process_virtual_memory_bytes", {}, self.virtual_bytes);
+  p.family("process_open_fds", "gauge", "Number of open file descriptors.");
+  p.sample("process_open_fds", {}, self.open_fds);
+  p.family("process_max_fds", "gauge", "Maximum number of open file descriptors.");
+  p.sample("process_max_fds", {}, self.max_fds);
 }
 
 // local_legs.redirect: every family; counters only while redirected.
@@ -334,6 +360,7 @@ std::string render_metrics_text(const Status& status, const Config* config, cons
   write_process_families(p, status, config, totals, process);
   write_services_families(p, status.services);
   write_local_legs_families(p, status.local_legs);
+  if (status.self) write_standard_process_families(p, *status.self);
   p.histogram("rdmagw_stream_open_seconds",
               "Time from accepting an application's connection to sending its OPEN, waiting for a session included.",
               totals.stream_open);

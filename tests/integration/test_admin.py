@@ -5,6 +5,7 @@ traffic sent."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -134,6 +135,17 @@ def test_promtool_accepts_metrics(pair, backend):
                                timeout=30)
         assert check.returncode == 0, f"promtool: {check.stdout.decode()} {check.stderr.decode()}"
         assert "127.0.0.1" not in text, "client addresses must not appear in labels"
+    # The standard process metrics, of the process itself, and what it was built from.
+    text = admin_request(p.a.admin_port, "/metrics").text
+    values = parse_metrics(text)
+    fds = len(os.listdir(f"/proc/{p.a.proc.pid}/fd"))
+    assert abs(values["process_open_fds"] - fds) <= 4, (values["process_open_fds"], fds)
+    assert abs(values["process_start_time_seconds"] - time.time()) < 600, values["process_start_time_seconds"]
+    assert values["process_resident_memory_bytes"] > 1 << 20
+    assert values["process_max_fds"] >= values["process_open_fds"]
+    version = subprocess.run([p.a.binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    build = re.search(r'^rdmagw_build_info\{version="([^"]+)",commit="([^"]+)"\} 1$', text, re.M)
+    assert build and build.group(1) in version and build.group(2) in version, (build, version)
 
 
 def test_counters_move_by_exactly_the_traffic_sent(pair, backend):

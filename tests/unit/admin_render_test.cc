@@ -25,6 +25,7 @@
 #include "common/metrics.h"
 #include "config/config.h"
 #include "proxy/admin/json_writer.h"
+#include "proxy/admin/process_self.h"
 
 using namespace rdmagw;
 using namespace rdmagw::admin;
@@ -282,7 +283,7 @@ TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[a
     CHECK(f.help_lines.count(name) == 1);
     ++documented;
   }
-  CHECK(documented == 48);
+  CHECK(documented == 49);
   CHECK(f.type.size() == static_cast<size_t>(documented));  // and nothing undocumented
   for (const auto& [name, n] : f.help_lines) {
     INFO(name);
@@ -293,6 +294,58 @@ TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[a
     CHECK(n == 1);
     if (f.type.at(name) == "counter") CHECK(name.ends_with("_total"));
   }
+}
+
+TEST_CASE("metrics: build info, and the standard process metrics when /metrics read them", "[admin][metrics]") {
+  metrics::ProcessMetrics process;
+  Status status;
+  status.version = "0.1.0";
+  status.commit = "abc1234";
+  std::string text = render_metrics_text(status, nullptr, {}, process);
+  CHECK(text.find("\nrdmagw_build_info{version=\"0.1.0\",commit=\"abc1234\"} 1\n") != std::string::npos);
+  CHECK(text.find("process_") == std::string::npos);  // not read: not invented
+  status.self = ProcessSelf{.start_time_seconds = 1795000000.25,
+                            .cpu_seconds = 12.5,
+                            .resident_bytes = 9 << 20,
+                            .virtual_bytes = 300 << 20,
+                            .open_fds = 17,
+                            .max_fds = 20000};
+  text = render_metrics_text(status, nullptr, {}, process);
+  for (const char* line : {"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.500\n",
+                           "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 1795000000.250\n",
+                           "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes 9437184\n",
+                           "# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes 314572800\n",
+                           "# TYPE process_open_fds gauge\nprocess_open_fds 17\n",
+                           "# TYPE process_max_fds gauge\nprocess_max_fds 20000\n"}) {
+    INFO(line);
+    CHECK(text.find(line) != std::string::npos);
+  }
+}
+
+TEST_CASE("process metrics: /proc/PID/stat read from its last parenthesis, times from the boot time", "[admin]") {
+  // A command name with spaces and a ')' of its own; proc(5)'s fields 14,
+  // 15 (utime, stime: 250 + 50 ticks), 22 (starttime: 1000 ticks), 23
+  // (vsize), 24 (rss: 10 pages).
+  const std::string stat =
+      "4242 (rd m)gw) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0 1000 123456789 10 "
+      "18446744073709551615 1 1 0 0 0 0 0 4096 0 0 0 0 17 1 0 0 0 0 0\n";
+  const std::string proc_stat = "cpu  1 2 3\nintr 5\nbtime 1795000000\nprocesses 9\n";
+  std::optional<ProcessSelf> self = parse_process_stat(stat, proc_stat, 100, 4096);
+  REQUIRE(self);
+  CHECK(self->cpu_seconds == Approx(3.0));
+  CHECK(self->start_time_seconds == Approx(1795000010.0));
+  CHECK(self->virtual_bytes == 123456789);
+  CHECK(self->resident_bytes == 10 * 4096);
+  CHECK_FALSE(parse_process_stat("4242 (x) S 1 2", proc_stat, 100, 4096));  // cut short
+  CHECK_FALSE(parse_process_stat(stat, "cpu 1\n", 100, 4096));              // no btime
+  CHECK_FALSE(parse_process_stat("no parenthesis", proc_stat, 100, 4096));
+  // This process's own, for real.
+  std::optional<ProcessSelf> real = read_process_self();
+  REQUIRE(real);
+  CHECK(real->resident_bytes > 0);
+  CHECK(real->open_fds >= 3);
+  CHECK(real->max_fds >= real->open_fds);
+  CHECK(real->start_time_seconds > 1.5e9);
 }
 
 TEST_CASE("metrics: counters summed over workers, configured names present", "[admin][metrics]") {
