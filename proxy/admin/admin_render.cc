@@ -3,6 +3,7 @@
 #include "proxy/admin/admin_render.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "common/protocol_limits.h"
 #include "proxy/admin/json_writer.h"
@@ -128,9 +129,11 @@ void write_tunnel_config(JsonWriter& w, const TunnelConfig& t) {
   w.field("session_budget", t.session_budget);
   w.field("keepalive_interval_ms", t.keepalive_interval_ms).field("keepalive_timeout_ms", t.keepalive_timeout_ms);
   w.field("connect_timeout_ms", t.connect_timeout_ms).field("reconnect_max_ms", t.reconnect_max_ms);
+  w.field("resume_timeout_ms", t.resume_timeout_ms).field("rdma_probe_interval_ms", t.rdma_probe_interval_ms);
+  w.field("rdma_head_start_ms", t.rdma_head_start_ms);
   w.field("session_idle_ms", t.session_idle_ms).field("max_sessions", t.max_sessions);
   w.field("sessions_per_peer", t.sessions_per_peer);
-  w.field("rdma_share", t.rdma_share);
+  w.field("rdma_share", t.rdma_share).field("tcp_splice", t.tcp_splice);
   w.key("peer_cidrs").begin_array();
   for (const PeerCidr& c : t.peer_cidrs) {
     w.begin_object();
@@ -147,6 +150,20 @@ void write_tunnel_config(JsonWriter& w, const TunnelConfig& t) {
       .field("recv_depth", t.rdma.recv_depth);
   w.field("send_depth", t.rdma.send_depth).field("busy_poll_us", t.rdma.busy_poll_us);
   w.field("inline_threshold", t.rdma.inline_threshold);
+  w.end_object();
+  w.key("limits").begin_object();
+  w.field("handshakes", t.limits.handshakes).field("handshakes_per_address", t.limits.handshakes_per_address);
+  w.field("streams_per_session", t.limits.streams_per_session).field("opens_per_second", t.limits.opens_per_second);
+  w.field("sessions_per_address", t.limits.sessions_per_address);
+  w.end_object();
+  // The files' paths, never what they hold.
+  w.key("auth").begin_object().field("mode", auth_mode_name(t.auth.mode));
+  if (t.auth.mode == AuthMode::kPsk) w.string_array("key_files", t.auth.key_files);
+  if (t.auth.mode == AuthMode::kCert) {
+    w.string_array("ca_files", t.auth.ca_files);
+    w.field("cert_file", t.auth.cert_file).field("key_file", t.auth.key_file);
+  }
+  w.field("encrypt", t.auth.encrypt);
   w.end_object();
   w.end_object();
 }
@@ -169,6 +186,32 @@ void write_listener_config(JsonWriter& w, const ListenerConfig& l) {
     }
     w.end_array();
   }
+  if (l.socket_mode != 0) {
+    char mode[16];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(l.socket_mode));
+    w.field("socket_mode", mode);
+  }
+  if (!l.clients.empty()) {
+    w.key("clients").begin_array();
+    for (const RouteMatch& c : l.clients) w.value(c.to_string());
+    w.end_array();
+  }
+  w.end_object();
+}
+
+// An entry that names who may open it in the mapping form, the others as
+// the plain endpoint, as the file would write them.
+void write_target_config(JsonWriter& w, const TargetRule& t) {
+  if (t.peer_cidrs.empty() && t.peer_names.empty()) {
+    w.value(t.to_string());
+    return;
+  }
+  w.begin_object();
+  w.field("target", t.self ? "tcp:self:" + std::to_string(endpoint_port(t.target)) : t.target.to_string());
+  w.key("peers").begin_array();
+  for (const RouteMatch& c : t.peer_cidrs) w.value(c.to_string());
+  for (const std::string& name : t.peer_names) w.value(name);
+  w.end_array();
   w.end_object();
 }
 
@@ -318,7 +361,9 @@ std::string render_streams_json(const std::vector<StreamInfo>& streams, size_t o
 std::string render_config_json(const Config& config, uint64_t generation) {
   JsonWriter w;
   w.begin_object();
-  w.field("node", config.node).field("admin", config.admin).field("workers", config.workers);
+  w.field("node", config.node).field("admin", config.admin);
+  if (!config.admin_token_file.empty()) w.field("admin_token_file", config.admin_token_file);
+  w.field("workers", config.workers);
   if (!config.worker_cpus.empty()) {
     w.key("worker_cpus").begin_array();
     for (unsigned cpu : config.worker_cpus) w.value(cpu);
@@ -337,8 +382,12 @@ std::string render_config_json(const Config& config, uint64_t generation) {
   for (const ListenerConfig& l : config.listeners) write_listener_config(w, l);
   w.end_array();
   w.key("targets").begin_array();
-  for (const TargetRule& t : config.targets) w.value(t.to_string());
+  for (const TargetRule& t : config.targets) write_target_config(w, t);
   w.end_array();
+  w.key("access_log").begin_object().field("enabled", config.access_log.enabled);
+  if (!config.access_log.path.empty()) w.field("path", config.access_log.path);
+  w.field("format", config.access_log.json ? "json" : "kv");
+  w.field("lines_per_second", config.access_log.lines_per_second).end_object();
   if (!config.services.file.empty())
     w.key("services")
         .begin_object()

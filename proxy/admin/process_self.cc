@@ -45,7 +45,9 @@ std::optional<ProcessSelf> parse_process_stat(std::string_view stat, std::string
     rest = end == std::string_view::npos ? std::string_view{} : rest.substr(end);
   }
   // proc(5) numbers fields from 1: utime 14, stime 15, starttime 22, vsize 23, rss 24.
-  auto field = [&](size_t number, uint64_t* out) { return fields.size() > number - 3 && to_number(fields[number - 3], out); };
+  auto field = [&](size_t number, uint64_t* out) {
+    return fields.size() > number - 3 && to_number(fields[number - 3], out);
+  };
   uint64_t utime = 0, stime = 0, start_ticks = 0, vsize = 0, rss_pages = 0;
   if (!field(14, &utime) || !field(15, &stime) || !field(22, &start_ticks) || !field(23, &vsize) ||
       !field(24, &rss_pages))

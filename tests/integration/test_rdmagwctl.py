@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from admin_client import admin_json
 from clients import connect, echo_roundtrip, free_port, recv_exact, send_all
 from conftest import RDMAGWCTL_BIN, TEST_TRANSPORT, check_sanitizers, echo_pair, render_config
 
@@ -151,6 +152,20 @@ def test_status_json_has_the_documented_keys(rdmagwctl_bin, pair, backend):
 
 # ---------------------------------------------------------------------------
 # peers
+
+
+def test_config_prints_the_whole_configuration_in_effect(rdmagwctl_bin, pair, backend):
+    p, _ = echo_pair(pair, backend, "ctl-echo")
+    for args in ((), ("--json",)):
+        rc, out, err = run_ctl(rdmagwctl_bin, "--admin", f"127.0.0.1:{p.a.admin_port}", *args, "config")
+        assert rc == 0, f"rc={rc}\n{out}{err}"
+        assert json.loads(out) == admin_json(p.a.admin_port, "/config")
+    shown = json.loads(out)
+    assert shown["node"] == "host-a" and shown["listeners"][0]["name"] == "ctl-echo"
+    # The key file by its path, never its content.
+    key_file = shown["tunnel"]["auth"]["key_files"][0]
+    assert shown["tunnel"]["auth"]["mode"] == "psk" and key_file.startswith("/")
+    assert open(key_file).read().strip() not in out
 
 
 def test_peers_shows_the_peer_and_its_transport(rdmagwctl_bin, pair, backend):

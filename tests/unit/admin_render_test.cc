@@ -16,6 +16,8 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -24,6 +26,7 @@
 #include "common/buffer_pool.h"
 #include "common/metrics.h"
 #include "config/config.h"
+#include "config/config_keys.h"
 #include "proxy/admin/json_writer.h"
 #include "proxy/admin/process_self.h"
 
@@ -637,24 +640,83 @@ TEST_CASE("config: the YAML schema as JSON, defaults filled in", "[admin][config
   const std::string json = render_config_json(*config, 3);
   INFO(json);
   require_valid_json(json);
-  CHECK(
-      json ==
-      R"({"node":"host-a","admin":"127.0.0.1:9901","workers":2,)"
-      R"("tunnel":{"address":"127.0.0.1","tcp_port":7471,"rdma_port":7472,"transport":"auto",)"
-      R"("buffer_size":32768,"stream_window":262144,"session_budget":33554432,)"
-      R"("keepalive_interval_ms":5000,"keepalive_timeout_ms":15000,"connect_timeout_ms":3000,)"
-      R"("reconnect_max_ms":2000,"session_idle_ms":300000,"max_sessions":1024,"sessions_per_peer":0,"rdma_share":100,"peer_cidrs":[],)"
-      R"("rdma":{"slab_size":134217728,"max_pinned":67108864,"recv_depth":64,"send_depth":256,)"
-      R"("busy_poll_us":0,"inline_threshold":96}},)"
-      R"("peers":[{"name":"b","address":"10.0.0.2","tcp_port":7471,"rdma_port":7472,"connect":"on_demand"}],)"
-      R"("listeners":[{"name":"redis","listen":"tcp:127.0.0.1:6380","peer":"b","target":"tcp:127.0.0.1:6379"},)"
-      R"({"name":"outbound","listen":"transparent:127.0.0.1:15001","routes":[)"
-      R"({"match":"10.1.0.0/16:6379","action":"tunnel","peer":"b"},)"
-      R"({"match":"10.2.0.5/32:8000-8100","action":"tunnel","peer":"b","target":"tcp:127.0.0.1:8080"},)"
-      R"({"match":"0.0.0.0/0","action":"passthrough"}]}],)"
-      R"("targets":["tcp:127.0.0.1:6379","unix:/run/redis.sock"],)"
-      R"("local_legs":{"redirect":false,"cgroup":"","cgroup_fs":"","max_in_flight":262144},)"
-      R"("shutdown_timeout_ms":10000,"log_level":"info","generation":3})");
+  CHECK(json ==
+        R"({"node":"host-a","admin":"127.0.0.1:9901","workers":2,)"
+        R"("tunnel":{"address":"127.0.0.1","tcp_port":7471,"rdma_port":7472,"transport":"auto",)"
+        R"("buffer_size":32768,"stream_window":262144,"session_budget":33554432,)"
+        R"("keepalive_interval_ms":5000,"keepalive_timeout_ms":15000,"connect_timeout_ms":3000,)"
+        R"("reconnect_max_ms":2000,"resume_timeout_ms":10000,"rdma_probe_interval_ms":2000,"rdma_head_start_ms":1000,)"
+        R"("session_idle_ms":300000,"max_sessions":1024,"sessions_per_peer":0,"rdma_share":100,"tcp_splice":false,)"
+        R"("peer_cidrs":[],)"
+        R"("rdma":{"slab_size":134217728,"max_pinned":67108864,"recv_depth":64,"send_depth":256,)"
+        R"("busy_poll_us":0,"inline_threshold":96},)"
+        R"("limits":{"handshakes":256,"handshakes_per_address":32,"streams_per_session":16384,)"
+        R"("opens_per_second":20000,"sessions_per_address":32},"auth":{"mode":"none","encrypt":false}},)"
+        R"("peers":[{"name":"b","address":"10.0.0.2","tcp_port":7471,"rdma_port":7472,"connect":"on_demand"}],)"
+        R"("listeners":[{"name":"redis","listen":"tcp:127.0.0.1:6380","peer":"b","target":"tcp:127.0.0.1:6379"},)"
+        R"({"name":"outbound","listen":"transparent:127.0.0.1:15001","routes":[)"
+        R"({"match":"10.1.0.0/16:6379","action":"tunnel","peer":"b"},)"
+        R"({"match":"10.2.0.5/32:8000-8100","action":"tunnel","peer":"b","target":"tcp:127.0.0.1:8080"},)"
+        R"({"match":"0.0.0.0/0","action":"passthrough"}]}],)"
+        R"("targets":["tcp:127.0.0.1:6379","unix:/run/redis.sock"],)"
+        R"("access_log":{"enabled":true,"format":"kv","lines_per_second":1000},)"
+        R"("local_legs":{"redirect":false,"cgroup":"","cgroup_fs":"","max_in_flight":262144},)"
+        R"("shutdown_timeout_ms":10000,"log_level":"info","generation":3})");
+}
+
+// The key paths a JSON document holds, in config_keys::all_paths()'s form
+// ("tunnel.rdma.slab_size", "peers[].name"): a key inside a list's object
+// counts when any element holds it.
+void collect_paths(const nlohmann::json& j, const std::string& prefix, std::set<std::string>* out) {
+  if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      std::string path = prefix.empty() ? key : prefix + "." + key;
+      out->insert(path);
+      collect_paths(value, path, out);
+    }
+  } else if (j.is_array()) {
+    for (const auto& item : j) collect_paths(item, prefix + "[]", out);
+  }
+}
+
+TEST_CASE("config: /config holds every key of the configuration (secrets as paths)", "[admin][config]") {
+  // Between them, two files that set every key that has no default: one
+  // with psk keys, one with certificates.
+  const std::string common = R"(node: host-a
+admin_token_file: /etc/rdmagw/admin-token
+worker_cpus: [0, 1]
+tunnel:
+  address: 10.0.0.1
+  peer_cidrs: [{cidr: 10.0.0.0/8, tcp_port: 7471, rdma_port: 7472}]
+  rdma: {device: erdma_0}
+  limits: {handshakes: 500}
+peers: [{name: b, address: 10.0.0.2, tcp_port: 7471}]
+listeners:
+  - {name: redis, listen: "tcp:10.0.0.1:6380", peer: b, target: "tcp:127.0.0.1:6379", clients: [10.0.0.0/24]}
+  - {name: sock, listen: "unix:/run/rdmagw/r.sock", peer: b, target: "tcp:127.0.0.1:6379", socket_mode: "0660"}
+  - name: outbound
+    listen: "transparent:127.0.0.1:15001"
+    routes: [{match: 10.1.0.0/16, peer: b, target: "tcp:127.0.0.1:80"}, {match: 0.0.0.0/0, action: passthrough}]
+targets: ["tcp:127.0.0.1:6379", {target: "tcp:127.0.0.1:6380", peers: [10.0.0.2/32]}]
+access_log: {path: /var/log/rdmagw/access.log, format: json}
+services: {file: /run/rdmagw-k8s/services.json}
+local_legs: {redirect: true, cgroup: pod, cgroup_fs: /host/cgroup}
+)";
+  std::set<std::string> paths;
+  for (const char* auth : {"  auth: {mode: psk, key_files: [/etc/rdmagw/keys/current], encrypt: true}\n",
+                           "  auth: {mode: cert, ca_files: [/ca.pem], cert_file: /node.pem, key_file: /node.key}\n"}) {
+    std::string text = common;
+    text.insert(text.find("  peer_cidrs"), auth);
+    auto config = parse_config(text);
+    const std::string json = render_config_json(*config, 1);
+    INFO(json);
+    collect_paths(nlohmann::json::parse(json), "", &paths);
+    CHECK(json.find("BEGIN") == std::string::npos);  // paths, never contents
+  }
+  for (const std::string& key : config_keys::all_paths()) {
+    INFO("the key " << key << " is not in /config");
+    CHECK(paths.count(key) == 1);
+  }
 }
 
 TEST_CASE("reload, drain and error answers", "[admin]") {

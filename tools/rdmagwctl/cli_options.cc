@@ -23,6 +23,8 @@ Commands:
   services                the Kubernetes Services rdmagw knows (services.file): each
                           port's endpoints, their state, which have rdmagw, and
                           how many connections each holds (GET /services)
+  config                  the whole configuration in effect, every default filled in,
+                          secrets as their files' paths, as JSON (GET /config)
   streams                 the active streams, oldest first (GET /streams)
       --limit N           at most N streams (1..10000; the server's default is 100)
       --offset N          skip the first N
@@ -57,10 +59,10 @@ check found the config invalid.
 
 const std::map<std::string, Command>& command_names() {
   static const std::map<std::string, Command> kNames = {
-      {"status", Command::kStatus},    {"peers", Command::kPeers},   {"streams", Command::kStreams},
-      {"top", Command::kTop},          {"reload", Command::kReload}, {"drain", Command::kDrain},
-      {"check", Command::kCheck},      {"help", Command::kHelp},     {"ready", Command::kReady},
-      {"services", Command::kServices}};
+      {"status", Command::kStatus},     {"peers", Command::kPeers},   {"streams", Command::kStreams},
+      {"top", Command::kTop},           {"reload", Command::kReload}, {"drain", Command::kDrain},
+      {"check", Command::kCheck},       {"help", Command::kHelp},     {"ready", Command::kReady},
+      {"services", Command::kServices}, {"config", Command::kConfig}};
   return kNames;
 }
 

@@ -10,7 +10,20 @@
 
 namespace rdmagw::ctl {
 
-enum class Command { kHelp, kVersion, kStatus, kPeers, kStreams, kTop, kReload, kDrain, kCheck, kReady, kServices };
+enum class Command {
+  kHelp,
+  kVersion,
+  kStatus,
+  kPeers,
+  kStreams,
+  kTop,
+  kReload,
+  kDrain,
+  kCheck,
+  kReady,
+  kServices,
+  kConfig
+};
 
 inline constexpr const char* kDefaultAdmin = "127.0.0.1:9901";
 inline constexpr const char* kAdminEnvironment = "RDMAGW_ADMIN";

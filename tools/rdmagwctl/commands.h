@@ -21,6 +21,7 @@ struct CommandContext {
 int run_status(const CommandContext& ctx);
 int run_peers(const CommandContext& ctx);
 int run_services(const CommandContext& ctx);
+int run_config(const CommandContext& ctx);
 
 struct StreamsOptions {
   int64_t limit = 0;  // 0: the server's default page size

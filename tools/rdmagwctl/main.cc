@@ -35,6 +35,8 @@ int run(const CliOptions& options) {
       return run_streams(ctx, options.streams);
     case Command::kServices:
       return run_services(ctx);
+    case Command::kConfig:
+      return run_config(ctx);
     case Command::kTop:
       return run_top(ctx, options.top);
     case Command::kReload:

@@ -47,6 +47,12 @@ int run_status(const CommandContext& ctx) { return show(ctx, "/stats", render_st
 
 int run_peers(const CommandContext& ctx) { return show(ctx, "/peers", render_peers); }
 
+// The whole configuration in effect: already a document to read, so JSON
+// either way (pretty-printed, control characters escaped).
+int run_config(const CommandContext& ctx) {
+  return show(ctx, "/config", [](const Json& answer) { return to_json(answer) + "\n"; });
+}
+
 int run_services(const CommandContext& ctx) { return show(ctx, "/services", render_services); }
 
 int run_streams(const CommandContext& ctx, const StreamsOptions& options) {
