@@ -52,6 +52,21 @@ void key_address(const sockaddr_storage& in, __u32 out[4], __u16* port) {
   }
 }
 
+// The programs attached to the cgroup, each by its link, in the order a
+// takeover sends the links.
+struct LinkedProgram {
+  ::bpf_program* (*program)(const ::local_redirect*);
+  bpf_attach_type type;
+  const char* name;
+};
+const LinkedProgram kLinks[] = {
+    {[](const ::local_redirect* s) { return s->progs.local_redirect_sockops; }, BPF_CGROUP_SOCK_OPS, "sock_ops"},
+    {[](const ::local_redirect* s) { return s->progs.local_redirect_connect4; }, BPF_CGROUP_INET4_CONNECT,
+     "connect4"},
+    {[](const ::local_redirect* s) { return s->progs.local_redirect_getpeername4; }, BPF_CGROUP_INET4_GETPEERNAME,
+     "getpeername4"},
+};
+
 // The key of the flow `connection`'s own end sends (`own`), or its peer sends.
 local_redirect_key flow_key(const RedirectKey& connection, bool own) {
   local_redirect_key key{};
@@ -78,15 +93,19 @@ std::unique_ptr<LocalRedirect> LocalRedirect::attach(const LocalRedirectOptions&
   libbpf_set_print(nullptr);
   r->skeleton_ = local_redirect__open();
   if (!r->skeleton_) return fail("cannot open the BPF programs", errno);
-  r->skeleton_->rodata->max_in_flight = options.max_in_flight;
+  r->set_rodata();
   if (int error = local_redirect__load(r->skeleton_); error != 0)
     return fail(
         "the kernel refused the BPF programs (sock_ops, sk_msg and SOCKHASH are needed, and CAP_BPF with "
         "CAP_NET_ADMIN)",
         -error);
   if (!r->map_reads(&fail)) return nullptr;
-  r->sockops_link_ = bpf_program__attach_cgroup(r->skeleton_->progs.local_redirect_sockops, r->cgroup_.get());
-  if (!r->sockops_link_) return fail("cannot attach the sock_ops program to the cgroup " + options.cgroup, errno);
+  for (size_t i = 0; i < kLinkCount; ++i) {
+    r->links_[i] = bpf_program__attach_cgroup(kLinks[i].program(r->skeleton_), r->cgroup_.get());
+    if (!r->links_[i])
+      return fail(std::string("cannot attach the ") + kLinks[i].name + " program to the cgroup " + options.cgroup,
+                  errno);
+  }
   if (bpf_prog_attach(bpf_program__fd(r->skeleton_->progs.local_redirect_msg), bpf_map__fd(r->skeleton_->maps.sockets),
                       BPF_SK_MSG_VERDICT, 0) != 0)
     return fail("cannot attach the sk_msg program to its SOCKHASH", errno);
@@ -98,7 +117,7 @@ std::unique_ptr<LocalRedirect> LocalRedirect::attach(const LocalRedirectOptions&
 std::vector<::bpf_map*> LocalRedirect::maps() const {
   // The order a takeover sends them in, after the link.
   auto& m = skeleton_->maps;
-  return {m.sockets, m.flows, m.admissions, m.reads, m.ports, m.stats};
+  return {m.sockets, m.flows, m.admissions, m.reads, m.ports, m.stats, m.captures, m.destinations, m.accepted};
 }
 
 std::unique_ptr<LocalRedirect> LocalRedirect::adopt(const LocalRedirectOptions& options, LocalRedirectHandover handover,
@@ -124,25 +143,29 @@ std::unique_ptr<LocalRedirect> LocalRedirect::adopt(const LocalRedirectOptions& 
   libbpf_set_print(nullptr);
   r->skeleton_ = local_redirect__open();
   if (!r->skeleton_) return fail("cannot open the BPF programs", errno);
-  r->skeleton_->rodata->max_in_flight = options.max_in_flight;
+  r->set_rodata();
   std::vector<::bpf_map*> maps = r->maps();
-  if (handover.fds.size() != 1 + maps.size())
-    return fail(
-        std::to_string(handover.fds.size()) + " descriptors came with the maps, not " + std::to_string(1 + maps.size()),
-        0);
-  // The link must be a sock_ops attachment to this very cgroup.
-  bpf_link_info link{};
-  __u32 length = sizeof(link);
-  if (bpf_obj_get_info_by_fd(handover.fds[0].get(), &link, &length) != 0)
-    return fail("the takeover's first descriptor is not a BPF link", errno);
-  if (link.type != BPF_LINK_TYPE_CGROUP || link.cgroup.attach_type != BPF_CGROUP_SOCK_OPS ||
-      link.cgroup.cgroup_id != cgroup_stat.st_ino)
-    return fail("the takeover's link is not a sock_ops attachment to " + options.cgroup, 0);
+  if (handover.fds.size() != kLinkCount + maps.size())
+    return fail(std::to_string(handover.fds.size()) + " descriptors came with the maps, not " +
+                    std::to_string(kLinkCount + maps.size()),
+                0);
+  // Each link must be its program's attachment to this very cgroup.
+  __u32 length = 0;
+  for (size_t i = 0; i < kLinkCount; ++i) {
+    bpf_link_info link{};
+    length = sizeof(link);
+    if (bpf_obj_get_info_by_fd(handover.fds[i].get(), &link, &length) != 0)
+      return fail(std::string("the takeover's ") + kLinks[i].name + " descriptor is not a BPF link", errno);
+    if (link.type != BPF_LINK_TYPE_CGROUP || link.cgroup.attach_type != kLinks[i].type ||
+        link.cgroup.cgroup_id != cgroup_stat.st_ino)
+      return fail(std::string("the takeover's link is not a ") + kLinks[i].name + " attachment to " + options.cgroup,
+                  0);
+  }
   // libbpf takes a reused map's definition from the kernel: a map that
   // differs from what this build's programs were compiled against is
   // refused here, not left to the verifier.
   for (size_t i = 0; i < maps.size(); ++i) {
-    int fd = handover.fds[1 + i].get();
+    int fd = handover.fds[kLinkCount + i].get();
     bpf_map_info info{};
     length = sizeof(info);
     if (bpf_obj_get_info_by_fd(fd, &info, &length) != 0)
@@ -159,7 +182,7 @@ std::unique_ptr<LocalRedirect> LocalRedirect::adopt(const LocalRedirectOptions& 
   if (int error = local_redirect__load(r->skeleton_); error != 0)
     return fail("the kernel refused the BPF programs on the takeover's maps", -error);
   if (!r->map_reads(&fail)) return nullptr;
-  r->adopted_link_ = std::move(handover.fds[0]);
+  for (size_t i = 0; i < kLinkCount; ++i) r->adopted_links_[i] = std::move(handover.fds[i]);
   // The ports the old process named stay named until this one removes them.
   __u16 port = 0, next = 0;
   for (const __u16* at = nullptr; bpf_map__get_next_key(r->skeleton_->maps.ports, at, &next, sizeof(next)) == 0;
@@ -172,11 +195,13 @@ std::unique_ptr<LocalRedirect> LocalRedirect::adopt(const LocalRedirectOptions& 
 }
 
 bool LocalRedirect::take_charge(std::string* why) {
-  if (!adopted_link_.valid()) return true;
-  if (bpf_link_update(adopted_link_.get(), bpf_program__fd(skeleton_->progs.local_redirect_sockops), nullptr) != 0) {
-    *why = std::string("cannot put this build's sock_ops program on the cgroup link: ") + strerror(errno);
-    return false;
-  }
+  if (!adopted_links_[0].valid()) return true;
+  for (size_t i = 0; i < kLinkCount; ++i)
+    if (bpf_link_update(adopted_links_[i].get(), bpf_program__fd(kLinks[i].program(skeleton_)), nullptr) != 0) {
+      *why = std::string("cannot put this build's ") + kLinks[i].name + " program on the cgroup link: " +
+             strerror(errno);
+      return false;
+    }
   if (bpf_prog_attach(bpf_program__fd(skeleton_->progs.local_redirect_msg), bpf_map__fd(skeleton_->maps.sockets),
                       BPF_SK_MSG_VERDICT, 0) != 0) {
     *why = std::string("cannot put this build's sk_msg program on the SOCKHASH: ") + strerror(errno);
@@ -187,12 +212,67 @@ bool LocalRedirect::take_charge(std::string* why) {
 }
 
 std::vector<int> LocalRedirect::handover_fds() const {
-  std::vector<int> fds{adopted_link_.valid() ? adopted_link_.get() : bpf_link__fd(sockops_link_)};
+  std::vector<int> fds;
+  for (size_t i = 0; i < kLinkCount; ++i)
+    fds.push_back(adopted_links_[i].valid() ? adopted_links_[i].get() : bpf_link__fd(links_[i]));
   for (::bpf_map* m : maps()) fds.push_back(bpf_map__fd(m));
   return fds;
 }
 
 uint32_t LocalRedirect::layout() { return LOCAL_REDIRECT_LAYOUT; }
+
+void LocalRedirect::set_rodata() {
+  skeleton_->rodata->max_in_flight = options_.max_in_flight;
+  skeleton_->rodata->exempt_uid = options_.exempt_uid;
+  skeleton_->rodata->exempt_gid = options_.exempt_gid;
+}
+
+bool LocalRedirect::set_captures(const std::vector<ConnectCapture>& captures, std::string* why) {
+  if (!captures.empty() && options_.exempt_uid == 0 && options_.exempt_gid == 0) {
+    *why = "rdmagw runs as uid 0 and gid 0, so its own connects could not be told from the applications' (run it "
+           "with a uid or a gid of its own)";
+    return false;
+  }
+  if (captures.size() > kMaxConnectCaptures) {
+    *why = std::to_string(captures.size()) + " destination ranges, more than " +
+           std::to_string(kMaxConnectCaptures);
+    return false;
+  }
+  // Every slot written, the list ended by a zero to_port: a shorter list
+  // leaves nothing of a longer one behind.
+  for (uint32_t i = 0; i < kMaxConnectCaptures; ++i) {
+    local_redirect_capture rule{};
+    if (i < captures.size()) {
+      rule.addr = captures[i].address;
+      rule.mask = captures[i].mask;
+      rule.port_lo = captures[i].port_lo;
+      rule.port_hi = captures[i].port_hi;
+      rule.to_port = captures[i].to_port;
+    }
+    if (bpf_map__update_elem(skeleton_->maps.captures, &i, sizeof(i), &rule, sizeof(rule), BPF_ANY) != 0) {
+      *why = std::string("the captures map refused an entry: ") + strerror(errno);
+      return false;
+    }
+  }
+  return true;
+}
+
+std::optional<sockaddr_storage> LocalRedirect::take_destination(const sockaddr_storage& client) {
+  if (client.ss_family != AF_INET) return std::nullopt;
+  const auto& in = reinterpret_cast<const sockaddr_in&>(client);
+  local_redirect_client key{};
+  key.addr = in.sin_addr.s_addr;
+  key.port = ntohs(in.sin_port);
+  local_redirect_destination d{};
+  if (bpf_map__lookup_and_delete_elem(skeleton_->maps.accepted, &key, sizeof(key), &d, sizeof(d), 0) != 0)
+    return std::nullopt;
+  sockaddr_storage out{};
+  auto& dst = reinterpret_cast<sockaddr_in&>(out);
+  dst.sin_family = AF_INET;
+  dst.sin_addr.s_addr = d.addr;
+  dst.sin_port = htons(d.port);
+  return out;
+}
 
 template <typename Fail>
 bool LocalRedirect::map_reads(Fail* fail) {
@@ -214,9 +294,11 @@ void LocalRedirect::release() {
     bpf_prog_detach2(bpf_program__fd(skeleton_->progs.local_redirect_msg), bpf_map__fd(skeleton_->maps.sockets),
                      BPF_SK_MSG_VERDICT);
   msg_attached_ = false;
-  // Closes our descriptor of the link: it detaches only with the last one.
-  if (sockops_link_) bpf_link__destroy(sockops_link_);
-  sockops_link_ = nullptr;
+  // Closes our descriptors of the links: each detaches only with its last one.
+  for (::bpf_link*& link : links_) {
+    if (link) bpf_link__destroy(link);
+    link = nullptr;
+  }
   if (reads_) ::munmap(reads_, reads_bytes_);
   reads_ = nullptr;
   if (skeleton_) local_redirect__destroy(skeleton_);
@@ -334,6 +416,8 @@ std::unique_ptr<LocalRedirect> LocalRedirect::adopt(const LocalRedirectOptions&,
   return nullptr;
 }
 bool LocalRedirect::take_charge(std::string*) { return false; }
+bool LocalRedirect::set_captures(const std::vector<ConnectCapture>&, std::string*) { return false; }
+std::optional<sockaddr_storage> LocalRedirect::take_destination(const sockaddr_storage&) { return std::nullopt; }
 std::vector<int> LocalRedirect::handover_fds() const { return {}; }
 uint32_t LocalRedirect::layout() { return 0; }
 std::atomic<uint64_t>* LocalRedirect::claim_slot(uint32_t) { return nullptr; }

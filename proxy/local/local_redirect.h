@@ -36,7 +36,22 @@ namespace rdmagw::local {
 struct LocalRedirectOptions {
   std::string cgroup;                   // a cgroup v2 directory
   uint64_t max_in_flight = 256 * 1024;  // per flow: redirected and not yet read
+  // Connects by this uid, or this gid, are never captured (rdmagw's own);
+  // 0: none. With both 0 set_captures() refuses any rule.
+  uint32_t exempt_uid = 0;
+  uint32_t exempt_gid = 0;
 };
+
+// An IPv4 destination range whose TCP connects go to a transparent
+// listener on 127.0.0.1:to_port at connect() (cgroup/connect4), past NAT.
+struct ConnectCapture {
+  uint32_t address = 0;  // network order, masked
+  uint32_t mask = 0;     // network order
+  uint16_t port_lo = 0;
+  uint16_t port_hi = 65535;
+  uint16_t to_port = 0;
+};
+inline constexpr size_t kMaxConnectCaptures = 64;
 
 // A connection's two ends as the programs key them.
 struct RedirectKey {
@@ -53,7 +68,7 @@ std::optional<RedirectKey> redirect_key_of(int fd);
 struct LocalRedirectHandover {
   uint32_t layout = 0;        // the maps' layout (LOCAL_REDIRECT_LAYOUT) in the process that made them
   std::string cgroup;         // where its programs are attached
-  std::vector<UniqueFd> fds;  // the sock_ops program's cgroup link, then the maps (local_redirect.cc)
+  std::vector<UniqueFd> fds;  // the programs' cgroup links, then the maps (local_redirect.cc)
 };
 
 class LocalRedirect {
@@ -82,6 +97,15 @@ class LocalRedirect {
   ~LocalRedirect();
   LocalRedirect(const LocalRedirect&) = delete;
   LocalRedirect& operator=(const LocalRedirect&) = delete;
+
+  // The destinations whose connects go straight to a transparent listener
+  // (replacing the last set; at most kMaxConnectCaptures). False, with
+  // why, where rdmagw has no uid or gid of its own to exempt (root:root:
+  // its own connects would be captured too) or the map refused.
+  bool set_captures(const std::vector<ConnectCapture>& captures, std::string* why);
+  // Where the connection whose client end is `client` meant to go, if it
+  // was captured at connect(); taken out (rdmagw asks once, at accept).
+  std::optional<sockaddr_storage> take_destination(const sockaddr_storage& client);
 
   // Connections on this port (either end) are redirected from their next
   // establishment on. False (and why) if the map is full. Any thread; a
@@ -120,6 +144,7 @@ class LocalRedirect {
  private:
   explicit LocalRedirect(const LocalRedirectOptions& options) : options_(options) {}
   void release();
+  void set_rodata();  // before the programs load
   void init_slots();
   std::vector<::bpf_map*> maps() const;  // in the order a takeover sends them
   template <typename Fail>
@@ -127,8 +152,10 @@ class LocalRedirect {
 
   LocalRedirectOptions options_;
   ::local_redirect* skeleton_ = nullptr;
-  ::bpf_link* sockops_link_ = nullptr;
-  UniqueFd adopted_link_;  // a takeover's: the old process's link, this process's programs once in charge
+  // sock_ops, connect4, getpeername4, on the cgroup (local_redirect.cc's kLinks).
+  static constexpr size_t kLinkCount = 3;
+  ::bpf_link* links_[kLinkCount] = {};
+  UniqueFd adopted_links_[kLinkCount];  // a takeover's: the old process's, this process's programs once in charge
   bool msg_attached_ = false;
   std::atomic<bool> handed_over_{false};  // read by forget(), on the workers' threads
   UniqueFd cgroup_;

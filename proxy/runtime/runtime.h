@@ -127,6 +127,7 @@ class Runtime final : public admin::Backend {
   // destroyed after the workers, whose streams use them.
   std::unique_ptr<local::LocalRedirect> local_redirect_;
   admin::LocalLegsStatus local_legs_;  // fixed at start but for the counters
+  bool capture_refusal_logged_ = false;  // local_legs_capture_unavailable, said once
 
   // Guards the fields below it (read by the admin thread, written on reload).
   mutable std::mutex mu_;

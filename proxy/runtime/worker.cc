@@ -576,10 +576,24 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
   const ListenerConfig& l = local.socket->config;
   // Where the application meant to go, before iptables REDIRECT sent it here.
   // io_uring's getsockopt serves SOL_SOCKET only, so this one is synchronous.
+  // Or, captured at connect() with the local legs redirected, where the
+  // programs kept it by the client's end.
   sockaddr_storage dst{};
   socklen_t len = sizeof(dst);
-  int rc = l.listen.addr.ss_family == AF_INET6 ? getsockopt(fd.get(), SOL_IPV6, IP6T_SO_ORIGINAL_DST, &dst, &len)
-                                               : getsockopt(fd.get(), SOL_IP, SO_ORIGINAL_DST, &dst, &len);
+  int rc = -1;
+  if (local_redirect_) {
+    sockaddr_storage client{};
+    socklen_t client_len = sizeof(client);
+    if (getpeername(fd.get(), reinterpret_cast<sockaddr*>(&client), &client_len) == 0)
+      if (std::optional<sockaddr_storage> meant = local_redirect_->take_destination(client)) {
+        dst = *meant;
+        len = sizeof(sockaddr_in);
+        rc = 0;
+      }
+  }
+  if (rc != 0)
+    rc = l.listen.addr.ss_family == AF_INET6 ? getsockopt(fd.get(), SOL_IPV6, IP6T_SO_ORIGINAL_DST, &dst, &len)
+                                             : getsockopt(fd.get(), SOL_IP, SO_ORIGINAL_DST, &dst, &len);
   auto reject = [&](std::string_view reason, const std::string& destination) {
     local.counters->accepted.add();
     metrics_.failed(metrics::StreamFailure::kRejected);

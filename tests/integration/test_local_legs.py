@@ -524,6 +524,94 @@ def test_a_sidecar_with_only_cap_bpf_and_cap_net_admin_redirects(pair, backend, 
         assert local_legs(side)["bytes_redirected"] >= 2 * 200 * 100, (side.name, local_legs(side))
 
 
+def test_a_transparent_listener_takes_connects_past_nat_with_its_legs_redirected(pair, backend, procs, tmp_path,
+                                                                                 test_cgroup):
+    # No iptables at all: with the legs redirected, a transparent listener's
+    # tunnel routes are taken at connect() (cgroup/connect4). host-a runs
+    # with a gid of its own, by which its own connects are never taken.
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) not installed")
+    far = backend(EchoServer())      # behind host-b
+    near = backend(EchoServer())     # a passthrough route's destination, on this host
+    port = near.address[1]
+    listen_port = free_port()
+    listener = ["listeners:", "  - name: out", f'    listen: "transparent:127.0.0.1:{listen_port}"', "    routes:",
+                f'      - {{match: "127.0.0.1/32:{port}", action: passthrough}}',
+                f'      - {{match: "127.0.0.0/8:{port}", peer: host-b, target: "{far.endpoint}"}}']
+    p = pair([], [far.endpoint], a_lines=legs_lines(test_cgroup), b_lines=legs_lines(test_cgroup), start=False)
+    config = p.a.config_path.read_text()
+    assert "listeners: []\n" in config
+    p.a.config_path.write_text(config.replace("listeners: []\n", "\n".join(listener) + "\n"))
+    p.a.argv = ["setpriv", "--regid", "4242", "--clear-groups", "--"] + p.a.argv
+    p.b.start()
+    p.a.start()
+    require_redirected(p)
+    assert "local_legs_capture_unavailable" not in p.a.log_text(), p.a.log_text()
+    before = local_legs(p.a)["bytes_redirected"]
+    # To 127.0.0.2: nothing listens there; the tunnel route takes it to host-b.
+    with socket.create_connection(("127.0.0.2", port), timeout=10) as s:
+        assert s.getpeername() == ("127.0.0.2", port)  # where the application meant to go
+        round_trips(s, 100)
+        # 3 MiB more, 64 KiB at a time, checked by SHA-256.
+        payload = random.Random(5).randbytes(3 * MiB)
+        back = hashlib.sha256()
+        for at in range(0, len(payload), 64 * 1024):
+            chunk = payload[at:at + 64 * 1024]
+            s.sendall(chunk)
+            back.update(recv_exact(s, len(chunk), time.monotonic() + 10))
+        assert back.hexdigest() == hashlib.sha256(payload).hexdigest()
+    assert local_legs(p.a)["bytes_redirected"] - before >= 2 * 100 * 100, local_legs(p.a)
+    wait_for(lambda: "event=access" in p.a.log_text(), timeout=10, what="host-a's access line")
+    assert f"destination=127.0.0.2:{port} peer=host-b" in p.a.log_text(), p.a.log_text()
+    # To 127.0.0.1: the passthrough route, which rdmagw connects itself: its
+    # own connect is not taken again (no loop), and reaches the server.
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        round_trips(s, 10)
+    assert near.bytes_echoed >= 1000
+    wait_for(lambda: "direction=passthrough" in p.a.log_text(), timeout=10, what="the passthrough's access line")
+    assert f"destination=127.0.0.1:{port} " in p.a.log_text()
+
+    # A takeover of host-a: a connection held across it keeps its leg and
+    # what getpeername() says; new connects are taken by the new process.
+    up = Upgrades(p, procs, tmp_path, RDMAGW_BIN)
+    with socket.create_connection(("127.0.0.2", port), timeout=10) as held:
+        round_trips(held, 10)
+        up.take_over("host-a")
+        new = up.current["host-a"]
+        assert "event=local_legs_adopted" in new.log_text(), new.log_text()
+        assert held.getpeername() == ("127.0.0.2", port)
+        round_trips(held, 100)
+        with socket.create_connection(("127.0.0.2", port), timeout=10) as fresh:
+            assert fresh.getpeername() == ("127.0.0.2", port)
+            round_trips(fresh, 100)
+    assert "local_legs_capture_unavailable" not in new.log_text(), new.log_text()
+    # (The inherited connection's line has no destination: a takeover's
+    # image does not carry it.)
+    wait_for(lambda: f"destination=127.0.0.2:{port} peer=host-b" in new.log_text(), timeout=10,
+             what="the new process's access line of the connection it took")
+
+
+def test_a_root_sidecar_takes_no_connect_and_says_why_once(pair, backend, test_cgroup):
+    # As root:root rdmagw's own connects could not be told from the
+    # applications': nothing is taken at connect(), which it says once; the
+    # legs stay redirected and transparent connections are left to iptables
+    # (none here, so the connect below goes where it was sent).
+    far = backend(EchoServer())
+    port, listen_port = free_port(), free_port()
+    p = pair([], [far.endpoint], a_lines=legs_lines(test_cgroup), b_lines=legs_lines(test_cgroup), start=False)
+    config = p.a.config_path.read_text()
+    p.a.config_path.write_text(config.replace("listeners: []\n", "\n".join([
+        "listeners:", "  - name: out", f'    listen: "transparent:127.0.0.1:{listen_port}"', "    routes:",
+        f'      - {{match: "127.0.0.0/8:{port}", peer: host-b, target: "{far.endpoint}"}}']) + "\n"))
+    p.b.start()
+    p.a.start()
+    require_redirected(p)
+    assert p.a.log_text().count("event=local_legs_capture_unavailable") == 1, p.a.log_text()
+    assert "rdmagw runs as uid 0 and gid 0" in p.a.log_text()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.2", port), timeout=5).close()
+
+
 def test_cgroup_pod_is_refused_where_the_parent_is_the_hierarchys_root(pair, backend, test_cgroup):
     # test_cgroup is a child of the root: its parent holds every process of
     # the host, which `pod` never takes. Said once, and the legs run on TCP.

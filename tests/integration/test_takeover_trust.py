@@ -17,6 +17,7 @@ it (docs/operations.md, "Takeover"; docs/security.md):
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -27,7 +28,7 @@ import pytest
 
 from backends import EchoServer
 from clients import connect, free_port, recv_exact, require_root_and
-from conftest import RDMAGW_BIN, Sidecar, tcp_only
+from conftest import RDMAGW_BIN, REPO, Sidecar, tcp_only
 from takeover_channel import (ADOPTED, COMMIT, HEADER, HELLO, IMAGE, LOCAL_LEGS, LOCAL_LEGS_ADOPTED, MAGIC, REFUSED,
                               RELEASED, SOCKETS, SQUATTER, WELCOME, StalledTakeover, channel_name, image, receive,
                               send)
@@ -183,9 +184,12 @@ def test_redirected_legs_a_new_process_cannot_adopt_end_the_takeover_before_it_s
         pytest.skip("needs cgroup v2")
     echo = backend(EchoServer())
     port = free_port()
-    layout = 999 if case == "layout" else 1
+    shared = (REPO / "proxy" / "local" / "bpf" / "local_redirect_shared.h").read_text()
+    this_layout = int(re.search(r"#define LOCAL_REDIRECT_LAYOUT (\d+)", shared).group(1))
+    layout = 999 if case == "layout" else this_layout
     cgroup = mount + ("/elsewhere" if case == "cgroup" else "")
-    junk = [open("/dev/null", "rb") for _ in range(7)]
+    # As many descriptors as LOCAL_LEGS carries (three links, nine maps), none of them BPF.
+    junk = [open("/dev/null", "rb") for _ in range(12)]
     old = FakeOldProcess(port, image(), on_adopted=None, legs=(layout.to_bytes(4, "little") + cgroup.encode(), junk))
     lines = [] if case == "mode-off" else ["local_legs:", "  redirect: true", f"  cgroup: {mount}"]
     new = sidecar("host-new", tunnel_port=port, admin_port=free_port(), targets=[echo.endpoint], extra_lines=lines)
@@ -199,7 +203,7 @@ def test_redirected_legs_a_new_process_cannot_adopt_end_the_takeover_before_it_s
     assert not old.adopted
     log = new.log_text()
     assert "event=takeover_failed" in log and "event=ready" not in log, log
-    expected = {"not-bpf": "is not a BPF link", "layout": "layout 999, this build's programs use layout 1",
+    expected = {"not-bpf": "is not a BPF link", "layout": f"layout 999, this build's programs use layout {this_layout}",
                 "cgroup": "redirects in the cgroup " + cgroup, "mode-off": "this configuration does not"}[case]
     assert expected in log, log
     assert expected in old.answer.decode(), old.answer

@@ -41,6 +41,10 @@ char LICENSE[] SEC("license") = "Apache-2.0";
 
 // Set by the loader before the programs are loaded.
 const volatile __u64 max_in_flight = 256 * 1024;
+// rdmagw's own connects are never captured: by its uid, or its gid, when
+// not 0 (the loader leaves capture off where rdmagw is root:root).
+const volatile __u32 exempt_uid = 0;
+const volatile __u32 exempt_gid = 0;
 
 struct {
   __uint(type, BPF_MAP_TYPE_SOCKHASH);
@@ -96,6 +100,27 @@ struct {
   __type(key, __u32);
   __type(value, struct local_redirect_stats);
 } stats SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, LOCAL_REDIRECT_MAX_CAPTURES);
+  __type(key, __u32);
+  __type(value, struct local_redirect_capture);
+} captures SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_SK_STORAGE);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __type(key, int);
+  __type(value, struct local_redirect_destination);
+} destinations SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, LOCAL_REDIRECT_MAX_SOCKETS);
+  __type(key, struct local_redirect_client);
+  __type(value, struct local_redirect_destination);
+} accepted SEC(".maps");
 
 static __always_inline struct local_redirect_stats* my_stats(void) {
   __u32 zero = 0;
@@ -155,10 +180,24 @@ int local_redirect_sockops(struct bpf_sock_ops* skops) {
   // context field read through a pointer the compiler offset elsewhere.
   __u32 family = skops->family;
   __u32 local4 = skops->local_ip4, remote4 = skops->remote_ip4;
-  __u32 local6[4] = {skops->local_ip6[0], skops->local_ip6[1], skops->local_ip6[2], skops->local_ip6[3]};
-  __u32 remote6[4] = {skops->remote_ip6[0], skops->remote_ip6[1], skops->remote_ip6[2], skops->remote_ip6[3]};
+  // 4 bytes at a time, as the context allows: volatile, or the compiler
+  // may read two neighbours as one 8-byte word, which the verifier refuses.
+  const volatile __u32* l6 = skops->local_ip6;
+  const volatile __u32* r6 = skops->remote_ip6;
+  __u32 local6[4] = {l6[0], l6[1], l6[2], l6[3]};
+  __u32 remote6[4] = {r6[0], r6[1], r6[2], r6[3]};
   __u32 local_port = skops->local_port, remote_port = skops->remote_port;
+  struct bpf_sock* sk = skops->sk;
   if (!fill_key(&key, family, local4, remote4, local6, remote6, local_port, remote_port)) return 1;
+  if (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && family == AF_INET && sk) {
+    // A connect that local_redirect_connect4 sent to a transparent
+    // listener: its destination, by the client end rdmagw will accept.
+    struct local_redirect_destination* d = bpf_sk_storage_get(&destinations, sk, 0, 0);
+    if (d) {
+      struct local_redirect_client client = {.addr = local4, .port = (__u16)local_port};
+      bpf_map_update_elem(&accepted, &client, d, BPF_ANY);
+    }
+  }
   if (op == BPF_SOCK_OPS_STATE_CB) {
     // The connection ends: its flow goes (the kernel takes the socket out
     // of the SOCKHASH itself).
@@ -237,4 +276,48 @@ count:
     s->bytes_tcp += size * (1 - redirected);
   }
   return SK_PASS;
+}
+
+SEC("cgroup/connect4")
+int local_redirect_connect4(struct bpf_sock_addr* ctx) {
+  if (ctx->type != 1 /* SOCK_STREAM */) return 1;
+  __u64 ids = bpf_get_current_uid_gid();
+  if ((exempt_uid && (__u32)ids == exempt_uid) || (exempt_gid && (__u32)(ids >> 32) == exempt_gid)) return 1;
+  __u32 addr = ctx->user_ip4;
+  __u16 port = bpf_ntohs((__u16)ctx->user_port);
+  // Unrolled: a loop whose counter lives only in the lookup's key on the
+  // stack looks, to the verifier, like the same state again (an "infinite
+  // loop"); 64 short rules are a few hundred instructions.
+#pragma clang loop unroll(full)
+  for (__u32 i = 0; i < LOCAL_REDIRECT_MAX_CAPTURES; ++i) {
+    __u32 index = i;
+    struct local_redirect_capture* c = bpf_map_lookup_elem(&captures, &index);
+    if (!c || c->to_port == 0) return 1;
+    if ((addr & c->mask) != c->addr || port < c->port_lo || port > c->port_hi) continue;
+    struct bpf_sock* sk = ctx->sk;
+    if (!sk) return 1;
+    struct local_redirect_destination* d =
+        bpf_sk_storage_get(&destinations, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+    if (!d) return 1;  // no memory for it: this connection goes on as it would without rdmagw's capture
+    d->addr = addr;
+    d->port = port;
+    ctx->user_ip4 = bpf_htonl(0x7f000001);
+    ctx->user_port = bpf_htons(c->to_port);
+    return 1;
+  }
+  return 1;
+}
+
+// The application asks where it is connected: where it meant to, not the
+// listener its connect was sent to.
+SEC("cgroup/getpeername4")
+int local_redirect_getpeername4(struct bpf_sock_addr* ctx) {
+  struct bpf_sock* sk = ctx->sk;
+  if (!sk) return 1;
+  struct local_redirect_destination* d = bpf_sk_storage_get(&destinations, sk, 0, 0);
+  if (d) {
+    ctx->user_ip4 = d->addr;
+    ctx->user_port = bpf_htons(d->port);
+  }
+  return 1;
 }

@@ -10,7 +10,7 @@
 /* The maps' layout: a takeover hands the maps to a new process only if its
  * programs use the same (proxy/local/local_redirect.cc). Raise it with any
  * change to a map, a key, a value or what a value means. */
-#define LOCAL_REDIRECT_LAYOUT 1
+#define LOCAL_REDIRECT_LAYOUT 2
 
 /* Sockets and flows the maps hold at most; ports of interest at most. */
 #define LOCAL_REDIRECT_MAX_SOCKETS 65536
@@ -37,6 +37,37 @@ struct local_redirect_key {
 struct local_redirect_admission {
   __u32 slot;
   __u32 paced; /* LOCAL_REDIRECT_READ, _SEND or _SEND_BY_TCP */
+};
+
+/* Transparent listeners reached at connect() (cgroup/connect4): an
+ * application's TCP connect to a destination one of these rules holds goes
+ * to 127.0.0.1:to_port instead, rdmagw's transparent listener, whose
+ * routes then apply as they would to a connection iptables redirected.
+ * addr and mask in network order, ports in host order; to_port 0 ends the
+ * list. */
+#define LOCAL_REDIRECT_MAX_CAPTURES 64
+struct local_redirect_capture {
+  __u32 addr;
+  __u32 mask;
+  __u16 port_lo;
+  __u16 port_hi;
+  __u16 to_port;
+  __u16 unused;
+};
+
+/* Where an application meant to connect (address in network order, port in
+ * host order): kept on its socket for getpeername(), and by the
+ * connection's client end (127.0.0.1 and its port) for rdmagw to read as
+ * it accepts, as it reads SO_ORIGINAL_DST after iptables. */
+struct local_redirect_destination {
+  __u32 addr;
+  __u16 port;
+  __u16 unused;
+};
+struct local_redirect_client {
+  __u32 addr;
+  __u16 port;
+  __u16 unused;
 };
 
 /* Per CPU; the loader sums them. */
