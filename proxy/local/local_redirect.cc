@@ -61,8 +61,7 @@ struct LinkedProgram {
 };
 const LinkedProgram kLinks[] = {
     {[](const ::local_redirect* s) { return s->progs.local_redirect_sockops; }, BPF_CGROUP_SOCK_OPS, "sock_ops"},
-    {[](const ::local_redirect* s) { return s->progs.local_redirect_connect4; }, BPF_CGROUP_INET4_CONNECT,
-     "connect4"},
+    {[](const ::local_redirect* s) { return s->progs.local_redirect_connect4; }, BPF_CGROUP_INET4_CONNECT, "connect4"},
     {[](const ::local_redirect* s) { return s->progs.local_redirect_getpeername4; }, BPF_CGROUP_INET4_GETPEERNAME,
      "getpeername4"},
 };
@@ -198,8 +197,8 @@ bool LocalRedirect::take_charge(std::string* why) {
   if (!adopted_links_[0].valid()) return true;
   for (size_t i = 0; i < kLinkCount; ++i)
     if (bpf_link_update(adopted_links_[i].get(), bpf_program__fd(kLinks[i].program(skeleton_)), nullptr) != 0) {
-      *why = std::string("cannot put this build's ") + kLinks[i].name + " program on the cgroup link: " +
-             strerror(errno);
+      *why =
+          std::string("cannot put this build's ") + kLinks[i].name + " program on the cgroup link: " + strerror(errno);
       return false;
     }
   if (bpf_prog_attach(bpf_program__fd(skeleton_->progs.local_redirect_msg), bpf_map__fd(skeleton_->maps.sockets),
@@ -229,13 +228,13 @@ void LocalRedirect::set_rodata() {
 
 bool LocalRedirect::set_captures(const std::vector<ConnectCapture>& captures, std::string* why) {
   if (!captures.empty() && options_.exempt_uid == 0 && options_.exempt_gid == 0) {
-    *why = "rdmagw runs as uid 0 and gid 0, so its own connects could not be told from the applications' (run it "
-           "with a uid or a gid of its own)";
+    *why =
+        "rdmagw runs as uid 0 and gid 0, so its own connects could not be told from the applications' (run it "
+        "with a uid or a gid of its own)";
     return false;
   }
   if (captures.size() > kMaxConnectCaptures) {
-    *why = std::to_string(captures.size()) + " destination ranges, more than " +
-           std::to_string(kMaxConnectCaptures);
+    *why = std::to_string(captures.size()) + " destination ranges, more than " + std::to_string(kMaxConnectCaptures);
     return false;
   }
   // Every slot written, the list ended by a zero to_port: a shorter list

@@ -126,7 +126,7 @@ class Runtime final : public admin::Backend {
   // The local legs' programs, attached at start (null: off or unavailable);
   // destroyed after the workers, whose streams use them.
   std::unique_ptr<local::LocalRedirect> local_redirect_;
-  admin::LocalLegsStatus local_legs_;  // fixed at start but for the counters
+  admin::LocalLegsStatus local_legs_;    // fixed at start but for the counters
   bool capture_refusal_logged_ = false;  // local_legs_capture_unavailable, said once
 
   // Guards the fields below it (read by the admin thread, written on reload).

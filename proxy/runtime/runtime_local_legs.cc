@@ -26,8 +26,7 @@ bool Runtime::attach_local_legs(std::string* error) {
   std::optional<std::string> cgroup = local::locate_legs_cgroup(legs.cgroup, legs.cgroup_fs, &why);
   local_legs_.cgroup = cgroup.value_or(legs.cgroup);
   if (cgroup)
-    local_redirect_ =
-        local::LocalRedirect::attach({*cgroup, legs.max_in_flight, ::geteuid(), ::getegid()}, &why);
+    local_redirect_ = local::LocalRedirect::attach({*cgroup, legs.max_in_flight, ::geteuid(), ::getegid()}, &why);
   if (local_redirect_ && !local::probe_redirect(*local_redirect_, &why)) local_redirect_.reset();
   if (!local_redirect_) {
     // Said once; the legs run on TCP as with the mode off.
@@ -58,8 +57,8 @@ bool Runtime::adopt_local_legs(std::string* error) {
   std::string why;
   std::optional<std::string> cgroup = local::locate_legs_cgroup(legs.cgroup, legs.cgroup_fs, &why);
   if (cgroup)
-    local_redirect_ = local::LocalRedirect::adopt({*cgroup, legs.max_in_flight, ::geteuid(), ::getegid()},
-                                                  std::move(handover), &why);
+    local_redirect_ =
+        local::LocalRedirect::adopt({*cgroup, legs.max_in_flight, ::geteuid(), ::getegid()}, std::move(handover), &why);
   if (!local_redirect_) {
     *error = "cannot adopt the running rdmagw's local legs: " + why + "; restart it instead";
     return false;
