@@ -312,13 +312,17 @@ def test_entrypoint_does_not_warn_about_memlock_for_tcp(rdmagw_bin, tmp_path):
     assert "memlock" not in proc.stderr
 
 
-def test_entrypoint_warns_when_a_transparent_sidecar_runs_as_another_uid(rdmagw_bin, tmp_path):
-    config = write_config(tmp_path, """node: sidecar
+# A sidecar with a transparent listener: the one the loop warning is about.
+TRANSPARENT_SIDECAR = """node: sidecar
 tunnel: {transport: tcp}
 peers: [{name: b, address: 127.0.0.2, tcp_port: 7471}]
 listeners:
   - {name: out, listen: "transparent:127.0.0.1:15001", routes: [{match: 10.0.0.0/8, peer: b}]}
-""")
+"""
+
+
+def test_entrypoint_warns_when_a_transparent_sidecar_runs_as_another_uid(rdmagw_bin, tmp_path):
+    config = write_config(tmp_path, TRANSPARENT_SIDECAR)
     env = entrypoint_env(rdmagw_bin, config)
     env["RDMAGW_UID"] = str(os.getuid() + 1)
     proc = run([ENTRYPOINT, "--check"], env=env)
@@ -327,12 +331,7 @@ listeners:
 
 
 def test_entrypoint_takes_rdmagw_gid_for_a_sidecar_running_as_root_with_its_group(rdmagw_bin, tmp_path):
-    config = write_config(tmp_path, """node: sidecar
-tunnel: {transport: tcp}
-peers: [{name: b, address: 127.0.0.2, tcp_port: 7471}]
-listeners:
-  - {name: out, listen: "transparent:127.0.0.1:15001", routes: [{match: 10.0.0.0/8, peer: b}]}
-""")
+    config = write_config(tmp_path, TRANSPARENT_SIDECAR)
     env = entrypoint_env(rdmagw_bin, config)
     env["RDMAGW_UID"] = str(os.getuid() + 1)
     env["RDMAGW_GID"] = str(os.getgid())

@@ -60,6 +60,22 @@ def kernel_charges_redirected_bytes() -> bool:
     return bool(m) and (int(m.group(1)), int(m.group(2))) >= (6, 13)
 
 
+def remove_cgroup(path: Path) -> None:
+    """Kills whatever a test left in the cgroup (a sidecar it did not
+    stop), then removes it."""
+    for _ in range(100):
+        left = [p for p in (path / "cgroup.procs").read_text().split() if p]
+        if not left:
+            break
+        for pid in left:
+            try:
+                os.kill(int(pid), 9)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+    path.rmdir()
+
+
 @pytest.fixture
 def test_cgroup():
     """A cgroup v2 of the test's own, holding this process (and so every
@@ -77,18 +93,7 @@ def test_cgroup():
         yield str(path)
     finally:
         (before / "cgroup.procs").write_text(str(os.getpid()))
-        # Whatever a test left in it (a sidecar it did not stop) goes first.
-        for _ in range(100):
-            left = [p for p in (path / "cgroup.procs").read_text().split() if p]
-            if not left:
-                break
-            for pid in left:
-                try:
-                    os.kill(int(pid), 9)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.05)
-        path.rmdir()
+        remove_cgroup(path)
 
 
 def legs_lines(cgroup: str) -> list[str]:
@@ -469,17 +474,7 @@ def pod_cgroup(test_cgroup):
         yield test_cgroup
     finally:
         (Path(test_cgroup) / "cgroup.procs").write_text(str(os.getpid()))
-        for _ in range(100):
-            left = [p for p in (container / "cgroup.procs").read_text().split() if p]
-            if not left:
-                break
-            for pid in left:
-                try:
-                    os.kill(int(pid), 9)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.05)
-        container.rmdir()
+        remove_cgroup(container)
 
 
 def test_cgroup_pod_attaches_to_the_parent_of_the_sidecars_own_cgroup(pair, backend, pod_cgroup):

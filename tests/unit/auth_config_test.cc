@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -179,13 +180,13 @@ TEST_CASE("key files: read, trimmed, and refused when not private or too short",
   }
 }
 
-// Whether read_key_file accepts `file` when run as uid/gid `id` (a child
-// process drops to it; needs root).
-bool accepted_as(const std::string& file, uid_t id) {
+// Whether read_key_file accepts `file` in a child process that runs as
+// group `gid`, and as uid `uid` unless nullopt (root then); needs root.
+bool accepted_with(const std::string& file, std::optional<uid_t> uid, gid_t gid) {
   pid_t child = fork();
   REQUIRE(child >= 0);
   if (child == 0) {
-    if (setgroups(0, nullptr) != 0 || setgid(id) != 0 || setuid(id) != 0) _exit(2);
+    if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || (uid && setuid(*uid) != 0)) _exit(2);
     std::string key, error;
     _exit(read_key_file(file, &key, &error) ? 0 : 1);
   }
@@ -195,6 +196,8 @@ bool accepted_as(const std::string& file, uid_t id) {
   REQUIRE(WEXITSTATUS(status) != 2);
   return WEXITSTATUS(status) == 0;
 }
+bool accepted_as(const std::string& file, uid_t id) { return accepted_with(file, id, id); }
+bool accepted_as_root_with_group(const std::string& file, gid_t gid) { return accepted_with(file, std::nullopt, gid); }
 
 TEST_CASE("key files: a non-root rdmagw takes a root-owned key its own group may read (Kubernetes fsGroup)",
           "[config][auth]") {
@@ -222,22 +225,6 @@ TEST_CASE("key files: a non-root rdmagw takes a root-owned key its own group may
   CHECK_FALSE(accepted_as(file, sidecar));
   REQUIRE(chmod(file.c_str(), 0400) == 0);
   CHECK(accepted_as(file, sidecar));
-}
-
-// The same, run as root with group `gid` (a child process; needs root).
-bool accepted_as_root_with_group(const std::string& file, gid_t gid) {
-  pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    if (setgroups(0, nullptr) != 0 || setgid(gid) != 0) _exit(2);
-    std::string key, error;
-    _exit(read_key_file(file, &key, &error) ? 0 : 1);
-  }
-  int status = 0;
-  REQUIRE(waitpid(child, &status, 0) == child);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) != 2);
-  return WEXITSTATUS(status) == 0;
 }
 
 TEST_CASE("key files: a root rdmagw running with the pod's group takes the key that group may read (local legs)",
