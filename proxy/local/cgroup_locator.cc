@@ -137,8 +137,8 @@ std::optional<std::string> pod_cgroup_of(const std::string& fs_root, const std::
   const std::string self = normal(own);
   if (self == root) {
     *why = "rdmagw runs in the root of the cgroup hierarchy at " + root +
-           ", which has no parent: local_legs.cgroup: pod needs rdmagw in a container (or a unit) of its own; name "
-           "the cgroup instead";
+           ", which has no parent: in a container that is usually the container's own view of cgroups (mount the "
+           "host's hierarchy and name it in local_legs.cgroup_fs); elsewhere name the cgroup instead of pod";
     return std::nullopt;
   }
   std::string parent = fs::path(self).parent_path().string();
