@@ -13,6 +13,7 @@ namespace rdmagw {
 std::string LoopFeatures::describe() const {
   std::string out = defer_taskrun ? "single-issuer,defer-taskrun" : coop_taskrun ? "coop-taskrun" : "basic";
   if (buffer_ring) out += ",buffer-ring";
+  if (poll_first) out += ",poll-first";
   return out;
 }
 
@@ -118,6 +119,7 @@ bool EventLoop::init(unsigned entries, std::string* error) {
     if (rc == 0) {
       features_.defer_taskrun = (flags & IORING_SETUP_DEFER_TASKRUN) != 0;
       features_.coop_taskrun = (flags & IORING_SETUP_COOP_TASKRUN) != 0;
+      features_.poll_first = features_.defer_taskrun || features_.coop_taskrun;
       break;
     }
     if (rc != -EINVAL) break;

@@ -57,6 +57,10 @@ struct LoopFeatures {
   bool defer_taskrun = false;  // IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN (6.1+)
   bool coop_taskrun = false;   // IORING_SETUP_COOP_TASKRUN (5.19+)
   bool buffer_ring = false;    // socket receives pick provided buffers (5.19+, ProvidedBuffers)
+  // A receive may wait for readiness before its first attempt
+  // (IORING_RECVSEND_POLL_FIRST, 5.19+: known from the setup flags above,
+  // which came in the same or a later release).
+  bool poll_first = false;
   std::string describe() const;
 };
 

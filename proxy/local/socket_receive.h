@@ -34,6 +34,7 @@ class SocketReceive {
   uint32_t len_ = 0;
   bool by_poll_ = false;   // the posted receive is a poll
   bool ring_dry_ = false;  // the last one found no provided buffer
+  bool drained_ = false;   // the last one took less than it asked for: the socket was empty after it
 };
 
 }  // namespace rdmagw::local

@@ -642,7 +642,8 @@ TEST_CASE("io: the ring reports the features it was set up with") {
     CHECK_FALSE(loop.features().defer_taskrun);
     CHECK_FALSE(loop.features().coop_taskrun);
   } else {
-    CHECK((d == "basic" || d == "coop-taskrun" || d == "single-issuer,defer-taskrun"));
+    CHECK((d == "basic" || d == "coop-taskrun,poll-first" || d == "single-issuer,defer-taskrun,poll-first"));
+    CHECK(loop.features().poll_first == (d != "basic"));
   }
 }
 

@@ -62,6 +62,10 @@ void TcpTransport::post_recv() {
   if (header_only_ && rx_len_ < tunnel::kHeaderSize) room = tunnel::kHeaderSize - rx_len_;
   io_uring_sqe* s = loop().sqe(&recv_op_);
   io_uring_prep_recv(s, fd_.get(), rx_.get() + rx_len_, room, 0);
+  // As a stream's receive (socket_receive.cc): after one that emptied the
+  // socket, wait for bytes before the first attempt.
+  if (rx_drained_ && loop().features().poll_first) s->ioprio |= IORING_RECVSEND_POLL_FIRST;
+  rx_asked_ = room;
 }
 
 void TcpTransport::request_send() {
@@ -204,6 +208,7 @@ void TcpTransport::finish_hand_off() {
 }
 
 void TcpTransport::on_recv(int res, uint32_t) {
+  rx_drained_ = res == -EAGAIN || (res > 0 && static_cast<size_t>(res) < rx_asked_);
   if (closed_) {
     if (lingering_ && (res > 0 || res == -EINTR || res == -EAGAIN)) {
       rx_len_ = 0;  // dropped: the session is gone

@@ -131,6 +131,8 @@ class TcpTransport final : public tunnel::Transport, public Flushable {
   size_t rx_full_capacity_;  // once admitted
   bool grow_ = false;        // admitted: grow before the next receive
   size_t rx_len_ = 0;
+  size_t rx_asked_ = 0;      // what the posted receive may take
+  bool rx_drained_ = false;  // the last receive took less: the socket was empty after it
   iovec iov_[kMaxIov];
   msghdr msg_{};
   IoOp recv_op_;
