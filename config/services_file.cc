@@ -5,6 +5,9 @@
 
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <vector>
+
+#include "config/services_table_builder.h"
 
 namespace rdmagw {
 
@@ -139,42 +142,6 @@ std::optional<EndpointState> state_named(std::string_view name) {
 
 }  // namespace
 
-std::string_view endpoint_state_name(EndpointState state) {
-  switch (state) {
-    case EndpointState::kReady:
-      return "ready";
-    case EndpointState::kTerminating:
-      return "terminating";
-    case EndpointState::kNotReady:
-      return "not-ready";
-  }
-  return "?";
-}
-
-const ServiceTable::Port* ServiceTable::find_cluster_ip(uint32_t ip, uint16_t port) const {
-  auto it = by_cluster_ip_.find(key(ip, port));
-  return it == by_cluster_ip_.end() ? nullptr : &ports[it->second];
-}
-
-ServiceTable::EndpointRef ServiceTable::find_endpoint(uint32_t ip, uint16_t port) const {
-  auto it = by_endpoint_.find(key(ip, port));
-  if (it == by_endpoint_.end()) return {};
-  const Port& p = ports[it->second.first];
-  return {&p, &p.endpoints[it->second.second]};
-}
-
-std::string ServiceTable::service_name(const Port& port) const {
-  const Service& s = services[port.service];
-  return s.namespace_name + "/" + s.name;
-}
-
-std::string ipv4_text(uint32_t ip) {
-  char text[INET_ADDRSTRLEN] = "?";
-  in_addr a{htonl(ip)};
-  inet_ntop(AF_INET, &a, text, sizeof(text));
-  return text;
-}
-
 bool parse_services_file(std::string_view text, std::shared_ptr<const ServiceTable>* out, std::string* error) {
   if (text.size() > kMaxServicesFileBytes) {
     *error = "larger than " + std::to_string(kMaxServicesFileBytes) + " bytes";
@@ -198,7 +165,7 @@ bool parse_services_file(std::string_view text, std::shared_ptr<const ServiceTab
   if (*format != kFormat)
     return r.fail("format", "\"" + *format + "\", not \"" + std::string(kFormat) + "\" (another agent version?)");
 
-  auto table = std::make_shared<ServiceTable>();
+  ServiceTableBuilder table;
   const json* api = r.member(doc, "", "api", true);
   if (!api) return false;
   if (!api->is_object()) return r.fail("api", "not an object");
@@ -206,11 +173,11 @@ bool parse_services_file(std::string_view text, std::shared_ptr<const ServiceTab
   auto since = reachable ? r.string(*api, "api", "since", false, kMaxApiTextBytes) : std::nullopt;
   auto api_error = since ? r.string(*api, "api", "error", false, kMaxApiTextBytes) : std::nullopt;
   if (!api_error) return false;
-  table->api = {*reachable, *since, *api_error};
+  table.set_api(*reachable, *since, *api_error);
 
   const json* services = r.array(doc, "", "services");
   if (!services) return false;
-  table->services.reserve(services->size());
+  std::vector<uint32_t> cluster_ips;
   for (size_t si = 0; si < services->size(); ++si) {
     const json& s = (*services)[si];
     const std::string spath = "services[" + std::to_string(si) + "]";
@@ -218,16 +185,16 @@ bool parse_services_file(std::string_view text, std::shared_ptr<const ServiceTab
     auto ns = r.string(s, spath, "namespace", true);
     auto name = ns ? r.string(s, spath, "name", true) : std::nullopt;
     if (!name) return false;
-    ServiceTable::Service service{*ns, *name, {}, {}};
     const json* ips = r.array(s, spath, "cluster_ips");
     const json* ports = ips ? r.array(s, spath, "ports") : nullptr;
     if (!ports) return false;
+    cluster_ips.clear();
     for (size_t i = 0; i < ips->size(); ++i) {
       auto ip = r.ipv4((*ips)[i], spath + ".cluster_ips[" + std::to_string(i) + "]");
       if (!ip) return false;
-      service.cluster_ips.push_back(*ip);
+      cluster_ips.push_back(*ip);
     }
-    const auto service_index = static_cast<uint32_t>(table->services.size());
+    table.add_service(*ns, *name, cluster_ips);
     for (size_t pi = 0; pi < ports->size(); ++pi) {
       const json& p = (*ports)[pi];
       const std::string ppath = spath + ".ports[" + std::to_string(pi) + "]";
@@ -236,11 +203,8 @@ bool parse_services_file(std::string_view text, std::shared_ptr<const ServiceTab
       auto number = pname ? r.port(p, ppath, "port") : std::nullopt;
       const json* endpoints = number ? r.array(p, ppath, "endpoints") : nullptr;
       if (!endpoints) return false;
-      ServiceTable::Port port;
-      port.service = service_index;
-      port.name = *pname;
-      port.port = *number;
-      const auto port_index = static_cast<uint32_t>(table->ports.size());
+      std::string taken;
+      if (!table.add_port(*pname, *number, &taken)) return r.fail(ppath, taken);
       for (size_t ei = 0; ei < endpoints->size(); ++ei) {
         const json& e = (*endpoints)[ei];
         const std::string epath = ppath + ".endpoints[" + std::to_string(ei) + "]";
@@ -256,28 +220,16 @@ bool parse_services_file(std::string_view text, std::shared_ptr<const ServiceTab
         auto pod = rdmagw ? r.string(e, epath, "pod", false) : std::nullopt;
         auto node = pod ? r.string(e, epath, "node", false) : std::nullopt;
         if (!node) return false;
-        const auto endpoint_index = static_cast<uint32_t>(port.endpoints.size());
-        if (*state == EndpointState::kReady) port.ready.push_back(endpoint_index);
-        // The first Service port listing an address answers for it.
-        table->by_endpoint_.emplace(ServiceTable::key(*ip, *target), std::make_pair(port_index, endpoint_index));
-        port.endpoints.push_back({*ip, *target, *state, *rdmagw, std::move(*pod), std::move(*node)});
+        table.add_endpoint(*ip, *target, *state, *rdmagw, *pod, *node);
       }
-      for (uint32_t ip : service.cluster_ips) {
-        auto [it, fresh] = table->by_cluster_ip_.emplace(ServiceTable::key(ip, port.port), port_index);
-        if (!fresh) {
-          const ServiceTable::Port& owner = table->ports[it->second];
-          std::string owner_name =
-              owner.service == service_index ? service.namespace_name + "/" + service.name : table->service_name(owner);
-          return r.fail(ppath, ipv4_text(ip) + ":" + std::to_string(port.port) + " already belongs to " + owner_name);
-        }
-      }
-      table->endpoint_count += port.endpoints.size();
-      service.ports.push_back(port_index);
-      table->ports.push_back(std::move(port));
     }
-    table->services.push_back(std::move(service));
   }
-  *out = std::move(table);
+  // What the builder wrote is checked like a table from a file: one rule
+  // for both (and a builder fault is an error here, not a crash later).
+  std::string why;
+  auto opened = ServiceTable::open(table.finish(), &why);
+  if (!opened) return r.fail("(table)", why);
+  *out = std::move(opened);
   return true;
 }
 

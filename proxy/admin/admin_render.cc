@@ -278,29 +278,30 @@ std::string render_services_json(const ServicesReport& report) {
   w.field("direct", report.direct);
   w.key("table").begin_array();
   if (const ServiceTable* table = report.table.get()) {
-    for (const ServiceTable::Service& service : table->services) {
+    for (const ServiceTable::Service& service : table->services()) {
       w.begin_object();
-      w.field("namespace", service.namespace_name).field("name", service.name);
+      w.field("namespace", table->text(service.namespace_name)).field("name", table->text(service.name));
       w.key("cluster_ips").begin_array();
-      for (uint32_t ip : service.cluster_ips) w.value(ipv4_text(ip));
+      for (const auto& ip : table->cluster_ips(service)) w.value(ipv4_text(ServiceTable::ipv4(ip)));
       w.end_array();
       w.key("ports").begin_array();
-      for (uint32_t index : service.ports) {
-        const ServiceTable::Port& port = table->ports[index];
-        w.begin_object().field("name", port.name).field("port", port.port);
+      for (const ServiceTable::Port& port : table->ports(service)) {
+        w.begin_object().field("name", table->text(port.name)).field("port", port.port);
         w.key("endpoints").begin_array();
-        for (const ServiceTable::Endpoint& e : port.endpoints) {
-          auto open = report.streams.find(ServiceTable::key(e.ip, e.port));
+        for (const ServiceTable::Endpoint& e : table->endpoints(port)) {
+          const uint32_t ip = ServiceTable::ipv4(e);
+          const bool rdmagw = ServiceTable::has_rdmagw(e);
+          auto open = report.streams.find(ServiceTable::key(ip, e.port));
           w.begin_object();
-          w.field("address", ipv4_text(e.ip)).field("port", e.port);
-          w.field("state", endpoint_state_name(e.state)).field("rdmagw", e.rdmagw);
-          w.field("pod", e.pod).field("node", e.node);
+          w.field("address", ipv4_text(ip)).field("port", e.port);
+          w.field("state", endpoint_state_name(ServiceTable::state(e))).field("rdmagw", rdmagw);
+          w.field("pod", table->text(e.pod)).field("node", table->text(e.node));
           w.field("streams", open == report.streams.end() ? uint64_t{0} : open->second);
           // Endpoints with rdmagw: how their tunnel stands (a refused or
           // failing dial shows here, with services.direct deciding what
           // happens to their connections meanwhile).
-          if (e.rdmagw) {
-            auto tunnel = report.tunnels.find(e.ip);
+          if (rdmagw) {
+            auto tunnel = report.tunnels.find(ip);
             bool known = tunnel != report.tunnels.end();
             w.field("tunnel", known ? tunnel->second.state : std::string("idle"));
             w.field("tunnel_error", known ? tunnel->second.error : std::string());

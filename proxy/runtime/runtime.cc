@@ -569,9 +569,9 @@ admin::ServicesStatus Runtime::services_status(const ServicesFeed::State& state)
   s.loads = state.loads;
   s.load_failures = state.failures;
   if (state.table) {
-    s.api = state.table->api;
-    s.services = state.table->services.size();
-    s.endpoints = state.table->endpoint_count;
+    s.api = state.table->api();
+    s.services = state.table->services().size();
+    s.endpoints = state.table->endpoint_count();
   }
   return s;
 }

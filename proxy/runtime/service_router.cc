@@ -29,21 +29,23 @@ ServiceRouter::Choice ServiceRouter::choose(const sockaddr* destination) {
   const ServiceTable::Endpoint* endpoint = nullptr;
   if (const ServiceTable::Port* service = table_->find_cluster_ip(ip, port)) {
     choice.port = service;
-    const std::vector<uint32_t>& ready = service->ready;
-    if (ready.empty()) {
+    size_t ready = table_->ready_count(*service);
+    if (ready == 0) {
       choice.kind = Choice::Kind::kNoEndpoint;
       return choice;
     }
-    if (ready.size() == 1) {
-      endpoint = &service->endpoints[ready[0]];
+    if (ready == 1) {
+      endpoint = &table_->ready(*service, 0);
     } else {
       // Two distinct endpoints, every pair equally likely.
-      size_t a = std::uniform_int_distribution<size_t>(0, ready.size() - 1)(random_);
-      size_t b = std::uniform_int_distribution<size_t>(0, ready.size() - 2)(random_);
+      size_t a = std::uniform_int_distribution<size_t>(0, ready - 1)(random_);
+      size_t b = std::uniform_int_distribution<size_t>(0, ready - 2)(random_);
       if (b >= a) ++b;
-      const ServiceTable::Endpoint& first = service->endpoints[ready[a]];
-      const ServiceTable::Endpoint& second = service->endpoints[ready[b]];
-      endpoint = load(second.ip, second.port)->open < load(first.ip, first.port)->open ? &second : &first;
+      const ServiceTable::Endpoint& first = table_->ready(*service, a);
+      const ServiceTable::Endpoint& second = table_->ready(*service, b);
+      endpoint = load(ServiceTable::ipv4(second), second.port)->open < load(ServiceTable::ipv4(first), first.port)->open
+                     ? &second
+                     : &first;
     }
   } else {
     // A headless Service's clients dial an endpoint itself. Not ready or
@@ -58,9 +60,9 @@ ServiceRouter::Choice ServiceRouter::choose(const sockaddr* destination) {
   choice.endpoint = endpoint;
   auto* address = reinterpret_cast<sockaddr_in*>(&choice.address);
   address->sin_family = AF_INET;
-  address->sin_addr.s_addr = htonl(endpoint->ip);
+  address->sin_addr.s_addr = htonl(ServiceTable::ipv4(*endpoint));
   address->sin_port = htons(endpoint->port);
-  choice.lease = local::EndpointLease(load(endpoint->ip, endpoint->port));
+  choice.lease = local::EndpointLease(load(ServiceTable::ipv4(*endpoint), endpoint->port));
   return choice;
 }
 

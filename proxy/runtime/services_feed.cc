@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "proxy/runtime/services_feed.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -17,17 +20,57 @@ double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// A services table file mapped read-only: its pages are the page cache's,
+// shared with every other sidecar that maps the same file. rdmagw-k8s
+// replaces the file by rename, so the mapping keeps the bytes it was
+// checked with; a file rewritten in place instead (not the agent's way)
+// could change under it.
+class MappedTableBytes final : public TableBytes {
+ public:
+  static std::shared_ptr<const MappedTableBytes> map(int fd, size_t size, std::string* error) {
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      *error = std::string("mmap: ") + strerror(errno);
+      return nullptr;
+    }
+    return std::shared_ptr<const MappedTableBytes>(new MappedTableBytes(static_cast<const uint8_t*>(p), size));
+  }
+  ~MappedTableBytes() override { ::munmap(const_cast<uint8_t*>(data_), size_); }
+  const uint8_t* data() const override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  MappedTableBytes(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  const uint8_t* data_;
+  size_t size_;
+};
+
 // The file itself (its path was checked): a regular file within the size
-// limit that root or this user alone can have written.
-bool read_trusted(const std::string& path, std::string* text, std::string* error) {
+// limit that root or this user alone can have written; a services table
+// (by its first bytes) mapped and checked, else the JSON services file
+// parsed.
+std::shared_ptr<const ServiceTable> load_trusted(const std::string& path, const char** format, std::string* error) {
   struct stat st {};
   UniqueFd fd = open_regular_file(path, kMaxServicesFileBytes, &st, error);
-  if (!fd.valid()) return false;
+  if (!fd.valid()) return nullptr;
   if (std::string why = trusted_file_problem(path, st); !why.empty()) {
     *error = "not trusted: " + why;
-    return false;
+    return nullptr;
   }
-  return read_opened_file(fd.get(), st, kMaxServicesFileBytes, text, error);
+  char magic[sizeof(services_table::kMagic)] = {};
+  ssize_t got = ::pread(fd.get(), magic, sizeof(magic), 0);
+  if (got == static_cast<ssize_t>(sizeof(magic)) && std::memcmp(magic, services_table::kMagic, sizeof(magic)) == 0) {
+    *format = "table";
+    auto bytes = MappedTableBytes::map(fd.get(), static_cast<size_t>(st.st_size), error);
+    return bytes ? ServiceTable::open(std::move(bytes), error) : nullptr;
+  }
+  *format = "json";
+  std::string text;
+  std::shared_ptr<const ServiceTable> parsed;
+  if (!read_opened_file(fd.get(), st, kMaxServicesFileBytes, &text, error) ||
+      !parse_services_file(text, &parsed, error))
+    return nullptr;
+  return parsed;
 }
 
 }  // namespace
@@ -84,9 +127,10 @@ bool ServicesFeed::poll(std::shared_ptr<const ServiceTable>* table) {
     fail(path, "not trusted: " + path_problem_);
     return false;
   }
-  std::string text, error;
-  std::shared_ptr<const ServiceTable> parsed;
-  if (!read_trusted(path, &text, &error) || !parse_services_file(text, &parsed, &error)) {
+  std::string error;
+  const char* format = "json";
+  std::shared_ptr<const ServiceTable> parsed = load_trusted(path, &format, &error);
+  if (!parsed) {
     fail(path, std::move(error));
     return false;
   }
@@ -94,28 +138,30 @@ bool ServicesFeed::poll(std::shared_ptr<const ServiceTable>* table) {
   {
     std::lock_guard lock(mu_);
     had_table = state_.table != nullptr;
-    was_reachable = had_table && state_.table->api.reachable;
+    was_reachable = had_table && state_.table->api().reachable;
     state_.table = parsed;
     state_.table_file = path;
     state_.loaded_unix = unix_seconds();
     state_.error.clear();
     ++state_.loads;
   }
+  const ServiceTable::Api api = parsed->api();
   log::info("services_loaded")
       .kv("file", path)
-      .kv("services", parsed->services.size())
-      .kv("endpoints", parsed->endpoint_count)
-      .kv("api", parsed->api.reachable ? "reachable" : "unreachable");
+      .kv("format", format)
+      .kv("services", parsed->services().size())
+      .kv("endpoints", parsed->endpoint_count())
+      .kv("api", api.reachable ? "reachable" : "unreachable");
   // The agent lost (or found again) the API server: the table is what it
   // knew last, and stays in use either way.
-  if (!parsed->api.reachable && (was_reachable || !had_table))
+  if (!api.reachable && (was_reachable || !had_table))
     log::warn("services_api_unreachable")
         .kv("file", path)
-        .kv("since", parsed->api.since)
-        .kv("error", parsed->api.error)
+        .kv("since", api.since)
+        .kv("error", api.error)
         .kv("effect", "the last known Services and endpoints stay in use");
-  else if (parsed->api.reachable && had_table && !was_reachable)
-    log::info("services_api_reachable").kv("file", path).kv("since", parsed->api.since);
+  else if (api.reachable && had_table && !was_reachable)
+    log::info("services_api_reachable").kv("file", path).kv("since", api.since);
   *table = std::move(parsed);
   return true;
 }

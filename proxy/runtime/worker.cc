@@ -669,7 +669,7 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
   // tunnels at the pod's address); peer_cidrs says which addresses may be
   // dialled at all.
   tunnel::PeerLink* link = nullptr;
-  if (choice.endpoint->rdmagw) {
+  if (ServiceTable::has_rdmagw(*choice.endpoint)) {
     std::string why;
     link = discover(address, &why);
     // A label that lies (or a sidecar that is gone while its endpoint is

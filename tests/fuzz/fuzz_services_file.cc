@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "config/services_file.h"
+#include "services_table_walk.h"
 
 using namespace rdmagw;
 
@@ -20,23 +21,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (error.empty()) __builtin_trap();
     return 0;
   }
-  size_t endpoints = 0;
-  for (const auto& service : table->services) {
-    for (uint32_t p : service.ports) {
-      const ServiceTable::Port& port = table->ports.at(p);
-      for (uint32_t ip : service.cluster_ips)
-        if (table->find_cluster_ip(ip, port.port) != &port) __builtin_trap();
-      for (uint32_t r : port.ready)
-        if (port.endpoints.at(r).state != EndpointState::kReady) __builtin_trap();
-      for (const auto& e : port.endpoints) {
-        auto found = table->find_endpoint(e.ip, e.port);
-        if (!found.endpoint || found.endpoint->ip != e.ip || found.endpoint->port != e.port) __builtin_trap();
-        (void)endpoint_state_name(e.state);
-      }
-      endpoints += port.endpoints.size();
-      (void)table->service_name(port);
-    }
-  }
-  if (endpoints != table->endpoint_count) __builtin_trap();
+  walk_services_table(*table, true);
   return 0;
 }

@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import struct
 import sys
 from pathlib import Path
@@ -217,6 +218,31 @@ def services_file_seeds() -> None:
          "ports": [{"port": 80, "endpoints": [{**ep, "pod": "p\u001b]0;t\u0007"}]}]}]}).encode())
     write("fuzz_services_file", json.dumps({"format": "rdmagw-services/1", "api": {
         "reachable": False, "since": "2026-11-28T01:00:00Z", "error": "connection refused"}, "services": []}).encode())
+    services_table_seeds(full)
+
+
+def services_table_seeds(full: dict) -> None:
+    """Tables as rdmagw-k8s writes them (its --table-from, so the seeds are
+    the production writer's bytes): the full file, an empty one, and one
+    Service with many endpoints (index searches that wrap)."""
+    import subprocess
+    import tempfile
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    many = {**full, "services": [{"namespace": "n", "name": "wide", "cluster_ips": ["10.96.1.1", "10.96.1.2"],
+                                  "ports": [{"port": 80, "endpoints": [
+                                      {"address": f"10.1.{i // 250}.{i % 250 + 1}", "port": 8080,
+                                       "state": ("ready", "not-ready", "terminating")[i % 3], "node": f"n{i % 7}",
+                                       "pod": f"wide-{i}", "rdmagw": i % 2 == 0} for i in range(300)]}]}]}
+    empty = {"format": "rdmagw-services/1", "api": {"reachable": False, "since": "", "error": "x"}, "services": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        agent = Path(tmp) / "rdmagw-k8s"
+        subprocess.run([go, "build", "-o", str(agent), "."], cwd=ROOT / "tools" / "rdmagw-k8s", check=True,
+                       env=dict(os.environ, CGO_ENABLED="0"))
+        for content in (full, many, empty):
+            source, table = Path(tmp) / "services.json", Path(tmp) / "services.table"
+            source.write_text(json.dumps(content))
+            subprocess.run([str(agent), "--table-from", str(source), "--table", str(table)], check=True)
+            write("fuzz_services_table", table.read_bytes())
 
 
 def main() -> None:

@@ -56,7 +56,7 @@ ServiceRouter::Choice choose(ServiceRouter& router, const char* ip, uint16_t por
 
 std::string chosen(const ServiceRouter::Choice& c) {
   REQUIRE(c.kind == Kind::kEndpoint);
-  return rdmagw::ipv4_text(c.endpoint->ip) + ":" + std::to_string(c.endpoint->port);
+  return rdmagw::ipv4_text(ServiceTable::ipv4(*c.endpoint)) + ":" + std::to_string(c.endpoint->port);
 }
 
 }  // namespace
@@ -119,7 +119,7 @@ TEST_CASE("service router: an endpoint's own address goes to it, whatever its st
   CHECK(chosen(choose(router, "10.0.0.5", 8000)) == "10.0.0.5:8000");
   auto c = choose(router, "10.0.0.3", 8000);
   CHECK(chosen(c) == "10.0.0.3:8000");
-  CHECK_FALSE(c.endpoint->rdmagw);
+  CHECK_FALSE(ServiceTable::has_rdmagw(*c.endpoint));
   CHECK(choose(router, "10.0.0.3", 8001).kind == Kind::kUnknown);
   router.set_table(nullptr);
   CHECK(choose(router, "10.0.0.3", 8000).kind == Kind::kUnknown);

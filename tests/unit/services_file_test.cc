@@ -57,24 +57,25 @@ TEST_CASE("a ClusterIP and port find the Service port, with its ready endpoints 
   std::shared_ptr<const ServiceTable> table;
   std::string error;
   REQUIRE(parse_services_file(kFile, &table, &error));
-  CHECK(table->api.reachable);
-  CHECK(table->api.since == "2026-11-28T01:00:00Z");
-  CHECK(table->services.size() == 2);
-  CHECK(table->endpoint_count == 5);
+  CHECK(table->api().reachable);
+  CHECK(table->api().since == "2026-11-28T01:00:00Z");
+  CHECK(table->services().size() == 2);
+  CHECK(table->endpoint_count() == 5);
 
   const ServiceTable::Port* redis = table->find_cluster_ip(ip("10.96.0.10"), 6379);
   REQUIRE(redis != nullptr);
   CHECK(table->service_name(*redis) == "default/redis");
-  REQUIRE(redis->endpoints.size() == 4);
-  REQUIRE(redis->ready.size() == 2);
-  CHECK(redis->endpoints[redis->ready[0]].ip == ip("10.0.1.1"));
-  CHECK(redis->endpoints[redis->ready[1]].ip == ip("10.0.1.4"));
-  CHECK(redis->endpoints[0].port == 6380);
-  CHECK(redis->endpoints[0].rdmagw);
-  CHECK(redis->endpoints[0].pod == "redis-0");
-  CHECK(redis->endpoints[1].state == EndpointState::kNotReady);
-  CHECK(redis->endpoints[2].state == EndpointState::kTerminating);
-  CHECK(redis->endpoints[3].node.empty());
+  auto endpoints = table->endpoints(*redis);
+  REQUIRE(endpoints.size() == 4);
+  REQUIRE(table->ready_count(*redis) == 2);
+  CHECK(ServiceTable::ipv4(table->ready(*redis, 0)) == ip("10.0.1.1"));
+  CHECK(ServiceTable::ipv4(table->ready(*redis, 1)) == ip("10.0.1.4"));
+  CHECK(endpoints[0].port == 6380);
+  CHECK(ServiceTable::has_rdmagw(endpoints[0]));
+  CHECK(table->text(endpoints[0].pod) == "redis-0");
+  CHECK(ServiceTable::state(endpoints[1]) == EndpointState::kNotReady);
+  CHECK(ServiceTable::state(endpoints[2]) == EndpointState::kTerminating);
+  CHECK(table->text(endpoints[3].node).empty());
 
   CHECK(table->find_cluster_ip(ip("10.96.0.10"), 6380) == nullptr);
   CHECK(table->find_cluster_ip(ip("10.96.0.11"), 6379) == nullptr);
@@ -87,15 +88,15 @@ TEST_CASE("an endpoint's address and target port find it, as a headless Service'
   auto pg = table->find_endpoint(ip("10.0.2.1"), 5432);
   REQUIRE(pg.endpoint != nullptr);
   CHECK(table->service_name(*pg.port) == "db/pg");
-  CHECK(pg.port->name == "sql");
-  CHECK(pg.endpoint->state == EndpointState::kReady);
-  CHECK(pg.endpoint->rdmagw);
+  CHECK(table->text(pg.port->name) == "sql");
+  CHECK(ServiceTable::state(*pg.endpoint) == EndpointState::kReady);
+  CHECK(ServiceTable::has_rdmagw(*pg.endpoint));
   // A headless Service has no ClusterIP to find it by.
-  CHECK(table->services[1].cluster_ips.empty());
+  CHECK(table->cluster_ips(table->services()[1]).empty());
   CHECK(table->find_endpoint(ip("10.0.2.1"), 5433).endpoint == nullptr);
   auto terminating = table->find_endpoint(ip("10.0.1.3"), 6380);
   REQUIRE(terminating.endpoint != nullptr);
-  CHECK(terminating.endpoint->state == EndpointState::kTerminating);
+  CHECK(ServiceTable::state(*terminating.endpoint) == EndpointState::kTerminating);
 }
 
 TEST_CASE("an unreachable API server is read as the agent wrote it") {
@@ -105,9 +106,9 @@ TEST_CASE("an unreachable API server is read as the agent wrote it") {
       R"({"format": "rdmagw-services/1", "services": [],
           "api": {"reachable": false, "since": "2026-11-28T01:02:03Z", "error": "dial tcp: connection refused"}})",
       &table, &error));
-  CHECK_FALSE(table->api.reachable);
-  CHECK(table->api.error == "dial tcp: connection refused");
-  CHECK(table->services.empty());
+  CHECK_FALSE(table->api().reachable);
+  CHECK(table->api().error == "dial tcp: connection refused");
+  CHECK(table->services().empty());
 
   // A long error (a not-ready server quotes its check list) is cut, not
   // refused, and never inside a character ("é" is two bytes).
@@ -116,7 +117,7 @@ TEST_CASE("an unreachable API server is read as the agent wrote it") {
           "api": {"reachable": false, "error": ")" +
                                   long_error + R"("}})",
                               &table, &error));
-  CHECK(table->api.error == std::string(1023, 'x') + "...");
+  CHECK(table->api().error == std::string(1023, 'x') + "...");
 }
 
 TEST_CASE("a malformed services file is refused, naming the field and why") {
@@ -203,10 +204,12 @@ TEST_CASE("a name with a control byte refuses the file: names reach operators' t
   CHECK(refused(R"({"format": "rdmagw-services/1", "api": {"reachable": true},
                     "services": [{"namespace": "a\r", "name": "b", "cluster_ips": [], "ports": []}]})") ==
         "services[0].namespace: holds a control byte: not a Kubernetes name");
-  // The agent's own words about the API server are free text, shown escaped.
+  // The agent's own words about the API server are free text: a control
+  // byte in them becomes a space (a table holds none).
   std::shared_ptr<const ServiceTable> table;
   std::string error;
-  CHECK(parse_services_file(R"({"format": "rdmagw-services/1",
+  REQUIRE(parse_services_file(R"({"format": "rdmagw-services/1",
       "api": {"reachable": false, "error": "x\u001b[2J"}, "services": []})",
-                            &table, &error));
+                              &table, &error));
+  CHECK(table->api().error == "x [2J");
 }

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Kubernetes Services with their ports and endpoints, as one immutable block
+// of bytes in the services table's layout (services_table_format.h), looked
+// up in place: a destination (a ClusterIP:port, or an endpoint's
+// address:port as a headless Service's clients dial it) in constant time.
+// The bytes are a mapping of the table file rdmagw-k8s writes (shared by
+// every sidecar of the node), or a buffer built from the services file's
+// JSON (services_file.h); either way they are checked whole before use, so
+// that every reference in them stays inside them.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "config/services_table_format.h"
+
+namespace rdmagw {
+
+enum class EndpointState : uint8_t { kReady, kTerminating, kNotReady };
+std::string_view endpoint_state_name(EndpointState state);  // "ready", "terminating", "not-ready"
+// An IPv4 address in host byte order as the file writes it ("10.96.0.10").
+std::string ipv4_text(uint32_t ip);
+
+// Where a table's bytes live; they outlive every view of them.
+class TableBytes {
+ public:
+  virtual ~TableBytes() = default;
+  virtual const uint8_t* data() const = 0;
+  virtual size_t size() const = 0;
+};
+
+class ServiceTable {
+ public:
+  using Service = services_table::ServiceRecord;
+  using Port = services_table::PortRecord;
+  using Endpoint = services_table::EndpointRecord;
+  // Whether the agent reached the API server when it wrote the table.
+  struct Api {
+    bool reachable = false;
+    std::string since;
+    std::string error;
+  };
+
+  // Checks `bytes` whole (layout, checksum, every reference and index,
+  // every address and name as the services file's rules have them). Null
+  // and *error naming the part at fault when they do not hold together.
+  static std::shared_ptr<const ServiceTable> open(std::shared_ptr<const TableBytes> bytes, std::string* error);
+
+  Api api() const;
+  std::span<const Service> services() const { return services_; }
+  std::span<const Port> ports() const { return ports_; }
+  size_t endpoint_count() const { return endpoints_.size(); }
+  size_t bytes() const { return bytes_->size(); }
+
+  std::string_view text(services_table::StringRef ref) const {
+    return {reinterpret_cast<const char*>(strings_.data()) + ref.offset, ref.length};
+  }
+  std::span<const services_table::AddressRecord> cluster_ips(const Service& s) const {
+    return cluster_ips_.subspan(s.first_cluster_ip, s.cluster_ip_count);
+  }
+  std::span<const Port> ports(const Service& s) const { return ports_.subspan(s.first_port, s.port_count); }
+  std::span<const Endpoint> endpoints(const Port& p) const {
+    return endpoints_.subspan(p.first_endpoint, p.endpoint_count);
+  }
+  // The port's ready endpoints (the ones new streams may go to).
+  size_t ready_count(const Port& p) const { return p.ready_count; }
+  const Endpoint& ready(const Port& p, size_t i) const { return endpoints_[ready_[p.first_ready + i]]; }
+
+  // A Service's ClusterIP and port.
+  const Port* find_cluster_ip(uint32_t ip, uint16_t port) const;
+  // An endpoint by its address and target port (a headless Service's
+  // clients connect to it directly): the first Service port listing it.
+  struct EndpointRef {
+    const Port* port = nullptr;
+    const Endpoint* endpoint = nullptr;
+  };
+  EndpointRef find_endpoint(uint32_t ip, uint16_t port) const;
+
+  // "namespace/name" of a port's Service.
+  std::string service_name(const Port& port) const;
+
+  // One number for an address and port (how a worker counts an endpoint's
+  // streams).
+  static uint64_t key(uint32_t ip, uint16_t port) { return (uint64_t{ip} << 16) | port; }
+
+  // An endpoint's fields.
+  static uint32_t ipv4(const Endpoint& e) { return ipv4(e.address); }
+  static uint32_t ipv4(const services_table::AddressRecord& a);  // host byte order
+  static services_table::AddressRecord mapped(uint32_t ip);     // ::ffff:a.b.c.d
+  static EndpointState state(const Endpoint& e) { return static_cast<EndpointState>(e.state); }
+  static bool has_rdmagw(const Endpoint& e) { return (e.flags & services_table::kEndpointHasRdmagw) != 0; }
+
+ private:
+  explicit ServiceTable(std::shared_ptr<const TableBytes> bytes) : bytes_(std::move(bytes)) {}
+  bool check(std::string* error);
+  const services_table::IndexSlot* find(std::span<const services_table::IndexSlot> index,
+                                        const services_table::AddressRecord& address, uint16_t port) const;
+
+  std::shared_ptr<const TableBytes> bytes_;
+  const services_table::Header* header_ = nullptr;
+  std::span<const uint8_t> strings_;
+  std::span<const Service> services_;
+  std::span<const services_table::AddressRecord> cluster_ips_;
+  std::span<const Port> ports_;
+  std::span<const Endpoint> endpoints_;
+  std::span<const uint32_t> ready_;
+  std::span<const services_table::IndexSlot> by_cluster_ip_;
+  std::span<const services_table::IndexSlot> by_endpoint_;
+};
+
+}  // namespace rdmagw

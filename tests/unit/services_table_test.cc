@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: Apache-2.0
+// The services table (config/services_table.h): what the builder writes is
+// found again in place, and bytes that do not hold together are refused,
+// naming the part at fault, however they were changed (the checksum made
+// to match again, as a writer with the agent's uid could).
+#include "config/services_table.h"
+
+#include <arpa/inet.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+
+#include "common/crc32c.h"
+#include "config/services_table_builder.h"
+
+using namespace rdmagw;
+using namespace rdmagw::services_table;
+
+namespace {
+
+uint32_t ip(const char* text) {
+  in_addr a{};
+  REQUIRE(inet_pton(AF_INET, text, &a) == 1);
+  return ntohl(a.s_addr);
+}
+
+std::shared_ptr<OwnedTableBytes> sample() {
+  ServiceTableBuilder b;
+  std::string error;
+  b.set_api(false, "2026-11-29T10:00:00Z", "Get \"https://api/readyz\":\x1b[2J refused");
+  b.add_service("default", "redis", {ip("10.96.0.10"), ip("10.96.0.11")});
+  REQUIRE(b.add_port("redis", 6379, &error));
+  b.add_endpoint(ip("10.0.1.1"), 6380, EndpointState::kReady, true, "redis-0", "node-a");
+  b.add_endpoint(ip("10.0.1.2"), 6380, EndpointState::kNotReady, false, "redis-1", "node-b");
+  b.add_endpoint(ip("10.0.1.3"), 6380, EndpointState::kReady, false, "redis-2", "node-a");
+  REQUIRE(b.add_port("", 26379, &error));
+  b.add_endpoint(ip("10.0.1.1"), 26379, EndpointState::kTerminating, true, "redis-0", "node-a");
+  b.add_service("db", "pg", {});  // headless
+  REQUIRE(b.add_port("sql", 5432, &error));
+  b.add_endpoint(ip("10.0.2.1"), 5432, EndpointState::kReady, true, "pg-0", "node-\xc3\xa9");
+  b.add_service("empty", "none", {ip("10.96.0.12")});
+  return b.finish();
+}
+
+std::shared_ptr<const ServiceTable> open_ok(std::shared_ptr<const TableBytes> bytes) {
+  std::string error;
+  auto table = ServiceTable::open(std::move(bytes), &error);
+  INFO(error);
+  REQUIRE(table);
+  return table;
+}
+
+// The checksum made to match what the bytes are now.
+void reseal(OwnedTableBytes& bytes) {
+  uint32_t sum = crc32c(bytes.data() + kChecksummedFrom, bytes.size() - kChecksummedFrom);
+  std::memcpy(bytes.data() + offsetof(Header, checksum), &sum, sizeof(sum));
+}
+
+// A copy of the sample with `change` made to its bytes and resealed: the
+// reason it is refused ("" when it is not).
+template <typename Change>
+std::string refused(Change change) {
+  auto bytes = sample();
+  change(bytes->data(), *reinterpret_cast<Header*>(bytes->data()));
+  reseal(*bytes);
+  std::string error;
+  return ServiceTable::open(bytes, &error) ? std::string() : error;
+}
+
+template <typename T>
+T* record(uint8_t* base, const Header& h, SectionIndex which, size_t i) {
+  return reinterpret_cast<T*>(base + h.sections[which].offset) + i;
+}
+
+}  // namespace
+
+TEST_CASE("crc32c is CRC-32C (Castagnoli) as everyone computes it") {
+  CHECK(crc32c("123456789", 9) == 0xE3069283u);
+  CHECK(crc32c("", 0) == 0u);
+  // Lengths around the 8-byte steps, against the byte-at-a-time definition.
+  std::string text = "The services table's checksum, at every length.";
+  for (size_t n = 0; n <= text.size(); ++n) {
+    uint32_t c = ~0u;
+    for (size_t i = 0; i < n; ++i) {
+      c ^= static_cast<uint8_t>(text[i]);
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    }
+    CHECK(crc32c(text.data(), n) == ~c);
+  }
+}
+
+TEST_CASE("a built table is found again in place: Services, ports, endpoints, ready lists, names") {
+  auto table = open_ok(sample());
+  CHECK(table->services().size() == 3);
+  CHECK(table->ports().size() == 3);
+  CHECK(table->endpoint_count() == 5);
+  ServiceTable::Api api = table->api();
+  CHECK_FALSE(api.reachable);
+  CHECK(api.since == "2026-11-29T10:00:00Z");
+  CHECK(api.error == "Get \"https://api/readyz\": [2J refused");  // the control byte made a space
+
+  for (const char* cluster_ip : {"10.96.0.10", "10.96.0.11"}) {
+    const ServiceTable::Port* redis = table->find_cluster_ip(ip(cluster_ip), 6379);
+    REQUIRE(redis);
+    CHECK(table->service_name(*redis) == "default/redis");
+    CHECK(table->text(redis->name) == "redis");
+    REQUIRE(table->ready_count(*redis) == 2);
+    CHECK(ServiceTable::ipv4(table->ready(*redis, 0)) == ip("10.0.1.1"));
+    CHECK(ServiceTable::ipv4(table->ready(*redis, 1)) == ip("10.0.1.3"));
+  }
+  const ServiceTable::Port* sentinel = table->find_cluster_ip(ip("10.96.0.10"), 26379);
+  REQUIRE(sentinel);
+  CHECK(table->text(sentinel->name).empty());
+  CHECK(table->ready_count(*sentinel) == 0);
+  CHECK(table->find_cluster_ip(ip("10.96.0.10"), 5432) == nullptr);
+  CHECK(table->find_cluster_ip(ip("10.96.0.12"), 80) == nullptr);  // a Service without ports
+
+  // By endpoint: the first port listing the address answers.
+  auto e = table->find_endpoint(ip("10.0.1.1"), 6380);
+  REQUIRE(e.endpoint);
+  CHECK(e.port == table->find_cluster_ip(ip("10.96.0.10"), 6379));
+  CHECK(ServiceTable::has_rdmagw(*e.endpoint));
+  CHECK(table->text(e.endpoint->pod) == "redis-0");
+  CHECK(table->text(e.endpoint->node) == "node-a");
+  auto terminating = table->find_endpoint(ip("10.0.1.1"), 26379);
+  REQUIRE(terminating.endpoint);
+  CHECK(ServiceTable::state(*terminating.endpoint) == EndpointState::kTerminating);
+  auto pg = table->find_endpoint(ip("10.0.2.1"), 5432);
+  REQUIRE(pg.endpoint);
+  CHECK(table->service_name(*pg.port) == "db/pg");
+  CHECK(table->text(pg.endpoint->node) == "node-\xc3\xa9");
+  CHECK(table->cluster_ips(table->services()[1]).empty());
+  CHECK(table->find_endpoint(ip("10.0.2.1"), 5433).endpoint == nullptr);
+  CHECK(table->find_endpoint(ip("10.0.9.9"), 5432).endpoint == nullptr);
+}
+
+TEST_CASE("an empty table is a table") {
+  ServiceTableBuilder b;
+  b.set_api(true, "", "");
+  auto table = open_ok(b.finish());
+  CHECK(table->services().empty());
+  CHECK(table->find_cluster_ip(ip("10.96.0.10"), 80) == nullptr);
+  CHECK(table->find_endpoint(ip("10.0.0.1"), 80).endpoint == nullptr);
+  CHECK(table->api().reachable);
+}
+
+TEST_CASE("a ClusterIP and port that two Services claim is refused by the builder, naming the first") {
+  ServiceTableBuilder b;
+  std::string error;
+  b.add_service("a", "one", {ip("10.96.0.5")});
+  REQUIRE(b.add_port("", 80, &error));
+  b.add_service("a", "two", {ip("10.96.0.5")});
+  CHECK_FALSE(b.add_port("", 80, &error));
+  CHECK(error == "10.96.0.5:80 already belongs to a/one");
+  CHECK(b.add_port("", 81, &error));
+}
+
+TEST_CASE("a table cut short, at any length, or changed after it was written, is refused") {
+  auto whole = sample();
+  std::string error;
+  for (size_t n = 0; n < whole->size(); n += (n < 200 ? 1 : 37)) {
+    auto cut = std::make_shared<OwnedTableBytes>(n);
+    std::memcpy(cut->data(), whole->data(), n);
+    CHECK_FALSE(ServiceTable::open(cut, &error));
+  }
+  // A flipped bit anywhere after the checksum field: the checksum says so.
+  for (size_t i = kChecksummedFrom; i < whole->size(); i += 5) {
+    auto copy = std::make_shared<OwnedTableBytes>(whole->size());
+    std::memcpy(copy->data(), whole->data(), whole->size());
+    copy->data()[i] ^= 0x10;
+    CHECK_FALSE(ServiceTable::open(copy, &error));
+  }
+  CHECK(refused([](uint8_t*, Header& h) { h.file_bytes += 8; }).find("cut short, or written in place") !=
+        std::string::npos);
+}
+
+TEST_CASE("bytes that do not hold together are refused even with a checksum that matches") {
+  CHECK(refused([](uint8_t*, Header&) {}).empty());
+  CHECK(refused([](uint8_t*, Header& h) { h.magic[0] = 'X'; }).rfind("not a services table", 0) == 0);
+  CHECK(refused([](uint8_t*, Header& h) { h.version = 2; }) == "table version 2, not 1 (another agent version?)");
+  CHECK(refused([](uint8_t*, Header& h) { h.sections[kEndpoints].count += 1000; }).rfind("section endpoints", 0) == 0);
+  CHECK(refused([](uint8_t*, Header& h) { h.sections[kPorts].offset += 4; }).rfind("section ports", 0) == 0);
+  CHECK(refused([](uint8_t*, Header& h) { h.api_error.length = 1u << 30; }) ==
+        "api.error: text outside the strings section");
+  CHECK(refused([](uint8_t* b, Header& h) {
+          record<EndpointRecord>(b, h, kEndpoints, 1)->pod = {h.sections[kStrings].count, 1};
+        }) == "endpoints[1].pod: text outside the strings section");
+  CHECK(refused([](uint8_t* b, Header& h) { b[h.sections[kStrings].offset] = '\n'; }) ==
+        "strings: a control byte at 0: no name or text here has one");
+  CHECK(refused([](uint8_t* b, Header& h) { record<ServiceRecord>(b, h, kServices, 0)->port_count = 3; }) ==
+        "ports[2]: names a Service other than its own");
+  CHECK(refused([](uint8_t* b, Header& h) { record<ServiceRecord>(b, h, kServices, 1)->first_port = 0; }) ==
+        "services[1]: its ports are not the ones after the previous Service's");
+  CHECK(refused([](uint8_t* b, Header& h) { record<PortRecord>(b, h, kPorts, 0)->endpoint_count = 99; }) ==
+        "ports[0]: its endpoints are not the ones after the previous port's");
+  CHECK(refused([](uint8_t* b, Header& h) { record<PortRecord>(b, h, kPorts, 1)->service = 0xFFFFFFFF; }) ==
+        "ports[1]: names a Service other than its own");
+  CHECK(refused([](uint8_t* b, Header& h) { record<EndpointRecord>(b, h, kEndpoints, 0)->port_index = 7; }) ==
+        "endpoints[0]: names a port other than its own");
+  CHECK(refused([](uint8_t* b, Header& h) { record<EndpointRecord>(b, h, kEndpoints, 0)->state = 3; }) ==
+        "endpoints[0]: state 3 is none of ready, terminating, not-ready");
+  CHECK(refused([](uint8_t* b, Header& h) { record<EndpointRecord>(b, h, kEndpoints, 0)->flags = 0x80; }) ==
+        "endpoints[0]: unknown flags");
+  CHECK(refused([](uint8_t* b, Header& h) {
+          record<EndpointRecord>(b, h, kEndpoints, 0)->address = ServiceTable::mapped(0x7F000001);
+        }) == "endpoints[0].address: 127.0.0.1 is loopback: not an address a Service or pod holds");
+  CHECK(refused([](uint8_t* b, Header& h) { record<AddressRecord>(b, h, kClusterIps, 0)->bytes[0] = 0xfd; }) ==
+        "services[0].cluster_ips[0]: not an IPv4 address (IPv6 is not carried yet)");
+  // The not-ready endpoint listed as ready, the ready list out of order.
+  CHECK(refused([](uint8_t* b, Header& h) { *record<uint32_t>(b, h, kReady, 1) = 1; }) ==
+        "ready[1]: not one of its port's ready endpoints, in order");
+  CHECK(refused([](uint8_t* b, Header& h) { record<EndpointRecord>(b, h, kEndpoints, 1)->state = 0; }) ==
+        "ports[0]: its ready list is not its ready endpoints");
+  // Index slots: a value out of range, a key that is not its record's,
+  // every slot used (a search could not end), a size not a power of two.
+  auto first_used = [](uint8_t* b, Header& h, SectionIndex which) {
+    for (uint32_t i = 0;; ++i)
+      if (record<IndexSlot>(b, h, which, i)->used) return record<IndexSlot>(b, h, which, i);
+  };
+  CHECK(refused([&](uint8_t* b, Header& h) { first_used(b, h, kEndpointIndex)->value = 5; }).find("names a record") !=
+        std::string::npos);
+  CHECK(refused([&](uint8_t* b, Header& h) { first_used(b, h, kEndpointIndex)->port ^= 1; })
+            .find("a key its endpoint does not have") != std::string::npos);
+  CHECK(refused([&](uint8_t* b, Header& h) { first_used(b, h, kClusterIpIndex)->port ^= 1; })
+            .find("a key its port's Service does not have") != std::string::npos);
+  CHECK(refused([](uint8_t* b, Header& h) {
+          for (uint32_t i = 0; i < h.sections[kEndpointIndex].count; ++i)
+            record<IndexSlot>(b, h, kEndpointIndex, i)->used = 1;
+        }).find("endpoint_index") != std::string::npos);
+  CHECK(refused([](uint8_t*, Header& h) { h.sections[kClusterIpIndex].count -= 1; }) ==
+        "cluster_ip_index: 7 slots, not a power of two");
+}
