@@ -206,8 +206,11 @@ def test_the_agents_daemonset_uses_its_rbac_and_writes_where_sidecars_read():
     (volume,) = spec["volumes"]
     assert mount["name"] == volume["name"] and volume["hostPath"]["path"] == mount["mountPath"] == "/run/rdmagw-k8s"
     output = container["args"][container["args"].index("--output") + 1]
+    table = container["args"][container["args"].index("--table") + 1]
     (configmap,) = [d for d in load(DOCKER / "kubernetes" / "redis-service.yaml") if d["kind"] == "ConfigMap"]
-    assert output == load_text(configmap["data"]["rdmagw.yaml"])["services"]["file"] == "/run/rdmagw-k8s/services.json"
+    # The sidecars map the table; the JSON file is for people and tools.
+    assert output == "/run/rdmagw-k8s/services.json"
+    assert table == load_text(configmap["data"]["rdmagw.yaml"])["services"]["file"] == "/run/rdmagw-k8s/services.table"
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
 

@@ -147,11 +147,12 @@ def test_the_agent_works_with_its_rbac_and_has_no_other_right(kube: Kube, agent_
 class Agent:
     """rdmagw-k8s --output FILE, running."""
 
-    def __init__(self, agent_bin: str, kubeconfig: str, output: Path, log: Path):
+    def __init__(self, agent_bin: str, kubeconfig: str, output: Path, log: Path, table: Path | None = None):
         self.output = output
         self.log = log
+        extra = ["--table", str(table)] if table else []
         self.proc = subprocess.Popen([agent_bin, "--kubeconfig", kubeconfig, "--output", str(output),
-                                      "--settle", "50ms"], stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+                                      "--settle", "50ms", *extra], stdout=subprocess.DEVNULL, stderr=open(log, "w"))
 
     def read(self) -> dict | None:
         try:

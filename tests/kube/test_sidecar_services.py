@@ -71,8 +71,10 @@ def test_a_service_from_the_api_server_is_carried_by_rdmagw_through_churn_and_an
     cluster_ip = kube.get("service", "echo", namespace)["spec"]["clusterIP"]
     for name, sidecar in (("ep1", True), ("ep2", True), ("ep3", True), ("ep4", False)):
         kube.apply(pod(name, sidecar), namespace)
-    services = tmp_path / "services.json"
-    agent = Agent(agent_bin, kube.kubeconfig, services, tmp_path / "agent.log")
+    # The pod's rdmagw maps the table the agent writes beside the JSON file
+    # (the agent's Go writer, rdmagw's reader: the deployment's way).
+    services, table = tmp_path / "services.json", tmp_path / "services.table"
+    agent = Agent(agent_bin, kube.kubeconfig, services, tmp_path / "agent.log", table=table)
 
     def start_rdmagw(name: str, config: str, netns: str):
         path = tmp_path / f"{name}.yaml"
@@ -87,7 +89,7 @@ def test_a_service_from_the_api_server_is_carried_by_rdmagw_through_churn_and_an
         return p.start()
 
     try:
-        with service_cluster(start_rdmagw, start_process, tmp_path, services, integration.key_file(),
+        with service_cluster(start_rdmagw, start_process, tmp_path, table, integration.key_file(),
                              cluster_ips=(cluster_ip,)) as c:
             run_scenario(kube, namespace, cluster_ip, c)
     finally:

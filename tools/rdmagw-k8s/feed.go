@@ -232,8 +232,9 @@ func (f *Feed) Build() File {
 }
 
 // Run rewrites path whenever what it would hold changes, at most once per
-// settle interval (a burst of events makes one write), until ctx ends.
-func (f *Feed) Run(ctx context.Context, path string, settle time.Duration) error {
+// settle interval (a burst of events makes one write), until ctx ends; and
+// tablePath, when given, with the same content as a services table (table.go).
+func (f *Feed) Run(ctx context.Context, path, tablePath string, settle time.Duration) error {
 	var last []byte
 	for {
 		select {
@@ -256,6 +257,11 @@ func (f *Feed) Run(ctx context.Context, path string, settle time.Duration) error
 		if bytes.Equal(data, last) {
 			continue
 		}
+		if err := writeTable(tablePath, file); err != nil {
+			logEvent("error", "services_write_failed", "path", tablePath, "error", err.Error())
+			time.AfterFunc(time.Second, f.wake)
+			continue
+		}
 		if err := writeAtomically(path, data); err != nil {
 			// The last file stays in place; try again in a second.
 			logEvent("error", "services_write_failed", "path", path, "error", err.Error())
@@ -266,6 +272,18 @@ func (f *Feed) Run(ctx context.Context, path string, settle time.Duration) error
 		logEvent("info", "services_written", "path", path, "services", len(file.Services),
 			"endpoints", countEndpoints(file.Services), "api_reachable", file.API.Reachable)
 	}
+}
+
+// writeTable replaces path (none: nothing to do) with file as a table.
+func writeTable(path string, file File) error {
+	if path == "" {
+		return nil
+	}
+	table, err := EncodeTable(file)
+	if err != nil {
+		return err
+	}
+	return writeAtomically(path, table)
 }
 
 func countEndpoints(services []Service) int {

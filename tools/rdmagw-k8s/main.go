@@ -25,14 +25,22 @@ const version = "0.1.0"
 
 const usage = `rdmagw-k8s: feeds rdmagw sidecars the Kubernetes Services and their endpoints
 
-  rdmagw-k8s [--kubeconfig FILE] --output FILE   watch, and rewrite FILE when what it holds changes
-  rdmagw-k8s [--kubeconfig FILE] --once          print the file it would write (JSON) and exit
+  rdmagw-k8s [--kubeconfig FILE] --output FILE [--table FILE]
+        watch, and rewrite FILE (JSON; and the table) when what it holds changes
+  rdmagw-k8s [--kubeconfig FILE] --once
+        print the file it would write (JSON) and exit
+  rdmagw-k8s --table-from FILE --table FILE
+        write a services file (JSON) as a table, and exit
+
+Sidecars read either (services.file): the table is mapped, not parsed, so its
+pages are shared by every sidecar of the node and a change costs each one a
+check, not a parse and a copy.
 
 Inside a pod it uses the pod's service account (docs/kubernetes.md lists the
 RBAC it needs); elsewhere --kubeconfig, else $KUBECONFIG.
 
 Exit status: 0 done (or stopped by SIGTERM/SIGINT), 1 the API server could not
-be listed within --sync-timeout or the file could not be written, 2 a bad
+be listed within --sync-timeout or a file could not be read or written, 2 a bad
 command line.
 
 Options:
@@ -50,6 +58,8 @@ func run(args []string) int {
 	}
 	kubeconfig := flags.String("kubeconfig", "", "a kubeconfig file (default: the pod's service account, else $KUBECONFIG)")
 	output := flags.String("output", "", "the services file to write, replaced by rename (e.g. /run/rdmagw-k8s/services.json)")
+	table := flags.String("table", "", "with --output: also write the services as a table there, which sidecars map instead of parsing (e.g. /run/rdmagw-k8s/services.table)")
+	tableFrom := flags.String("table-from", "", "write --table from this services file (JSON) and exit: no API server")
 	once := flags.Bool("once", false, "list once, print the file as JSON on standard output, exit")
 	syncTimeout := flags.Duration("sync-timeout", 30*time.Second, "how long the first list may take")
 	settle := flags.Duration("settle", 100*time.Millisecond, "how long to let a burst of changes land before writing")
@@ -66,6 +76,17 @@ func run(args []string) int {
 	}
 	if flags.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "rdmagw-k8s: unexpected argument %q (see --help)\n", flags.Arg(0))
+		return 2
+	}
+	if *tableFrom != "" {
+		if *table == "" || *output != "" || *once {
+			fmt.Fprintln(os.Stderr, "rdmagw-k8s: --table-from FILE takes --table FILE and nothing else (see --help)")
+			return 2
+		}
+		return convertTable(*tableFrom, *table)
+	}
+	if *table != "" && *output == "" {
+		fmt.Fprintln(os.Stderr, "rdmagw-k8s: --table FILE goes with --output FILE (or --table-from FILE)")
 		return 2
 	}
 	if *once == (*output != "") {
@@ -105,13 +126,36 @@ func run(args []string) int {
 		os.Stdout.Write(append(data, '\n'))
 		return 0
 	}
-	logEvent("info", "started", "version", version, "api", config.Host, "output", *output)
+	logEvent("info", "started", "version", version, "api", config.Host, "output", *output, "table", *table)
 	feed.wake() // the first file, even if nothing changes after the first list
-	if err := feed.Run(ctx, *output, *settle); err != nil {
+	if err := feed.Run(ctx, *output, *table, *settle); err != nil {
 		fmt.Fprintf(os.Stderr, "rdmagw-k8s: %v\n", err)
 		return 1
 	}
 	logEvent("info", "stopped")
+	return 0
+}
+
+// convertTable writes the services file at from as a table at to.
+func convertTable(from, to string) int {
+	data, err := os.ReadFile(from)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rdmagw-k8s: %v\n", err)
+		return 1
+	}
+	var file File
+	if err := json.Unmarshal(data, &file); err != nil {
+		fmt.Fprintf(os.Stderr, "rdmagw-k8s: %s: %v\n", from, err)
+		return 1
+	}
+	if file.Format != FileFormat {
+		fmt.Fprintf(os.Stderr, "rdmagw-k8s: %s: format %q, not %q\n", from, file.Format, FileFormat)
+		return 1
+	}
+	if err := writeTable(to, file); err != nil {
+		fmt.Fprintf(os.Stderr, "rdmagw-k8s: %s: %v\n", to, err)
+		return 1
+	}
 	return 0
 }
 

@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: Apache-2.0
+package main
+
+// The services table: the services file's content in the binary layout
+// that sidecars map read-only and look destinations up in place
+// (docs/kubernetes.md, "The services table"; the layout's definition is
+// config/services_table_format.h, which a change here must follow).
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math/bits"
+	"net/netip"
+)
+
+const (
+	tableVersion       = 1
+	tableHeaderBytes   = 112
+	tableSections      = 8
+	checksummedFrom    = 16 // the header's file_bytes field: everything after the checksum
+	apiReachableFlag   = 1
+	endpointHasRdmagw  = 1
+	serviceRecordBytes = 32
+	addressBytes       = 16
+	portRecordBytes    = 32
+	endpointBytes      = 40
+	slotBytes          = 24
+)
+
+var tableMagic = []byte("RDMGWSVC")
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+type stringRef struct{ offset, length uint32 }
+
+type tableWriter struct {
+	strings  []byte
+	interned map[string]stringRef
+}
+
+func (w *tableWriter) intern(s string) stringRef {
+	if r, ok := w.interned[s]; ok {
+		return r
+	}
+	r := stringRef{uint32(len(w.strings)), uint32(len(s))}
+	w.strings = append(w.strings, s...)
+	w.interned[s] = r
+	return r
+}
+
+// The agent's words may quote the server: the table holds no control byte.
+func cleanText(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c == 0x7f {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
+
+type indexKey struct {
+	addr [16]byte
+	port uint16
+}
+
+// slotHash is FNV-1a (64 bits) of the address's 16 bytes and the port's 2
+// (little-endian), as services_table::slot_hash.
+func slotHash(k indexKey) uint64 {
+	h := uint64(0xcbf29ce484222325)
+	mix := func(b byte) { h = (h ^ uint64(b)) * 0x100000001b3 }
+	for _, b := range k.addr {
+		mix(b)
+	}
+	mix(byte(k.port))
+	mix(byte(k.port >> 8))
+	return h
+}
+
+type slot struct {
+	key   indexKey
+	used  bool
+	value uint32
+}
+
+// newIndex is twice the keys, rounded up to a power of two: searches stay
+// short, and a free slot always ends one.
+func newIndex(keys int) []slot {
+	if keys == 0 {
+		return nil
+	}
+	return make([]slot, 1<<bits.Len(uint(keys*2-1)))
+}
+
+// insert keeps the first value of a key.
+func insert(index []slot, k indexKey, value uint32) {
+	mask := uint64(len(index) - 1)
+	for i := slotHash(k) & mask; ; i = (i + 1) & mask {
+		if !index[i].used {
+			index[i] = slot{k, true, value}
+			return
+		}
+		if index[i].key == k {
+			return
+		}
+	}
+}
+
+func addressKey(text string) ([16]byte, error) {
+	a, err := netip.ParseAddr(text)
+	if err != nil || !a.Is4() {
+		return [16]byte{}, fmt.Errorf("%q is not an IPv4 address", text)
+	}
+	return netip.AddrFrom16(a.As16()).As16(), nil // IPv4 as ::ffff:a.b.c.d
+}
+
+var stateCodes = map[string]uint8{StateReady: 0, StateTerminating: 1, StateNotReady: 2}
+
+// EncodeTable lays out f as a services table.
+func EncodeTable(f File) ([]byte, error) {
+	w := &tableWriter{interned: map[string]stringRef{}}
+	le := binary.LittleEndian
+	since, apiError := w.intern(cleanText(f.API.Since)), w.intern(cleanText(f.API.Error))
+
+	var services, clusterIPs, ports, endpoints, ready []byte
+	var clusterKeys, endpointKeys []struct {
+		key   indexKey
+		value uint32
+	}
+	nPorts, nEndpoints, nIPs := uint32(0), uint32(0), uint32(0)
+	for si, s := range f.Services {
+		rec := make([]byte, serviceRecordBytes)
+		ns, name := w.intern(s.Namespace), w.intern(s.Name)
+		le.PutUint32(rec[0:], ns.offset)
+		le.PutUint32(rec[4:], ns.length)
+		le.PutUint32(rec[8:], name.offset)
+		le.PutUint32(rec[12:], name.length)
+		le.PutUint32(rec[16:], nIPs)
+		le.PutUint32(rec[20:], uint32(len(s.ClusterIPs)))
+		le.PutUint32(rec[24:], nPorts)
+		le.PutUint32(rec[28:], uint32(len(s.Ports)))
+		services = append(services, rec...)
+		var ips [][16]byte
+		for _, text := range s.ClusterIPs {
+			a, err := addressKey(text)
+			if err != nil {
+				return nil, fmt.Errorf("services[%d].cluster_ips: %w", si, err)
+			}
+			ips = append(ips, a)
+			clusterIPs = append(clusterIPs, a[:]...)
+			nIPs++
+		}
+		for pi, p := range s.Ports {
+			if p.Port < 1 || p.Port > 65535 {
+				return nil, fmt.Errorf("services[%d].ports[%d]: port %d", si, pi, p.Port)
+			}
+			rec := make([]byte, portRecordBytes)
+			pname := w.intern(p.Name)
+			le.PutUint32(rec[0:], uint32(si))
+			le.PutUint32(rec[4:], pname.offset)
+			le.PutUint32(rec[8:], pname.length)
+			le.PutUint16(rec[12:], uint16(p.Port))
+			le.PutUint32(rec[16:], nEndpoints)
+			le.PutUint32(rec[20:], uint32(len(p.Endpoints)))
+			le.PutUint32(rec[24:], uint32(len(ready)/4))
+			readyCount := uint32(0)
+			for _, a := range ips {
+				clusterKeys = append(clusterKeys, struct {
+					key   indexKey
+					value uint32
+				}{indexKey{a, uint16(p.Port)}, nPorts})
+			}
+			for ei, e := range p.Endpoints {
+				a, err := addressKey(e.Address)
+				if err != nil {
+					return nil, fmt.Errorf("services[%d].ports[%d].endpoints[%d].address: %w", si, pi, ei, err)
+				}
+				state, ok := stateCodes[e.State]
+				if !ok || e.Port < 1 || e.Port > 65535 {
+					return nil, fmt.Errorf("services[%d].ports[%d].endpoints[%d]: state %q, port %d", si, pi, ei, e.State, e.Port)
+				}
+				erec := make([]byte, endpointBytes)
+				copy(erec[0:16], a[:])
+				le.PutUint16(erec[16:], uint16(e.Port))
+				erec[18] = state
+				if e.Rdmagw {
+					erec[19] = endpointHasRdmagw
+				}
+				le.PutUint32(erec[20:], nPorts)
+				pod, node := w.intern(e.Pod), w.intern(e.Node)
+				le.PutUint32(erec[24:], pod.offset)
+				le.PutUint32(erec[28:], pod.length)
+				le.PutUint32(erec[32:], node.offset)
+				le.PutUint32(erec[36:], node.length)
+				endpoints = append(endpoints, erec...)
+				endpointKeys = append(endpointKeys, struct {
+					key   indexKey
+					value uint32
+				}{indexKey{a, uint16(e.Port)}, nEndpoints})
+				if state == stateCodes[StateReady] {
+					ready = le.AppendUint32(ready, nEndpoints)
+					readyCount++
+				}
+				nEndpoints++
+			}
+			le.PutUint32(rec[28:], readyCount)
+			ports = append(ports, rec...)
+			nPorts++
+		}
+	}
+	encodeIndex := func(keys []struct {
+		key   indexKey
+		value uint32
+	}) []byte {
+		index := newIndex(len(keys))
+		for _, k := range keys {
+			insert(index, k.key, k.value)
+		}
+		out := make([]byte, len(index)*slotBytes)
+		for i, s := range index {
+			if !s.used {
+				continue
+			}
+			rec := out[i*slotBytes:]
+			copy(rec[0:16], s.key.addr[:])
+			le.PutUint16(rec[16:], s.key.port)
+			le.PutUint16(rec[18:], 1)
+			le.PutUint32(rec[20:], s.value)
+		}
+		return out
+	}
+	clusterIndex, endpointIndex := encodeIndex(clusterKeys), encodeIndex(endpointKeys)
+
+	// Sections in the order of services_table::SectionIndex, each at a
+	// multiple of 8; count is records (bytes for the strings).
+	sections := []struct {
+		data  []byte
+		count int
+	}{
+		{w.strings, len(w.strings)},
+		{services, len(services) / serviceRecordBytes},
+		{clusterIPs, len(clusterIPs) / addressBytes},
+		{ports, len(ports) / portRecordBytes},
+		{endpoints, len(endpoints) / endpointBytes},
+		{ready, len(ready) / 4},
+		{clusterIndex, len(clusterIndex) / slotBytes},
+		{endpointIndex, len(endpointIndex) / slotBytes},
+	}
+	align := func(n int) int { return (n + 7) &^ 7 }
+	header := make([]byte, tableHeaderBytes)
+	copy(header, tableMagic)
+	le.PutUint32(header[8:], tableVersion)
+	flags := uint32(0)
+	if f.API.Reachable {
+		flags = apiReachableFlag
+	}
+	le.PutUint32(header[24:], flags)
+	le.PutUint32(header[32:], since.offset)
+	le.PutUint32(header[36:], since.length)
+	le.PutUint32(header[40:], apiError.offset)
+	le.PutUint32(header[44:], apiError.length)
+	at := tableHeaderBytes
+	for i, s := range sections {
+		at = align(at)
+		le.PutUint32(header[48+8*i:], uint32(at))
+		le.PutUint32(header[52+8*i:], uint32(s.count))
+		at += len(s.data)
+	}
+	total := align(at)
+	if total > 64<<20 {
+		return nil, fmt.Errorf("the table would be %d bytes, more than a sidecar reads (64 MiB)", total)
+	}
+	out := make([]byte, total)
+	copy(out, header)
+	for i, s := range sections {
+		copy(out[le.Uint32(header[48+8*i:]):], s.data)
+	}
+	le.PutUint64(out[16:], uint64(total))
+	le.PutUint32(out[12:], crc32.Checksum(out[checksummedFrom:], castagnoli))
+	return out, nil
+}
