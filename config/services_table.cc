@@ -3,7 +3,10 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <tuple>
 
 #include "common/crc32c.h"
 
@@ -26,6 +29,20 @@ bool fail(std::string* error, std::string why) {
 }
 
 std::string at(const char* what, size_t index) { return std::string(what) + "[" + std::to_string(index) + "]"; }
+
+// Where a value is ("endpoints[7].pod"), made into text only for an error:
+// the check visits every record of a table on each change.
+struct Where {
+  const char* kind;  // null: `field` alone
+  size_t index = 0;
+  const char* field = "";
+  size_t sub = SIZE_MAX;  // an index after `field` ("services[0].cluster_ips[1]")
+  std::string text() const {
+    std::string out = kind ? at(kind, index) + field : std::string(field);
+    if (sub != SIZE_MAX) out += "[" + std::to_string(sub) + "]";
+    return out;
+  }
+};
 
 // Why an IPv4 address is not one a Service or pod holds (empty: it is).
 // The services file's rule (services_file.cc) for the same addresses.
@@ -100,29 +117,42 @@ struct Checker {
     uint64_t end = uint64_t{s.offset} + uint64_t{s.count} * sizeof(T);
     if (s.offset % 8 != 0 || s.offset < sizeof(Header) || end > size)
       return fail(error, std::string("section ") + name + " (offset " + std::to_string(s.offset) + ", " +
-                             std::to_string(s.count) + " records) is not inside the table's " +
-                             std::to_string(size) + " bytes at a multiple of 8");
+                             std::to_string(s.count) + " records) is not inside the table's " + std::to_string(size) +
+                             " bytes at a multiple of 8");
     *out = std::span<const T>(reinterpret_cast<const T*>(base + s.offset), s.count);
     return true;
   }
 
   // The strings section holds no control byte (checked once, whole), so
   // a reference needs its bounds and length only.
-  bool string(StringRef ref, const std::string& what, bool name) {
-    if (uint64_t{ref.offset} + ref.length > strings.size())
-      return fail(error, what + ": text outside the strings section");
+  // The fast paths inline, the errors' text out of line: every record
+  // passes through these on every change.
+  bool string(StringRef ref, const Where& where, bool name) {
     size_t most = name ? kMaxNameBytes : kMaxApiTextBytes;
-    if (ref.length > most) return fail(error, what + ": longer than " + std::to_string(most) + " bytes");
-    return true;
+    if (uint64_t{ref.offset} + ref.length <= strings.size() && ref.length <= most) [[likely]]
+      return true;
+    return string_refused(ref, where, most);
   }
 
-  bool address(const AddressRecord& a, const std::string& what) {
+  [[gnu::noinline, gnu::cold]] bool string_refused(StringRef ref, const Where& where, size_t most) {
+    if (uint64_t{ref.offset} + ref.length > strings.size())
+      return fail(error, where.text() + ": text outside the strings section");
+    return fail(error, where.text() + ": longer than " + std::to_string(most) + " bytes");
+  }
+
+  bool address(const AddressRecord& a, const Where& where) {
+    if (std::memcmp(a.bytes, kMappedPrefix, sizeof(kMappedPrefix)) == 0 && !refused_ipv4(ServiceTable::ipv4(a)))
+        [[likely]]
+      return true;
+    return address_refused(a, where);
+  }
+
+  [[gnu::noinline, gnu::cold]] bool address_refused(const AddressRecord& a, const Where& where) {
     if (std::memcmp(a.bytes, kMappedPrefix, sizeof(kMappedPrefix)) != 0)
-      return fail(error, what + ": not an IPv4 address (IPv6 is not carried yet)");
+      return fail(error, where.text() + ": not an IPv4 address (IPv6 is not carried yet)");
     uint32_t ip = ServiceTable::ipv4(a);
-    if (const char* kind = refused_ipv4(ip))
-      return fail(error, what + ": " + ipv4_text(ip) + " is " + kind + ": not an address a Service or pod holds");
-    return true;
+    return fail(error, where.text() + ": " + ipv4_text(ip) + " is " + refused_ipv4(ip) +
+                           ": not an address a Service or pod holds");
   }
 
   static bool range(uint64_t first, uint64_t count, size_t total) { return first + count <= total; }
@@ -155,16 +185,29 @@ bool ServiceTable::check(std::string* error) {
   c.strings = strings_;
   // Names are shown to operators (rdmagwctl services, the log), and the
   // writer puts a space for a control byte in the agent's own words.
-  for (size_t i = 0; i < strings_.size(); ++i)
+  // Eight bytes at a time: a table's strings are megabytes, checked on
+  // every change. A word has a byte below 0x20 when (w - 0x20..) & ~w &
+  // 0x80.. is not zero, and a 0x7f when the same holds for 0 in w ^ 0x7f..
+  // (exact for "some byte", which is all this asks).
+  constexpr uint64_t kOnes = 0x0101010101010101ull, kHigh = 0x8080808080808080ull;
+  size_t i = 0;
+  for (; i + 8 <= strings_.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, strings_.data() + i, 8);
+    uint64_t del = w ^ (0x7f * kOnes);
+    if ((((w - 0x20 * kOnes) & ~w) | ((del - kOnes) & ~del)) & kHigh) break;
+  }
+  for (; i < strings_.size(); ++i)
     if (strings_[i] < 0x20 || strings_[i] == 0x7f)
       return fail(error, "strings: a control byte at " + std::to_string(i) + ": no name or text here has one");
   if (!c.section(h, kServices, "services", &services_) || !c.section(h, kClusterIps, "cluster_ips", &cluster_ips_) ||
       !c.section(h, kPorts, "ports", &ports_) || !c.section(h, kEndpoints, "endpoints", &endpoints_) ||
-      !c.section(h, kReady, "ready", &ready_) ||
-      !c.section(h, kClusterIpIndex, "cluster_ip_index", &by_cluster_ip_) ||
+      !c.section(h, kReady, "ready", &ready_) || !c.section(h, kClusterIpIndex, "cluster_ip_index", &by_cluster_ip_) ||
       !c.section(h, kEndpointIndex, "endpoint_index", &by_endpoint_))
     return false;
-  if (!c.string(h.api_since, "api.since", false) || !c.string(h.api_error, "api.error", false)) return false;
+  if (!c.string(h.api_since, {nullptr, 0, "api.since"}, false) ||
+      !c.string(h.api_error, {nullptr, 0, "api.error"}, false))
+    return false;
 
   // Every Service owns the ports after the previous one's, in order, and
   // every port the endpoints after the previous port's: each record is
@@ -172,17 +215,18 @@ bool ServiceTable::check(std::string* error) {
   uint64_t next_port = 0, next_ip = 0;
   for (size_t si = 0; si < services_.size(); ++si) {
     const Service& sv = services_[si];
-    const std::string what = at("services", si);
-    if (!c.string(sv.namespace_name, what + ".namespace", true) || !c.string(sv.name, what + ".name", true))
+    if (!c.string(sv.namespace_name, {"services", si, ".namespace"}, true) ||
+        !c.string(sv.name, {"services", si, ".name"}, true))
       return false;
-    if (sv.first_cluster_ip != next_ip || !Checker::range(sv.first_cluster_ip, sv.cluster_ip_count, cluster_ips_.size()))
-      return fail(error, what + ": its ClusterIPs are not the ones after the previous Service's");
+    if (sv.first_cluster_ip != next_ip ||
+        !Checker::range(sv.first_cluster_ip, sv.cluster_ip_count, cluster_ips_.size()))
+      return fail(error, at("services", si) + ": its ClusterIPs are not the ones after the previous Service's");
     if (sv.first_port != next_port || !Checker::range(sv.first_port, sv.port_count, ports_.size()))
-      return fail(error, what + ": its ports are not the ones after the previous Service's");
+      return fail(error, at("services", si) + ": its ports are not the ones after the previous Service's");
     next_ip += sv.cluster_ip_count;
     next_port += sv.port_count;
     for (uint32_t i = 0; i < sv.cluster_ip_count; ++i)
-      if (!c.address(cluster_ips_[sv.first_cluster_ip + i], what + at(".cluster_ips", i))) return false;
+      if (!c.address(cluster_ips_[sv.first_cluster_ip + i], {"services", si, ".cluster_ips", i})) return false;
     for (uint32_t p = sv.first_port; p < sv.first_port + sv.port_count; ++p)
       if (ports_[p].service != si) return fail(error, at("ports", p) + ": names a Service other than its own");
   }
@@ -192,29 +236,30 @@ bool ServiceTable::check(std::string* error) {
   uint64_t next_endpoint = 0, next_ready = 0;
   for (size_t pi = 0; pi < ports_.size(); ++pi) {
     const Port& p = ports_[pi];
-    const std::string what = at("ports", pi);
-    if (!c.string(p.name, what + ".name", true)) return false;
-    if (p.port == 0) return fail(error, what + ": port 0");
+    if (!c.string(p.name, {"ports", pi, ".name"}, true)) return false;
+    if (p.port == 0) return fail(error, at("ports", pi) + ": port 0");
     if (p.first_endpoint != next_endpoint || !Checker::range(p.first_endpoint, p.endpoint_count, endpoints_.size()))
-      return fail(error, what + ": its endpoints are not the ones after the previous port's");
+      return fail(error, at("ports", pi) + ": its endpoints are not the ones after the previous port's");
     if (p.first_ready != next_ready || !Checker::range(p.first_ready, p.ready_count, ready_.size()))
-      return fail(error, what + ": its ready list is not the one after the previous port's");
+      return fail(error, at("ports", pi) + ": its ready list is not the one after the previous port's");
     next_endpoint += p.endpoint_count;
     next_ready += p.ready_count;
     uint64_t ready_seen = 0;
     for (uint32_t e = p.first_endpoint; e < p.first_endpoint + p.endpoint_count; ++e) {
       const Endpoint& ep = endpoints_[e];
-      const std::string ewhat = at("endpoints", e);
-      if (ep.port_index != pi) return fail(error, ewhat + ": names a port other than its own");
-      if (!c.address(ep.address, ewhat + ".address")) return false;
-      if (ep.port == 0) return fail(error, ewhat + ": port 0");
+      if (ep.port_index != pi) return fail(error, at("endpoints", e) + ": names a port other than its own");
+      if (!c.address(ep.address, {"endpoints", e, ".address"})) return false;
+      if (ep.port == 0) return fail(error, at("endpoints", e) + ": port 0");
       if (ep.state > static_cast<uint8_t>(EndpointState::kNotReady))
-        return fail(error, ewhat + ": state " + std::to_string(ep.state) + " is none of ready, terminating, not-ready");
-      if (ep.flags & ~kEndpointHasRdmagw) return fail(error, ewhat + ": unknown flags");
-      if (!c.string(ep.pod, ewhat + ".pod", true) || !c.string(ep.node, ewhat + ".node", true)) return false;
+        return fail(error, at("endpoints", e) + ": state " + std::to_string(ep.state) +
+                               " is none of ready, terminating, not-ready");
+      if (ep.flags & ~kEndpointHasRdmagw) return fail(error, at("endpoints", e) + ": unknown flags");
+      if (!c.string(ep.pod, {"endpoints", e, ".pod"}, true) || !c.string(ep.node, {"endpoints", e, ".node"}, true))
+        return false;
       if (ep.state == static_cast<uint8_t>(EndpointState::kReady)) ++ready_seen;
     }
-    if (ready_seen != p.ready_count) return fail(error, what + ": its ready list is not its ready endpoints");
+    if (ready_seen != p.ready_count)
+      return fail(error, at("ports", pi) + ": its ready list is not its ready endpoints");
     for (uint32_t r = p.first_ready; r < p.first_ready + p.ready_count; ++r) {
       uint32_t e = ready_[r];
       // Within the port, ready, and in increasing order (so none twice).
@@ -227,8 +272,12 @@ bool ServiceTable::check(std::string* error) {
   if (next_endpoint != endpoints_.size() || next_ready != ready_.size())
     return fail(error, "endpoints or ready entries that no port lists");
 
-  // The indexes: sizes a power of two, and every key it holds names a record
-  // that has that key. (What is missing from one is only not found.)
+  // The indexes: sizes a power of two, every used slot naming a record the
+  // table has, a free slot to end every search. Whether the record has the
+  // slot's key is asked at each lookup instead (a comparison with what the
+  // caller reads next anyway), not here: that would read the records in
+  // the slots' random order on every change. (A key missing from an index
+  // is only not found.)
   for (auto [index, name, values] : {std::tuple{by_cluster_ip_, "cluster_ip_index", ports_.size()},
                                      std::tuple{by_endpoint_, "endpoint_index", endpoints_.size()}}) {
     if (!index.empty() && (index.size() & (index.size() - 1)) != 0)
@@ -243,25 +292,6 @@ bool ServiceTable::check(std::string* error) {
     }
     // At least one free slot: a search for a key that is not there ends.
     if (!index.empty() && used == index.size()) return fail(error, std::string(name) + ": no free slot");
-  }
-  for (size_t i = 0; i < by_cluster_ip_.size(); ++i) {
-    const IndexSlot& slot = by_cluster_ip_[i];
-    if (!slot.used) continue;
-    const Port& p = ports_[slot.value];
-    bool listed = p.port == slot.port;
-    if (listed) {
-      listed = false;
-      for (const auto& ip : cluster_ips(services_[p.service]))
-        if (std::memcmp(ip.bytes, slot.address.bytes, sizeof(ip.bytes)) == 0) listed = true;
-    }
-    if (!listed) return fail(error, at("cluster_ip_index", i) + ": a key its port's Service does not have");
-  }
-  for (size_t i = 0; i < by_endpoint_.size(); ++i) {
-    const IndexSlot& slot = by_endpoint_[i];
-    if (!slot.used) continue;
-    const Endpoint& e = endpoints_[slot.value];
-    if (e.port != slot.port || std::memcmp(e.address.bytes, slot.address.bytes, sizeof(e.address.bytes)) != 0)
-      return fail(error, at("endpoint_index", i) + ": a key its endpoint does not have");
   }
   return true;
 }
@@ -281,14 +311,23 @@ const IndexSlot* ServiceTable::find(std::span<const IndexSlot> index, const Addr
 }
 
 const ServiceTable::Port* ServiceTable::find_cluster_ip(uint32_t ip, uint16_t port) const {
-  const IndexSlot* slot = find(by_cluster_ip_, mapped(ip), port);
-  return slot ? &ports_[slot->value] : nullptr;
+  const AddressRecord address = mapped(ip);
+  const IndexSlot* slot = find(by_cluster_ip_, address, port);
+  if (!slot) return nullptr;
+  // A slot whose port does not have the key it was filed under finds nothing.
+  const Port& p = ports_[slot->value];
+  if (p.port != port) return nullptr;
+  for (const auto& a : cluster_ips(services_[p.service]))
+    if (std::memcmp(a.bytes, address.bytes, sizeof(a.bytes)) == 0) return &p;
+  return nullptr;
 }
 
 ServiceTable::EndpointRef ServiceTable::find_endpoint(uint32_t ip, uint16_t port) const {
-  const IndexSlot* slot = find(by_endpoint_, mapped(ip), port);
+  const AddressRecord address = mapped(ip);
+  const IndexSlot* slot = find(by_endpoint_, address, port);
   if (!slot) return {};
   const Endpoint& e = endpoints_[slot->value];
+  if (e.port != port || std::memcmp(e.address.bytes, address.bytes, sizeof(address.bytes)) != 0) return {};
   return {&ports_[e.port_index], &e};
 }
 

@@ -89,7 +89,7 @@ class ServiceTable {
   // An endpoint's fields.
   static uint32_t ipv4(const Endpoint& e) { return ipv4(e.address); }
   static uint32_t ipv4(const services_table::AddressRecord& a);  // host byte order
-  static services_table::AddressRecord mapped(uint32_t ip);     // ::ffff:a.b.c.d
+  static services_table::AddressRecord mapped(uint32_t ip);      // ::ffff:a.b.c.d
   static EndpointState state(const Endpoint& e) { return static_cast<EndpointState>(e.state); }
   static bool has_rdmagw(const Endpoint& e) { return (e.flags & services_table::kEndpointHasRdmagw) != 0; }
 

@@ -88,9 +88,12 @@ namespace {
 
 size_t aligned(size_t n) { return (n + 7) & ~size_t{7}; }
 
-// Twice the keys, rounded up to a power of two: searches stay short, and
-// there is always a free slot to end one.
-std::vector<IndexSlot> make_index(size_t keys) { return std::vector<IndexSlot>(keys ? std::bit_ceil(keys * 2) : 0); }
+// A power of two above 5/4 of the keys (so at most 80% used): searches
+// stay short, there is always a free slot to end one, and the indexes stay
+// a small part of the table that every sidecar checks on every change.
+std::vector<IndexSlot> make_index(size_t keys) {
+  return std::vector<IndexSlot>(keys ? std::bit_ceil(keys + keys / 4 + 1) : 0);
+}
 
 // False if the key is there already (the first one stays).
 bool insert(std::vector<IndexSlot>& index, const AddressRecord& address, uint16_t port, uint32_t value) {

@@ -50,7 +50,7 @@ struct Header {
   uint32_t checksum;  // CRC-32C of every byte after this field to file_bytes
   uint64_t file_bytes;
   uint32_t flags;
-  uint32_t reserved;   // 0
+  uint32_t reserved;    // 0
   StringRef api_since;  // the agent's words about the API server (api.since, api.error)
   StringRef api_error;
   Section sections[kSectionCount];
@@ -75,8 +75,8 @@ struct PortRecord {
   uint32_t service;  // index of the Service that lists it
   StringRef name;
   uint16_t port;
-  uint16_t reserved;         // 0
-  uint32_t first_endpoint;   // [first, first + count) of kEndpoints
+  uint16_t reserved;        // 0
+  uint32_t first_endpoint;  // [first, first + count) of kEndpoints
   uint32_t endpoint_count;
   uint32_t first_ready;  // [first, first + count) of kReady
   uint32_t ready_count;

@@ -37,8 +37,8 @@ inline void walk_services_table(const ServiceTable& table, bool whole) {
           if (whole) __builtin_trap();
           continue;
         }
-        if (ServiceTable::ipv4(*found.endpoint) != ServiceTable::ipv4(e) ||
-            found.endpoint->port != e.port || found.port != &table.ports()[found.endpoint->port_index])
+        if (ServiceTable::ipv4(*found.endpoint) != ServiceTable::ipv4(e) || found.endpoint->port != e.port ||
+            found.port != &table.ports()[found.endpoint->port_index])
           __builtin_trap();
         (void)endpoint_state_name(ServiceTable::state(e));
         (void)table.text(e.pod).size();
