@@ -5,10 +5,12 @@ the node agent rdmagw-k8s, built from tools/rdmagw-k8s."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+# The integration suite's process classes (rdmagw and its sanitizer checks),
+# loaded under a name of their own: both suites call their file conftest.py.
+_spec = importlib.util.spec_from_file_location("integration_conftest",
+                                               REPO / "tests" / "integration" / "conftest.py")
+integration = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(integration)
 KUBE_TOOL = REPO / "tools" / "dev" / "kube-apiserver"
 AGENT_SOURCE = REPO / "tools" / "rdmagw-k8s"
 
@@ -94,3 +104,18 @@ def namespace(kube: Kube) -> str:
     kube.run("create", "namespace", name)
     yield name
     kube.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def procs():
+    """Every process a test starts (integration.ManagedProcess and its
+    kind); stopped at teardown, then a sanitizer report in any one's log
+    fails the test."""
+    started: list = []
+    yield started
+    for p in reversed(started):
+        p.stop()
+    failures = [why for p in started
+                if (why := integration.sanitizer_failure(p.name, p.log_text(), p.returncodes())) is not None]
+    if failures:
+        pytest.fail("\n\n".join(failures), pytrace=False)

@@ -13,27 +13,19 @@ show what it read.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
-import tempfile
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import integration
 
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 from admin_client import admin_json  # noqa: E402
 from clients import free_port, require_root_and, wait_for  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("integration_conftest",
-                                               REPO / "tests" / "integration" / "conftest.py")
-integration = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(integration)
 
 
 def services_file(endpoint_port: int = 6380, reachable: bool = False) -> dict:
@@ -72,18 +64,6 @@ def work():
     os.chmod(d, 0o755)
     yield d
     shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def procs():
-    started: list = []
-    yield started
-    for p in reversed(started):
-        p.stop()
-    failures = [why for p in started
-                if (why := integration.sanitizer_failure(p.name, p.log_text(), p.returncodes())) is not None]
-    if failures:
-        pytest.fail("\n\n".join(failures), pytrace=False)
 
 
 def convert(agent_bin: str, work: Path, content: dict, name: str = "services.table") -> bytes:

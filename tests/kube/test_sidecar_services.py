@@ -14,44 +14,20 @@ the API server stopped and started again under traffic."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Kube
+from conftest import Kube, integration
 from test_agent import Agent, endpoint, endpoint_slice, pod, service
 
-sys.path.insert(0, str(REPO / "tests" / "integration"))
 from clients import require_root_and, wait_for  # noqa: E402
 from netns_hosts import run  # noqa: E402
 from service_cluster import PORT, Cluster, service_cluster  # noqa: E402
-
-# The integration suite's process classes (rdmagw and its sanitizer checks),
-# loaded under a name of their own: both suites call their file conftest.py.
-_spec = importlib.util.spec_from_file_location("integration_conftest",
-                                               REPO / "tests" / "integration" / "conftest.py")
-integration = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(integration)
-
-
-@pytest.fixture
-def procs():
-    """Every process the test starts; stopped at teardown, then a sanitizer
-    report in any one's log fails the test."""
-    started: list = []
-    yield started
-    for p in reversed(started):
-        p.stop()
-    failures = [why for p in started
-                if (why := integration.sanitizer_failure(p.name, p.log_text(), p.returncodes())) is not None]
-    if failures:
-        pytest.fail("\n\n".join(failures), pytrace=False)
 
 
 def endpoints_seen(c: Cluster, namespace: str) -> list[tuple[str, int, str]] | None:
