@@ -159,8 +159,8 @@ def main() -> None:
             try:
                 if os.path.exists(table) and len(json.load(open(output))["services"]) >= made:
                     break
-            except (ValueError, KeyError):
-                pass  # replaced while read
+            except (OSError, ValueError, KeyError):
+                pass  # not there yet (the table is written first), or replaced while read
             if time.monotonic() - t0 > 600:
                 raise SystemExit("the agent did not write every Service within 600 s")
             time.sleep(0.05)
