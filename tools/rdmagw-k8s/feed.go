@@ -249,7 +249,9 @@ func (f *Feed) Run(ctx context.Context, path, tablePath string, settle time.Dura
 		case <-time.After(settle):
 		}
 		file := f.Build()
-		data, err := json.MarshalIndent(file, "", " ")
+		// Compact: at 10,000 Services indenting took four times as long as
+		// the rest of the encoding (--once indents, for people).
+		data, err := json.Marshal(file)
 		if err != nil {
 			return err
 		}

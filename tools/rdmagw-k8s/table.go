@@ -39,6 +39,22 @@ type tableWriter struct {
 	interned map[string]stringRef
 }
 
+// add stores s without looking for it: for text that does not repeat (pod
+// names), which would only grow the map.
+func (w *tableWriter) add(s string) stringRef {
+	r := stringRef{uint32(len(w.strings)), uint32(len(s))}
+	w.strings = append(w.strings, s...)
+	return r
+}
+
+// record extends *buf by n zero bytes (within the capacity reserved for
+// it) and returns them.
+func record(buf *[]byte, n int) []byte {
+	at := len(*buf)
+	*buf = append(*buf, make([]byte, n)...)
+	return (*buf)[at : at+n]
+}
+
 func (w *tableWriter) intern(s string) stringRef {
 	if r, ok := w.interned[s]; ok {
 		return r
@@ -119,29 +135,44 @@ var stateCodes = map[string]uint8{StateReady: 0, StateTerminating: 1, StateNotRe
 
 // EncodeTable lays out f as a services table.
 func EncodeTable(f File) ([]byte, error) {
-	w := &tableWriter{interned: map[string]stringRef{}}
+	// Every section's size first: each is allocated once (at 10,000
+	// Services of 10 endpoints, growing them cost more than filling them).
+	nServices, nIPs, nPorts, nEndpoints, nClusterKeys := len(f.Services), 0, 0, 0, 0
+	for _, s := range f.Services {
+		nIPs += len(s.ClusterIPs)
+		nPorts += len(s.Ports)
+		nClusterKeys += len(s.ClusterIPs) * len(s.Ports)
+		for _, p := range s.Ports {
+			nEndpoints += len(p.Endpoints)
+		}
+	}
+	w := &tableWriter{interned: map[string]stringRef{}, strings: make([]byte, 0, 64+nEndpoints*32)}
 	le := binary.LittleEndian
 	since, apiError := w.intern(cleanText(f.API.Since)), w.intern(cleanText(f.API.Error))
 
-	var services, clusterIPs, ports, endpoints, ready []byte
-	var clusterKeys, endpointKeys []struct {
+	services := make([]byte, 0, nServices*serviceRecordBytes)
+	clusterIPs := make([]byte, 0, nIPs*addressBytes)
+	ports := make([]byte, 0, nPorts*portRecordBytes)
+	endpoints := make([]byte, 0, nEndpoints*endpointBytes)
+	ready := make([]byte, 0, nEndpoints*4)
+	type keyed struct {
 		key   indexKey
 		value uint32
 	}
-	nPorts, nEndpoints, nIPs := uint32(0), uint32(0), uint32(0)
+	clusterKeys, endpointKeys := make([]keyed, 0, nClusterKeys), make([]keyed, 0, nEndpoints)
+	nPorts, nEndpoints, nIPs = 0, 0, 0 // now the next record of each
 	for si, s := range f.Services {
-		rec := make([]byte, serviceRecordBytes)
+		rec := record(&services, serviceRecordBytes)
 		ns, name := w.intern(s.Namespace), w.intern(s.Name)
 		le.PutUint32(rec[0:], ns.offset)
 		le.PutUint32(rec[4:], ns.length)
 		le.PutUint32(rec[8:], name.offset)
 		le.PutUint32(rec[12:], name.length)
-		le.PutUint32(rec[16:], nIPs)
+		le.PutUint32(rec[16:], uint32(nIPs))
 		le.PutUint32(rec[20:], uint32(len(s.ClusterIPs)))
-		le.PutUint32(rec[24:], nPorts)
+		le.PutUint32(rec[24:], uint32(nPorts))
 		le.PutUint32(rec[28:], uint32(len(s.Ports)))
-		services = append(services, rec...)
-		var ips [][16]byte
+		ips := make([][16]byte, 0, len(s.ClusterIPs))
 		for _, text := range s.ClusterIPs {
 			a, err := addressKey(text)
 			if err != nil {
@@ -155,21 +186,18 @@ func EncodeTable(f File) ([]byte, error) {
 			if p.Port < 1 || p.Port > 65535 {
 				return nil, fmt.Errorf("services[%d].ports[%d]: port %d", si, pi, p.Port)
 			}
-			rec := make([]byte, portRecordBytes)
+			rec := record(&ports, portRecordBytes)
 			pname := w.intern(p.Name)
 			le.PutUint32(rec[0:], uint32(si))
 			le.PutUint32(rec[4:], pname.offset)
 			le.PutUint32(rec[8:], pname.length)
 			le.PutUint16(rec[12:], uint16(p.Port))
-			le.PutUint32(rec[16:], nEndpoints)
+			le.PutUint32(rec[16:], uint32(nEndpoints))
 			le.PutUint32(rec[20:], uint32(len(p.Endpoints)))
 			le.PutUint32(rec[24:], uint32(len(ready)/4))
 			readyCount := uint32(0)
 			for _, a := range ips {
-				clusterKeys = append(clusterKeys, struct {
-					key   indexKey
-					value uint32
-				}{indexKey{a, uint16(p.Port)}, nPorts})
+				clusterKeys = append(clusterKeys, keyed{indexKey{a, uint16(p.Port)}, uint32(nPorts)})
 			}
 			for ei, e := range p.Endpoints {
 				a, err := addressKey(e.Address)
@@ -180,39 +208,31 @@ func EncodeTable(f File) ([]byte, error) {
 				if !ok || e.Port < 1 || e.Port > 65535 {
 					return nil, fmt.Errorf("services[%d].ports[%d].endpoints[%d]: state %q, port %d", si, pi, ei, e.State, e.Port)
 				}
-				erec := make([]byte, endpointBytes)
+				erec := record(&endpoints, endpointBytes)
 				copy(erec[0:16], a[:])
 				le.PutUint16(erec[16:], uint16(e.Port))
 				erec[18] = state
 				if e.Rdmagw {
 					erec[19] = endpointHasRdmagw
 				}
-				le.PutUint32(erec[20:], nPorts)
-				pod, node := w.intern(e.Pod), w.intern(e.Node)
+				le.PutUint32(erec[20:], uint32(nPorts))
+				pod, node := w.add(e.Pod), w.intern(e.Node)
 				le.PutUint32(erec[24:], pod.offset)
 				le.PutUint32(erec[28:], pod.length)
 				le.PutUint32(erec[32:], node.offset)
 				le.PutUint32(erec[36:], node.length)
-				endpoints = append(endpoints, erec...)
-				endpointKeys = append(endpointKeys, struct {
-					key   indexKey
-					value uint32
-				}{indexKey{a, uint16(e.Port)}, nEndpoints})
+				endpointKeys = append(endpointKeys, keyed{indexKey{a, uint16(e.Port)}, uint32(nEndpoints)})
 				if state == stateCodes[StateReady] {
-					ready = le.AppendUint32(ready, nEndpoints)
+					ready = le.AppendUint32(ready, uint32(nEndpoints))
 					readyCount++
 				}
 				nEndpoints++
 			}
 			le.PutUint32(rec[28:], readyCount)
-			ports = append(ports, rec...)
 			nPorts++
 		}
 	}
-	encodeIndex := func(keys []struct {
-		key   indexKey
-		value uint32
-	}) []byte {
+	encodeIndex := func(keys []keyed) []byte {
 		index := newIndex(len(keys))
 		for _, k := range keys {
 			insert(index, k.key, k.value)
