@@ -39,7 +39,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import ROOT, cpu_seconds, emit, markdown_table  # noqa: E402
+from benchlib import ROOT, cpu_seconds, emit, markdown_table, p99  # noqa: E402
 
 KUBE_TOOL = os.path.join(ROOT, "tools", "dev", "kube-apiserver")
 ROUND_S = 1.0  # a change, then time for it to reach the table
@@ -104,11 +104,6 @@ def memory(pid: int) -> tuple[int, int]:
             elif line.startswith("VmHWM:"):
                 hwm = int(line.split()[1])
     return rss, hwm
-
-
-def p99(values: list) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))]
 
 
 def main() -> None:

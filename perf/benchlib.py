@@ -263,6 +263,12 @@ def emit(table: str, out) -> None:
             f.write(table + "\n")
 
 
+def p99(values: list) -> float:
+    """The 99th percentile of `values` (the nearest rank)."""
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))]
+
+
 def markdown_table(header: list, rows: list) -> str:
     """A markdown table; the first column left-aligned, the others right."""
     lines = ["| " + " | ".join(header) + " |",

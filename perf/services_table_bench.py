@@ -50,7 +50,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import RDMAGW, ROOT, admin_json, cpu_seconds, emit, free_port, markdown_table, stop_all, wait_log  # noqa: E402
+from benchlib import (RDMAGW, ROOT, admin_json, cpu_seconds, emit, free_port, markdown_table, p99,  # noqa: E402
+                      stop_all, wait_log)
 
 SETTLE_S = 0.35  # a change is in use within this (the file is checked every 100 ms)
 
@@ -223,11 +224,6 @@ def phase(sidecars: list, writer: Writer, files: list, change: bool) -> dict:
             delays.append(slowest)
     cpu = [cpu_seconds(s["proc"].pid) - c for s, c in zip(sidecars, cpu0)]
     return {"cpu": cpu, "delays": delays, "per_sidecar": per_sidecar}
-
-
-def p99(values: list) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))]
 
 
 def run_mode(args, agent: str, work: str, table: bool, changes: int) -> dict:
