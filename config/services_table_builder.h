@@ -18,7 +18,8 @@ namespace rdmagw {
 // A table's bytes in memory (8-aligned).
 class OwnedTableBytes final : public TableBytes {
  public:
-  explicit OwnedTableBytes(size_t size) : words_((size + 7) / 8), size_(size) {}
+  // At least one word, so that data() is never null (not even for none).
+  explicit OwnedTableBytes(size_t size) : words_(size / 8 + 1), size_(size) {}
   const uint8_t* data() const override { return reinterpret_cast<const uint8_t*>(words_.data()); }
   uint8_t* data() { return reinterpret_cast<uint8_t*>(words_.data()); }
   size_t size() const override { return size_; }
