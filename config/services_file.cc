@@ -16,12 +16,6 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kFormat = "rdmagw-services/1";
-// Kubernetes names are at most 253 bytes; anything longer is not one.
-constexpr size_t kMaxNameBytes = 253;
-// api.since and api.error: the agent's words about the API server (an error
-// can quote the server's own answer). Longer text is cut here, never
-// refused: a long error must not cost the endpoints the file carries.
-constexpr size_t kMaxApiTextBytes = 1024;
 
 // Reading one field: each returns nullopt/false after writing *error, which
 // names the field by its path.
@@ -57,7 +51,7 @@ struct Reader {
   }
 
   // `cut_at`: longer text is shortened to this many bytes (0: refused
-  // past kMaxNameBytes).
+  // past kMaxServiceNameBytes).
   std::optional<std::string> string(const json& object, const std::string& path, const char* key, bool required,
                                     size_t cut_at = 0) {
     const json* value = member(object, path, key, required);
@@ -73,8 +67,8 @@ struct Reader {
       return s.substr(0, end) + "...";
     }
     if (cut_at) return s;
-    if (s.size() > kMaxNameBytes) {
-      fail(join(path, key), "longer than " + std::to_string(kMaxNameBytes) + " bytes");
+    if (s.size() > kMaxServiceNameBytes) {
+      fail(join(path, key), "longer than " + std::to_string(kMaxServiceNameBytes) + " bytes");
       return std::nullopt;
     }
     // Names are shown to operators (rdmagwctl services, the log): a control
@@ -119,13 +113,7 @@ struct Reader {
       return std::nullopt;
     }
     uint32_t ip = ntohl(addr.s_addr);
-    const char* kind = (ip >> 24) == 127      ? "loopback"
-                       : (ip >> 24) == 0      ? "unspecified (0.0.0.0/8)"
-                       : (ip >> 16) == 0xA9FE ? "link-local (169.254.0.0/16)"
-                       : (ip >> 28) == 0xE    ? "multicast (224.0.0.0/4)"
-                       : ip == 0xFFFFFFFF     ? "broadcast"
-                                              : nullptr;
-    if (kind) {
+    if (const char* kind = refused_service_ipv4(ip)) {
       fail(path, value.get_ref<const std::string&>() + " is " + kind + ": not an address a Service or pod holds");
       return std::nullopt;
     }

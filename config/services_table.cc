@@ -16,10 +16,8 @@ using namespace services_table;
 
 namespace {
 
-// Kubernetes names are at most 253 bytes; anything longer is not one.
-constexpr size_t kMaxNameBytes = 253;
-// api.since and api.error: cut to 1024 bytes and "..." by the writer.
-constexpr size_t kMaxApiTextBytes = 1027;
+// api.since and api.error as written: cut, with "...".
+constexpr size_t kMaxApiTextWritten = kMaxApiTextBytes + 3;
 
 constexpr uint8_t kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
@@ -44,9 +42,9 @@ struct Where {
   }
 };
 
-// Why an IPv4 address is not one a Service or pod holds (empty: it is).
-// The services file's rule (services_file.cc) for the same addresses.
-const char* refused_ipv4(uint32_t ip) {
+}  // namespace
+
+const char* refused_service_ipv4(uint32_t ip) {
   return (ip >> 24) == 127      ? "loopback"
          : (ip >> 24) == 0      ? "unspecified (0.0.0.0/8)"
          : (ip >> 16) == 0xA9FE ? "link-local (169.254.0.0/16)"
@@ -54,8 +52,6 @@ const char* refused_ipv4(uint32_t ip) {
          : ip == 0xFFFFFFFF     ? "broadcast"
                                 : nullptr;
 }
-
-}  // namespace
 
 std::string_view endpoint_state_name(EndpointState state) {
   switch (state) {
@@ -128,7 +124,7 @@ struct Checker {
   // The fast paths inline, the errors' text out of line: every record
   // passes through these on every change.
   bool string(StringRef ref, const Where& where, bool name) {
-    size_t most = name ? kMaxNameBytes : kMaxApiTextBytes;
+    size_t most = name ? kMaxServiceNameBytes : kMaxApiTextWritten;
     if (uint64_t{ref.offset} + ref.length <= strings.size() && ref.length <= most) [[likely]]
       return true;
     return string_refused(ref, where, most);
@@ -141,7 +137,7 @@ struct Checker {
   }
 
   bool address(const AddressRecord& a, const Where& where) {
-    if (std::memcmp(a.bytes, kMappedPrefix, sizeof(kMappedPrefix)) == 0 && !refused_ipv4(ServiceTable::ipv4(a)))
+    if (std::memcmp(a.bytes, kMappedPrefix, sizeof(kMappedPrefix)) == 0 && !refused_service_ipv4(ServiceTable::ipv4(a)))
         [[likely]]
       return true;
     return address_refused(a, where);
@@ -151,7 +147,7 @@ struct Checker {
     if (std::memcmp(a.bytes, kMappedPrefix, sizeof(kMappedPrefix)) != 0)
       return fail(error, where.text() + ": not an IPv4 address (IPv6 is not carried yet)");
     uint32_t ip = ServiceTable::ipv4(a);
-    return fail(error, where.text() + ": " + ipv4_text(ip) + " is " + refused_ipv4(ip) +
+    return fail(error, where.text() + ": " + ipv4_text(ip) + " is " + refused_service_ipv4(ip) +
                            ": not an address a Service or pod holds");
   }
 

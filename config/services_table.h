@@ -23,6 +23,18 @@ enum class EndpointState : uint8_t { kReady, kTerminating, kNotReady };
 std::string_view endpoint_state_name(EndpointState state);  // "ready", "terminating", "not-ready"
 // An IPv4 address in host byte order as the file writes it ("10.96.0.10").
 std::string ipv4_text(uint32_t ip);
+// Why an IPv4 address (host byte order) is none a Service or pod holds
+// ("loopback", "multicast (224.0.0.0/4)", ...), or null if it may be one:
+// the rule for the services file and the table alike. Never an address that
+// would land on this host whatever was meant (rdmagw's own admin endpoint
+// among others).
+const char* refused_service_ipv4(uint32_t ip);
+
+// Kubernetes names are at most 253 bytes; anything longer is not one.
+inline constexpr size_t kMaxServiceNameBytes = 253;
+// api.since and api.error: the agent's words (an error can quote the
+// server), cut to this many bytes and "..." rather than refused.
+inline constexpr size_t kMaxApiTextBytes = 1024;
 
 // Where a table's bytes live; they outlive every view of them.
 class TableBytes {

@@ -47,11 +47,11 @@ func (w *tableWriter) add(s string) stringRef {
 	return r
 }
 
-// record extends *buf by n zero bytes (within the capacity reserved for
-// it) and returns them.
+// record extends *buf by its next n bytes, within the capacity reserved
+// for it (zero, as make left them), and returns them.
 func record(buf *[]byte, n int) []byte {
 	at := len(*buf)
-	*buf = append(*buf, make([]byte, n)...)
+	*buf = (*buf)[:at+n]
 	return (*buf)[at : at+n]
 }
 
