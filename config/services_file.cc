@@ -163,6 +163,24 @@ bool parse_services_file(std::string_view text, std::shared_ptr<const ServiceTab
   if (!api_error) return false;
   table.set_api(*reachable, *since, *api_error);
 
+  // Nodes whose node-mode rdmagw accepts tunnels (absent in files from
+  // before there were any: none).
+  if (const json* nodes = r.member(doc, "", "nodes", false)) {
+    if (!nodes->is_array()) return r.fail("nodes", "not a list");
+    for (size_t ni = 0; ni < nodes->size(); ++ni) {
+      const json& n = (*nodes)[ni];
+      const std::string npath = "nodes[" + std::to_string(ni) + "]";
+      if (!n.is_object()) return r.fail(npath, "not an object");
+      auto name = r.string(n, npath, "name", true);
+      const json* tunnel = name ? r.member(n, npath, "tunnel", true) : nullptr;
+      auto ip = tunnel ? r.ipv4(*tunnel, npath + ".tunnel") : std::nullopt;
+      if (!ip) return false;
+      if (name->empty()) return r.fail(npath + ".name", "empty");
+      std::string why;
+      if (!table.add_node_tunnel(*name, *ip, &why)) return r.fail(npath, why);
+    }
+  }
+
   const json* services = r.array(doc, "", "services");
   if (!services) return false;
   std::vector<uint32_t> cluster_ips;

@@ -199,11 +199,27 @@ bool ServiceTable::check(std::string* error) {
   if (!c.section(h, kServices, "services", &services_) || !c.section(h, kClusterIps, "cluster_ips", &cluster_ips_) ||
       !c.section(h, kPorts, "ports", &ports_) || !c.section(h, kEndpoints, "endpoints", &endpoints_) ||
       !c.section(h, kReady, "ready", &ready_) || !c.section(h, kClusterIpIndex, "cluster_ip_index", &by_cluster_ip_) ||
-      !c.section(h, kEndpointIndex, "endpoint_index", &by_endpoint_))
+      !c.section(h, kEndpointIndex, "endpoint_index", &by_endpoint_) || !c.section(h, kNodes, "nodes", &nodes_))
     return false;
   if (!c.string(h.api_since, {nullptr, 0, "api.since"}, false) ||
       !c.string(h.api_error, {nullptr, 0, "api.error"}, false))
     return false;
+
+  // Nodes: a name each, and where their node-mode rdmagw accepts tunnels
+  // (a stream of the node's endpoints is sent there). Names are not
+  // compared with each other: two records of one name would only mean
+  // endpoints of that node name two records, each with its own tunnel.
+  for (size_t ni = 0; ni < nodes_.size(); ++ni) {
+    const Node& n = nodes_[ni];
+    if (!c.string(n.name, {"nodes", ni, ".name"}, true)) return false;
+    if (n.name.length == 0) return fail(error, at("nodes", ni) + ": no name");
+    if ((n.flags & ~kNodeHasTunnel) != 0 || n.reserved != 0) return fail(error, at("nodes", ni) + ": unknown flags");
+    if (n.flags & kNodeHasTunnel) {
+      if (!c.address(n.tunnel, {"nodes", ni, ".tunnel"})) return false;
+    } else if (n.tunnel != AddressRecord{}) {
+      return fail(error, at("nodes", ni) + ": a tunnel address without the flag that says it has one");
+    }
+  }
 
   // Every Service owns the ports after the previous one's, in order, and
   // every port the endpoints after the previous port's: each record is
@@ -250,8 +266,9 @@ bool ServiceTable::check(std::string* error) {
         return fail(error, at("endpoints", e) + ": state " + std::to_string(ep.state) +
                                " is none of ready, terminating, not-ready");
       if (ep.flags & ~kEndpointHasRdmagw) return fail(error, at("endpoints", e) + ": unknown flags");
-      if (!c.string(ep.pod, {"endpoints", e, ".pod"}, true) || !c.string(ep.node, {"endpoints", e, ".node"}, true))
-        return false;
+      if (!c.string(ep.pod, {"endpoints", e, ".pod"}, true)) return false;
+      if ((ep.node != kNoNode && ep.node >= nodes_.size()) || ep.reserved != 0)
+        return fail(error, at("endpoints", e) + ": names a node the table does not have");
       if (ep.state == static_cast<uint8_t>(EndpointState::kReady)) ++ready_seen;
     }
     if (ready_seen != p.ready_count)
@@ -325,6 +342,20 @@ ServiceTable::EndpointRef ServiceTable::find_endpoint(uint32_t ip, uint16_t port
   const Endpoint& e = endpoints_[slot->value];
   if (e.port != port || std::memcmp(e.address.bytes, address.bytes, sizeof(address.bytes)) != 0) return {};
   return {&ports_[e.port_index], &e};
+}
+
+const ServiceTable::Node* ServiceTable::node(const Endpoint& e) const {
+  return e.node == kNoNode ? nullptr : &nodes_[e.node];  // check() saw it inside
+}
+
+std::string_view ServiceTable::node_name(const Endpoint& e) const {
+  const Node* n = node(e);
+  return n ? text(n->name) : std::string_view();
+}
+
+const AddressRecord* ServiceTable::node_tunnel(const Endpoint& e) const {
+  const Node* n = node(e);
+  return n && (n->flags & kNodeHasTunnel) ? &n->tunnel : nullptr;
 }
 
 std::string ServiceTable::service_name(const Port& port) const {

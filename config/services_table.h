@@ -49,6 +49,7 @@ class ServiceTable {
   using Service = services_table::ServiceRecord;
   using Port = services_table::PortRecord;
   using Endpoint = services_table::EndpointRecord;
+  using Node = services_table::NodeRecord;
   // Whether the agent reached the API server when it wrote the table.
   struct Api {
     bool reachable = false;
@@ -80,6 +81,13 @@ class ServiceTable {
   // The port's ready endpoints (the ones new streams may go to).
   size_t ready_count(const Port& p) const { return p.ready_count; }
   const Endpoint& ready(const Port& p, size_t i) const { return endpoints_[ready_[p.first_ready + i]]; }
+
+  std::span<const Node> nodes() const { return nodes_; }
+  // The node an endpoint names (null: none), its name ("" for none), and
+  // where the node's node-mode rdmagw accepts tunnels (null: it has none).
+  const Node* node(const Endpoint& e) const;
+  std::string_view node_name(const Endpoint& e) const;
+  const services_table::AddressRecord* node_tunnel(const Endpoint& e) const;
 
   // A Service's ClusterIP and port.
   const Port* find_cluster_ip(uint32_t ip, uint16_t port) const;
@@ -121,6 +129,7 @@ class ServiceTable {
   std::span<const uint32_t> ready_;
   std::span<const services_table::IndexSlot> by_cluster_ip_;
   std::span<const services_table::IndexSlot> by_endpoint_;
+  std::span<const Node> nodes_;
 };
 
 }  // namespace rdmagw

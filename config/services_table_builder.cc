@@ -70,6 +70,28 @@ bool ServiceTableBuilder::add_port(std::string_view name, uint16_t port, std::st
   return true;
 }
 
+uint32_t ServiceTableBuilder::node_index(std::string_view node) {
+  if (node.empty()) return kNoNode;
+  auto [it, fresh] = node_indexes_.try_emplace(std::string(node), static_cast<uint32_t>(nodes_.size()));
+  if (fresh) {
+    NodeRecord n{};
+    n.name = intern(node);
+    nodes_.push_back(n);
+  }
+  return it->second;
+}
+
+bool ServiceTableBuilder::add_node_tunnel(std::string_view node, uint32_t tunnel, std::string* error) {
+  NodeRecord& n = nodes_[node_index(node)];
+  if (n.flags & kNodeHasTunnel) {
+    *error = "node " + std::string(node) + " is listed twice";
+    return false;
+  }
+  n.flags |= kNodeHasTunnel;
+  n.tunnel = ServiceTable::mapped(tunnel);
+  return true;
+}
+
 void ServiceTableBuilder::add_endpoint(uint32_t ip, uint16_t port, EndpointState state, bool rdmagw,
                                        std::string_view pod, std::string_view node) {
   EndpointRecord e{};
@@ -79,7 +101,7 @@ void ServiceTableBuilder::add_endpoint(uint32_t ip, uint16_t port, EndpointState
   e.flags = rdmagw ? kEndpointHasRdmagw : 0;
   e.port_index = static_cast<uint32_t>(ports_.size() - 1);
   e.pod = intern(pod);
-  e.node = intern(node);
+  e.node = node_index(node);
   endpoints_.push_back(e);
   ++ports_.back().endpoint_count;
 }
@@ -149,6 +171,7 @@ std::shared_ptr<OwnedTableBytes> ServiceTableBuilder::finish() const {
   place(kReady, ready.size(), sizeof(uint32_t));
   place(kClusterIpIndex, by_cluster_ip.size(), sizeof(IndexSlot));
   place(kEndpointIndex, by_endpoint.size(), sizeof(IndexSlot));
+  place(kNodes, nodes_.size(), sizeof(NodeRecord));
   h.file_bytes = aligned(at);
 
   auto bytes = std::make_shared<OwnedTableBytes>(h.file_bytes);
@@ -165,6 +188,7 @@ std::shared_ptr<OwnedTableBytes> ServiceTableBuilder::finish() const {
   copy(kReady, ready.data(), ready.size() * sizeof(uint32_t));
   copy(kClusterIpIndex, by_cluster_ip.data(), by_cluster_ip.size() * sizeof(IndexSlot));
   copy(kEndpointIndex, by_endpoint.data(), by_endpoint.size() * sizeof(IndexSlot));
+  copy(kNodes, nodes_.data(), nodes_.size() * sizeof(NodeRecord));
   std::memcpy(out, &h, sizeof(h));
   uint32_t sum = crc32c(out + kChecksummedFrom, h.file_bytes - kChecksummedFrom);
   std::memcpy(out + offsetof(Header, checksum), &sum, sizeof(sum));

@@ -37,7 +37,10 @@ class ServiceTableBuilder {
   // A port of the last Service. False, and *error saying which Service
   // has it already, when one of its ClusterIPs with this port is taken.
   bool add_port(std::string_view name, uint16_t port, std::string* error);
-  // An endpoint of the last port.
+  // A node whose node-mode rdmagw accepts tunnels at `tunnel` (host byte
+  // order). False, and *error, when the node has one already.
+  bool add_node_tunnel(std::string_view node, uint32_t tunnel, std::string* error);
+  // An endpoint of the last port, on `node` ("": none named).
   void add_endpoint(uint32_t ip, uint16_t port, EndpointState state, bool rdmagw, std::string_view pod,
                     std::string_view node);
 
@@ -46,6 +49,7 @@ class ServiceTableBuilder {
 
  private:
   services_table::StringRef intern(std::string_view text);
+  uint32_t node_index(std::string_view node);  // its record, made on first use
 
   std::string strings_;
   std::unordered_map<std::string, services_table::StringRef> interned_;
@@ -55,6 +59,8 @@ class ServiceTableBuilder {
   std::vector<services_table::AddressRecord> cluster_ips_;
   std::vector<services_table::PortRecord> ports_;
   std::vector<services_table::EndpointRecord> endpoints_;
+  std::vector<services_table::NodeRecord> nodes_;
+  std::unordered_map<std::string, uint32_t> node_indexes_;
   std::unordered_map<uint64_t, uint32_t> cluster_ip_owner_;  // ServiceTable::key -> port index
 };
 

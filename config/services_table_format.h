@@ -16,7 +16,8 @@ namespace rdmagw::services_table {
 static_assert(std::endian::native == std::endian::little, "the table is read in place: little-endian hosts only");
 
 inline constexpr char kMagic[8] = {'R', 'D', 'M', 'G', 'W', 'S', 'V', 'C'};
-inline constexpr uint32_t kVersion = 1;
+// 2: nodes, and whether a node-mode rdmagw accepts tunnels on one.
+inline constexpr uint32_t kVersion = 2;
 
 // Text in the strings section.
 struct StringRef {
@@ -39,6 +40,7 @@ enum SectionIndex : uint32_t {
   kReady,           // uint32_t: endpoint indexes, each port's ready ones together
   kClusterIpIndex,  // IndexSlot: ClusterIP and port -> port index
   kEndpointIndex,   // IndexSlot: endpoint address and port -> endpoint index
+  kNodes,           // NodeRecord: every node an endpoint names or the writer gives a tunnel, each once
   kSectionCount,
 };
 
@@ -60,6 +62,7 @@ inline constexpr size_t kChecksummedFrom = offsetof(Header, file_bytes);
 // An address as 16 bytes: IPv4 as ::ffff:a.b.c.d.
 struct AddressRecord {
   uint8_t bytes[16];
+  bool operator==(const AddressRecord&) const = default;
 };
 
 struct ServiceRecord {
@@ -84,6 +87,8 @@ struct PortRecord {
 
 inline constexpr uint8_t kEndpointHasRdmagw = 1;  // EndpointRecord::flags
 
+inline constexpr uint32_t kNoNode = 0xFFFFFFFF;  // EndpointRecord::node: the endpoint names none
+
 struct EndpointRecord {
   AddressRecord address;
   uint16_t port;
@@ -91,7 +96,20 @@ struct EndpointRecord {
   uint8_t flags;
   uint32_t port_index;  // the PortRecord that lists it
   StringRef pod;
-  StringRef node;
+  uint32_t node;      // index in kNodes, or kNoNode
+  uint32_t reserved;  // 0
+};
+
+// A node-mode rdmagw runs there and accepts tunnels at `tunnel`: the
+// node's endpoints without a sidecar of their own are reached through it
+// (docs/kubernetes.md, "Endpoints behind a node-mode rdmagw").
+inline constexpr uint32_t kNodeHasTunnel = 1;  // NodeRecord::flags
+
+struct NodeRecord {
+  StringRef name;        // not empty; no two records have the same
+  AddressRecord tunnel;  // with kNodeHasTunnel; all zero without
+  uint32_t flags;
+  uint32_t reserved;  // 0
 };
 
 // An open-addressing hash table: a power of two slots (or none), a key's
@@ -104,9 +122,9 @@ struct IndexSlot {
   uint32_t value;
 };
 
-static_assert(sizeof(Header) == 112 && sizeof(StringRef) == 8 && sizeof(Section) == 8);
+static_assert(sizeof(Header) == 120 && sizeof(StringRef) == 8 && sizeof(Section) == 8);
 static_assert(sizeof(ServiceRecord) == 32 && sizeof(PortRecord) == 32 && sizeof(EndpointRecord) == 40);
-static_assert(sizeof(AddressRecord) == 16 && sizeof(IndexSlot) == 24);
+static_assert(sizeof(AddressRecord) == 16 && sizeof(IndexSlot) == 24 && sizeof(NodeRecord) == 32);
 
 // FNV-1a (64 bits) of the address's 16 bytes and the port's 2 (little-endian).
 inline uint64_t slot_hash(const AddressRecord& address, uint16_t port) {

@@ -291,17 +291,21 @@ std::string render_services_json(const ServicesReport& report) {
         for (const ServiceTable::Endpoint& e : table->endpoints(port)) {
           const uint32_t ip = ServiceTable::ipv4(e);
           const bool rdmagw = ServiceTable::has_rdmagw(e);
+          // Without a sidecar of its own, its node's rdmagw carries it, if
+          // the node has one.
+          const auto* node_tunnel = rdmagw ? nullptr : table->node_tunnel(e);
           auto open = report.streams.find(ServiceTable::key(ip, e.port));
           w.begin_object();
           w.field("address", ipv4_text(ip)).field("port", e.port);
           w.field("state", endpoint_state_name(ServiceTable::state(e))).field("rdmagw", rdmagw);
-          w.field("pod", table->text(e.pod)).field("node", table->text(e.node));
+          w.field("pod", table->text(e.pod)).field("node", table->node_name(e));
+          if (node_tunnel) w.field("node_rdmagw", ipv4_text(ServiceTable::ipv4(*node_tunnel)));
           w.field("streams", open == report.streams.end() ? uint64_t{0} : open->second);
-          // Endpoints with rdmagw: how their tunnel stands (a refused or
-          // failing dial shows here, with services.direct deciding what
-          // happens to their connections meanwhile).
-          if (rdmagw) {
-            auto tunnel = report.tunnels.find(ip);
+          // Endpoints reached through an rdmagw: how the tunnel to it stands
+          // (a refused or failing dial shows here, with services.direct
+          // deciding what happens to their connections meanwhile).
+          if (rdmagw || node_tunnel) {
+            auto tunnel = report.tunnels.find(rdmagw ? ip : ServiceTable::ipv4(*node_tunnel));
             bool known = tunnel != report.tunnels.end();
             w.field("tunnel", known ? tunnel->second.state : std::string("idle"));
             w.field("tunnel_error", known ? tunnel->second.error : std::string());

@@ -218,13 +218,23 @@ def services_file_seeds() -> None:
          "ports": [{"port": 80, "endpoints": [{**ep, "pod": "p\u001b]0;t\u0007"}]}]}]}).encode())
     write("fuzz_services_file", json.dumps({"format": "rdmagw-services/1", "api": {
         "reachable": False, "since": "2026-11-28T01:00:00Z", "error": "connection refused"}, "services": []}).encode())
-    services_table_seeds(full)
+    # A node-mode rdmagw on n2, the node of an endpoint without a sidecar;
+    # another endpoint names no node.
+    behind = {"format": "rdmagw-services/1", "api": full["api"],
+              "nodes": [{"name": "n2", "tunnel": "10.0.0.2"}, {"name": "n9", "tunnel": "10.0.0.9"}],
+              "services": [{"namespace": "default", "name": "kv", "cluster_ips": ["10.96.0.13"],
+                            "ports": [{"port": 80, "endpoints": [
+                                {**ep, "address": "10.0.3.1", "node": "n2", "pod": "kv-0", "rdmagw": False},
+                                {"address": "10.0.3.2", "port": 6380, "state": "ready", "rdmagw": False}, ep]}]}]}
+    write("fuzz_services_file", json.dumps(behind).encode())
+    services_table_seeds(full, behind)
 
 
-def services_table_seeds(full: dict) -> None:
+def services_table_seeds(full: dict, behind: dict) -> None:
     """Tables as rdmagw-k8s writes them (its --table-from, so the seeds are
-    the production writer's bytes): the full file, an empty one, and one
-    Service with many endpoints (index searches that wrap)."""
+    the production writer's bytes): the full file, an empty one, one
+    Service with many endpoints (index searches that wrap), and one with
+    nodes behind a node-mode rdmagw."""
     import subprocess
     import tempfile
     go = shutil.which("go") or "/usr/local/go/bin/go"
@@ -238,7 +248,7 @@ def services_table_seeds(full: dict) -> None:
         agent = Path(tmp) / "rdmagw-k8s"
         subprocess.run([go, "build", "-o", str(agent), "."], cwd=ROOT / "tools" / "rdmagw-k8s", check=True,
                        env=dict(os.environ, CGO_ENABLED="0"))
-        for content in (full, many, empty):
+        for content in (full, many, empty, behind):
             source, table = Path(tmp) / "services.json", Path(tmp) / "services.table"
             source.write_text(json.dumps(content))
             subprocess.run([str(agent), "--table-from", str(source), "--table", str(table)], check=True)

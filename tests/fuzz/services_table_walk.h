@@ -42,13 +42,16 @@ inline void walk_services_table(const ServiceTable& table, bool whole) {
           __builtin_trap();
         (void)endpoint_state_name(ServiceTable::state(e));
         (void)table.text(e.pod).size();
-        (void)table.text(e.node).size();
+        (void)table.node_name(e).size();
+        if (const auto* tunnel = table.node_tunnel(e)) (void)ServiceTable::ipv4(*tunnel);
       }
       endpoints += table.endpoints(port).size();
       (void)table.service_name(port);
     }
   }
   if (endpoints != table.endpoint_count()) __builtin_trap();
+  for (const auto& node : table.nodes())
+    if (table.text(node.name).empty()) __builtin_trap();  // check() refuses a node without a name
 }
 
 }  // namespace rdmagw

@@ -107,6 +107,53 @@ def token_kubeconfig(kube: Kube, path: Path) -> str:
     return str(path)
 
 
+def node(name: str, node_mode: bool, tunnel: str = "") -> dict:
+    labels = {"rdmagw.io/node-mode": ""} if node_mode else {}
+    annotations = {"rdmagw.io/tunnel-address": tunnel} if tunnel else {}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels,
+                                                             "annotations": annotations}}
+
+
+def test_nodes_labelled_node_mode_are_written_with_their_tunnel_address(kube: Kube, agent_bin, namespace):
+    """A node labelled rdmagw.io/node-mode is written with the address of its
+    annotation, else its InternalIP (an IPv6 one does not count); a node
+    without the label is not, whatever it says; an annotation that is no
+    address a node may hold leaves the node out, logged."""
+    names = {n: f"{namespace}-{n}" for n in ("annotated", "internal", "unlabelled", "v6-only", "loopback")}
+    made = []
+    try:
+        for key, manifest in [("annotated", node(names["annotated"], True, "10.0.9.1")),
+                              ("internal", node(names["internal"], True)),
+                              ("unlabelled", node(names["unlabelled"], False, "10.0.9.3")),
+                              ("v6-only", node(names["v6-only"], True)),
+                              ("loopback", node(names["loopback"], True, "127.0.0.1"))]:
+            kube.apply(manifest)
+            made.append(names[key])
+        for key, addresses in [("internal", [{"type": "Hostname", "address": "h"},
+                                             {"type": "InternalIP", "address": "fd00::2"},
+                                             {"type": "InternalIP", "address": "10.0.9.2"}]),
+                               ("v6-only", [{"type": "InternalIP", "address": "fd00::4"}])]:
+            kube.run("patch", "node", names[key], "--subresource=status", "--type=merge",
+                     "-p", json.dumps({"status": {"addresses": addresses}}))
+        kube.apply(service("web", 80, 8080), namespace)
+        on = [dict(endpoint(f"10.0.2.{i}", f"web-{i}"), nodeName=names[key])
+              for i, key in enumerate(("annotated", "internal", "unlabelled"), start=1)]
+        kube.apply(endpoint_slice("web-a", "web", 8080, on), namespace)
+
+        proc = once(agent_bin, kube.kubeconfig)
+        assert proc.returncode == 0, proc.stderr
+        file = json.loads(proc.stdout)
+        nodes = {n["name"]: n["tunnel"] for n in file["nodes"] if n["name"].startswith(namespace + "-")}
+        assert nodes == {names["annotated"]: "10.0.9.1", names["internal"]: "10.0.9.2"}, file["nodes"]
+        web = mine(file, namespace)["web"]
+        assert [e["node"] for e in web["ports"][0]["endpoints"]] == \
+            [names["annotated"], names["internal"], names["unlabelled"]]
+        assert "address_refused" in proc.stderr and names["loopback"] in proc.stderr, proc.stderr
+    finally:
+        for name in made:
+            kube.run("delete", "node", name, "--wait=false", check=False)
+
+
 def test_the_agent_works_with_its_rbac_and_has_no_other_right(kube: Kube, agent_bin, namespace, tmp_path):
     kube.apply(RBAC.read_text())
     kubeconfig = token_kubeconfig(kube, tmp_path / "agent.kubeconfig")
@@ -120,8 +167,8 @@ def test_the_agent_works_with_its_rbac_and_has_no_other_right(kube: Kube, agent_
 
     who = "system:serviceaccount:kube-system:rdmagw-k8s"
     for verb, resource in [("get", "secrets"), ("list", "secrets"), ("get", "services"), ("create", "services"),
-                           ("update", "endpointslices.discovery.k8s.io"), ("list", "nodes"), ("get", "pods"),
-                           ("create", "pods")]:
+                           ("update", "endpointslices.discovery.k8s.io"), ("get", "nodes"), ("update", "nodes"),
+                           ("get", "pods"), ("create", "pods")]:
         answer = kube.run("auth", "can-i", verb, resource, "-A", "--as", who, check=False)
         assert answer.stdout.strip() == "no", f"{who} may {verb} {resource}"
 
@@ -129,7 +176,7 @@ def test_the_agent_works_with_its_rbac_and_has_no_other_right(kube: Kube, agent_
     role = kube.run("get", "clusterrole", "rdmagw-k8s", "-o", "json")
     full = json.loads(role.stdout)
     try:
-        for missing in ("services", "pods", "endpointslices"):
+        for missing in ("services", "pods", "endpointslices", "nodes"):
             reduced = json.loads(json.dumps(full))
             for rule in reduced["rules"]:
                 rule["resources"] = [r for r in rule["resources"] if r != missing]

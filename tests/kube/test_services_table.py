@@ -130,11 +130,11 @@ def test_a_table_from_the_agent_routes_as_the_json_it_came_from_and_a_bad_one_ke
     flipped = bytearray(good)
     flipped[len(good) // 2] ^= 0x01
     other_version = bytearray(good)
-    other_version[8] = 2
+    other_version[8] = 3
     for failures, (data, why) in enumerate(
             ((bytes(flipped), "checksum does not match"),
              (good[:len(good) // 2], "cut short, or written in place?"),
-             (bytes(other_version), "table version 2, not 1")), start=1):
+             (bytes(other_version), "table version 3, not 2")), start=1):
         write_renamed(table_path, data)
         st = wait_for(lambda: (s := status(by_table))["load_failures"] >= failures and s, 5, why)
         assert why in st["error"] and st["loads"] == 1 and st["services"] == 2, st

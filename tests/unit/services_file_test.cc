@@ -75,7 +75,7 @@ TEST_CASE("a ClusterIP and port find the Service port, with its ready endpoints 
   CHECK(table->text(endpoints[0].pod) == "redis-0");
   CHECK(ServiceTable::state(endpoints[1]) == EndpointState::kNotReady);
   CHECK(ServiceTable::state(endpoints[2]) == EndpointState::kTerminating);
-  CHECK(table->text(endpoints[3].node).empty());
+  CHECK(table->node_name(endpoints[3]).empty());
 
   CHECK(table->find_cluster_ip(ip("10.96.0.10"), 6380) == nullptr);
   CHECK(table->find_cluster_ip(ip("10.96.0.11"), 6379) == nullptr);
@@ -212,4 +212,34 @@ TEST_CASE("a name with a control byte refuses the file: names reach operators' t
       "api": {"reachable": false, "error": "x\u001b[2J"}, "services": []})",
                               &table, &error));
   CHECK(table->api().error == "x [2J");
+}
+
+TEST_CASE("nodes with a node-mode rdmagw are read with their tunnel address, each once") {
+  std::shared_ptr<const ServiceTable> table;
+  std::string error;
+  REQUIRE(parse_services_file(R"({"format": "rdmagw-services/1", "api": {"reachable": true},
+      "nodes": [{"name": "node-b", "tunnel": "10.0.0.2"}],
+      "services": [{"namespace": "default", "name": "web", "cluster_ips": ["10.96.0.20"], "ports": [
+        {"name": "http", "port": 80, "endpoints": [
+          {"address": "10.0.3.1", "port": 8080, "state": "ready", "rdmagw": false, "pod": "web-0", "node": "node-b"},
+          {"address": "10.0.3.2", "port": 8080, "state": "ready", "rdmagw": false, "pod": "web-1", "node": "node-c"}]}]}]})",
+                              &table, &error));
+  INFO(error);
+  auto on_b = table->find_endpoint(ip("10.0.3.1"), 8080);
+  auto on_c = table->find_endpoint(ip("10.0.3.2"), 8080);
+  REQUIRE(on_b.endpoint);
+  REQUIRE(on_c.endpoint);
+  REQUIRE(table->node_tunnel(*on_b.endpoint));
+  CHECK(ServiceTable::ipv4(*table->node_tunnel(*on_b.endpoint)) == ip("10.0.0.2"));
+  CHECK(table->node_name(*on_c.endpoint) == "node-c");
+  CHECK(table->node_tunnel(*on_c.endpoint) == nullptr);
+
+  const std::string head = R"({"format": "rdmagw-services/1", "api": {"reachable": true}, "services": [], "nodes": )";
+  CHECK(refused(head + "{}}") == "nodes: not a list");
+  CHECK(refused(head + R"([{"name": "n", "tunnel": "127.0.0.1"}]})") ==
+        "nodes[0].tunnel: 127.0.0.1 is loopback: not an address a Service or pod holds");
+  CHECK(refused(head + R"([{"name": "n"}]})") == "nodes[0].tunnel: missing");
+  CHECK(refused(head + R"([{"name": "", "tunnel": "10.0.0.2"}]})") == "nodes[0].name: empty");
+  CHECK(refused(head + R"([{"name": "n", "tunnel": "10.0.0.2"}, {"name": "n", "tunnel": "10.0.0.3"}]})") ==
+        "nodes[1]: node n is listed twice");
 }

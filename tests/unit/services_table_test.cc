@@ -40,6 +40,7 @@ std::shared_ptr<OwnedTableBytes> sample() {
   REQUIRE(b.add_port("sql", 5432, &error));
   b.add_endpoint(ip("10.0.2.1"), 5432, EndpointState::kReady, true, "pg-0", "node-\xc3\xa9");
   b.add_service("empty", "none", {ip("10.96.0.12")});
+  REQUIRE(b.add_node_tunnel("node-b", ip("10.0.0.2"), &error));  // node-b runs a node-mode rdmagw
   return b.finish();
 }
 
@@ -136,17 +137,47 @@ TEST_CASE("a built table is found again in place: Services, ports, endpoints, re
   CHECK(e.port == table->find_cluster_ip(ip("10.96.0.10"), 6379));
   CHECK(ServiceTable::has_rdmagw(*e.endpoint));
   CHECK(table->text(e.endpoint->pod) == "redis-0");
-  CHECK(table->text(e.endpoint->node) == "node-a");
+  CHECK(table->node_name(*e.endpoint) == "node-a");
   auto terminating = table->find_endpoint(ip("10.0.1.1"), 26379);
   REQUIRE(terminating.endpoint);
   CHECK(ServiceTable::state(*terminating.endpoint) == EndpointState::kTerminating);
   auto pg = table->find_endpoint(ip("10.0.2.1"), 5432);
   REQUIRE(pg.endpoint);
   CHECK(table->service_name(*pg.port) == "db/pg");
-  CHECK(table->text(pg.endpoint->node) == "node-\xc3\xa9");
+  CHECK(table->node_name(*pg.endpoint) == "node-\xc3\xa9");
   CHECK(table->cluster_ips(table->services()[1]).empty());
   CHECK(table->find_endpoint(ip("10.0.2.1"), 5433).endpoint == nullptr);
   CHECK(table->find_endpoint(ip("10.0.9.9"), 5432).endpoint == nullptr);
+
+  // Nodes: each once, whether or not a node-mode rdmagw runs there.
+  REQUIRE(table->nodes().size() == 3);  // node-a, node-b, node-é
+  auto redis1 = table->find_endpoint(ip("10.0.1.2"), 6380);
+  REQUIRE(redis1.endpoint);
+  CHECK(table->node_name(*redis1.endpoint) == "node-b");
+  const AddressRecord* tunnel = table->node_tunnel(*redis1.endpoint);
+  REQUIRE(tunnel);
+  CHECK(ServiceTable::ipv4(*tunnel) == ip("10.0.0.2"));
+  CHECK(table->node_tunnel(*e.endpoint) == nullptr);  // node-a has none
+  CHECK(table->node(*e.endpoint) == table->node(*table->find_endpoint(ip("10.0.1.3"), 6380).endpoint));
+}
+
+TEST_CASE("an endpoint without a node names none; a node's tunnel is declared once") {
+  ServiceTableBuilder b;
+  std::string error;
+  b.add_service("default", "web", {ip("10.96.0.20")});
+  REQUIRE(b.add_port("http", 80, &error));
+  b.add_endpoint(ip("10.0.3.1"), 8080, EndpointState::kReady, false, "", "");
+  REQUIRE(b.add_node_tunnel("node-c", ip("10.0.0.3"), &error));
+  CHECK_FALSE(b.add_node_tunnel("node-c", ip("10.0.0.4"), &error));
+  CHECK(error == "node node-c is listed twice");
+  auto table = open_ok(b.finish());
+  const auto& e = table->endpoints(table->ports()[0])[0];
+  CHECK(e.node == kNoNode);
+  CHECK(table->node(e) == nullptr);
+  CHECK(table->node_name(e).empty());
+  CHECK(table->node_tunnel(e) == nullptr);
+  REQUIRE(table->nodes().size() == 1);  // listed with its tunnel though no endpoint names it
+  CHECK(table->text(table->nodes()[0].name) == "node-c");
 }
 
 TEST_CASE("an empty table is a table") {
@@ -192,7 +223,7 @@ TEST_CASE("a table cut short, at any length, or changed after it was written, is
 TEST_CASE("bytes that do not hold together are refused even with a checksum that matches") {
   CHECK(refused([](uint8_t*, Header&) {}).empty());
   CHECK(refused([](uint8_t*, Header& h) { h.magic[0] = 'X'; }).rfind("not a services table", 0) == 0);
-  CHECK(refused([](uint8_t*, Header& h) { h.version = 2; }) == "table version 2, not 1 (another agent version?)");
+  CHECK(refused([](uint8_t*, Header& h) { h.version = 1; }) == "table version 1, not 2 (another agent version?)");
   CHECK(refused([](uint8_t*, Header& h) { h.sections[kEndpoints].count += 1000; }).rfind("section endpoints", 0) == 0);
   CHECK(refused([](uint8_t*, Header& h) { h.sections[kPorts].offset += 4; }).rfind("section ports", 0) == 0);
   CHECK(refused([](uint8_t*, Header& h) { h.api_error.length = 1u << 30; }) ==
@@ -221,6 +252,22 @@ TEST_CASE("bytes that do not hold together are refused even with a checksum that
         }) == "endpoints[0].address: 127.0.0.1 is loopback: not an address a Service or pod holds");
   CHECK(refused([](uint8_t* b, Header& h) { record<AddressRecord>(b, h, kClusterIps, 0)->bytes[0] = 0xfd; }) ==
         "services[0].cluster_ips[0]: not an IPv4 address (IPv6 is not carried yet)");
+  // Nodes: an endpoint naming one the table does not have; a tunnel
+  // address that is not a pod's, or one without the flag that says so.
+  CHECK(refused([](uint8_t* b, Header& h) { record<EndpointRecord>(b, h, kEndpoints, 0)->node = 7; }) ==
+        "endpoints[0]: names a node the table does not have");
+  CHECK(refused([](uint8_t* b, Header& h) { record<EndpointRecord>(b, h, kEndpoints, 0)->reserved = 1; }) ==
+        "endpoints[0]: names a node the table does not have");
+  CHECK(refused([](uint8_t* b, Header& h) {
+          record<NodeRecord>(b, h, kNodes, 1)->tunnel = ServiceTable::mapped(0xE0000001);
+        }) == "nodes[1].tunnel: 224.0.0.1 is multicast (224.0.0.0/4): not an address a Service or pod holds");
+  CHECK(refused([](uint8_t* b, Header& h) { record<NodeRecord>(b, h, kNodes, 0)->tunnel.bytes[15] = 1; }) ==
+        "nodes[0]: a tunnel address without the flag that says it has one");
+  CHECK(refused([](uint8_t* b, Header& h) { record<NodeRecord>(b, h, kNodes, 0)->flags = 2; }) ==
+        "nodes[0]: unknown flags");
+  CHECK(refused([](uint8_t* b, Header& h) { record<NodeRecord>(b, h, kNodes, 0)->name.length = 0; }) ==
+        "nodes[0]: no name");
+  CHECK(refused([](uint8_t*, Header& h) { h.sections[kNodes].count += 1000; }).rfind("section nodes", 0) == 0);
   // The not-ready endpoint listed as ready, the ready list out of order.
   CHECK(refused([](uint8_t* b, Header& h) { *record<uint32_t>(b, h, kReady, 1) = 1; }) ==
         "ready[1]: not one of its port's ready endpoints, in order");

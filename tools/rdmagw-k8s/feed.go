@@ -26,16 +26,20 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// Feed watches Services, EndpointSlices and the metadata of pods with a
-// sidecar through client-go's informers (one list and one watch each, for
-// the whole cluster), and builds the services file from their caches.
+// Feed watches Services, EndpointSlices, the metadata of pods with a
+// sidecar and the nodes with a node-mode rdmagw through client-go's
+// informers (one list and one watch each, for the whole cluster), and
+// builds the services file from their caches.
 type Feed struct {
 	services   cache.SharedIndexInformer
 	slices     cache.SharedIndexInformer
 	pods       cache.SharedIndexInformer
-	byResource map[string]cache.SharedIndexInformer // the three, by the resource's name
+	nodes      cache.SharedIndexInformer
+	byResource map[string]cache.SharedIndexInformer // the four, by the resource's name
 	factory    informers.SharedInformerFactory
 	metadata   metadatainformer.SharedInformerFactory
+	// The nodes': a factory's list options are every informer's of it.
+	nodeFactory informers.SharedInformerFactory
 
 	health rest.Interface // for /readyz, which every client may read
 
@@ -72,15 +76,26 @@ func NewFeed(config *rest.Config) (*Feed, error) {
 	f.metadata = metadatainformer.NewFilteredSharedInformerFactory(metaClient, 0, metav1.NamespaceAll,
 		func(o *metav1.ListOptions) { o.LabelSelector = SidecarLabel })
 	f.pods = f.metadata.ForResource(corev1.SchemeGroupVersion.WithResource("pods")).Informer()
+	// Only nodes with the label, filtered by the API server too: a Node is
+	// large (its images, its conditions) and its status changes every few
+	// seconds, while a cluster has few node-mode rdmagw, if any.
+	f.nodeFactory = informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = NodeModeLabel }))
+	f.nodes = f.nodeFactory.Core().V1().Nodes().Informer()
 
 	wake := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { f.wake() },
 		UpdateFunc: func(any, any) { f.wake() },
 		DeleteFunc: func(any) { f.wake() },
 	}
-	f.byResource = map[string]cache.SharedIndexInformer{"services": f.services, "endpointslices": f.slices, "pods": f.pods}
+	f.byResource = map[string]cache.SharedIndexInformer{"services": f.services, "endpointslices": f.slices, "pods": f.pods,
+		"nodes": f.nodes}
 	for resource, informer := range f.byResource {
-		if err := informer.SetTransform(slim); err != nil {
+		transform := slim
+		if resource == "nodes" {
+			transform = slimNode
+		}
+		if err := informer.SetTransform(transform); err != nil {
 			return nil, err
 		}
 		if _, err := informer.AddEventHandler(wake); err != nil {
@@ -110,6 +125,25 @@ func slim(obj any) (any, error) {
 		m.SetOwnerReferences(nil)
 	}
 	return obj, nil
+}
+
+// slimNode keeps of a Node what BuildNodes reads: its name, its version (a
+// refusal names it), NodeModeLabel, TunnelAnnotation and its addresses. The
+// rest (images, conditions, capacity) is most of a Node's size.
+func slimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, ResourceVersion: n.ResourceVersion}}
+	if v, has := n.Labels[NodeModeLabel]; has {
+		out.Labels = map[string]string{NodeModeLabel: v}
+	}
+	if v, has := n.Annotations[TunnelAnnotation]; has {
+		out.Annotations = map[string]string{TunnelAnnotation: v}
+	}
+	out.Status.Addresses = n.Status.Addresses
+	return out, nil
 }
 
 func now() string { return time.Now().UTC().Format(time.RFC3339) }
@@ -161,13 +195,15 @@ func (f *Feed) watchFailed(resource string, err error) {
 func (f *Feed) Start(ctx context.Context, timeout time.Duration) error {
 	f.factory.Start(ctx.Done())
 	f.metadata.Start(ctx.Done())
+	f.nodeFactory.Start(ctx.Done())
 	syncCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), f.services.HasSynced, f.slices.HasSynced, f.pods.HasSynced) {
+	if !cache.WaitForCacheSync(syncCtx.Done(), f.services.HasSynced, f.slices.HasSynced, f.pods.HasSynced,
+		f.nodes.HasSynced) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		var why []string
-		for _, resource := range []string{"services", "endpointslices", "pods"} {
+		for _, resource := range []string{"services", "endpointslices", "pods", "nodes"} {
 			if f.byResource[resource].HasSynced() {
 				continue
 			}
@@ -227,8 +263,9 @@ func (f *Feed) Build() File {
 	api := f.api
 	f.mu.Unlock()
 	built, refused := BuildServices(services, slices, pods)
-	f.refused.report(refused)
-	return File{Format: FileFormat, API: api, Services: built}
+	nodes, nodesRefused := BuildNodes(listAll[corev1.Node](f.nodes))
+	f.refused.report(append(refused, nodesRefused...))
+	return File{Format: FileFormat, API: api, Nodes: nodes, Services: built}
 }
 
 // Run rewrites path whenever what it would hold changes, at most once per

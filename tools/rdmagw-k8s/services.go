@@ -22,7 +22,11 @@ type File struct {
 	Format string `json:"format"`
 	// Whether the agent can reach the API server now, and since when: a
 	// sidecar keeps the last services it read either way, and says which.
-	API      APIStatus `json:"api"`
+	API APIStatus `json:"api"`
+	// The nodes whose node-mode rdmagw accepts tunnels, by name: a
+	// sidecar reaches an endpoint without a sidecar of its own through the
+	// rdmagw of the endpoint's node (Endpoint.Node), when it has one.
+	Nodes    []Node    `json:"nodes"`
 	Services []Service `json:"services"`
 }
 
@@ -30,6 +34,11 @@ type APIStatus struct {
 	Reachable bool   `json:"reachable"`
 	Since     string `json:"since"` // RFC 3339, UTC
 	Error     string `json:"error,omitempty"`
+}
+
+type Node struct {
+	Name   string `json:"name"`
+	Tunnel string `json:"tunnel"` // IPv4: where the node's rdmagw accepts tunnels
 }
 
 type Service struct {
@@ -72,6 +81,18 @@ type Endpoint struct {
 // SidecarLabel marks a pod that rdmagw-inject gave a sidecar.
 const SidecarLabel = "rdmagw.io/sidecar"
 
+// NodeModeLabel marks a node that runs a node-mode rdmagw (any value). A
+// label, not an annotation: the agent asks the API server for the nodes
+// that carry it only, so that it holds a few nodes, not the cluster's
+// every one, and a Node's updates (its status, every few seconds) reach it
+// only for those.
+const NodeModeLabel = "rdmagw.io/node-mode"
+
+// TunnelAnnotation is where a node-mode rdmagw accepts tunnels, when that
+// is not the node's first IPv4 InternalIP (an RDMA interface on another
+// network, say). An annotation: an address is no selector.
+const TunnelAnnotation = "rdmagw.io/tunnel-address"
+
 // refusal says why an address may not be written as a ClusterIP or an
 // endpoint, or "" when it may. A sidecar sends a Service's connections to
 // its endpoints and takes the connections to its ClusterIPs: an endpoint at
@@ -104,10 +125,10 @@ func refusal(addr netip.Addr) string {
 	return ""
 }
 
-// Refused is an address BuildServices left out of the file, and the object
-// (and version of it) that listed it.
+// Refused is an address BuildServices or BuildNodes left out of the file,
+// and the object (and version of it) that listed it.
 type Refused struct {
-	Resource        string // "services" or "endpointslices", as the API names them
+	Resource        string // "services", "endpointslices" or "nodes", as the API names them
 	Namespace, Name string
 	ResourceVersion string
 	Address         string
@@ -118,8 +139,14 @@ type Refused struct {
 type refusals map[Refused]struct{}
 
 func (r refusals) add(resource string, object metav1.Object, address netip.Addr, reason string) {
+	r.addText(resource, object, address.String(), reason)
+}
+
+// addText is add for an address that is not one: text that does not
+// parse, or none at all ("").
+func (r refusals) addText(resource string, object metav1.Object, address, reason string) {
 	r[Refused{Resource: resource, Namespace: object.GetNamespace(), Name: object.GetName(),
-		ResourceVersion: object.GetResourceVersion(), Address: address.String(), Reason: reason}] = struct{}{}
+		ResourceVersion: object.GetResourceVersion(), Address: address, Reason: reason}] = struct{}{}
 }
 
 // sorted lists them in a fixed order: by resource, namespace, name, version,
@@ -352,4 +379,69 @@ func stateRank(state string) int {
 	default:
 		return 2
 	}
+}
+
+// BuildNodes turns the nodes that run a node-mode rdmagw into the file's
+// nodes, sorted by name. A node's tunnel address is its TunnelAnnotation
+// when it has one, else its first IPv4 InternalIP. A node without a usable
+// address is left out (its endpoints are then reached as those of a node
+// without rdmagw) and listed in the second result, each once: so is one
+// whose annotation is no IPv4 address or one that refusal refuses, rather
+// than falling back to the InternalIP, which the annotation says is not
+// where its rdmagw listens.
+func BuildNodes(nodes []*corev1.Node) ([]Node, []Refused) {
+	refused := refusals{}
+	out := []Node{}
+	for _, n := range nodes {
+		// The informer asks the API server for these nodes only; the
+		// function does not rely on whoever calls it having asked.
+		if _, has := n.Labels[NodeModeLabel]; !has || n.Name == "" {
+			continue
+		}
+		if tunnel, ok := nodeTunnel(n, refused); ok {
+			out = append(out, Node{Name: n.Name, Tunnel: tunnel})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, refused.sorted()
+}
+
+// maxRefusedText bounds the text of an annotation that is no address, as
+// logged: annotations are any text, up to 256 KiB in all.
+const maxRefusedText = 64
+
+func nodeTunnel(n *corev1.Node, refused refusals) (string, bool) {
+	if text, set := n.Annotations[TunnelAnnotation]; set {
+		addr, err := netip.ParseAddr(text)
+		switch {
+		case err != nil:
+			refused.addText("nodes", n, shorten(text, maxRefusedText), "not an IP address")
+		case refusal(addr) != "":
+			refused.add("nodes", n, addr, refusal(addr))
+		case !addr.Unmap().Is4():
+			// The table holds IPv4 addresses only, as rdmagw's Services do.
+			refused.add("nodes", n, addr, "IPv6, not carried yet")
+		default:
+			return addr.Unmap().String(), true
+		}
+		return "", false
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		addr, err := netip.ParseAddr(a.Address)
+		if err != nil || !addr.Unmap().Is4() {
+			continue // a dual-stack node lists its IPv6 InternalIP first, or second
+		}
+		// Refused like the annotation: the reader refuses a table with
+		// such a tunnel whole, every sidecar of the node with it.
+		if why := refusal(addr); why != "" {
+			refused.add("nodes", n, addr, why)
+			return "", false
+		}
+		return addr.Unmap().String(), true
+	}
+	refused.addText("nodes", n, "", "no IPv4 InternalIP and no "+TunnelAnnotation+" annotation")
+	return "", false
 }

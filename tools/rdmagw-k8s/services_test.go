@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -352,5 +354,154 @@ func TestShortenCutsAtACharacterBoundary(t *testing.T) {
 	// "é" is two bytes: a cut inside it moves before it.
 	if got := shorten("aaaé", 4); got != "aaa..." {
 		t.Fatalf("shorten(aaaé, 4) = %q", got)
+	}
+}
+
+// node is a Node as the informer holds it; tunnel "" for none.
+func node(name, resourceVersion string, nodeMode bool, tunnel string, addresses ...corev1.NodeAddress) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: resourceVersion}}
+	if nodeMode {
+		n.Labels = map[string]string{NodeModeLabel: ""}
+	}
+	if tunnel != "" {
+		n.Annotations = map[string]string{TunnelAnnotation: tunnel}
+	}
+	n.Status.Addresses = addresses
+	return n
+}
+
+func internal(address string) corev1.NodeAddress {
+	return corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: address}
+}
+
+func TestNodeModeNodesGetTheirAnnotationElseTheirFirstIPv4InternalIP(t *testing.T) {
+	nodes := []*corev1.Node{
+		node("c-annotated", "3", true, "192.168.7.3", internal("10.0.0.3")),
+		node("a-dual-stack", "1", true, "",
+			corev1.NodeAddress{Type: corev1.NodeHostName, Address: "a"},
+			corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "203.0.113.1"},
+			internal("fd00::1"), internal("10.0.0.1"), internal("10.0.0.99")),
+		node("b-no-label", "2", false, "192.168.7.2", internal("10.0.0.2")),
+		node("d-mapped", "4", true, "::ffff:192.168.7.4"),
+	}
+	got, refused := BuildNodes(nodes)
+	want := []Node{{Name: "a-dual-stack", Tunnel: "10.0.0.1"}, {Name: "c-annotated", Tunnel: "192.168.7.3"},
+		{Name: "d-mapped", Tunnel: "192.168.7.4"}}
+	if !reflect.DeepEqual(got, want) || len(refused) != 0 {
+		t.Fatalf("got %+v (refused %+v)\nwant %+v", got, refused, want)
+	}
+	// The informers' order is no order: the same nodes, the same bytes.
+	reversed := []*corev1.Node{nodes[3], nodes[2], nodes[1], nodes[0]}
+	first, _ := json.Marshal(got)
+	again, _ := BuildNodes(reversed)
+	second, _ := json.Marshal(again)
+	if string(first) != string(second) {
+		t.Fatalf("order of the informer's list changed the file:\n%s\n%s", first, second)
+	}
+	if string(first) != `[{"name":"a-dual-stack","tunnel":"10.0.0.1"},{"name":"c-annotated","tunnel":"192.168.7.3"},`+
+		`{"name":"d-mapped","tunnel":"192.168.7.4"}]` {
+		t.Fatalf("nodes as JSON: %s", first)
+	}
+	none, _ := BuildNodes(nil)
+	data, _ := json.Marshal(File{Nodes: none})
+	if !strings.Contains(string(data), `"api":{"reachable":false,"since":""},"nodes":[],"services"`) {
+		t.Fatalf("no node is not an empty list between api and services: %s", data)
+	}
+}
+
+func TestNodesWithoutAUsableTunnelAddressAreLeftOutAndListed(t *testing.T) {
+	nodes := []*corev1.Node{
+		node("loopback", "1", true, "127.0.0.1", internal("10.0.0.1")),
+		node("garbage", "2", true, "node-2.example:7480", internal("10.0.0.2")),
+		node("v6-annotation", "3", true, "fd00::3", internal("10.0.0.3")),
+		node("v6-only", "4", true, "", internal("fd00::4")),
+		node("link-local", "5", true, "", internal("169.254.0.5"), internal("10.0.0.5")),
+		node("no-addresses", "6", true, ""),
+		node("long", "7", true, strings.Repeat("x", 1000)),
+		node("ok", "8", true, "", internal("10.0.0.8")),
+	}
+	got, refused := BuildNodes(nodes)
+	if !reflect.DeepEqual(got, []Node{{Name: "ok", Tunnel: "10.0.0.8"}}) {
+		t.Fatalf("want ok only: %+v", got)
+	}
+	none := "no IPv4 InternalIP and no rdmagw.io/tunnel-address annotation"
+	want := []Refused{
+		{"nodes", "", "garbage", "2", "node-2.example:7480", "not an IP address"},
+		{"nodes", "", "link-local", "5", "169.254.0.5", "link-local"},
+		{"nodes", "", "long", "7", strings.Repeat("x", maxRefusedText) + "...", "not an IP address"},
+		{"nodes", "", "loopback", "1", "127.0.0.1", "loopback"},
+		{"nodes", "", "no-addresses", "6", "", none},
+		{"nodes", "", "v6-annotation", "3", "fd00::3", "IPv6, not carried yet"},
+		{"nodes", "", "v6-only", "4", "", none},
+	}
+	if !reflect.DeepEqual(refused, want) {
+		t.Fatalf("refused:\n%+v\nwant\n%+v", refused, want)
+	}
+}
+
+func TestANodeIsSlimmedToWhatBuildNodesReads(t *testing.T) {
+	n := node("n1", "9", true, "192.168.0.1", internal("10.0.0.1"))
+	n.Labels["kubernetes.io/hostname"] = "n1"
+	n.Annotations["node.alpha.kubernetes.io/ttl"] = "0"
+	n.UID = "u"
+	n.Status.Images = []corev1.ContainerImage{{Names: []string{"registry.example/big:1"}, SizeBytes: 1 << 30}}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	slimmed, err := slimNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := node("n1", "9", true, "192.168.0.1", internal("10.0.0.1"))
+	if !reflect.DeepEqual(slimmed, want) {
+		t.Fatalf("slimmed %+v\nwant    %+v", slimmed, want)
+	}
+	tombstone := cache.DeletedFinalStateUnknown{Key: "n1", Obj: n}
+	if kept, _ := slimNode(tombstone); !reflect.DeepEqual(kept, tombstone) {
+		t.Fatalf("a tombstone changed: %+v", kept)
+	}
+}
+
+// What --once prints: Build over the informers' caches, the nodes with the rest.
+func TestBuildWritesTheNodesOfTheCache(t *testing.T) {
+	informer := func(example runtime.Object) cache.SharedIndexInformer {
+		return cache.NewSharedIndexInformer(&cache.ListWatch{}, example, 0, cache.Indexers{})
+	}
+	var lines []Refused
+	f := &Feed{services: informer(&corev1.Service{}), slices: informer(&discoveryv1.EndpointSlice{}),
+		pods: informer(&metav1.PartialObjectMetadata{}), nodes: informer(&corev1.Node{}),
+		refused: refusalLog{write: func(r Refused) { lines = append(lines, r) }}}
+	data, _ := json.MarshalIndent(f.Build(), "", " ")
+	if !strings.Contains(string(data), "\"nodes\": [],\n") {
+		t.Fatalf("no node: %s", data)
+	}
+	for _, obj := range []any{node("n2", "1", true, "192.168.0.2"), node("n1", "1", true, "", internal("10.0.0.1")),
+		node("n3", "1", true, "127.0.0.1"),
+		service("default", "web", []string{"10.96.0.20"}, corev1.ServicePort{Port: 80}),
+		slice("default", "web-1", "web", []discoveryv1.EndpointPort{{Port: ptr(int32(8080))}},
+			endpoint("10.0.1.5", "web-0", nil, nil))} {
+		var store cache.Store
+		switch obj.(type) {
+		case *corev1.Node:
+			store = f.nodes.GetStore()
+		case *corev1.Service:
+			store = f.services.GetStore()
+		default:
+			store = f.slices.GetStore()
+		}
+		if err := store.Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := f.Build()
+	if !reflect.DeepEqual(file.Nodes, []Node{{Name: "n1", Tunnel: "10.0.0.1"}, {Name: "n2", Tunnel: "192.168.0.2"}}) {
+		t.Fatalf("nodes %+v", file.Nodes)
+	}
+	if len(file.Services) != 1 || file.Services[0].Ports[0].Endpoints[0].Node != "node-web-0" {
+		t.Fatalf("services %+v", file.Services)
+	}
+	if len(lines) != 1 || lines[0].Resource != "nodes" || lines[0].Name != "n3" {
+		t.Fatalf("refusals logged: %+v", lines)
+	}
+	if _, err := EncodeTable(file); err != nil {
+		t.Fatalf("the file as a table: %v", err)
 	}
 }

@@ -12,19 +12,23 @@ import (
 	"hash/crc32"
 	"math/bits"
 	"net/netip"
+	"sort"
 )
 
 const (
-	tableVersion       = 1
-	tableHeaderBytes   = 112
-	tableSections      = 8
+	tableVersion       = 2
+	tableHeaderBytes   = 120
+	tableSections      = 9
 	checksummedFrom    = 16 // the header's file_bytes field: everything after the checksum
 	apiReachableFlag   = 1
 	endpointHasRdmagw  = 1
+	nodeHasTunnel      = 1
+	noNode             = 0xFFFFFFFF // an endpoint's node index when it names none
 	serviceRecordBytes = 32
 	addressBytes       = 16
 	portRecordBytes    = 32
 	endpointBytes      = 40
+	nodeRecordBytes    = 32
 	slotBytes          = 24
 )
 
@@ -160,6 +164,20 @@ func EncodeTable(f File) ([]byte, error) {
 		value uint32
 	}
 	clusterKeys, endpointKeys := make([]keyed, 0, nClusterKeys), make([]keyed, 0, nEndpoints)
+	// An endpoint's node is an index into the nodes section, which is in
+	// name order: known only once every name is, so the records get the
+	// name's order of appearance first (nodeIDs), rewritten at the end.
+	nodeIDs := map[string]uint32{}
+	var nodeNames []string
+	nodeID := func(name string) uint32 {
+		id, ok := nodeIDs[name]
+		if !ok {
+			id = uint32(len(nodeNames))
+			nodeIDs[name] = id
+			nodeNames = append(nodeNames, name)
+		}
+		return id
+	}
 	nPorts, nEndpoints, nIPs = 0, 0, 0 // now the next record of each
 	for si, s := range f.Services {
 		rec := record(&services, serviceRecordBytes)
@@ -216,11 +234,14 @@ func EncodeTable(f File) ([]byte, error) {
 					erec[19] = endpointHasRdmagw
 				}
 				le.PutUint32(erec[20:], uint32(nPorts))
-				pod, node := w.add(e.Pod), w.intern(e.Node)
+				pod := w.add(e.Pod)
 				le.PutUint32(erec[24:], pod.offset)
 				le.PutUint32(erec[28:], pod.length)
-				le.PutUint32(erec[32:], node.offset)
-				le.PutUint32(erec[36:], node.length)
+				node := uint32(noNode)
+				if e.Node != "" {
+					node = nodeID(e.Node)
+				}
+				le.PutUint32(erec[32:], node)
 				endpointKeys = append(endpointKeys, keyed{indexKey{a, uint16(e.Port)}, uint32(nEndpoints)})
 				if state == stateCodes[StateReady] {
 					ready = le.AppendUint32(ready, uint32(nEndpoints))
@@ -232,6 +253,47 @@ func EncodeTable(f File) ([]byte, error) {
 			nPorts++
 		}
 	}
+	// The nodes with a tunnel join those the endpoints name; a name twice
+	// would give a node's endpoints two records to choose from.
+	tunnels := make(map[string][16]byte, len(f.Nodes))
+	for ni, n := range f.Nodes {
+		if n.Name == "" {
+			return nil, fmt.Errorf("nodes[%d]: no name", ni)
+		}
+		if _, twice := tunnels[n.Name]; twice {
+			return nil, fmt.Errorf("nodes[%d]: %q is listed twice", ni, n.Name)
+		}
+		a, err := addressKey(n.Tunnel)
+		if err != nil {
+			return nil, fmt.Errorf("nodes[%d].tunnel: %w", ni, err)
+		}
+		tunnels[n.Name] = a
+		nodeID(n.Name)
+	}
+	byName := make([]uint32, len(nodeNames)) // the records' order: ids by name
+	for i := range byName {
+		byName[i] = uint32(i)
+	}
+	sort.Slice(byName, func(i, j int) bool { return nodeNames[byName[i]] < nodeNames[byName[j]] })
+	nodeIndex := make([]uint32, len(nodeNames)) // id -> record
+	nodes := make([]byte, 0, len(nodeNames)*nodeRecordBytes)
+	for i, id := range byName {
+		nodeIndex[id] = uint32(i)
+		rec := record(&nodes, nodeRecordBytes)
+		name := w.intern(nodeNames[id])
+		le.PutUint32(rec[0:], name.offset)
+		le.PutUint32(rec[4:], name.length)
+		if a, ok := tunnels[nodeNames[id]]; ok {
+			copy(rec[8:24], a[:])
+			le.PutUint32(rec[24:], nodeHasTunnel)
+		}
+	}
+	for at := 0; at < len(endpoints); at += endpointBytes {
+		if id := le.Uint32(endpoints[at+32:]); id != noNode {
+			le.PutUint32(endpoints[at+32:], nodeIndex[id])
+		}
+	}
+
 	encodeIndex := func(keys []keyed) []byte {
 		index := newIndex(len(keys))
 		for _, k := range keys {
@@ -266,6 +328,7 @@ func EncodeTable(f File) ([]byte, error) {
 		{ready, len(ready) / 4},
 		{clusterIndex, len(clusterIndex) / slotBytes},
 		{endpointIndex, len(endpointIndex) / slotBytes},
+		{nodes, len(nodes) / nodeRecordBytes},
 	}
 	align := func(n int) int { return (n + 7) &^ 7 }
 	header := make([]byte, tableHeaderBytes)
