@@ -47,6 +47,18 @@ struct PeerCidr {
 // Whether an endpoint is on an address of this host (LocalAddresses).
 using LocalAddressTest = std::function<bool(const Endpoint&)>;
 
+// The entry of `targets` that `TargetRule::this_node` stands for.
+inline constexpr std::string_view kThisNodeTarget = "services:this-node";
+
+// What the entries of `targets` that name no fixed endpoint ask about one;
+// a test left empty covers nothing.
+struct TargetFacts {
+  LocalAddressTest is_local;  // tcp:self:PORT: the address is this host's
+  // services:this-node: the services table lists it as an endpoint without
+  // a sidecar, on a node whose node-mode rdmagw is this one.
+  std::function<bool(const Endpoint&)> on_this_node;
+};
+
 // An entry of `targets`: an endpoint peers may open, and which peers may
 // (docs/security.md, "Authorization by peer").
 struct TargetRule {
@@ -55,15 +67,18 @@ struct TargetRule {
   // is not known when the file is written (docs/configuration.md, targets).
   // `target` then holds 0.0.0.0:PORT, its address unused.
   bool self = false;
+  // `services:this-node`: any endpoint the services table lists on this
+  // node (a node-mode rdmagw's pods, docs/kubernetes.md); `target` unused.
+  bool this_node = false;
   // Peers by the address of their end of the session (the tunnel address
   // they dialed from), and (mode cert) by the node name their certificate
   // proves: both empty, any authenticated peer.
   std::vector<RouteMatch> peer_cidrs;
   std::vector<std::string> peer_names;
   std::string to_string() const;  // the endpoint, then " peers: a, b" if restricted
-  // Whether this entry is about `t` (`is_local`: whether an address is this
-  // host's, for `self` entries; empty, they cover nothing).
-  bool covers(const Endpoint& t, const LocalAddressTest& is_local) const;
+  // Whether this entry is about `t` (`facts` decide the entries that name
+  // no fixed endpoint).
+  bool covers(const Endpoint& t, const TargetFacts& facts) const;
   bool operator==(const TargetRule& other) const { return to_string() == other.to_string(); }
 };
 
@@ -275,17 +290,17 @@ struct Config {
   // Whether a peer at `peer` (its end of the session), proven to be node
   // `peer_name` (mode cert; empty otherwise), may open `target`. `peer` null
   // (its address unknown): only entries open to it by name, or to every peer.
-  // `is_local` decides `tcp:self:PORT` entries.
+  // `facts` decide `tcp:self:PORT` and `services:this-node` entries.
   TargetRefusal target_refusal(const Endpoint& target, const sockaddr* peer, std::string_view peer_name = {},
-                               const LocalAddressTest& is_local = {}) const;
+                               const TargetFacts& facts = {}) const;
   bool target_allowed(const Endpoint& target, const sockaddr* peer, std::string_view peer_name = {},
-                      const LocalAddressTest& is_local = {}) const {
-    return target_refusal(target, peer, peer_name, is_local) == TargetRefusal::kNone;
+                      const TargetFacts& facts = {}) const {
+    return target_refusal(target, peer, peer_name, facts) == TargetRefusal::kNone;
   }
   // Whether any entry lists `target` (a takeover's streams, opened before).
-  bool target_listed(const Endpoint& target, const LocalAddressTest& is_local = {}) const {
+  bool target_listed(const Endpoint& target, const TargetFacts& facts = {}) const {
     for (const auto& rule : targets)
-      if (rule.covers(target, is_local)) return true;
+      if (rule.covers(target, facts)) return true;
     return false;
   }
 };

@@ -55,7 +55,9 @@ std::string_view transport_mode_name(TransportMode mode) {
 }
 
 std::string TargetRule::to_string() const {
-  std::string s = self ? "tcp:self:" + std::to_string(endpoint_port(target)) : target.to_string();
+  std::string s = this_node ? std::string(kThisNodeTarget)
+                  : self    ? "tcp:self:" + std::to_string(endpoint_port(target))
+                            : target.to_string();
   std::vector<std::string> who;
   for (const auto& c : peer_cidrs) who.push_back(c.to_string());
   who.insert(who.end(), peer_names.begin(), peer_names.end());
@@ -63,16 +65,18 @@ std::string TargetRule::to_string() const {
   return s;
 }
 
-bool TargetRule::covers(const Endpoint& t, const LocalAddressTest& is_local) const {
+bool TargetRule::covers(const Endpoint& t, const TargetFacts& facts) const {
+  if (this_node) return t.kind == Endpoint::Kind::kTcp && facts.on_this_node && facts.on_this_node(t);
   if (!self) return target == t;
-  return t.kind == Endpoint::Kind::kTcp && endpoint_port(t) == endpoint_port(target) && is_local && is_local(t);
+  return t.kind == Endpoint::Kind::kTcp && endpoint_port(t) == endpoint_port(target) && facts.is_local &&
+         facts.is_local(t);
 }
 
 TargetRefusal Config::target_refusal(const Endpoint& t, const sockaddr* peer, std::string_view peer_name,
-                                     const LocalAddressTest& is_local) const {
+                                     const TargetFacts& facts) const {
   TargetRefusal why = TargetRefusal::kNotListed;
   for (const auto& rule : targets) {
-    if (!rule.covers(t, is_local)) continue;
+    if (!rule.covers(t, facts)) continue;
     if (rule.peer_cidrs.empty() && rule.peer_names.empty()) return TargetRefusal::kNone;
     for (const RouteMatch& cidr : rule.peer_cidrs)
       if (peer && cidr.matches(peer)) return TargetRefusal::kNone;
@@ -333,6 +337,7 @@ class Parser {
   std::vector<std::string> parse_peers(const Value& v, Config* cfg);
   std::vector<ListenUse> parse_listeners(const Value& v, const std::vector<std::string>& peer_names, Config* cfg);
   void parse_targets(const Value& v, Config* cfg);
+  std::string services_file_;  // services.file, read before targets
   void parse_access_log(const Value& v, AccessLogConfig* a);
   void parse_local_legs(const Value& v, LocalLegsConfig* l);
   void parse_cert_auth(const Value& v, const Fields& f, const Value* mode, AuthConfig* a);
@@ -513,6 +518,18 @@ std::optional<Endpoint> Parser::get_endpoint(const Value& v) {
 
 std::optional<TargetRule> Parser::get_target(const Value& v) {
   constexpr std::string_view kSelf = "tcp:self:";
+  if (v.node.IsScalar() && v.node.Scalar() == kThisNodeTarget) {
+    // The table says which endpoints are this node's: without one, none.
+    if (services_file_.empty()) {
+      error(
+          v.mark, v.path,
+          std::string(kThisNodeTarget) + " needs services.file (the table that says which endpoints are this node's)");
+      return std::nullopt;
+    }
+    TargetRule rule;
+    rule.this_node = true;
+    return rule;
+  }
   if (!v.node.IsScalar() || !std::string_view(v.node.Scalar()).starts_with(kSelf)) {
     auto ep = get_endpoint(v);
     return ep ? std::optional<TargetRule>(TargetRule{*ep}) : std::nullopt;
@@ -641,6 +658,7 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
   std::vector<ListenUse> listens;
   if (const Value* v = find(fields, "listeners")) listens = parse_listeners(*v, peer_names, cfg);
 
+  services_file_ = cfg->services.file;
   if (const Value* v = find(fields, "targets")) parse_targets(*v, cfg);
 
   if (const Value* v = find(fields, "shutdown_timeout_ms")) {

@@ -150,6 +150,9 @@ void Runtime::worker_thread(unsigned index) {
   {
     Worker worker(index, std::move(config), std::move(listeners), tunnel_, stop_level_, *metrics_[index],
                   *mailboxes_[index], *directory_, access_log_file_);
+    // The table before the streams a takeover brings: whether their targets
+    // are allowed may depend on it (services:this-node).
+    worker.set_services(services_feed_.state().table);
     if (index < worker_imports_.size()) worker.import_on_init(std::move(worker_imports_[index]), inherited_fds_);
     if (local_redirect_) worker.redirect_local_legs(*local_redirect_);
     std::string error = pin_error;

@@ -651,6 +651,40 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
   reject("no route matches", destination);
 }
 
+bool Worker::on_this_node(const Endpoint& target) {
+  const ServiceTable* table = services_.table().get();
+  if (!table || target.addr.ss_family != AF_INET) return false;
+  const auto& in = reinterpret_cast<const sockaddr_in&>(target.addr);
+  ServiceTable::EndpointRef ref = table->find_endpoint(ntohl(in.sin_addr.s_addr), ntohs(in.sin_port));
+  // Its own sidecar carries an endpoint that has one; the node's rdmagw
+  // only the others.
+  if (!ref.endpoint || ServiceTable::has_rdmagw(*ref.endpoint)) return false;
+  const services_table::AddressRecord* node = table->node_tunnel(*ref.endpoint);
+  if (!node) return false;
+  Endpoint tunnel;
+  auto* addr = reinterpret_cast<sockaddr_in*>(&tunnel.addr);
+  addr->sin_family = AF_INET;
+  addr->sin_addr.s_addr = htonl(ServiceTable::ipv4(*node));
+  tunnel.addr_len = sizeof(sockaddr_in);
+  return is_local_address_(tunnel);
+}
+
+sockaddr_storage Worker::service_tunnel_address(const ServiceTable& table, const ServiceTable::Endpoint& endpoint,
+                                                const sockaddr_storage& endpoint_address) const {
+  sockaddr_storage via{};  // AF_UNSPEC: reached directly
+  if (ServiceTable::has_rdmagw(endpoint)) return endpoint_address;
+  const services_table::AddressRecord* node = table.node_tunnel(endpoint);
+  if (!node) return via;
+  auto* in = reinterpret_cast<sockaddr_in*>(&via);
+  in->sin_family = AF_INET;
+  in->sin_addr.s_addr = htonl(ServiceTable::ipv4(*node));
+  Endpoint mine;
+  mine.addr = via;
+  mine.addr_len = sizeof(sockaddr_in);
+  if (is_local_address_(mine)) via.ss_family = AF_UNSPEC;
+  return via;
+}
+
 bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const sockaddr_storage& dst,
                               const std::string& destination, std::string* why_refused) {
   const ListenerConfig& l = local.socket->config;
@@ -666,12 +700,17 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
   std::string endpoint = sockaddr_to_string(address, sizeof(sockaddr_in));
   const ServicesDirect direct = config_->services.direct;
   // The endpoint's own rdmagw, when its pod has one (sidecars accept
-  // tunnels at the pod's address); peer_cidrs says which addresses may be
-  // dialled at all.
+  // tunnels at the pod's address), else its node's, when a node-mode
+  // rdmagw runs there (it accepts tunnels at the node's address and admits
+  // the endpoints of its own node, `services:this-node`); peer_cidrs says
+  // which addresses may be dialled at all. A node-mode rdmagw routing to a
+  // pod of its own node reaches it directly: a tunnel to itself would only
+  // add two hops.
+  const sockaddr_storage via = service_tunnel_address(table, *choice.endpoint, choice.address);
   tunnel::PeerLink* link = nullptr;
-  if (ServiceTable::has_rdmagw(*choice.endpoint)) {
+  if (via.ss_family != AF_UNSPEC) {
     std::string why;
-    link = discover(address, &why);
+    link = discover(reinterpret_cast<const sockaddr*>(&via), &why);
     // A label that lies (or a sidecar that is gone while its endpoint is
     // still listed ready): the endpoint's tunnel port refused this worker's
     // last dial. Only with services.direct: fallback do its connections go
@@ -684,7 +723,11 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
       link = nullptr;
     }
     if (!link && direct != ServicesDirect::kFallback) {
-      *why_refused = "the endpoint " + endpoint + " of " + table.service_name(*choice.port) + " has rdmagw, but " +
+      const std::string whose =
+          ServiceTable::has_rdmagw(*choice.endpoint)
+              ? "has rdmagw"
+              : "is behind its node's rdmagw at " + address_text(reinterpret_cast<const sockaddr*>(&via));
+      *why_refused = "the endpoint " + endpoint + " of " + table.service_name(*choice.port) + " " + whose + ", but " +
                      why + "; services.direct is " + std::string(services_direct_name(direct)) +
                      ", so it is not reached outside the tunnel";
       return true;
@@ -695,7 +738,7 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
       line.kv("service", table.service_name(*choice.port)).kv("endpoint", endpoint).kv("reason", why);
       if (suppressed) line.kv("suppressed", suppressed);
     }
-  } else if (direct == ServicesDirect::kNever) {
+  } else if (direct == ServicesDirect::kNever && !table.node_tunnel(*choice.endpoint)) {
     *why_refused = "the endpoint " + endpoint + " of " + table.service_name(*choice.port) +
                    " has no rdmagw, and services.direct is never (every endpoint through its rdmagw)";
     return true;
@@ -986,7 +1029,7 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
   TargetRefusal refusal =
       !endpoint ? TargetRefusal::kNotListed
                 : config_->target_refusal(*endpoint, peer ? reinterpret_cast<const sockaddr*>(&peer->addr) : nullptr,
-                                          proven, is_local_address_);
+                                          proven, target_facts_);
   // Never rdmagw itself, even where targets would allow it.
   std::string own = endpoint && refusal == TargetRefusal::kNone ? own_port_problem(*endpoint) : std::string();
   if (!own.empty()) refusal = TargetRefusal::kNotListed;

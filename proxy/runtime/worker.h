@@ -189,6 +189,11 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // one that services.direct keeps from being reached outside the tunnel.
   bool route_to_service(const LocalListener& listener, UniqueFd& fd, const sockaddr_storage& destination,
                         const std::string& destination_text, std::string* why_refused);
+  // Where the rdmagw that carries a Service endpoint's streams accepts
+  // tunnels: the endpoint's own (its pod's sidecar) or its node's; AF_UNSPEC
+  // when there is none, or it is this host's own (reached directly).
+  sockaddr_storage service_tunnel_address(const ServiceTable& table, const ServiceTable::Endpoint& endpoint,
+                                          const sockaddr_storage& endpoint_address) const;
   void begin_drain();
   // Another worker's connection asks to resume a session this worker holds.
   struct ResumeHandOff {
@@ -278,6 +283,9 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // Empty, or why `target` is refused: rdmagw's own admin or tunnel port.
   std::string own_port_problem(const Endpoint& target);
   LocalAddressTest is_local_address_ = [this](const Endpoint& e) { return local_addresses_.contains(e); };
+  // Whether the services table puts `target` on this node (services:this-node).
+  bool on_this_node(const Endpoint& target);
+  TargetFacts target_facts_{is_local_address_, [this](const Endpoint& e) { return on_this_node(e); }};
   // Lines about accepted tunnel connections whose peer was never admitted.
   log::LogLimiter handshake_log_{5, 20};
   tunnel::SessionSettings session_settings_;

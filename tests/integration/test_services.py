@@ -398,6 +398,70 @@ def test_an_endpoint_on_rdmagws_own_tunnel_port_is_refused(cluster):
     assert [a - b for a, b in zip(c.accepted(), before)] == [0, 0, 0, 5] and c.sentinel() == 0
 
 
+def node_mode_config(ip: str, services: Path) -> str:
+    """A node-mode rdmagw on the node (the pod's router here): it accepts
+    tunnels at the node's address and admits what the table puts on its
+    node, nothing else."""
+    return f"""node: node-b
+workers: 1
+admin: "127.0.0.1:9901"
+tunnel:
+  address: {ip}
+  tcp_port: 7471
+  transport: tcp
+  auth: {{mode: psk, key_files: [{key_file()}]}}
+services: {{file: {services}}}
+targets: ["services:this-node"]
+shutdown_timeout_ms: 2000
+"""
+
+
+def test_an_endpoint_behind_a_node_mode_rdmagw_goes_through_the_node_and_the_node_admits_only_its_own(
+        cluster, sidecar):
+    """ep4 has no sidecar, but the file says its node runs a node-mode
+    rdmagw at the node's address: the pod's connections to the Service go
+    through a tunnel to that rdmagw, which connects to ep4 (not one packet
+    from the pod to ep4 in clear). The node's rdmagw reads its own copy of
+    the table: an endpoint that copy puts on another node is refused with
+    RESET(not-allowed), however the client's copy placed it."""
+    c = cluster
+    node_ns, node_ip = c.hosts[0]
+    on_node = {**endpoint(c.ip(4), rdmagw=False), "node": "node-b"}
+    elsewhere = {**endpoint(c.ip(4), 8005, rdmagw=False), "node": "node-b"}
+    pod_view = two_services([on_node], [elsewhere])
+    pod_view["nodes"] = [{"name": "node-b", "tunnel": node_ip}]
+    node_view = two_services([on_node], [{**elsewhere, "node": "node-c"}])
+    node_view["nodes"] = [{"name": "node-b", "tunnel": node_ip}]
+    node_file = c.path.with_name("node-services.json")
+    node_file.write_text(json.dumps(node_view))
+    node = sidecar("node-b", node_mode_config(node_ip, node_file), netns=node_ns).start()
+    wait_for(lambda: run("ip", "netns", "exec", node_ns, "ss", "-Hltn", "sport = :7471").stdout, 5,
+             "the node's rdmagw")
+    c.write(pod_view)
+    c.wait_loaded(1)
+
+    clear = ["-p", "tcp", "-d", c.ip(4), "-m", "comment", "--comment", "rdmagw-test-clear"]
+    with forward_rules(c, clear):
+        before = c.accepted()
+        ends = c.run_client(f"{CLUSTER_IP}:80", 10, 20000)
+        assert ends == ["ok"] * 10, ends
+        assert [a - b for a, b in zip(c.accepted(), before)] == [0, 0, 0, 10] and c.sentinel() == 0
+        assert forward_packets(c, "rdmagw-test-clear") == 0, "bytes went from the pod to ep4 in clear"
+        assert c.sessions_to() == {node_ip}
+        shown = json.loads(c.admin("/services"))["table"][0]["ports"][0]["endpoints"][0]
+        assert shown["node"] == "node-b" and shown["node_rdmagw"] == node_ip and shown["tunnel"] == "up", shown
+
+        # ep4:8005, on node-c by the node's table: refused there.
+        before = c.accepted()
+        ends = c.run_client(f"{OTHER_CLUSTER_IP}:80", 5, 1000)
+        assert ends == ["reset"] * 5, ends
+        assert [a - b for a, b in zip(c.accepted(), before)] == [0, 0, 0, 0] and c.sentinel() == 0
+        assert forward_packets(c, "rdmagw-test-clear") == 0
+    line = wait_for(lambda: next((l for l in node.log_text().splitlines() if "event=stream_refused" in l), None), 5,
+                    "event=stream_refused on the node")
+    assert "reason=not-allowed" in line and f"tcp:{c.ip(4)}:8005" in line, line
+
+
 def test_a_reload_that_moves_services_file_reads_the_new_one(cluster):
     c = cluster
     c.write(services_file([endpoint(c.ip(1))]))

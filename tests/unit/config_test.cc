@@ -275,20 +275,43 @@ TEST_CASE("targets: tcp:self:PORT covers the port on this host's addresses only"
     return e.to_string() == "tcp:10.0.3.7:6379" || e.to_string() == "tcp:10.0.3.7:5432" ||
            e.to_string() == "tcp:10.0.3.7:6380";
   };
-  CHECK(c->target_listed(ep("tcp:10.0.3.7:6379"), mine));
-  CHECK_FALSE(c->target_listed(ep("tcp:10.0.3.8:6379"), mine));  // another host's address
-  CHECK_FALSE(c->target_listed(ep("tcp:10.0.3.7:6380"), mine));  // another port
-  CHECK_FALSE(c->target_listed(ep("tcp:10.0.3.7:6379")));        // no test of addresses: nothing is local
-  CHECK_FALSE(c->target_listed(ep("unix:/run/x.sock"), [](const Endpoint&) { return true; }));
+  CHECK(c->target_listed(ep("tcp:10.0.3.7:6379"), {mine}));
+  CHECK_FALSE(c->target_listed(ep("tcp:10.0.3.8:6379"), {mine}));  // another host's address
+  CHECK_FALSE(c->target_listed(ep("tcp:10.0.3.7:6380"), {mine}));  // another port
+  CHECK_FALSE(c->target_listed(ep("tcp:10.0.3.7:6379")));          // no test of addresses: nothing is local
+  CHECK_FALSE(c->target_listed(ep("unix:/run/x.sock"), {[](const Endpoint&) { return true; }}));
   sockaddr_storage peer = ep("tcp:10.0.1.5:1").addr;
   sockaddr_storage stranger = ep("tcp:10.0.2.5:1").addr;
-  CHECK(c->target_allowed(ep("tcp:10.0.3.7:5432"), reinterpret_cast<const sockaddr*>(&peer), {}, mine));
-  CHECK(c->target_refusal(ep("tcp:10.0.3.7:5432"), reinterpret_cast<const sockaddr*>(&stranger), {}, mine) ==
+  CHECK(c->target_allowed(ep("tcp:10.0.3.7:5432"), reinterpret_cast<const sockaddr*>(&peer), {}, {mine}));
+  CHECK(c->target_refusal(ep("tcp:10.0.3.7:5432"), reinterpret_cast<const sockaddr*>(&stranger), {}, {mine}) ==
         rdmagw::TargetRefusal::kNotForThisPeer);
 
   for (const char* bad : {"tcp:self:", "tcp:self:0", "tcp:self:65536", "tcp:self:63x", "tcp:self:123456"})
     expect_errors("node: b\ntargets:\n  - \"" + std::string(bad) + "\"\n",
                   {{3, 5, "targets[0]", "tcp:self: takes a port, 1..65535"}});
+}
+
+// services:this-node: a node-mode rdmagw admits the endpoints the services
+// table puts on its node, as the caller's test of the table says.
+TEST_CASE("targets: services:this-node covers what the table puts on this node, and needs the table",
+          "[config][auth]") {
+  auto c =
+      parse_ok(lines({"node: b", "services: {file: /run/rdmagw-k8s/services.table}",
+                      "targets:", "  - services:this-node", "  - {target: services:this-node, peers: [10.0.1.0/24]}"}));
+  REQUIRE(c->targets.size() == 2);
+  CHECK(c->targets[0].to_string() == "services:this-node");
+  CHECK(c->targets[1].to_string() == "services:this-node peers: 10.0.1.0/24");
+  rdmagw::TargetFacts facts;
+  facts.on_this_node = [](const Endpoint& e) { return e.to_string() == "tcp:10.0.3.7:8080"; };
+  CHECK(c->target_listed(ep("tcp:10.0.3.7:8080"), facts));
+  CHECK_FALSE(c->target_listed(ep("tcp:10.0.3.8:8080"), facts));
+  CHECK_FALSE(c->target_listed(ep("tcp:10.0.3.7:8080")));  // no table: nothing is this node's
+  CHECK_FALSE(c->target_listed(ep("unix:/run/x.sock"), {{}, [](const Endpoint&) { return true; }}));
+  // Not a `tcp:self:` entry: this host's own addresses are not the table's.
+  CHECK_FALSE(c->target_listed(ep("tcp:10.0.3.7:8080"), {[](const Endpoint&) { return true; }, {}}));
+
+  expect_errors("node: b\ntargets:\n  - services:this-node\n",
+                {{3, 5, "targets[0]", "services:this-node needs services.file"}});
 }
 
 TEST_CASE("defaults apply to a minimal config", "[config]") {

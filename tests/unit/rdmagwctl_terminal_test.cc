@@ -239,6 +239,15 @@ TEST_CASE("views: services shows hostile pod names and API errors escaped", "[rd
   CHECK(contains(out, kShown + "/" + kShown + "  " + kShown + "  6379 (" + kShown + ")  " + kShown + ":6379  " +
                           kShown + "  yes"));
   CHECK(contains(out, "3  " + kShown + "  " + kShown + "\n"));
+
+  // Behind its node's rdmagw: the node's tunnel address, escaped too.
+  endpoint["rdmagw"] = false;
+  endpoint["node_rdmagw"] = kHostile;
+  endpoint["tunnel"] = "down";
+  endpoint["tunnel_error"] = kHostile;
+  out = render_services(services);
+  require_terminal_safe(out);
+  CHECK(contains(out, "node's at " + kShown + ", tunnel down: " + kShown));
 }
 
 TEST_CASE("views: streams shows hostile names escaped, columns aligned", "[rdmagwctl][terminal][views]") {

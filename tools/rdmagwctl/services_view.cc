@@ -32,14 +32,16 @@ std::string source_line(const Json& status) {
   return out;
 }
 
-// The RDMAGW column: through the endpoint's rdmagw (and how its tunnel
-// stands), or not: directly, or refused (services.direct: never).
+// The RDMAGW column: through the endpoint's rdmagw or its node's (and how
+// the tunnel stands), or not: directly, or refused (services.direct: never).
 std::string rdmagw_text(const Json& endpoint, const std::string& direct) {
-  if (!bool_or(endpoint, "rdmagw")) return direct == "never" ? "no (refused)" : "no (direct)";
+  std::string node = string_or(endpoint, "node_rdmagw");
+  if (!bool_or(endpoint, "rdmagw") && node.empty()) return direct == "never" ? "no (refused)" : "no (direct)";
+  std::string out = node.empty() ? "yes" : "node's at " + node;
   std::string tunnel = string_or(endpoint, "tunnel");
-  if (tunnel.empty()) return "yes";
+  if (tunnel.empty()) return out;
   std::string error = string_or(endpoint, "tunnel_error");
-  return "yes, tunnel " + tunnel + (error.empty() ? "" : ": " + error);
+  return out + ", tunnel " + tunnel + (error.empty() ? "" : ": " + error);
 }
 
 }  // namespace
