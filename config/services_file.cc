@@ -102,22 +102,26 @@ struct Reader {
     return static_cast<uint16_t>(value->get<int64_t>());
   }
 
-  // An address connections may be sent to: never one that would land on
-  // this host whatever the file meant (loopback, unspecified: rdmagw's own
-  // admin endpoint among others), nor one no pod or Service holds
-  // (link-local, multicast, broadcast).
-  std::optional<uint32_t> ipv4(const json& value, const std::string& path) {
-    in_addr addr{};
-    if (!value.is_string() || inet_pton(AF_INET, value.get_ref<const std::string&>().c_str(), &addr) != 1) {
-      fail(path, "not an IPv4 address");
+  // An address connections may be sent to, IPv4 or IPv6: never one that
+  // would land on this host whatever the file meant (loopback, unspecified:
+  // rdmagw's own admin endpoint among others), nor one no pod or Service
+  // holds (link-local, multicast, broadcast). A v4-mapped IPv6 address is
+  // the IPv4 address it holds (the table's form for IPv4).
+  std::optional<services_table::AddressRecord> address(const json& value, const std::string& path) {
+    services_table::AddressRecord a{};
+    in_addr v4{};
+    const char* text = value.is_string() ? value.get_ref<const std::string&>().c_str() : nullptr;
+    if (text && inet_pton(AF_INET, text, &v4) == 1) {
+      a = service_address::from_ipv4(ntohl(v4.s_addr));
+    } else if (!text || inet_pton(AF_INET6, text, a.bytes) != 1) {
+      fail(path, "not an IPv4 or IPv6 address");
       return std::nullopt;
     }
-    uint32_t ip = ntohl(addr.s_addr);
-    if (const char* kind = refused_service_ipv4(ip)) {
-      fail(path, value.get_ref<const std::string&>() + " is " + kind + ": not an address a Service or pod holds");
+    if (const char* kind = service_address::refused(a)) {
+      fail(path, std::string(text) + " is " + kind + ": not an address a Service or pod holds");
       return std::nullopt;
     }
-    return ip;
+    return a;
   }
 };
 
@@ -173,7 +177,7 @@ bool parse_services_file(std::string_view text, std::shared_ptr<const ServiceTab
       if (!n.is_object()) return r.fail(npath, "not an object");
       auto name = r.string(n, npath, "name", true);
       const json* tunnel = name ? r.member(n, npath, "tunnel", true) : nullptr;
-      auto ip = tunnel ? r.ipv4(*tunnel, npath + ".tunnel") : std::nullopt;
+      auto ip = tunnel ? r.address(*tunnel, npath + ".tunnel") : std::nullopt;
       if (!ip) return false;
       if (name->empty()) return r.fail(npath + ".name", "empty");
       std::string why;
@@ -183,7 +187,7 @@ bool parse_services_file(std::string_view text, std::shared_ptr<const ServiceTab
 
   const json* services = r.array(doc, "", "services");
   if (!services) return false;
-  std::vector<uint32_t> cluster_ips;
+  std::vector<services_table::AddressRecord> cluster_ips;
   for (size_t si = 0; si < services->size(); ++si) {
     const json& s = (*services)[si];
     const std::string spath = "services[" + std::to_string(si) + "]";
@@ -196,7 +200,7 @@ bool parse_services_file(std::string_view text, std::shared_ptr<const ServiceTab
     if (!ports) return false;
     cluster_ips.clear();
     for (size_t i = 0; i < ips->size(); ++i) {
-      auto ip = r.ipv4((*ips)[i], spath + ".cluster_ips[" + std::to_string(i) + "]");
+      auto ip = r.address((*ips)[i], spath + ".cluster_ips[" + std::to_string(i) + "]");
       if (!ip) return false;
       cluster_ips.push_back(*ip);
     }
@@ -216,7 +220,7 @@ bool parse_services_file(std::string_view text, std::shared_ptr<const ServiceTab
         const std::string epath = ppath + ".endpoints[" + std::to_string(ei) + "]";
         if (!e.is_object()) return r.fail(epath, "not an object");
         const json* address = r.member(e, epath, "address", true);
-        auto ip = address ? r.ipv4(*address, epath + ".address") : std::nullopt;
+        auto ip = address ? r.address(*address, epath + ".address") : std::nullopt;
         auto target = ip ? r.port(e, epath, "port") : std::nullopt;
         auto state_text = target ? r.string(e, epath, "state", true) : std::nullopt;
         if (!state_text) return false;

@@ -72,12 +72,16 @@ std::string ipv4_text(uint32_t ip) {
   return text;
 }
 
-uint32_t ServiceTable::ipv4(const AddressRecord& a) {
+namespace service_address {
+
+bool is_ipv4(const Address& a) { return std::memcmp(a.bytes, kMappedPrefix, sizeof(kMappedPrefix)) == 0; }
+
+uint32_t ipv4(const Address& a) {
   return (uint32_t{a.bytes[12]} << 24) | (uint32_t{a.bytes[13]} << 16) | (uint32_t{a.bytes[14]} << 8) | a.bytes[15];
 }
 
-AddressRecord ServiceTable::mapped(uint32_t ip) {
-  AddressRecord a{};
+Address from_ipv4(uint32_t ip) {
+  Address a{};
   std::memcpy(a.bytes, kMappedPrefix, sizeof(kMappedPrefix));
   a.bytes[12] = static_cast<uint8_t>(ip >> 24);
   a.bytes[13] = static_cast<uint8_t>(ip >> 16);
@@ -85,6 +89,57 @@ AddressRecord ServiceTable::mapped(uint32_t ip) {
   a.bytes[15] = static_cast<uint8_t>(ip);
   return a;
 }
+
+std::string text(const Address& a) {
+  if (is_ipv4(a)) return ipv4_text(ipv4(a));
+  char out[INET6_ADDRSTRLEN] = "?";
+  inet_ntop(AF_INET6, a.bytes, out, sizeof(out));
+  return out;
+}
+
+const char* refused(const Address& a) {
+  if (is_ipv4(a)) return refused_service_ipv4(ipv4(a));
+  static constexpr uint8_t kZero[16] = {};
+  if (std::memcmp(a.bytes, kZero, 15) == 0)
+    return a.bytes[15] == 0 ? "unspecified (::)" : a.bytes[15] == 1 ? "loopback (::1)" : nullptr;
+  if (a.bytes[0] == 0xfe && (a.bytes[1] & 0xc0) == 0x80) return "link-local (fe80::/10)";
+  if (a.bytes[0] == 0xff) return "multicast (ff00::/8)";
+  return nullptr;
+}
+
+bool from_sockaddr(const sockaddr* sa, Address* address, uint16_t* port) {
+  if (sa->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    *address = from_ipv4(ntohl(in->sin_addr.s_addr));
+    *port = ntohs(in->sin_port);
+    return true;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    std::memcpy(address->bytes, &in6->sin6_addr, sizeof(address->bytes));
+    *port = ntohs(in6->sin6_port);
+    return true;
+  }
+  return false;
+}
+
+socklen_t to_sockaddr(const Address& a, uint16_t port, sockaddr_storage* out) {
+  *out = {};
+  if (is_ipv4(a)) {
+    auto* in = reinterpret_cast<sockaddr_in*>(out);
+    in->sin_family = AF_INET;
+    in->sin_addr.s_addr = htonl(ipv4(a));
+    in->sin_port = htons(port);
+    return sizeof(sockaddr_in);
+  }
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(out);
+  in6->sin6_family = AF_INET6;
+  std::memcpy(&in6->sin6_addr, a.bytes, sizeof(a.bytes));
+  in6->sin6_port = htons(port);
+  return sizeof(sockaddr_in6);
+}
+
+}  // namespace service_address
 
 std::shared_ptr<const ServiceTable> ServiceTable::open(std::shared_ptr<const TableBytes> bytes, std::string* error) {
   std::shared_ptr<ServiceTable> table(new ServiceTable(std::move(bytes)));
@@ -137,17 +192,13 @@ struct Checker {
   }
 
   bool address(const AddressRecord& a, const Where& where) {
-    if (std::memcmp(a.bytes, kMappedPrefix, sizeof(kMappedPrefix)) == 0 && !refused_service_ipv4(ServiceTable::ipv4(a)))
-        [[likely]]
+    if (!service_address::refused(a)) [[likely]]
       return true;
     return address_refused(a, where);
   }
 
   [[gnu::noinline, gnu::cold]] bool address_refused(const AddressRecord& a, const Where& where) {
-    if (std::memcmp(a.bytes, kMappedPrefix, sizeof(kMappedPrefix)) != 0)
-      return fail(error, where.text() + ": not an IPv4 address (IPv6 is not carried yet)");
-    uint32_t ip = ServiceTable::ipv4(a);
-    return fail(error, where.text() + ": " + ipv4_text(ip) + " is " + refused_service_ipv4(ip) +
+    return fail(error, where.text() + ": " + service_address::text(a) + " is " + service_address::refused(a) +
                            ": not an address a Service or pod holds");
   }
 
@@ -323,8 +374,7 @@ const IndexSlot* ServiceTable::find(std::span<const IndexSlot> index, const Addr
   return nullptr;
 }
 
-const ServiceTable::Port* ServiceTable::find_cluster_ip(uint32_t ip, uint16_t port) const {
-  const AddressRecord address = mapped(ip);
+const ServiceTable::Port* ServiceTable::find_cluster_ip(const AddressRecord& address, uint16_t port) const {
   const IndexSlot* slot = find(by_cluster_ip_, address, port);
   if (!slot) return nullptr;
   // A slot whose port does not have the key it was filed under finds nothing.
@@ -335,8 +385,7 @@ const ServiceTable::Port* ServiceTable::find_cluster_ip(uint32_t ip, uint16_t po
   return nullptr;
 }
 
-ServiceTable::EndpointRef ServiceTable::find_endpoint(uint32_t ip, uint16_t port) const {
-  const AddressRecord address = mapped(ip);
+ServiceTable::EndpointRef ServiceTable::find_endpoint(const AddressRecord& address, uint16_t port) const {
   const IndexSlot* slot = find(by_endpoint_, address, port);
   if (!slot) return {};
   const Endpoint& e = endpoints_[slot->value];

@@ -8,6 +8,8 @@
 // every sidecar of the node), or a buffer built from the services file's
 // JSON (services_file.h); either way they are checked whole before use, so
 // that every reference in them stays inside them.
+#include <sys/socket.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -29,6 +31,35 @@ std::string ipv4_text(uint32_t ip);
 // would land on this host whatever was meant (rdmagw's own admin endpoint
 // among others).
 const char* refused_service_ipv4(uint32_t ip);
+
+// Addresses as the table holds them: 16 bytes, IPv4 as ::ffff:a.b.c.d.
+namespace service_address {
+using Address = services_table::AddressRecord;
+bool is_ipv4(const Address& a);      // ::ffff:a.b.c.d
+uint32_t ipv4(const Address& a);     // host byte order; with is_ipv4()
+Address from_ipv4(uint32_t ip);      // host byte order
+std::string text(const Address& a);  // "10.96.0.10", "fd00::a"
+// The same rule for IPv6 as refused_service_ipv4() for IPv4 (an IPv4 one
+// judged as such): unspecified, loopback, link-local, multicast.
+const char* refused(const Address& a);
+// A socket address's (AF_INET or AF_INET6; a v4-mapped IPv6 one as the
+// IPv4 address it holds). False for any other family.
+bool from_sockaddr(const sockaddr* sa, Address* address, uint16_t* port);
+// The socket address to connect to: AF_INET for an IPv4 address, AF_INET6
+// otherwise. Returns its length.
+socklen_t to_sockaddr(const Address& a, uint16_t port, sockaddr_storage* out);
+}  // namespace service_address
+
+// An address and port as a key (an endpoint's streams, a ClusterIP:port's
+// Service).
+struct AddressPort {
+  services_table::AddressRecord address{};
+  uint16_t port = 0;
+  bool operator==(const AddressPort&) const = default;
+};
+struct AddressPortHash {
+  size_t operator()(const AddressPort& k) const { return services_table::slot_hash(k.address, k.port); }
+};
 
 // Kubernetes names are at most 253 bytes; anything longer is not one.
 inline constexpr size_t kMaxServiceNameBytes = 253;
@@ -90,26 +121,27 @@ class ServiceTable {
   const services_table::AddressRecord* node_tunnel(const Endpoint& e) const;
 
   // A Service's ClusterIP and port.
-  const Port* find_cluster_ip(uint32_t ip, uint16_t port) const;
+  const Port* find_cluster_ip(const services_table::AddressRecord& ip, uint16_t port) const;
+  const Port* find_cluster_ip(uint32_t ip, uint16_t port) const { return find_cluster_ip(mapped(ip), port); }
   // An endpoint by its address and target port (a headless Service's
   // clients connect to it directly): the first Service port listing it.
   struct EndpointRef {
     const Port* port = nullptr;
     const Endpoint* endpoint = nullptr;
   };
-  EndpointRef find_endpoint(uint32_t ip, uint16_t port) const;
+  EndpointRef find_endpoint(const services_table::AddressRecord& ip, uint16_t port) const;
+  EndpointRef find_endpoint(uint32_t ip, uint16_t port) const { return find_endpoint(mapped(ip), port); }
 
   // "namespace/name" of a port's Service.
   std::string service_name(const Port& port) const;
 
-  // One number for an address and port (how a worker counts an endpoint's
-  // streams).
-  static uint64_t key(uint32_t ip, uint16_t port) { return (uint64_t{ip} << 16) | port; }
+  // How a worker counts an endpoint's streams.
+  static AddressPort key(const Endpoint& e) { return {e.address, e.port}; }
 
   // An endpoint's fields.
   static uint32_t ipv4(const Endpoint& e) { return ipv4(e.address); }
-  static uint32_t ipv4(const services_table::AddressRecord& a);  // host byte order
-  static services_table::AddressRecord mapped(uint32_t ip);      // ::ffff:a.b.c.d
+  static uint32_t ipv4(const services_table::AddressRecord& a) { return service_address::ipv4(a); }
+  static services_table::AddressRecord mapped(uint32_t ip) { return service_address::from_ipv4(ip); }
   static EndpointState state(const Endpoint& e) { return static_cast<EndpointState>(e.state); }
   static bool has_rdmagw(const Endpoint& e) { return (e.flags & services_table::kEndpointHasRdmagw) != 0; }
 

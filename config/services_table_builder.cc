@@ -35,14 +35,14 @@ void ServiceTableBuilder::set_api(bool reachable, std::string_view since, std::s
 }
 
 void ServiceTableBuilder::add_service(std::string_view namespace_name, std::string_view name,
-                                      const std::vector<uint32_t>& cluster_ips) {
+                                      const std::vector<AddressRecord>& cluster_ips) {
   ServiceRecord s{};
   s.namespace_name = intern(namespace_name);
   s.name = intern(name);
   s.first_cluster_ip = static_cast<uint32_t>(cluster_ips_.size());
   s.cluster_ip_count = static_cast<uint32_t>(cluster_ips.size());
   s.first_port = static_cast<uint32_t>(ports_.size());
-  for (uint32_t ip : cluster_ips) cluster_ips_.push_back(ServiceTable::mapped(ip));
+  cluster_ips_.insert(cluster_ips_.end(), cluster_ips.begin(), cluster_ips.end());
   services_.push_back(s);
 }
 
@@ -50,12 +50,14 @@ bool ServiceTableBuilder::add_port(std::string_view name, uint16_t port, std::st
   ServiceRecord& s = services_.back();
   const auto index = static_cast<uint32_t>(ports_.size());
   for (uint32_t i = 0; i < s.cluster_ip_count; ++i) {
-    uint32_t ip = ServiceTable::ipv4(cluster_ips_[s.first_cluster_ip + i]);
-    auto [it, fresh] = cluster_ip_owner_.emplace(ServiceTable::key(ip, port), index);
+    const AddressRecord& ip = cluster_ips_[s.first_cluster_ip + i];
+    auto [it, fresh] = cluster_ip_owner_.emplace(AddressPort{ip, port}, index);
     if (!fresh) {
       const ServiceRecord& owner = services_[ports_[it->second].service];
       auto text = [this](StringRef r) { return strings_.substr(r.offset, r.length); };
-      *error = ipv4_text(ip) + ":" + std::to_string(port) + " already belongs to " + text(owner.namespace_name) + "/" +
+      std::string address = service_address::text(ip);
+      if (!service_address::is_ipv4(ip)) address = "[" + address + "]";
+      *error = address + ":" + std::to_string(port) + " already belongs to " + text(owner.namespace_name) + "/" +
                text(owner.name);
       return false;
     }
@@ -81,21 +83,21 @@ uint32_t ServiceTableBuilder::node_index(std::string_view node) {
   return it->second;
 }
 
-bool ServiceTableBuilder::add_node_tunnel(std::string_view node, uint32_t tunnel, std::string* error) {
+bool ServiceTableBuilder::add_node_tunnel(std::string_view node, const AddressRecord& tunnel, std::string* error) {
   NodeRecord& n = nodes_[node_index(node)];
   if (n.flags & kNodeHasTunnel) {
     *error = "node " + std::string(node) + " is listed twice";
     return false;
   }
   n.flags |= kNodeHasTunnel;
-  n.tunnel = ServiceTable::mapped(tunnel);
+  n.tunnel = tunnel;
   return true;
 }
 
-void ServiceTableBuilder::add_endpoint(uint32_t ip, uint16_t port, EndpointState state, bool rdmagw,
+void ServiceTableBuilder::add_endpoint(const AddressRecord& address, uint16_t port, EndpointState state, bool rdmagw,
                                        std::string_view pod, std::string_view node) {
   EndpointRecord e{};
-  e.address = ServiceTable::mapped(ip);
+  e.address = address;
   e.port = port;
   e.state = static_cast<uint8_t>(state);
   e.flags = rdmagw ? kEndpointHasRdmagw : 0;

@@ -32,17 +32,18 @@ class OwnedTableBytes final : public TableBytes {
 class ServiceTableBuilder {
  public:
   void set_api(bool reachable, std::string_view since, std::string_view error);
-  // A Service, and then its ports (IPv4 ClusterIPs, host byte order).
-  void add_service(std::string_view namespace_name, std::string_view name, const std::vector<uint32_t>& cluster_ips);
+  // A Service, and then its ports.
+  void add_service(std::string_view namespace_name, std::string_view name,
+                   const std::vector<services_table::AddressRecord>& cluster_ips);
   // A port of the last Service. False, and *error saying which Service
   // has it already, when one of its ClusterIPs with this port is taken.
   bool add_port(std::string_view name, uint16_t port, std::string* error);
-  // A node whose node-mode rdmagw accepts tunnels at `tunnel` (host byte
-  // order). False, and *error, when the node has one already.
-  bool add_node_tunnel(std::string_view node, uint32_t tunnel, std::string* error);
+  // A node whose node-mode rdmagw accepts tunnels at `tunnel`. False, and
+  // *error, when the node has one already.
+  bool add_node_tunnel(std::string_view node, const services_table::AddressRecord& tunnel, std::string* error);
   // An endpoint of the last port, on `node` ("": none named).
-  void add_endpoint(uint32_t ip, uint16_t port, EndpointState state, bool rdmagw, std::string_view pod,
-                    std::string_view node);
+  void add_endpoint(const services_table::AddressRecord& address, uint16_t port, EndpointState state, bool rdmagw,
+                    std::string_view pod, std::string_view node);
 
   // The table, laid out and checksummed.
   std::shared_ptr<OwnedTableBytes> finish() const;
@@ -61,7 +62,7 @@ class ServiceTableBuilder {
   std::vector<services_table::EndpointRecord> endpoints_;
   std::vector<services_table::NodeRecord> nodes_;
   std::unordered_map<std::string, uint32_t> node_indexes_;
-  std::unordered_map<uint64_t, uint32_t> cluster_ip_owner_;  // ServiceTable::key -> port index
+  std::unordered_map<AddressPort, uint32_t, AddressPortHash> cluster_ip_owner_;  // -> port index
 };
 
 }  // namespace rdmagw

@@ -58,12 +58,12 @@ struct EndpointTunnel {
 // GET /services: the table in use and each endpoint's open connections.
 struct ServicesReport {
   ServicesStatus status;
-  std::string direct;                              // services.direct
-  std::shared_ptr<const ServiceTable> table;       // null: none loaded
-  std::unordered_map<uint64_t, uint64_t> streams;  // by ServiceTable::key, summed over workers
-  // By endpoint address (IPv4, host order): endpoints with rdmagw some
-  // worker has a link to; the others are "idle".
-  std::unordered_map<uint32_t, EndpointTunnel> tunnels;
+  std::string direct;                                                  // services.direct
+  std::shared_ptr<const ServiceTable> table;                           // null: none loaded
+  std::unordered_map<AddressPort, uint64_t, AddressPortHash> streams;  // by ServiceTable::key, over workers
+  // By the address of the rdmagw that carries an endpoint (its own or its
+  // node's; port 0): those some worker has a link to; the others are "idle".
+  std::unordered_map<AddressPort, EndpointTunnel, AddressPortHash> tunnels;
 };
 
 // local_legs.redirect (docs/architecture.md, "Local legs past TCP").

@@ -282,30 +282,29 @@ std::string render_services_json(const ServicesReport& report) {
       w.begin_object();
       w.field("namespace", table->text(service.namespace_name)).field("name", table->text(service.name));
       w.key("cluster_ips").begin_array();
-      for (const auto& ip : table->cluster_ips(service)) w.value(ipv4_text(ServiceTable::ipv4(ip)));
+      for (const auto& ip : table->cluster_ips(service)) w.value(service_address::text(ip));
       w.end_array();
       w.key("ports").begin_array();
       for (const ServiceTable::Port& port : table->ports(service)) {
         w.begin_object().field("name", table->text(port.name)).field("port", port.port);
         w.key("endpoints").begin_array();
         for (const ServiceTable::Endpoint& e : table->endpoints(port)) {
-          const uint32_t ip = ServiceTable::ipv4(e);
           const bool rdmagw = ServiceTable::has_rdmagw(e);
           // Without a sidecar of its own, its node's rdmagw carries it, if
           // the node has one.
           const auto* node_tunnel = rdmagw ? nullptr : table->node_tunnel(e);
-          auto open = report.streams.find(ServiceTable::key(ip, e.port));
+          auto open = report.streams.find(ServiceTable::key(e));
           w.begin_object();
-          w.field("address", ipv4_text(ip)).field("port", e.port);
+          w.field("address", service_address::text(e.address)).field("port", e.port);
           w.field("state", endpoint_state_name(ServiceTable::state(e))).field("rdmagw", rdmagw);
           w.field("pod", table->text(e.pod)).field("node", table->node_name(e));
-          if (node_tunnel) w.field("node_rdmagw", ipv4_text(ServiceTable::ipv4(*node_tunnel)));
+          if (node_tunnel) w.field("node_rdmagw", service_address::text(*node_tunnel));
           w.field("streams", open == report.streams.end() ? uint64_t{0} : open->second);
           // Endpoints reached through an rdmagw: how the tunnel to it stands
           // (a refused or failing dial shows here, with services.direct
           // deciding what happens to their connections meanwhile).
           if (rdmagw || node_tunnel) {
-            auto tunnel = report.tunnels.find(rdmagw ? ip : ServiceTable::ipv4(*node_tunnel));
+            auto tunnel = report.tunnels.find(AddressPort{rdmagw ? e.address : *node_tunnel, 0});
             bool known = tunnel != report.tunnels.end();
             w.field("tunnel", known ? tunnel->second.state : std::string("idle"));
             w.field("tunnel_error", known ? tunnel->second.error : std::string());

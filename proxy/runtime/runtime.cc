@@ -585,7 +585,7 @@ bool Runtime::services(admin::ServicesReport* out, std::string* error) {
   out->direct = std::string(services_direct_name(config()->services.direct));
   out->table = state.table;
   struct PerWorker {
-    std::unordered_map<uint64_t, uint64_t> streams;
+    ServiceRouter::OpenCounts streams;
     std::vector<Worker::DiscoveredState> links;
   };
   auto asked = std::make_shared<std::vector<PerWorker>>(mailboxes_.size());
@@ -609,9 +609,13 @@ bool Runtime::services(admin::ServicesReport* out, std::string* error) {
   for (const PerWorker& worker : *asked) {
     for (const auto& [key, open] : worker.streams) out->streams[key] += open;
     for (const Worker::DiscoveredState& link : worker.links) {
-      in_addr a{};
-      if (inet_pton(AF_INET, link.address.c_str(), &a) != 1) continue;
-      admin::EndpointTunnel& t = out->tunnels[ntohl(a.s_addr)];
+      AddressPort at;
+      in_addr v4{};
+      if (inet_pton(AF_INET, link.address.c_str(), &v4) == 1)
+        at.address = service_address::from_ipv4(ntohl(v4.s_addr));
+      else if (inet_pton(AF_INET6, link.address.c_str(), at.address.bytes) != 1)
+        continue;
+      admin::EndpointTunnel& t = out->tunnels[at];
       if (t.state.empty() || rank(link.state) < rank(t.state)) t.state = std::string(link.state);
       if (link.state == "down" && t.error.empty()) t.error = link.error;
     }

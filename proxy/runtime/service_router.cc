@@ -14,18 +14,17 @@ void ServiceRouter::set_table(std::shared_ptr<const ServiceTable> table) {
   std::erase_if(loads_, [](const auto& entry) { return entry.second->open == 0; });
 }
 
-std::shared_ptr<local::EndpointLoad>& ServiceRouter::load(uint32_t ip, uint16_t port) {
-  auto& slot = loads_[ServiceTable::key(ip, port)];
+std::shared_ptr<local::EndpointLoad>& ServiceRouter::load(const ServiceTable::Endpoint& endpoint) {
+  auto& slot = loads_[ServiceTable::key(endpoint)];
   if (!slot) slot = std::make_shared<local::EndpointLoad>();
   return slot;
 }
 
 ServiceRouter::Choice ServiceRouter::choose(const sockaddr* destination) {
   Choice choice;
-  if (!table_ || destination->sa_family != AF_INET) return choice;
-  const auto* in = reinterpret_cast<const sockaddr_in*>(destination);
-  uint32_t ip = ntohl(in->sin_addr.s_addr);
-  uint16_t port = ntohs(in->sin_port);
+  services_table::AddressRecord ip{};
+  uint16_t port = 0;
+  if (!table_ || !service_address::from_sockaddr(destination, &ip, &port)) return choice;
   const ServiceTable::Endpoint* endpoint = nullptr;
   if (const ServiceTable::Port* service = table_->find_cluster_ip(ip, port)) {
     choice.port = service;
@@ -43,9 +42,7 @@ ServiceRouter::Choice ServiceRouter::choose(const sockaddr* destination) {
       if (b >= a) ++b;
       const ServiceTable::Endpoint& first = table_->ready(*service, a);
       const ServiceTable::Endpoint& second = table_->ready(*service, b);
-      endpoint = load(ServiceTable::ipv4(second), second.port)->open < load(ServiceTable::ipv4(first), first.port)->open
-                     ? &second
-                     : &first;
+      endpoint = load(second)->open < load(first)->open ? &second : &first;
     }
   } else {
     // A headless Service's clients dial an endpoint itself. Not ready or
@@ -58,15 +55,12 @@ ServiceRouter::Choice ServiceRouter::choose(const sockaddr* destination) {
   }
   choice.kind = Choice::Kind::kEndpoint;
   choice.endpoint = endpoint;
-  auto* address = reinterpret_cast<sockaddr_in*>(&choice.address);
-  address->sin_family = AF_INET;
-  address->sin_addr.s_addr = htonl(ServiceTable::ipv4(*endpoint));
-  address->sin_port = htons(endpoint->port);
-  choice.lease = local::EndpointLease(load(ServiceTable::ipv4(*endpoint), endpoint->port));
+  choice.address_len = service_address::to_sockaddr(endpoint->address, endpoint->port, &choice.address);
+  choice.lease = local::EndpointLease(load(*endpoint));
   return choice;
 }
 
-void ServiceRouter::count_open(std::unordered_map<uint64_t, uint64_t>* out) const {
+void ServiceRouter::count_open(OpenCounts* out) const {
   for (const auto& [key, load] : loads_)
     if (load->open) (*out)[key] += load->open;
 }

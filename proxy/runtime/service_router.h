@@ -33,7 +33,8 @@ class ServiceRouter {
     Kind kind = Kind::kUnknown;
     const ServiceTable::Port* port = nullptr;
     const ServiceTable::Endpoint* endpoint = nullptr;
-    sockaddr_storage address{};  // the endpoint's address and port (a sockaddr_in)
+    sockaddr_storage address{};  // the endpoint's address and port (AF_INET or AF_INET6)
+    socklen_t address_len = 0;
     local::EndpointLease lease;  // counts the connection towards the endpoint while it lives
   };
 
@@ -44,13 +45,14 @@ class ServiceRouter {
   // choice's pointers are valid until the next set_table().
   Choice choose(const sockaddr* destination);
   // Endpoints with open connections on this worker, by ServiceTable::key.
-  void count_open(std::unordered_map<uint64_t, uint64_t>* out) const;
+  using OpenCounts = std::unordered_map<AddressPort, uint64_t, AddressPortHash>;
+  void count_open(OpenCounts* out) const;
 
  private:
-  std::shared_ptr<local::EndpointLoad>& load(uint32_t ip, uint16_t port);
+  std::shared_ptr<local::EndpointLoad>& load(const ServiceTable::Endpoint& endpoint);
 
   std::shared_ptr<const ServiceTable> table_;
-  std::unordered_map<uint64_t, std::shared_ptr<local::EndpointLoad>> loads_;
+  std::unordered_map<AddressPort, std::shared_ptr<local::EndpointLoad>, AddressPortHash> loads_;
   std::minstd_rand random_{std::random_device{}()};
 };
 

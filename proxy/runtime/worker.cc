@@ -369,7 +369,7 @@ bool Worker::hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::s
   auto handed = std::make_shared<HandedStream>(HandedStream{std::move(fd), listener, link.name(), target});
   if (direct) {
     handed->direct = *direct;
-    handed->direct_length = sizeof(sockaddr_in);
+    handed->direct_length = direct->ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
   }
   if (!directory_.post(*to, [target_worker, handed] { target_worker->carry_handed_stream(*handed); })) {
     fd = std::move(handed->fd);  // still ours: carried here
@@ -653,19 +653,19 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
 
 bool Worker::on_this_node(const Endpoint& target) {
   const ServiceTable* table = services_.table().get();
-  if (!table || target.addr.ss_family != AF_INET) return false;
-  const auto& in = reinterpret_cast<const sockaddr_in&>(target.addr);
-  ServiceTable::EndpointRef ref = table->find_endpoint(ntohl(in.sin_addr.s_addr), ntohs(in.sin_port));
+  services_table::AddressRecord address{};
+  uint16_t port = 0;
+  if (!table || target.kind != Endpoint::Kind::kTcp ||
+      !service_address::from_sockaddr(reinterpret_cast<const sockaddr*>(&target.addr), &address, &port))
+    return false;
+  ServiceTable::EndpointRef ref = table->find_endpoint(address, port);
   // Its own sidecar carries an endpoint that has one; the node's rdmagw
   // only the others.
   if (!ref.endpoint || ServiceTable::has_rdmagw(*ref.endpoint)) return false;
   const services_table::AddressRecord* node = table->node_tunnel(*ref.endpoint);
   if (!node) return false;
   Endpoint tunnel;
-  auto* addr = reinterpret_cast<sockaddr_in*>(&tunnel.addr);
-  addr->sin_family = AF_INET;
-  addr->sin_addr.s_addr = htonl(ServiceTable::ipv4(*node));
-  tunnel.addr_len = sizeof(sockaddr_in);
+  tunnel.addr_len = service_address::to_sockaddr(*node, 0, &tunnel.addr);
   return is_local_address_(tunnel);
 }
 
@@ -675,12 +675,9 @@ sockaddr_storage Worker::service_tunnel_address(const ServiceTable& table, const
   if (ServiceTable::has_rdmagw(endpoint)) return endpoint_address;
   const services_table::AddressRecord* node = table.node_tunnel(endpoint);
   if (!node) return via;
-  auto* in = reinterpret_cast<sockaddr_in*>(&via);
-  in->sin_family = AF_INET;
-  in->sin_addr.s_addr = htonl(ServiceTable::ipv4(*node));
   Endpoint mine;
-  mine.addr = via;
-  mine.addr_len = sizeof(sockaddr_in);
+  mine.addr_len = service_address::to_sockaddr(*node, 0, &mine.addr);
+  via = mine.addr;
   if (is_local_address_(mine)) via.ss_family = AF_UNSPEC;
   return via;
 }
@@ -697,7 +694,7 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
     return true;
   }
   const auto* address = reinterpret_cast<const sockaddr*>(&choice.address);
-  std::string endpoint = sockaddr_to_string(address, sizeof(sockaddr_in));
+  std::string endpoint = sockaddr_to_string(address, choice.address_len);
   const ServicesDirect direct = config_->services.direct;
   // The endpoint's own rdmagw, when its pod has one (sidecars accept
   // tunnels at the pod's address), else its node's, when a node-mode
@@ -754,13 +751,13 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
     // The file names where this goes: never rdmagw's own admin or tunnel port.
     Endpoint direct_to;
     direct_to.addr = choice.address;
-    direct_to.addr_len = sizeof(sockaddr_in);
+    direct_to.addr_len = choice.address_len;
     if (std::string own = own_port_problem(direct_to); !own.empty()) {
       *why_refused = "the endpoint " + endpoint + " of " + table.service_name(*choice.port) + ": " + own;
       return true;
     }
     local.counters->accepted.add();
-    local::DirectPipe::start(*host_, std::move(fd), choice.address, sizeof(sockaddr_in), l.name, local.counters,
+    local::DirectPipe::start(*host_, std::move(fd), choice.address, choice.address_len, l.name, local.counters,
                              std::move(choice.lease));
     return true;
   }
@@ -772,7 +769,7 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
   if (hand_over_stream(*link, fd, l.name, target, fallback)) return true;
   auto* stream = local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, link->name(), target,
                                                  destination, std::move(choice.lease));
-  if (fallback) stream->reach_directly_if_refused(*fallback, sizeof(sockaddr_in));
+  if (fallback) stream->reach_directly_if_refused(*fallback, choice.address_len);
   link->submit(stream);
   return true;
 }

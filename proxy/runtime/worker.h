@@ -85,7 +85,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // The services file changed (read by the main thread).
   void set_services(std::shared_ptr<const ServiceTable> table) { services_.set_table(std::move(table)); }
   // Open connections per Service endpoint (by ServiceTable::key), added to *out.
-  void count_service_streams(std::unordered_map<uint64_t, uint64_t>* out) const { services_.count_open(out); }
+  void count_service_streams(ServiceRouter::OpenCounts* out) const { services_.count_open(out); }
   // The links `peer: destination` and Services made, by address: their
   // state (PeerLink::state_name) and last dial failure.
   struct DiscoveredState {

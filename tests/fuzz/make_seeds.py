@@ -227,14 +227,25 @@ def services_file_seeds() -> None:
                                 {**ep, "address": "10.0.3.1", "node": "n2", "pod": "kv-0", "rdmagw": False},
                                 {"address": "10.0.3.2", "port": 6380, "state": "ready", "rdmagw": False}, ep]}]}]}
     write("fuzz_services_file", json.dumps(behind).encode())
-    services_table_seeds(full, behind)
+    # A dual-stack Service: a ClusterIP and endpoints of each family under
+    # one port, and a node-mode rdmagw on an IPv6 tunnel.
+    dual = {"format": "rdmagw-services/1", "api": full["api"],
+            "nodes": [{"name": "n1", "tunnel": "10.0.0.1"}, {"name": "n6", "tunnel": "fd00::6"}],
+            "services": [{"namespace": "default", "name": "kv6", "cluster_ips": ["fd00:96::a", "10.96.0.14"],
+                          "ports": [{"name": "kv", "port": 80, "endpoints": [
+                              {**ep, "address": "10.0.4.1", "pod": "kv6-0"},
+                              {**ep, "address": "fd00:10::1", "node": "n6", "pod": "kv6-0", "rdmagw": False},
+                              {**ep, "address": "fd00:10::2", "state": "not-ready", "node": "n6", "pod": "kv6-1",
+                               "rdmagw": False}]}]}]}
+    write("fuzz_services_file", json.dumps(dual).encode())
+    services_table_seeds(full, behind, dual)
 
 
-def services_table_seeds(full: dict, behind: dict) -> None:
+def services_table_seeds(full: dict, behind: dict, dual: dict) -> None:
     """Tables as rdmagw-k8s writes them (its --table-from, so the seeds are
     the production writer's bytes): the full file, an empty one, one
-    Service with many endpoints (index searches that wrap), and one with
-    nodes behind a node-mode rdmagw."""
+    Service with many endpoints (index searches that wrap), one with
+    nodes behind a node-mode rdmagw, and a dual-stack one."""
     import subprocess
     import tempfile
     go = shutil.which("go") or "/usr/local/go/bin/go"
@@ -248,7 +259,7 @@ def services_table_seeds(full: dict, behind: dict) -> None:
         agent = Path(tmp) / "rdmagw-k8s"
         subprocess.run([go, "build", "-o", str(agent), "."], cwd=ROOT / "tools" / "rdmagw-k8s", check=True,
                        env=dict(os.environ, CGO_ENABLED="0"))
-        for content in (full, many, empty, behind):
+        for content in (full, many, empty, behind, dual):
             source, table = Path(tmp) / "services.json", Path(tmp) / "services.table"
             source.write_text(json.dumps(content))
             subprocess.run([str(agent), "--table-from", str(source), "--table", str(table)], check=True)

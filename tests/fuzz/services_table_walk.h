@@ -17,7 +17,7 @@ inline void walk_services_table(const ServiceTable& table, bool whole) {
   for (const auto& service : table.services()) {
     for (const auto& port : table.ports(service)) {
       for (const auto& ip : table.cluster_ips(service)) {
-        const ServiceTable::Port* found = table.find_cluster_ip(ServiceTable::ipv4(ip), port.port);
+        const ServiceTable::Port* found = table.find_cluster_ip(ip, port.port);
         // The first Service with that ClusterIP and port answers: one with it.
         if (!found) {
           if (whole) __builtin_trap();
@@ -32,18 +32,19 @@ inline void walk_services_table(const ServiceTable& table, bool whole) {
       for (size_t r = 0; r < table.ready_count(port); ++r)
         if (ServiceTable::state(table.ready(port, r)) != EndpointState::kReady) __builtin_trap();
       for (const auto& e : table.endpoints(port)) {
-        auto found = table.find_endpoint(ServiceTable::ipv4(e), e.port);
+        auto found = table.find_endpoint(e.address, e.port);
         if (!found.endpoint) {
           if (whole) __builtin_trap();
           continue;
         }
-        if (ServiceTable::ipv4(*found.endpoint) != ServiceTable::ipv4(e) || found.endpoint->port != e.port ||
+        if (found.endpoint->address != e.address || found.endpoint->port != e.port ||
             found.port != &table.ports()[found.endpoint->port_index])
           __builtin_trap();
         (void)endpoint_state_name(ServiceTable::state(e));
         (void)table.text(e.pod).size();
         (void)table.node_name(e).size();
-        if (const auto* tunnel = table.node_tunnel(e)) (void)ServiceTable::ipv4(*tunnel);
+        if (const auto* tunnel = table.node_tunnel(e)) (void)service_address::text(*tunnel).size();
+        (void)service_address::text(e.address).size();
       }
       endpoints += table.endpoints(port).size();
       (void)table.service_name(port);

@@ -3,7 +3,7 @@
 namespace (as a user iptables redirects). Every socket is driven from one
 thread, non-blocking, so a reset is read as a reset and never as an EOF.
 
-  fleet_client.py run IP:PORT:CONNECTIONS:BYTES ...
+  fleet_client.py run IP:PORT:CONNECTIONS:BYTES ...   (IP: IPv4, or IPv6 unbracketed)
       Connects CONNECTIONS times to each address at once, sends BYTES of
       seeded random data, half-closes, reads the echo to its end. Prints one
       JSON list: {"dest", "end": "ok" | "reset" | "short" | "timeout" | "refused"}.
@@ -39,7 +39,7 @@ class Conn:
         self.got = hashlib.sha256()
         self.got_len = 0
         self.end: str | None = None
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setblocking(False)
         rc = self.sock.connect_ex((ip, int(port)))
         if rc not in (0, errno.EINPROGRESS):
@@ -73,7 +73,7 @@ class Conn:
 def run(specs: list[str], bound_s: float = 60) -> list[dict]:
     conns = []
     for spec in specs:
-        ip, port, count, size = spec.split(":")
+        ip, port, count, size = spec.rsplit(":", 3)
         for i in range(int(count)):
             conns.append(Conn(f"{ip}:{port}", seed=hash((ip, i)) & 0xFFFFFFFF, size=int(size)))
     sel = selectors.DefaultSelector()

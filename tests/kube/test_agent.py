@@ -116,9 +116,9 @@ def node(name: str, node_mode: bool, tunnel: str = "") -> dict:
 
 def test_nodes_labelled_node_mode_are_written_with_their_tunnel_address(kube: Kube, agent_bin, namespace):
     """A node labelled rdmagw.io/node-mode is written with the address of its
-    annotation, else its InternalIP (an IPv6 one does not count); a node
-    without the label is not, whatever it says; an annotation that is no
-    address a node may hold leaves the node out, logged."""
+    annotation, else its first IPv4 InternalIP, else its first IPv6 one; a
+    node without the label is not, whatever it says; an annotation that is
+    no address a node may hold leaves the node out, logged."""
     names = {n: f"{namespace}-{n}" for n in ("annotated", "internal", "unlabelled", "v6-only", "loopback")}
     made = []
     try:
@@ -144,7 +144,8 @@ def test_nodes_labelled_node_mode_are_written_with_their_tunnel_address(kube: Ku
         assert proc.returncode == 0, proc.stderr
         file = json.loads(proc.stdout)
         nodes = {n["name"]: n["tunnel"] for n in file["nodes"] if n["name"].startswith(namespace + "-")}
-        assert nodes == {names["annotated"]: "10.0.9.1", names["internal"]: "10.0.9.2"}, file["nodes"]
+        assert nodes == {names["annotated"]: "10.0.9.1", names["internal"]: "10.0.9.2",
+                         names["v6-only"]: "fd00::4"}, file["nodes"]
         web = mine(file, namespace)["web"]
         assert [e["node"] for e in web["ports"][0]["endpoints"]] == \
             [names["annotated"], names["internal"], names["unlabelled"]]

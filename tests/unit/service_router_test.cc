@@ -40,13 +40,27 @@ std::shared_ptr<const ServiceTable> table(const char* text) {
   return out;
 }
 
+// IPv4 text as a sockaddr_in, IPv6 text as a sockaddr_in6.
 sockaddr_storage address(const char* ip, uint16_t port) {
   sockaddr_storage ss{};
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  if (inet_pton(AF_INET6, ip, &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(port);
+    return ss;
+  }
   auto* in = reinterpret_cast<sockaddr_in*>(&ss);
   in->sin_family = AF_INET;
   in->sin_port = htons(port);
   REQUIRE(inet_pton(AF_INET, ip, &in->sin_addr) == 1);
   return ss;
+}
+
+rdmagw::AddressPort key(const char* ip, uint16_t port) {
+  sockaddr_storage ss = address(ip, port);
+  rdmagw::AddressPort k;
+  REQUIRE(rdmagw::service_address::from_sockaddr(reinterpret_cast<const sockaddr*>(&ss), &k.address, &k.port));
+  return k;
 }
 
 ServiceRouter::Choice choose(ServiceRouter& router, const char* ip, uint16_t port) {
@@ -56,7 +70,7 @@ ServiceRouter::Choice choose(ServiceRouter& router, const char* ip, uint16_t por
 
 std::string chosen(const ServiceRouter::Choice& c) {
   REQUIRE(c.kind == Kind::kEndpoint);
-  return rdmagw::ipv4_text(ServiceTable::ipv4(*c.endpoint)) + ":" + std::to_string(c.endpoint->port);
+  return rdmagw::service_address::text(c.endpoint->address) + ":" + std::to_string(c.endpoint->port);
 }
 
 }  // namespace
@@ -94,10 +108,10 @@ TEST_CASE("service router: the less loaded of two wins, and counts follow the co
   CHECK(load.count("10.0.0.1:8000") == 0);
   CHECK(load["10.0.0.2:8000"] + load["10.0.0.3:8000"] == 30);
 
-  std::unordered_map<uint64_t, uint64_t> open;
+  ServiceRouter::OpenCounts open;
   router.count_open(&open);
   CHECK(open.size() == 3);
-  CHECK(open[ServiceTable::key(0x0A000001, 8000)] == 20);
+  CHECK(open[key("10.0.0.1", 8000)] == 20);
 
   // A new table keeps the counts of connections still open.
   router.set_table(table(kFile));
@@ -105,7 +119,7 @@ TEST_CASE("service router: the less loaded of two wins, and counts follow the co
   open.clear();
   router.count_open(&open);
   CHECK(open.size() == 1);
-  CHECK(open[ServiceTable::key(0x0A000001, 8000)] == 15);
+  CHECK(open[key("10.0.0.1", 8000)] == 15);
   held.clear();
   open.clear();
   router.count_open(&open);
@@ -123,4 +137,32 @@ TEST_CASE("service router: an endpoint's own address goes to it, whatever its st
   CHECK(choose(router, "10.0.0.3", 8001).kind == Kind::kUnknown);
   router.set_table(nullptr);
   CHECK(choose(router, "10.0.0.3", 8000).kind == Kind::kUnknown);
+}
+
+TEST_CASE("service router: IPv6 and dual-stack Services, and a v4-mapped destination as the IPv4 one") {
+  ServiceRouter router;
+  router.set_table(table(R"({"format": "rdmagw-services/1", "api": {"reachable": true}, "services": [
+    {"namespace": "default", "name": "dual", "cluster_ips": ["10.96.0.20", "fd00:96::20"],
+     "ports": [{"port": 80, "endpoints": [
+       {"address": "fd00:10::1", "port": 8080, "state": "ready", "rdmagw": false}]}]}]})"));
+  for (const char* cluster_ip : {"10.96.0.20", "fd00:96::20", "::ffff:10.96.0.20"}) {
+    auto c = choose(router, cluster_ip, 80);
+    INFO(cluster_ip);
+    CHECK(chosen(c) == "fd00:10::1:8080");
+    CHECK(c.address.ss_family == AF_INET6);
+    CHECK(c.address_len == sizeof(sockaddr_in6));
+    CHECK(ntohs(reinterpret_cast<const sockaddr_in6&>(c.address).sin6_port) == 8080);
+  }
+  CHECK(choose(router, "fd00:96::21", 80).kind == Kind::kUnknown);
+  auto direct = choose(router, "fd00:10::1", 8080);  // the endpoint itself (headless)
+  CHECK(chosen(direct) == "fd00:10::1:8080");
+  ServiceRouter::OpenCounts open;
+  router.count_open(&open);
+  CHECK(open[key("fd00:10::1", 8080)] == 1);
+
+  // An IPv4 endpoint is dialled as AF_INET.
+  router.set_table(table(kFile));
+  auto v4 = choose(router, "10.0.0.1", 8000);
+  CHECK(v4.address.ss_family == AF_INET);
+  CHECK(v4.address_len == sizeof(sockaddr_in));
 }

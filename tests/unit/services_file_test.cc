@@ -133,8 +133,8 @@ TEST_CASE("a malformed services file is refused, naming the field and why") {
   CHECK(refused(R"({"format": "rdmagw-services/1", "api": {"reachable": true}, "services": {}})") ==
         "services: not a list");
   CHECK(refused(R"({"format": "rdmagw-services/1", "api": {"reachable": true},
-                    "services": [{"namespace": "a", "name": "b", "cluster_ips": ["fd00::1"], "ports": []}]})") ==
-        "services[0].cluster_ips[0]: not an IPv4 address");
+                    "services": [{"namespace": "a", "name": "b", "cluster_ips": ["fd00::g"], "ports": []}]})") ==
+        "services[0].cluster_ips[0]: not an IPv4 or IPv6 address");
   CHECK(refused(with_endpoint(R"({"address": "10.0.0.1", "port": 0, "state": "ready", "rdmagw": true})")) ==
         "services[0].ports[0].endpoints[0].port: not a port (an integer from 1 to 65535)");
   CHECK(refused(with_endpoint(R"({"address": "10.0.0.1", "port": 80, "state": "serving", "rdmagw": true})")) ==
@@ -142,7 +142,7 @@ TEST_CASE("a malformed services file is refused, naming the field and why") {
   CHECK(refused(with_endpoint(R"({"address": "10.0.0.1", "port": 80, "state": "ready"})")) ==
         "services[0].ports[0].endpoints[0].rdmagw: missing");
   CHECK(refused(with_endpoint(R"({"address": "10.0.0.300", "port": 80, "state": "ready", "rdmagw": true})")) ==
-        "services[0].ports[0].endpoints[0].address: not an IPv4 address");
+        "services[0].ports[0].endpoints[0].address: not an IPv4 or IPv6 address");
   CHECK(refused(with_endpoint(R"({"address": "10.0.0.1", "port": 80, "state": "ready", "rdmagw": true,
                                   "pod": ")" +
                               std::string(254, 'p') + R"("})")) ==
@@ -174,6 +174,12 @@ TEST_CASE("an address no Service or pod holds refuses the file: connections woul
       {"169.254.169.254", "169.254.169.254 is link-local (169.254.0.0/16)"},
       {"224.0.0.251", "224.0.0.251 is multicast (224.0.0.0/4)"},
       {"255.255.255.255", "255.255.255.255 is broadcast"},
+      {"::ffff:127.0.0.1", "::ffff:127.0.0.1 is loopback"},  // judged as the IPv4 address it holds
+      {"::", ":: is unspecified (::)"},
+      {"::1", "::1 is loopback (::1)"},
+      {"fe80::1", "fe80::1 is link-local (fe80::/10)"},
+      {"febf::1", "febf::1 is link-local (fe80::/10)"},
+      {"ff02::1", "ff02::1 is multicast (ff00::/8)"},
   };
   for (const auto& [address, says] : cases) {
     INFO(address);
@@ -189,7 +195,8 @@ TEST_CASE("an address no Service or pod holds refuses the file: connections woul
   // The edges of each range are endpoints like any other.
   std::shared_ptr<const ServiceTable> table;
   std::string error;
-  for (const char* fine : {"1.0.0.0", "126.255.255.255", "128.0.0.0", "169.253.255.255", "223.255.255.255"}) {
+  for (const char* fine : {"1.0.0.0", "126.255.255.255", "128.0.0.0", "169.253.255.255", "223.255.255.255", "::2",
+                           "fec0::1", "fe7f::1", "feff::1", "fd00::1", "2001:db8::1"}) {
     INFO(fine);
     CHECK(parse_services_file(
         with_endpoint(std::string(R"({"address": ")") + fine + R"(", "port": 80, "state": "ready", "rdmagw": false})"),
@@ -242,4 +249,37 @@ TEST_CASE("nodes with a node-mode rdmagw are read with their tunnel address, eac
   CHECK(refused(head + R"([{"name": "", "tunnel": "10.0.0.2"}]})") == "nodes[0].name: empty");
   CHECK(refused(head + R"([{"name": "n", "tunnel": "10.0.0.2"}, {"name": "n", "tunnel": "10.0.0.3"}]})") ==
         "nodes[1]: node n is listed twice");
+}
+
+TEST_CASE("IPv6 and dual-stack Services are read like IPv4 ones") {
+  std::shared_ptr<const ServiceTable> table;
+  std::string error;
+  REQUIRE(parse_services_file(R"({"format": "rdmagw-services/1", "api": {"reachable": true},
+      "nodes": [{"name": "n6", "tunnel": "fd00:77::1"}],
+      "services": [{"namespace": "default", "name": "dual", "cluster_ips": ["10.96.0.20", "fd00:96::20"], "ports": [
+        {"port": 80, "endpoints": [
+          {"address": "10.0.3.1", "port": 8080, "state": "ready", "rdmagw": true},
+          {"address": "fd00:10::1", "port": 8080, "state": "ready", "rdmagw": false, "node": "n6"},
+          {"address": "::ffff:10.0.3.2", "port": 8080, "state": "ready", "rdmagw": false}]}]}]})",
+                              &table, &error));
+  INFO(error);
+  auto v6 = [](const char* text) {
+    rdmagw::services_table::AddressRecord a{};
+    REQUIRE(inet_pton(AF_INET6, text, a.bytes) == 1);
+    return a;
+  };
+  const ServiceTable::Port* by_v4 = table->find_cluster_ip(ip("10.96.0.20"), 80);
+  const ServiceTable::Port* by_v6 = table->find_cluster_ip(v6("fd00:96::20"), 80);
+  REQUIRE(by_v4);
+  CHECK(by_v4 == by_v6);
+  CHECK(table->ready_count(*by_v4) == 3);
+  auto e = table->find_endpoint(v6("fd00:10::1"), 8080);
+  REQUIRE(e.endpoint);
+  CHECK(rdmagw::service_address::text(e.endpoint->address) == "fd00:10::1");
+  REQUIRE(table->node_tunnel(*e.endpoint));
+  CHECK(rdmagw::service_address::text(*table->node_tunnel(*e.endpoint)) == "fd00:77::1");
+  // A v4-mapped address is the IPv4 one: found by either.
+  CHECK(table->find_endpoint(ip("10.0.3.2"), 8080).endpoint != nullptr);
+  CHECK(table->find_endpoint(v6("::ffff:10.0.3.2"), 8080).endpoint != nullptr);
+  CHECK(rdmagw::service_address::text(table->find_endpoint(ip("10.0.3.2"), 8080).endpoint->address) == "10.0.3.2");
 }

@@ -25,22 +25,29 @@ uint32_t ip(const char* text) {
   return ntohl(a.s_addr);
 }
 
+// An address as the table holds it, from either family's text.
+AddressRecord a(const char* text) {
+  AddressRecord out{};
+  if (inet_pton(AF_INET6, text, out.bytes) == 1) return out;
+  return ServiceTable::mapped(ip(text));
+}
+
 std::shared_ptr<OwnedTableBytes> sample() {
   ServiceTableBuilder b;
   std::string error;
   b.set_api(false, "2026-11-29T10:00:00Z", "Get \"https://api/readyz\":\x1b[2J refused");
-  b.add_service("default", "redis", {ip("10.96.0.10"), ip("10.96.0.11")});
+  b.add_service("default", "redis", {a("10.96.0.10"), a("10.96.0.11")});
   REQUIRE(b.add_port("redis", 6379, &error));
-  b.add_endpoint(ip("10.0.1.1"), 6380, EndpointState::kReady, true, "redis-0", "node-a");
-  b.add_endpoint(ip("10.0.1.2"), 6380, EndpointState::kNotReady, false, "redis-1", "node-b");
-  b.add_endpoint(ip("10.0.1.3"), 6380, EndpointState::kReady, false, "redis-2", "node-a");
+  b.add_endpoint(a("10.0.1.1"), 6380, EndpointState::kReady, true, "redis-0", "node-a");
+  b.add_endpoint(a("10.0.1.2"), 6380, EndpointState::kNotReady, false, "redis-1", "node-b");
+  b.add_endpoint(a("10.0.1.3"), 6380, EndpointState::kReady, false, "redis-2", "node-a");
   REQUIRE(b.add_port("", 26379, &error));
-  b.add_endpoint(ip("10.0.1.1"), 26379, EndpointState::kTerminating, true, "redis-0", "node-a");
+  b.add_endpoint(a("10.0.1.1"), 26379, EndpointState::kTerminating, true, "redis-0", "node-a");
   b.add_service("db", "pg", {});  // headless
   REQUIRE(b.add_port("sql", 5432, &error));
-  b.add_endpoint(ip("10.0.2.1"), 5432, EndpointState::kReady, true, "pg-0", "node-\xc3\xa9");
-  b.add_service("empty", "none", {ip("10.96.0.12")});
-  REQUIRE(b.add_node_tunnel("node-b", ip("10.0.0.2"), &error));  // node-b runs a node-mode rdmagw
+  b.add_endpoint(a("10.0.2.1"), 5432, EndpointState::kReady, true, "pg-0", "node-\xc3\xa9");
+  b.add_service("empty", "none", {a("10.96.0.12")});
+  REQUIRE(b.add_node_tunnel("node-b", a("10.0.0.2"), &error));  // node-b runs a node-mode rdmagw
   return b.finish();
 }
 
@@ -164,11 +171,11 @@ TEST_CASE("a built table is found again in place: Services, ports, endpoints, re
 TEST_CASE("an endpoint without a node names none; a node's tunnel is declared once") {
   ServiceTableBuilder b;
   std::string error;
-  b.add_service("default", "web", {ip("10.96.0.20")});
+  b.add_service("default", "web", {a("10.96.0.20")});
   REQUIRE(b.add_port("http", 80, &error));
-  b.add_endpoint(ip("10.0.3.1"), 8080, EndpointState::kReady, false, "", "");
-  REQUIRE(b.add_node_tunnel("node-c", ip("10.0.0.3"), &error));
-  CHECK_FALSE(b.add_node_tunnel("node-c", ip("10.0.0.4"), &error));
+  b.add_endpoint(a("10.0.3.1"), 8080, EndpointState::kReady, false, "", "");
+  REQUIRE(b.add_node_tunnel("node-c", a("10.0.0.3"), &error));
+  CHECK_FALSE(b.add_node_tunnel("node-c", a("10.0.0.4"), &error));
   CHECK(error == "node node-c is listed twice");
   auto table = open_ok(b.finish());
   const auto& e = table->endpoints(table->ports()[0])[0];
@@ -193,9 +200,9 @@ TEST_CASE("an empty table is a table") {
 TEST_CASE("a ClusterIP and port that two Services claim is refused by the builder, naming the first") {
   ServiceTableBuilder b;
   std::string error;
-  b.add_service("a", "one", {ip("10.96.0.5")});
+  b.add_service("a", "one", {a("10.96.0.5")});
   REQUIRE(b.add_port("", 80, &error));
-  b.add_service("a", "two", {ip("10.96.0.5")});
+  b.add_service("a", "two", {a("10.96.0.5")});
   CHECK_FALSE(b.add_port("", 80, &error));
   CHECK(error == "10.96.0.5:80 already belongs to a/one");
   CHECK(b.add_port("", 81, &error));
@@ -250,8 +257,9 @@ TEST_CASE("bytes that do not hold together are refused even with a checksum that
   CHECK(refused([](uint8_t* b, Header& h) {
           record<EndpointRecord>(b, h, kEndpoints, 0)->address = ServiceTable::mapped(0x7F000001);
         }) == "endpoints[0].address: 127.0.0.1 is loopback: not an address a Service or pod holds");
-  CHECK(refused([](uint8_t* b, Header& h) { record<AddressRecord>(b, h, kClusterIps, 0)->bytes[0] = 0xfd; }) ==
-        "services[0].cluster_ips[0]: not an IPv4 address (IPv6 is not carried yet)");
+  CHECK(refused([](uint8_t* b, Header& h) { record<AddressRecord>(b, h, kClusterIps, 0)->bytes[0] = 0xfd; }).empty());
+  CHECK(refused([](uint8_t* b, Header& h) { *record<AddressRecord>(b, h, kClusterIps, 0) = a("fe80::1"); }) ==
+        "services[0].cluster_ips[0]: fe80::1 is link-local (fe80::/10): not an address a Service or pod holds");
   // Nodes: an endpoint naming one the table does not have; a tunnel
   // address that is not a pod's, or one without the flag that says so.
   CHECK(refused([](uint8_t* b, Header& h) { record<EndpointRecord>(b, h, kEndpoints, 0)->node = 7; }) ==

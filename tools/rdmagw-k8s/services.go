@@ -38,15 +38,16 @@ type APIStatus struct {
 
 type Node struct {
 	Name   string `json:"name"`
-	Tunnel string `json:"tunnel"` // IPv4: where the node's rdmagw accepts tunnels
+	Tunnel string `json:"tunnel"` // IPv4 or IPv6: where the node's rdmagw accepts tunnels
 }
 
 type Service struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	// IPv4 ClusterIPs; none for a headless Service, whose clients connect to
-	// the endpoints' addresses themselves, nor for one whose every ClusterIP
-	// was refused (refusal).
+	// IPv4 and IPv6 ClusterIPs, in the Service's order (a dual-stack
+	// Service's primary family first); none for a headless Service, whose
+	// clients connect to the endpoints' addresses themselves, nor for one
+	// whose every ClusterIP was refused (refusal).
 	ClusterIPs []string `json:"cluster_ips"`
 	Ports      []Port   `json:"ports"`
 }
@@ -68,6 +69,8 @@ const (
 )
 
 type Endpoint struct {
+	// IPv4 or IPv6, as netip writes it: a v4-mapped IPv6 address as the
+	// IPv4 address it holds, so that one address has one text.
 	Address string `json:"address"`
 	Port    int32  `json:"port"` // the target port, named ports resolved
 	State   string `json:"state"`
@@ -88,9 +91,10 @@ const SidecarLabel = "rdmagw.io/sidecar"
 // only for those.
 const NodeModeLabel = "rdmagw.io/node-mode"
 
-// TunnelAnnotation is where a node-mode rdmagw accepts tunnels, when that
-// is not the node's first IPv4 InternalIP (an RDMA interface on another
-// network, say). An annotation: an address is no selector.
+// TunnelAnnotation is where a node-mode rdmagw accepts tunnels, IPv4 or
+// IPv6, when that is not the InternalIP BuildNodes would choose (an RDMA
+// interface on another network, say). An annotation: an address is no
+// selector.
 const TunnelAnnotation = "rdmagw.io/tunnel-address"
 
 // refusal says why an address may not be written as a ClusterIP or an
@@ -103,6 +107,13 @@ const TunnelAnnotation = "rdmagw.io/tunnel-address"
 // EndpointSlice or a Service is not to be followed. A v4-mapped IPv6
 // address is judged as the IPv4 address it holds.
 func refusal(addr netip.Addr) string {
+	if addr.Zone() != "" {
+		// fe80::1%eth0 names an interface of whoever wrote it, and neither
+		// rdmagw's reader nor the table (16 bytes) holds a zone. The API
+		// server refuses one in a Service or an EndpointSlice; an
+		// annotation is any text.
+		return "zone"
+	}
 	addr = addr.Unmap()
 	switch {
 	case addr.IsLoopback():
@@ -220,8 +231,9 @@ func BuildServices(services []*corev1.Service, slices []*discoveryv1.EndpointSli
 	byService := map[string][]*discoveryv1.EndpointSlice{}
 	for _, slice := range slices {
 		owner := slice.Labels[discoveryv1.LabelServiceName]
-		if owner == "" || slice.AddressType != discoveryv1.AddressTypeIPv4 {
-			continue
+		if owner == "" || (slice.AddressType != discoveryv1.AddressTypeIPv4 &&
+			slice.AddressType != discoveryv1.AddressTypeIPv6) {
+			continue // FQDN: names, not addresses
 		}
 		key := slice.Namespace + "/" + owner
 		byService[key] = append(byService[key], slice)
@@ -244,7 +256,7 @@ func BuildServices(services []*corev1.Service, slices []*discoveryv1.EndpointSli
 		if len(entry.Ports) == 0 {
 			continue
 		}
-		entry.ClusterIPs = clusterIPv4s(svc, refused)
+		entry.ClusterIPs = clusterIPs(svc, refused)
 		sort.Slice(entry.Ports, func(i, j int) bool { return entry.Ports[i].Port < entry.Ports[j].Port })
 		out = append(out, entry)
 	}
@@ -257,7 +269,11 @@ func BuildServices(services []*corev1.Service, slices []*discoveryv1.EndpointSli
 	return out, refused.sorted()
 }
 
-func clusterIPv4s(svc *corev1.Service, refused refusals) []string {
+// clusterIPs keeps the API's order, the primary family's first (the one
+// spec.clusterIP holds): a Service's ClusterIPs do not change while it
+// lives, so the order keeps the file's bytes as steady as a sort would,
+// and says which family the Service prefers.
+func clusterIPs(svc *corev1.Service, refused refusals) []string {
 	ips := svc.Spec.ClusterIPs
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP}
@@ -272,11 +288,23 @@ func clusterIPv4s(svc *corev1.Service, refused refusals) []string {
 			refused.add("services", svc, addr, why)
 			continue
 		}
-		if addr.Is4() {
-			out = append(out, addr.String())
+		// 10.96.0.1 and ::ffff:10.96.0.1 are one key in the table: once.
+		if text := addr.Unmap().String(); !contains(out, text) {
+			out = append(out, text)
 		}
 	}
 	return out
+}
+
+// contains is slices.Contains, which this file's parameters named slices
+// would hide.
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 // endpointsFor collects, over a Service's slices, the endpoints of the slice
@@ -313,10 +341,7 @@ func endpointsFor(portName string, slices []*discoveryv1.EndpointSlice, sidecarP
 					refused.add("endpointslices", slice, addr, why)
 					continue
 				}
-				if !addr.Is4() {
-					continue
-				}
-				k := key{addr.String(), target}
+				k := key{addr.Unmap().String(), target}
 				if old, seen := found[k]; seen && stateRank(old.State) <= stateRank(state) {
 					continue
 				}
@@ -383,12 +408,12 @@ func stateRank(state string) int {
 
 // BuildNodes turns the nodes that run a node-mode rdmagw into the file's
 // nodes, sorted by name. A node's tunnel address is its TunnelAnnotation
-// when it has one, else its first IPv4 InternalIP. A node without a usable
-// address is left out (its endpoints are then reached as those of a node
-// without rdmagw) and listed in the second result, each once: so is one
-// whose annotation is no IPv4 address or one that refusal refuses, rather
-// than falling back to the InternalIP, which the annotation says is not
-// where its rdmagw listens.
+// when it has one, else its first IPv4 InternalIP, else its first IPv6
+// one. A node without a usable address is left out (its endpoints are then
+// reached as those of a node without rdmagw) and listed in the second
+// result, each once: so is one whose annotation is no IP address or one
+// that refusal refuses, rather than falling back to the InternalIP, which
+// the annotation says is not where its rdmagw listens.
 func BuildNodes(nodes []*corev1.Node) ([]Node, []Refused) {
 	refused := refusals{}
 	out := []Node{}
@@ -418,30 +443,45 @@ func nodeTunnel(n *corev1.Node, refused refusals) (string, bool) {
 			refused.addText("nodes", n, shorten(text, maxRefusedText), "not an IP address")
 		case refusal(addr) != "":
 			refused.add("nodes", n, addr, refusal(addr))
-		case !addr.Unmap().Is4():
-			// The table holds IPv4 addresses only, as rdmagw's Services do.
-			refused.add("nodes", n, addr, "IPv6, not carried yet")
 		default:
 			return addr.Unmap().String(), true
 		}
 		return "", false
 	}
+	// IPv4 first, whichever family the node lists first (a dual-stack node
+	// lists its IPv6 InternalIP first, or second): every node of a
+	// dual-stack cluster reaches an IPv4 tunnel, while a client whose own
+	// rdmagw is on IPv4 alone does not reach an IPv6 one; and the IPv4
+	// address is the one a node's rdmagw usually binds (tunnel.address).
+	// An IPv6-only node has only the other.
+	var chosen netip.Addr
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP {
 			continue
 		}
 		addr, err := netip.ParseAddr(a.Address)
-		if err != nil || !addr.Unmap().Is4() {
-			continue // a dual-stack node lists its IPv6 InternalIP first, or second
+		if err != nil {
+			continue
 		}
-		// Refused like the annotation: the reader refuses a table with
-		// such a tunnel whole, every sidecar of the node with it.
-		if why := refusal(addr); why != "" {
-			refused.add("nodes", n, addr, why)
-			return "", false
+		if addr.Unmap().Is4() {
+			chosen = addr
+			break
 		}
-		return addr.Unmap().String(), true
+		if !chosen.IsValid() {
+			chosen = addr
+		}
 	}
-	refused.addText("nodes", n, "", "no IPv4 InternalIP and no "+TunnelAnnotation+" annotation")
-	return "", false
+	if !chosen.IsValid() {
+		refused.addText("nodes", n, "", "no InternalIP and no "+TunnelAnnotation+" annotation")
+		return "", false
+	}
+	// Refused like the annotation, not passed over for the next: the
+	// reader refuses a table with such a tunnel whole, every sidecar of the
+	// node with it, and a node whose first InternalIP is loopback is not
+	// one to guess a tunnel for.
+	if why := refusal(chosen); why != "" {
+		refused.add("nodes", n, chosen, why)
+		return "", false
+	}
+	return chosen.Unmap().String(), true
 }

@@ -111,26 +111,72 @@ func TestWhatASidecarCannotCarryIsLeftOut(t *testing.T) {
 	external := service("default", "ext", nil, corev1.ServicePort{Port: 443})
 	external.Spec.Type = corev1.ServiceTypeExternalName
 	udpOnly := service("default", "dns", []string{"10.96.0.53"}, corev1.ServicePort{Port: 53, Protocol: corev1.ProtocolUDP})
-	dual := service("default", "dual", []string{"fd00::10", "10.96.0.40"},
+	mixed := service("default", "mixed", []string{"10.96.0.40"},
 		corev1.ServicePort{Name: "tcp", Port: 7000, Protocol: corev1.ProtocolTCP},
 		corev1.ServicePort{Name: "udp", Port: 7000, Protocol: corev1.ProtocolUDP})
 	headless := service("default", "hl", []string{"None"}, corev1.ServicePort{Port: 6379})
-	v6 := slice("default", "dual-v6", "dual", []discoveryv1.EndpointPort{{Name: ptr("tcp"), Port: ptr(int32(7000))}},
-		endpoint("fd00::1", "d-0", nil, nil))
-	v6.AddressType = discoveryv1.AddressTypeIPv6
+	fqdn := slice("default", "mixed-fqdn", "mixed", []discoveryv1.EndpointPort{{Name: ptr("tcp"), Port: ptr(int32(7000))}},
+		endpoint("db.example.com", "m-0", nil, nil))
+	fqdn.AddressType = discoveryv1.AddressTypeFQDN
 	hl := slice("default", "hl-1", "hl", []discoveryv1.EndpointPort{{Port: ptr(int32(6379))}},
 		endpoint("10.0.3.1", "hl-0", nil, nil))
-	got, _ := BuildServices([]*corev1.Service{external, udpOnly, dual, headless},
-		[]*discoveryv1.EndpointSlice{v6, hl}, nil)
-	if len(got) != 2 || got[0].Name != "dual" || got[1].Name != "hl" {
-		t.Fatalf("want dual and hl only: %+v", got)
+	hl6 := slice("default", "hl-2", "hl", []discoveryv1.EndpointPort{{Port: ptr(int32(6379))}},
+		endpoint("fd00:10::3", "hl-0", nil, nil))
+	hl6.AddressType = discoveryv1.AddressTypeIPv6
+	got, _ := BuildServices([]*corev1.Service{external, udpOnly, mixed, headless},
+		[]*discoveryv1.EndpointSlice{fqdn, hl, hl6}, nil)
+	if len(got) != 2 || got[0].Name != "hl" || got[1].Name != "mixed" {
+		t.Fatalf("want hl and mixed only: %+v", got)
 	}
-	if !reflect.DeepEqual(got[0].ClusterIPs, []string{"10.96.0.40"}) || len(got[0].Ports) != 1 ||
-		len(got[0].Ports[0].Endpoints) != 0 {
-		t.Fatalf("dual: IPv4 only, TCP only, no IPv6 endpoints: %+v", got[0])
+	if len(got[0].ClusterIPs) != 0 || len(got[0].Ports[0].Endpoints) != 2 {
+		t.Fatalf("headless: no ClusterIP, its endpoints of both families listed: %+v", got[0])
 	}
-	if len(got[1].ClusterIPs) != 0 || len(got[1].Ports[0].Endpoints) != 1 {
-		t.Fatalf("headless: no ClusterIP, its endpoints listed: %+v", got[1])
+	if !reflect.DeepEqual(got[1].ClusterIPs, []string{"10.96.0.40"}) || len(got[1].Ports) != 1 ||
+		len(got[1].Ports[0].Endpoints) != 0 {
+		t.Fatalf("mixed: TCP only, no FQDN endpoint: %+v", got[1])
+	}
+}
+
+func TestADualStackServiceCarriesBothFamilies(t *testing.T) {
+	// IPv6 first: the Service's primary family, and the file keeps it first.
+	svc := service("default", "kv", []string{"fd00:96::a", "10.96.0.40"},
+		corev1.ServicePort{Name: "tcp", Port: 7000, Protocol: corev1.ProtocolTCP})
+	port := []discoveryv1.EndpointPort{{Name: ptr("tcp"), Port: ptr(int32(7001))}}
+	v4 := slice("default", "kv-v4", "kv", port, endpoint("10.0.4.1", "kv-0", nil, nil),
+		endpoint("10.0.4.2", "kv-1", ptr(false), nil))
+	// Text as the API server would not write it: canonical in the file,
+	// and a v4-mapped address as the IPv4 one, found twice and kept once
+	// (the IPv4 slice says not-ready, this one ready: the best state).
+	v6 := slice("default", "kv-v6", "kv", port, endpoint("FD00:10:0:0::1", "kv-0", nil, nil),
+		endpoint("fd00:10::2", "kv-1", ptr(false), nil), endpoint("::ffff:10.0.4.2", "kv-1", ptr(true), nil))
+	v6.AddressType = discoveryv1.AddressTypeIPv6
+	for _, order := range [][]*discoveryv1.EndpointSlice{{v4, v6}, {v6, v4}} {
+		got, refused := BuildServices([]*corev1.Service{svc}, order, map[string]bool{"default/kv-0": true})
+		ep := func(address, pod, state string) Endpoint {
+			return Endpoint{Address: address, Port: 7001, State: state, Node: "node-" + pod, Pod: pod, Rdmagw: pod == "kv-0"}
+		}
+		want := []Service{{Namespace: "default", Name: "kv", ClusterIPs: []string{"fd00:96::a", "10.96.0.40"},
+			Ports: []Port{{Name: "tcp", Port: 7000, Endpoints: []Endpoint{
+				ep("10.0.4.1", "kv-0", StateReady), ep("10.0.4.2", "kv-1", StateReady),
+				ep("fd00:10::1", "kv-0", StateReady), ep("fd00:10::2", "kv-1", StateNotReady)}}}}}
+		if !reflect.DeepEqual(got, want) || len(refused) != 0 {
+			t.Fatalf("slices %s, %s: got  %+v (refused %+v)\nwant %+v", order[0].Name, order[1].Name, got, refused, want)
+		}
+		data, _ := json.Marshal(got)
+		if !strings.Contains(string(data), `"cluster_ips":["fd00:96::a","10.96.0.40"]`) {
+			t.Fatalf("ClusterIPs as JSON: %s", data)
+		}
+	}
+
+	// spec.clusterIP alone (an object written before spec.clusterIPs), of
+	// either family; and the two texts of one address, once.
+	old := service("default", "old", nil, corev1.ServicePort{Port: 80})
+	old.Spec.ClusterIP = "fd00:96::b"
+	mapped := service("default", "mapped", []string{"10.96.0.41", "::ffff:10.96.0.41"}, corev1.ServicePort{Port: 80})
+	got, _ := BuildServices([]*corev1.Service{old, mapped}, nil, nil)
+	if !reflect.DeepEqual(got[0].ClusterIPs, []string{"10.96.0.41"}) ||
+		!reflect.DeepEqual(got[1].ClusterIPs, []string{"fd00:96::b"}) {
+		t.Fatalf("mapped %+v, old %+v", got[0].ClusterIPs, got[1].ClusterIPs)
 	}
 }
 
@@ -154,32 +200,35 @@ func TestTheSameObjectsGiveTheSameBytes(t *testing.T) {
 
 func TestAddressesThatAreNoEndpointsAreRefused(t *testing.T) {
 	cases := map[string]string{
-		"127.0.0.1":        "loopback",
-		"127.1.2.3":        "loopback",
-		"::1":              "loopback",
-		"::ffff:127.0.0.1": "loopback",
-		"0.0.0.0":          "unspecified",
-		"0.1.2.3":          "unspecified",
-		"255.255.255.255":  "broadcast",
-		"::":               "unspecified",
-		"::ffff:0.0.0.0":   "unspecified",
-		"169.254.169.254":  "link-local",
-		"fe80::1":          "link-local",
-		"febf::1":          "link-local",
-		"224.0.0.1":        "link-local-multicast",
-		"ff02::1":          "link-local-multicast",
-		"ff01::1":          "interface-local-multicast",
-		"224.0.1.1":        "multicast",
-		"239.255.255.250":  "multicast",
-		"ff05::2":          "multicast",
-		"10.0.1.5":         "",
-		"100.64.0.1":       "",
-		"169.253.255.255":  "",
-		"169.255.0.1":      "",
-		"223.255.255.255":  "",
-		"128.0.0.1":        "",
-		"fd00::1":          "",
-		"fec0::1":          "",
+		"127.0.0.1":         "loopback",
+		"127.1.2.3":         "loopback",
+		"::1":               "loopback",
+		"::ffff:127.0.0.1":  "loopback",
+		"0.0.0.0":           "unspecified",
+		"0.1.2.3":           "unspecified",
+		"255.255.255.255":   "broadcast",
+		"::":                "unspecified",
+		"::ffff:0.0.0.0":    "unspecified",
+		"169.254.169.254":   "link-local",
+		"fe80::1":           "link-local",
+		"febf::1":           "link-local",
+		"224.0.0.1":         "link-local-multicast",
+		"ff02::1":           "link-local-multicast",
+		"ff01::1":           "interface-local-multicast",
+		"224.0.1.1":         "multicast",
+		"239.255.255.250":   "multicast",
+		"ff05::2":           "multicast",
+		"10.0.1.5":          "",
+		"100.64.0.1":        "",
+		"169.253.255.255":   "",
+		"169.255.0.1":       "",
+		"223.255.255.255":   "",
+		"128.0.0.1":         "",
+		"fd00::1":           "",
+		"fec0::1":           "",
+		"fd00::1%eth0":      "zone",
+		"fe80::1%eth0":      "zone",
+		"::ffff:10.0.0.1%0": "zone",
 	}
 	for text, want := range cases {
 		if got := refusal(netip.MustParseAddr(text)); got != want {
@@ -205,13 +254,19 @@ func TestRefusedEndpointsAndClusterIPsAreLeftOutAndListed(t *testing.T) {
 	oneIP := service("default", "old", nil, corev1.ServicePort{Port: 82})
 	oneIP.Spec.ClusterIP = "169.254.0.1"
 	oneIP.ResourceVersion = "9"
+	v6IPs := service("default", "v6", []string{"fe80::1", "ff02::1"}, corev1.ServicePort{Port: 83})
+	v6IPs.ResourceVersion = "10"
 	loSlice := slice("default", "lo-1", "lo", []discoveryv1.EndpointPort{{Port: ptr(int32(8080))}},
 		endpoint("10.0.2.1", "lo-0", nil, nil))
+	hostile6 := slice("default", "redis-y", "redis", ports,
+		discoveryv1.Endpoint{Addresses: []string{"fd00:10::5", "::1", "fe80::1", "ff02::1", "::", "fd00:10::6%eth0"}})
+	hostile6.AddressType = discoveryv1.AddressTypeIPv6
+	hostile6.ResourceVersion = "42"
 
-	got, refused := BuildServices([]*corev1.Service{svc, loopbackIP, dual, oneIP},
-		[]*discoveryv1.EndpointSlice{hostile, loSlice}, nil)
-	if len(got) != 4 {
-		t.Fatalf("want dual, lo, old and redis: %+v", got)
+	got, refused := BuildServices([]*corev1.Service{svc, loopbackIP, dual, oneIP, v6IPs},
+		[]*discoveryv1.EndpointSlice{hostile, loSlice, hostile6}, nil)
+	if len(got) != 5 {
+		t.Fatalf("want dual, lo, old, redis and v6: %+v", got)
 	}
 	byName := map[string]Service{}
 	for _, s := range got {
@@ -228,20 +283,21 @@ func TestRefusedEndpointsAndClusterIPsAreLeftOutAndListed(t *testing.T) {
 	if !reflect.DeepEqual(byName["dual"].ClusterIPs, []string{"10.96.0.40"}) {
 		t.Fatalf("dual: %+v", byName["dual"].ClusterIPs)
 	}
-	if len(byName["old"].ClusterIPs) != 0 {
-		t.Fatalf("old (spec.clusterIP only): %+v", byName["old"].ClusterIPs)
+	if len(byName["old"].ClusterIPs) != 0 || len(byName["v6"].ClusterIPs) != 0 {
+		t.Fatalf("old (spec.clusterIP only): %+v, v6: %+v", byName["old"].ClusterIPs, byName["v6"].ClusterIPs)
 	}
 	for _, port := range byName["redis"].Ports {
 		var addresses []string
 		for _, ep := range port.Endpoints {
 			addresses = append(addresses, ep.Address)
 		}
-		if !reflect.DeepEqual(addresses, []string{"10.0.1.5", "10.0.1.6"}) {
-			t.Fatalf("redis port %d: endpoints %v, want 10.0.1.5 and 10.0.1.6 only", port.Port, addresses)
+		if !reflect.DeepEqual(addresses, []string{"10.0.1.5", "10.0.1.6", "fd00:10::5"}) {
+			t.Fatalf("redis port %d: endpoints %v, want 10.0.1.5, 10.0.1.6 and fd00:10::5 only", port.Port, addresses)
 		}
 	}
 	data, _ := json.Marshal(got)
-	for _, b := range []string{"127.0.0.1", "0.0.0.0", "169.254.", "224.", "239.", "::1", "fe80", "ff02", "::ffff"} {
+	for _, b := range []string{"127.0.0.1", "0.0.0.0", "169.254.", "224.", "239.", "::1", "fe80", "ff02", "::ffff",
+		`"::"`, "%", "fd00:10::6"} {
 		if strings.Contains(string(data), b) {
 			t.Fatalf("%s in the file:\n%s", b, data)
 		}
@@ -261,9 +317,16 @@ func TestRefusedEndpointsAndClusterIPsAreLeftOutAndListed(t *testing.T) {
 		{"endpointslices", "default", "redis-x", "41", "::ffff:127.0.0.1", "loopback"},
 		{"endpointslices", "default", "redis-x", "41", "fe80::1", "link-local"},
 		{"endpointslices", "default", "redis-x", "41", "ff02::1", "link-local-multicast"},
+		{"endpointslices", "default", "redis-y", "42", "::", "unspecified"},
+		{"endpointslices", "default", "redis-y", "42", "::1", "loopback"},
+		{"endpointslices", "default", "redis-y", "42", "fd00:10::6%eth0", "zone"},
+		{"endpointslices", "default", "redis-y", "42", "fe80::1", "link-local"},
+		{"endpointslices", "default", "redis-y", "42", "ff02::1", "link-local-multicast"},
 		{"services", "default", "dual", "8", "::1", "loopback"},
 		{"services", "default", "lo", "7", "127.0.0.1", "loopback"},
 		{"services", "default", "old", "9", "169.254.0.1", "link-local"},
+		{"services", "default", "v6", "10", "fe80::1", "link-local"},
+		{"services", "default", "v6", "10", "ff02::1", "link-local-multicast"},
 	}
 	if !reflect.DeepEqual(refused, want) {
 		t.Fatalf("refused:\n%+v\nwant\n%+v", refused, want)
@@ -374,7 +437,7 @@ func internal(address string) corev1.NodeAddress {
 	return corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: address}
 }
 
-func TestNodeModeNodesGetTheirAnnotationElseTheirFirstIPv4InternalIP(t *testing.T) {
+func TestNodeModeNodesGetTheirAnnotationElseTheirFirstInternalIPIPv4First(t *testing.T) {
 	nodes := []*corev1.Node{
 		node("c-annotated", "3", true, "192.168.7.3", internal("10.0.0.3")),
 		node("a-dual-stack", "1", true, "",
@@ -390,6 +453,23 @@ func TestNodeModeNodesGetTheirAnnotationElseTheirFirstIPv4InternalIP(t *testing.
 	if !reflect.DeepEqual(got, want) || len(refused) != 0 {
 		t.Fatalf("got %+v (refused %+v)\nwant %+v", got, refused, want)
 	}
+
+	// IPv6: annotated (an IPv6 annotation wins over an IPv4 InternalIP, as
+	// any annotation does), the only family, or the second of one family.
+	v6 := []*corev1.Node{
+		node("e-v6-annotation", "5", true, "FD00:0::5", internal("10.0.0.5")),
+		node("f-v6-only", "6", true, "", corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "2001:db8::6"},
+			internal("fd00::6"), internal("fd00::66")),
+		node("g-v4-second", "7", true, "", internal("fd00::7"), internal("not an address"), internal("10.0.0.7")),
+		node("h-v6-mapped", "8", true, "", internal("fd00::8"), internal("::ffff:10.0.0.8")),
+	}
+	got6, refused6 := BuildNodes(v6)
+	want6 := []Node{{Name: "e-v6-annotation", Tunnel: "fd00::5"}, {Name: "f-v6-only", Tunnel: "fd00::6"},
+		{Name: "g-v4-second", Tunnel: "10.0.0.7"}, {Name: "h-v6-mapped", Tunnel: "10.0.0.8"}}
+	if !reflect.DeepEqual(got6, want6) || len(refused6) != 0 {
+		t.Fatalf("got %+v (refused %+v)\nwant %+v", got6, refused6, want6)
+	}
+
 	// The informers' order is no order: the same nodes, the same bytes.
 	reversed := []*corev1.Node{nodes[3], nodes[2], nodes[1], nodes[0]}
 	first, _ := json.Marshal(got)
@@ -413,26 +493,34 @@ func TestNodesWithoutAUsableTunnelAddressAreLeftOutAndListed(t *testing.T) {
 	nodes := []*corev1.Node{
 		node("loopback", "1", true, "127.0.0.1", internal("10.0.0.1")),
 		node("garbage", "2", true, "node-2.example:7480", internal("10.0.0.2")),
-		node("v6-annotation", "3", true, "fd00::3", internal("10.0.0.3")),
-		node("v6-only", "4", true, "", internal("fd00::4")),
+		node("v6-link-local", "3", true, "fe80::3", internal("10.0.0.3")),
+		node("v6-zone", "4", true, "fd00::4%eth0", internal("10.0.0.4")),
 		node("link-local", "5", true, "", internal("169.254.0.5"), internal("10.0.0.5")),
-		node("no-addresses", "6", true, ""),
+		node("no-addresses", "6", true, "", corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "203.0.113.6"}),
 		node("long", "7", true, strings.Repeat("x", 1000)),
 		node("ok", "8", true, "", internal("10.0.0.8")),
+		node("v6-loopback", "9", true, "", internal("::1"), internal("fd00::9")),
+		// The IPv4 InternalIP is the one chosen, and refused: not passed
+		// over for the IPv6 one.
+		node("v4-refused", "10", true, "", internal("fd00::10"), internal("127.0.0.10")),
+		node("v6-multicast", "11", true, "ff02::1"),
 	}
 	got, refused := BuildNodes(nodes)
 	if !reflect.DeepEqual(got, []Node{{Name: "ok", Tunnel: "10.0.0.8"}}) {
 		t.Fatalf("want ok only: %+v", got)
 	}
-	none := "no IPv4 InternalIP and no rdmagw.io/tunnel-address annotation"
+	none := "no InternalIP and no rdmagw.io/tunnel-address annotation"
 	want := []Refused{
 		{"nodes", "", "garbage", "2", "node-2.example:7480", "not an IP address"},
 		{"nodes", "", "link-local", "5", "169.254.0.5", "link-local"},
 		{"nodes", "", "long", "7", strings.Repeat("x", maxRefusedText) + "...", "not an IP address"},
 		{"nodes", "", "loopback", "1", "127.0.0.1", "loopback"},
 		{"nodes", "", "no-addresses", "6", "", none},
-		{"nodes", "", "v6-annotation", "3", "fd00::3", "IPv6, not carried yet"},
-		{"nodes", "", "v6-only", "4", "", none},
+		{"nodes", "", "v4-refused", "10", "127.0.0.10", "loopback"},
+		{"nodes", "", "v6-link-local", "3", "fe80::3", "link-local"},
+		{"nodes", "", "v6-loopback", "9", "::1", "loopback"},
+		{"nodes", "", "v6-multicast", "11", "ff02::1", "link-local-multicast"},
+		{"nodes", "", "v6-zone", "4", "fd00::4%eth0", "zone"},
 	}
 	if !reflect.DeepEqual(refused, want) {
 		t.Fatalf("refused:\n%+v\nwant\n%+v", refused, want)

@@ -127,12 +127,20 @@ func insert(index []slot, k indexKey, value uint32) {
 	}
 }
 
+// addressKey is an address's 16 bytes: IPv6 as itself, IPv4 as
+// ::ffff:a.b.c.d, which makes a v4-mapped address's text and its IPv4
+// text one key, as they are one address to a sidecar.
 func addressKey(text string) ([16]byte, error) {
 	a, err := netip.ParseAddr(text)
-	if err != nil || !a.Is4() {
-		return [16]byte{}, fmt.Errorf("%q is not an IPv4 address", text)
+	if err != nil {
+		return [16]byte{}, fmt.Errorf("%q is not an IP address", text)
 	}
-	return netip.AddrFrom16(a.As16()).As16(), nil // IPv4 as ::ffff:a.b.c.d
+	if a.Zone() != "" {
+		// As16 would drop it: the table would hold another address than
+		// the file.
+		return [16]byte{}, fmt.Errorf("%q has a zone, which the table cannot hold", text)
+	}
+	return a.As16(), nil
 }
 
 var stateCodes = map[string]uint8{StateReady: 0, StateTerminating: 1, StateNotReady: 2}
