@@ -15,7 +15,22 @@ namespace {
 
 constexpr auto kRefreshInterval = std::chrono::seconds(1);
 
-bool same_address(const sockaddr_storage& a, const sockaddr_storage& b) {
+// ::ffff:a.b.c.d as a.b.c.d: a peer may name this host's IPv4 address in
+// IPv6 form (the kernel connects it to the same address), so the two must
+// compare equal, or a check of "this host's own ports" would let it by.
+sockaddr_storage unmapped(const sockaddr_storage& a) {
+  const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a);
+  if (a.ss_family != AF_INET6 || !IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr)) return a;
+  sockaddr_storage out{};
+  auto& in = reinterpret_cast<sockaddr_in&>(out);
+  in.sin_family = AF_INET;
+  in.sin_port = in6.sin6_port;
+  std::memcpy(&in.sin_addr, &in6.sin6_addr.s6_addr[12], sizeof(in.sin_addr));
+  return out;
+}
+
+bool same_address(const sockaddr_storage& mapped_a, const sockaddr_storage& mapped_b) {
+  const sockaddr_storage a = unmapped(mapped_a), b = unmapped(mapped_b);
   if (a.ss_family != b.ss_family) return false;
   if (a.ss_family == AF_INET)
     return reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr ==

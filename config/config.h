@@ -297,6 +297,9 @@ struct Config {
                       const TargetFacts& facts = {}) const {
     return target_refusal(target, peer, peer_name, facts) == TargetRefusal::kNone;
   }
+  bool has_this_node_target() const {
+    return std::any_of(targets.begin(), targets.end(), [](const TargetRule& r) { return r.this_node; });
+  }
   // Whether any entry lists `target` (a takeover's streams, opened before).
   bool target_listed(const Endpoint& target, const TargetFacts& facts = {}) const {
     for (const auto& rule : targets)

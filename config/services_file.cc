@@ -109,11 +109,8 @@ struct Reader {
   // the IPv4 address it holds (the table's form for IPv4).
   std::optional<services_table::AddressRecord> address(const json& value, const std::string& path) {
     services_table::AddressRecord a{};
-    in_addr v4{};
     const char* text = value.is_string() ? value.get_ref<const std::string&>().c_str() : nullptr;
-    if (text && inet_pton(AF_INET, text, &v4) == 1) {
-      a = service_address::from_ipv4(ntohl(v4.s_addr));
-    } else if (!text || inet_pton(AF_INET6, text, a.bytes) != 1) {
+    if (!text || !service_address::parse(text, &a)) {
       fail(path, "not an IPv4 or IPv6 address");
       return std::nullopt;
     }

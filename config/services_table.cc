@@ -97,6 +97,15 @@ std::string text(const Address& a) {
   return out;
 }
 
+bool parse(const char* text, Address* out) {
+  in_addr v4{};
+  if (inet_pton(AF_INET, text, &v4) == 1) {
+    *out = from_ipv4(ntohl(v4.s_addr));
+    return true;
+  }
+  return inet_pton(AF_INET6, text, out->bytes) == 1;
+}
+
 const char* refused(const Address& a) {
   if (is_ipv4(a)) return refused_service_ipv4(ipv4(a));
   static constexpr uint8_t kZero[16] = {};
@@ -318,8 +327,9 @@ bool ServiceTable::check(std::string* error) {
                                " is none of ready, terminating, not-ready");
       if (ep.flags & ~kEndpointHasRdmagw) return fail(error, at("endpoints", e) + ": unknown flags");
       if (!c.string(ep.pod, {"endpoints", e, ".pod"}, true)) return false;
-      if ((ep.node != kNoNode && ep.node >= nodes_.size()) || ep.reserved != 0)
+      if (ep.node != kNoNode && ep.node >= nodes_.size())
         return fail(error, at("endpoints", e) + ": names a node the table does not have");
+      if (ep.reserved != 0) return fail(error, at("endpoints", e) + ": reserved bytes are not 0");
       if (ep.state == static_cast<uint8_t>(EndpointState::kReady)) ++ready_seen;
     }
     if (ready_seen != p.ready_count)

@@ -39,6 +39,8 @@ bool is_ipv4(const Address& a);      // ::ffff:a.b.c.d
 uint32_t ipv4(const Address& a);     // host byte order; with is_ipv4()
 Address from_ipv4(uint32_t ip);      // host byte order
 std::string text(const Address& a);  // "10.96.0.10", "fd00::a"
+// From either family's text (no brackets, no zone); false if it is neither.
+bool parse(const char* text, Address* out);
 // The same rule for IPv6 as refused_service_ipv4() for IPv4 (an IPv4 one
 // judged as such): unspecified, loopback, link-local, multicast.
 const char* refused(const Address& a);

@@ -106,7 +106,7 @@ struct EndpointRecord {
 inline constexpr uint32_t kNodeHasTunnel = 1;  // NodeRecord::flags
 
 struct NodeRecord {
-  StringRef name;        // not empty; no two records have the same
+  StringRef name;        // not empty; one record per node (the reader does not rely on it)
   AddressRecord tunnel;  // with kNodeHasTunnel; all zero without
   uint32_t flags;
   uint32_t reserved;  // 0

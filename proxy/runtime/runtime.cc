@@ -610,11 +610,7 @@ bool Runtime::services(admin::ServicesReport* out, std::string* error) {
     for (const auto& [key, open] : worker.streams) out->streams[key] += open;
     for (const Worker::DiscoveredState& link : worker.links) {
       AddressPort at;
-      in_addr v4{};
-      if (inet_pton(AF_INET, link.address.c_str(), &v4) == 1)
-        at.address = service_address::from_ipv4(ntohl(v4.s_addr));
-      else if (inet_pton(AF_INET6, link.address.c_str(), at.address.bytes) != 1)
-        continue;
+      if (!service_address::parse(link.address.c_str(), &at.address)) continue;
       admin::EndpointTunnel& t = out->tunnels[at];
       if (t.state.empty() || rank(link.state) < rank(t.state)) t.state = std::string(link.state);
       if (link.state == "down" && t.error.empty()) t.error = link.error;

@@ -660,13 +660,18 @@ bool Worker::on_this_node(const Endpoint& target) {
     return false;
   ServiceTable::EndpointRef ref = table->find_endpoint(address, port);
   // Its own sidecar carries an endpoint that has one; the node's rdmagw
-  // only the others.
-  if (!ref.endpoint || ServiceTable::has_rdmagw(*ref.endpoint)) return false;
+  // only the others. Never one on this host's own addresses, whatever the
+  // EndpointSlices say (rdmagw's own ports, the kubelet's): the clients of
+  // a pod on the host's network reach it directly (service_tunnel_address).
+  if (!ref.endpoint || ServiceTable::has_rdmagw(*ref.endpoint) || is_local_address_(target)) return false;
   const services_table::AddressRecord* node = table->node_tunnel(*ref.endpoint);
-  if (!node) return false;
-  Endpoint tunnel;
-  tunnel.addr_len = service_address::to_sockaddr(*node, 0, &tunnel.addr);
-  return is_local_address_(tunnel);
+  return node && is_this_host(*node);
+}
+
+bool Worker::is_this_host(const services_table::AddressRecord& address) const {
+  Endpoint e;
+  e.addr_len = service_address::to_sockaddr(address, 0, &e.addr);
+  return is_local_address_(e);
 }
 
 sockaddr_storage Worker::service_tunnel_address(const ServiceTable& table, const ServiceTable::Endpoint& endpoint,
@@ -674,11 +679,10 @@ sockaddr_storage Worker::service_tunnel_address(const ServiceTable& table, const
   sockaddr_storage via{};  // AF_UNSPEC: reached directly
   if (ServiceTable::has_rdmagw(endpoint)) return endpoint_address;
   const services_table::AddressRecord* node = table.node_tunnel(endpoint);
-  if (!node) return via;
-  Endpoint mine;
-  mine.addr_len = service_address::to_sockaddr(*node, 0, &mine.addr);
-  via = mine.addr;
-  if (is_local_address_(mine)) via.ss_family = AF_UNSPEC;
+  // A pod on the node's own network (at the node's address) is reached
+  // directly: the node's rdmagw opens nothing on its own host's addresses.
+  if (!node || *node == endpoint.address || is_this_host(*node)) return via;
+  service_address::to_sockaddr(*node, 0, &via);
   return via;
 }
 
@@ -1039,6 +1043,8 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
                            : !own.empty() ? own
                            : refusal == TargetRefusal::kNotForThisPeer
                                ? "target is not open to " + who + " at " + tunnel::host_of(session.remote_address())
+                           : config_->has_this_node_target()
+                               ? "target is not in targets, nor an endpoint the services table puts on this node"
                                : "target is not in targets";
       line.kv("peer", session.peer_node())
           .kv("remote", session.remote_address())

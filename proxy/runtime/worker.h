@@ -285,6 +285,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   LocalAddressTest is_local_address_ = [this](const Endpoint& e) { return local_addresses_.contains(e); };
   // Whether the services table puts `target` on this node (services:this-node).
   bool on_this_node(const Endpoint& target);
+  bool is_this_host(const services_table::AddressRecord& address) const;
   TargetFacts target_facts_{is_local_address_, [this](const Endpoint& e) { return on_this_node(e); }};
   // Lines about accepted tunnel connections whose peer was never admitted.
   log::LogLimiter handshake_log_{5, 20};

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +34,7 @@ import pytest
 
 from clients import require_root_and, wait_for
 from conftest import RDMAGWCTL_BIN, ManagedProcess, key_file
+from fleet_hosts import ECHO_SERVER
 from netns_hosts import run
 from service_cluster import CLUSTER_IP, OTHER_CLUSTER_IP, POD_IP, PORT, Cluster, service_cluster
 
@@ -417,13 +419,15 @@ shutdown_timeout_ms: 2000
 
 
 def test_an_endpoint_behind_a_node_mode_rdmagw_goes_through_the_node_and_the_node_admits_only_its_own(
-        cluster, sidecar):
+        cluster, sidecar, procs, tmp_path):
     """ep4 has no sidecar, but the file says its node runs a node-mode
     rdmagw at the node's address: the pod's connections to the Service go
     through a tunnel to that rdmagw, which connects to ep4 (not one packet
     from the pod to ep4 in clear). The node's rdmagw reads its own copy of
     the table: an endpoint that copy puts on another node is refused with
-    RESET(not-allowed), however the client's copy placed it."""
+    RESET(not-allowed), however the client's copy placed it; so is one on
+    the node's own address (a pod on the host's network, or a slice that
+    names the host to reach its ports), even though its table lists it."""
     c = cluster
     node_ns, node_ip = c.hosts[0]
     on_node = {**endpoint(c.ip(4), rdmagw=False), "node": "node-b"}
@@ -432,6 +436,13 @@ def test_an_endpoint_behind_a_node_mode_rdmagw_goes_through_the_node_and_the_nod
     pod_view["nodes"] = [{"name": "node-b", "tunnel": node_ip}]
     node_view = two_services([on_node], [{**elsewhere, "node": "node-c"}])
     node_view["nodes"] = [{"name": "node-b", "tunnel": node_ip}]
+    host_port = {**endpoint(node_ip, rdmagw=False), "node": "node-b"}  # something listens there: it would answer
+    node_view["services"].append({"namespace": "default", "name": "on-host", "cluster_ips": [],
+                                  "ports": [{"port": PORT, "endpoints": [host_port]}]})
+    host_echo = ManagedProcess("echo-node", ["ip", "netns", "exec", node_ns, sys.executable, "-u", "-c", ECHO_SERVER,
+                                             node_ip, str(PORT)], tmp_path / "echo-node.log")
+    procs.append(host_echo)
+    host_echo.start()
     node_file = c.path.with_name("node-services.json")
     node_file.write_text(json.dumps(node_view))
     node = sidecar("node-b", node_mode_config(node_ip, node_file), netns=node_ns).start()
@@ -460,6 +471,16 @@ def test_an_endpoint_behind_a_node_mode_rdmagw_goes_through_the_node_and_the_nod
     line = wait_for(lambda: next((l for l in node.log_text().splitlines() if "event=stream_refused" in l), None), 5,
                     "event=stream_refused on the node")
     assert "reason=not-allowed" in line and f"tcp:{c.ip(4)}:8005" in line, line
+    assert "nor an endpoint the services table puts on this node" in line, line
+
+    # The node's own address, not in the pod's table: its next route
+    # tunnels it to the node's rdmagw (peer: destination), which refuses it.
+    wait_for(lambda: run("ip", "netns", "exec", node_ns, "ss", "-Hltn", f"src {node_ip}", f"sport = :{PORT}").stdout,
+             5, "the echo server on the node")
+    assert c.run_client(f"{node_ip}:{PORT}", 3, 1000) == ["reset"] * 3
+    assert host_echo.log_text().count("accepted") == 0
+    refused = [l for l in node.log_text().splitlines() if "event=stream_refused" in l and f"tcp:{node_ip}:{PORT}" in l]
+    assert refused and "reason=not-allowed" in refused[0], node.tail()
 
 
 def test_a_reload_that_moves_services_file_reads_the_new_one(cluster):

@@ -116,22 +116,35 @@ def subprocess_client(ns: str, spec: str):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def accepted(ns: str) -> int:
+    """Connections the pod's transparent listener took (every one that
+    reached rdmagw, carried through a tunnel or directly)."""
+    return json.loads(admin(ns, "/stats"))["listeners"][0]["accepted"]
+
+
 def test_an_ipv6_service_goes_to_its_ipv6_endpoints_through_their_rdmagw_or_directly(six):
     h, pod, echo, _ = six
     wait_for(lambda: json.loads(admin(h.a, "/stats"))["services"]["loads"] >= 1, 5, "the services file read")
     ends = run_client(h.a, f"{CLUSTER_IP}:80", 40, 20000)
     assert ends == ["ok"] * 40, ends
     assert echo.log_text().count(f"accepted {PORT}\n") == 40
-    # Through ep's rdmagw (a session to B1), and directly to B2 (none): both
-    # got some of the 40 (each pick is the less loaded of the two).
+    assert accepted(h.a) == 40
+    # Through ep's rdmagw (a session to B1, whose streams its rdmagw
+    # opened) and directly to B2: each pick is the less loaded of the two,
+    # so both got some.
     peers = json.loads(admin(h.a, "/peers"))["peers"]
     assert {p["name"] for p in peers if p["discovered"] and p["sessions"]} == {B1}, peers
+    through = json.loads(admin(h.a, "/stats"))["peers"]
+    opened = sum(p["streams_opened"] for p in through if p["name"] == B1)
+    assert 0 < opened < 40, through
     table = json.loads(admin(h.a, "/services"))["table"][0]
     assert table["cluster_ips"] == [CLUSTER_IP]
     shown = {e["address"]: e for e in table["ports"][0]["endpoints"]}
     assert set(shown) == {B1, B2} and shown[B1]["tunnel"] == "up", shown
-    # The endpoint's own address (a headless Service's client dials it).
+    # The endpoint's own address (a headless Service's client dials it),
+    # through rdmagw too.
     assert run_client(h.a, f"{B2}:{PORT}", 3, 5000) == ["ok"] * 3
+    assert accepted(h.a) == 43
 
 
 def test_a_dual_stack_service_is_found_by_its_ipv6_cluster_ip(six):

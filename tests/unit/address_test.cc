@@ -191,6 +191,7 @@ TEST_CASE("LocalAddresses: loopback and this host's interface addresses, nothing
   CHECK(local.contains(*rdmagw::parse_endpoint("tcp:127.0.0.1:6379", &error)));
   CHECK(local.contains(*rdmagw::parse_endpoint("tcp:127.0.0.53:1", &error)));
   CHECK_FALSE(local.contains(*rdmagw::parse_endpoint("tcp:192.0.2.77:6379", &error)));  // TEST-NET-1
+  CHECK_FALSE(local.contains(*rdmagw::parse_endpoint("tcp:[::ffff:192.0.2.77]:6379", &error)));
   CHECK_FALSE(local.contains(*rdmagw::parse_endpoint("unix:/run/x.sock", &error)));
   // Every IPv4 address an interface that is up holds counts.
   ifaddrs* list = nullptr;
@@ -201,6 +202,8 @@ TEST_CASE("LocalAddresses: loopback and this host's interface addresses, nothing
     char text[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
     CHECK(local.contains(*rdmagw::parse_endpoint(std::string("tcp:") + text + ":80", &error)));
+    // The same address in IPv6 form reaches the same socket: it is local.
+    CHECK(local.contains(*rdmagw::parse_endpoint(std::string("tcp:[::ffff:") + text + "]:80", &error)));
     ++seen;
   }
   freeifaddrs(list);

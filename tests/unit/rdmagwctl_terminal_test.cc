@@ -248,6 +248,11 @@ TEST_CASE("views: services shows hostile pod names and API errors escaped", "[rd
   out = render_services(services);
   require_terminal_safe(out);
   CHECK(contains(out, "node's at " + kShown + ", tunnel down: " + kShown));
+
+  // An IPv6 endpoint in brackets, so that its port stands apart.
+  endpoint["address"] = "fd00:10::5";
+  out = render_services(services);
+  CHECK(contains(out, "[fd00:10::5]:6379"));
 }
 
 TEST_CASE("views: streams shows hostile names escaped, columns aligned", "[rdmagwctl][terminal][views]") {

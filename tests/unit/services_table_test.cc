@@ -262,10 +262,14 @@ TEST_CASE("bytes that do not hold together are refused even with a checksum that
         "services[0].cluster_ips[0]: fe80::1 is link-local (fe80::/10): not an address a Service or pod holds");
   // Nodes: an endpoint naming one the table does not have; a tunnel
   // address that is not a pod's, or one without the flag that says so.
-  CHECK(refused([](uint8_t* b, Header& h) { record<EndpointRecord>(b, h, kEndpoints, 0)->node = 7; }) ==
-        "endpoints[0]: names a node the table does not have");
+  CHECK(refused([](uint8_t* b, Header& h) {
+          record<EndpointRecord>(b, h, kEndpoints, 0)->node = h.sections[kNodes].count;  // one past the last
+        }) == "endpoints[0]: names a node the table does not have");
+  CHECK(refused([](uint8_t* b, Header& h) {
+          record<EndpointRecord>(b, h, kEndpoints, 0)->node = h.sections[kNodes].count - 1;
+        }).empty());
   CHECK(refused([](uint8_t* b, Header& h) { record<EndpointRecord>(b, h, kEndpoints, 0)->reserved = 1; }) ==
-        "endpoints[0]: names a node the table does not have");
+        "endpoints[0]: reserved bytes are not 0");
   CHECK(refused([](uint8_t* b, Header& h) {
           record<NodeRecord>(b, h, kNodes, 1)->tunnel = ServiceTable::mapped(0xE0000001);
         }) == "nodes[1].tunnel: 224.0.0.1 is multicast (224.0.0.0/4): not an address a Service or pod holds");

@@ -44,6 +44,14 @@ std::string rdmagw_text(const Json& endpoint, const std::string& direct) {
   return out + ", tunnel " + tunnel + (error.empty() ? "" : ": " + error);
 }
 
+// "10.0.1.5:6379", "[fd00::5]:6379": an IPv6 address in brackets, or its
+// last group would read as the port.
+std::string address_and_port(const Json& endpoint) {
+  std::string address = string_or(endpoint, "address");
+  if (address.find(':') != std::string::npos) address = "[" + address + "]";
+  return address + ":" + counter_text(endpoint, "port");
+}
+
 }  // namespace
 
 std::string render_services(const Json& raw_answer) {
@@ -73,9 +81,8 @@ std::string render_services(const Json& raw_answer) {
       const Json& endpoints = array_at(port, "endpoints");
       if (endpoints.empty()) table.add_row({name, ips, port_text, "-", "no endpoints"});
       for (const auto& e : endpoints)
-        table.add_row({name, ips, port_text, string_or(e, "address") + ":" + counter_text(e, "port"),
-                       text_or_dash(e, "state"), rdmagw_text(e, direct), counter_text(e, "streams"),
-                       text_or_dash(e, "pod"), text_or_dash(e, "node")});
+        table.add_row({name, ips, port_text, address_and_port(e), text_or_dash(e, "state"), rdmagw_text(e, direct),
+                       counter_text(e, "streams"), text_or_dash(e, "pod"), text_or_dash(e, "node")});
     }
   }
   return out + table.render();
