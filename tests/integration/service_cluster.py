@@ -60,8 +60,10 @@ shutdown_timeout_ms: 2000
 """
 
 
-def endpoint_config(i: int, ip: str, key: str) -> str:
-    return f"""node: ep{i}
+def serving_config(node: str, ip: str, key: str, serves: str) -> str:
+    """An rdmagw that accepts tunnels at `ip` and opens what `serves` (its
+    targets, and what they need) allows."""
+    return f"""node: {node}
 workers: 1
 admin: "127.0.0.1:9901"
 tunnel:
@@ -69,9 +71,14 @@ tunnel:
   tcp_port: 7471
   transport: tcp
   auth: {{mode: psk, key_files: [{key}]}}
-targets: ["tcp:self:{PORT}"]  # this pod's own address, as a ConfigMap shared by replicas writes it
+{serves}
 shutdown_timeout_ms: 2000
 """
+
+
+def endpoint_config(i: int, ip: str, key: str) -> str:
+    # tcp:self: this pod's own address, as a ConfigMap shared by replicas writes it.
+    return serving_config(f"ep{i}", ip, key, f'targets: ["tcp:self:{PORT}"]')
 
 
 class Cluster:

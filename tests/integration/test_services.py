@@ -36,7 +36,7 @@ from clients import require_root_and, wait_for
 from conftest import RDMAGWCTL_BIN, ManagedProcess, key_file
 from fleet_hosts import ECHO_SERVER
 from netns_hosts import run
-from service_cluster import CLUSTER_IP, OTHER_CLUSTER_IP, POD_IP, PORT, Cluster, service_cluster
+from service_cluster import CLUSTER_IP, OTHER_CLUSTER_IP, POD_IP, PORT, Cluster, service_cluster, serving_config
 
 
 def endpoint(ip: str, port: int = PORT, state: str = "ready", rdmagw: bool = True, pod: str = "") -> dict:
@@ -404,18 +404,7 @@ def node_mode_config(ip: str, services: Path) -> str:
     """A node-mode rdmagw on the node (the pod's router here): it accepts
     tunnels at the node's address and admits what the table puts on its
     node, nothing else."""
-    return f"""node: node-b
-workers: 1
-admin: "127.0.0.1:9901"
-tunnel:
-  address: {ip}
-  tcp_port: 7471
-  transport: tcp
-  auth: {{mode: psk, key_files: [{key_file()}]}}
-services: {{file: {services}}}
-targets: ["services:this-node"]
-shutdown_timeout_ms: 2000
-"""
+    return serving_config("node-b", ip, key_file(), f'services: {{file: {services}}}\ntargets: ["services:this-node"]')
 
 
 def test_an_endpoint_behind_a_node_mode_rdmagw_goes_through_the_node_and_the_node_admits_only_its_own(
