@@ -233,7 +233,8 @@ void EventLoop::run_flushes() {
   }
 }
 
-void EventLoop::run_once(std::chrono::milliseconds timeout) {
+void EventLoop::run_once(std::chrono::nanoseconds timeout) {
+  ++batches_;
   end_batch();
   wait_and_dispatch(timeout);
   end_batch();
@@ -253,10 +254,10 @@ void EventLoop::dispatch(io_uring_cqe* cqe) {
   }
 }
 
-void EventLoop::wait_and_dispatch(std::chrono::milliseconds timeout) {
+void EventLoop::wait_and_dispatch(std::chrono::nanoseconds timeout) {
   __kernel_timespec ts{};
-  ts.tv_sec = timeout.count() / 1000;
-  ts.tv_nsec = (timeout.count() % 1000) * 1000000;
+  ts.tv_sec = timeout.count() / 1000000000;
+  ts.tv_nsec = timeout.count() % 1000000000;
   io_uring_cqe* cqe = nullptr;
   int rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
   if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {

@@ -246,6 +246,20 @@ TEST_CASE("io: run_once with a timeout returns when nothing completes, and updat
   CHECK(Clock::now() - start < 500ms);
 }
 
+// An idle loop sleeps from one tick to the next. Its waits were once cut to
+// whole milliseconds: the last one ended early, and the loop spun through
+// zero-length waits (about a hundred) until the tick was due.
+TEST_CASE("io: an idle loop wakes about once per tick, not in a spin before each") {
+  EventLoop loop;
+  init_loop(loop);
+  int ticks = 0;
+  loop.run(5ms, [&] {
+    if (++ticks == 40) loop.stop();
+  });
+  INFO("batches: " << loop.batches());
+  CHECK(loop.batches() <= 3 * 40);
+}
+
 // --- TimedConnect: connect + linked timeout -------------------------------------------
 
 TEST_CASE("io: TimedConnect reports success against a loopback listener") {
