@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "config/services_file.h"
 
-#include <arpa/inet.h>
-
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>

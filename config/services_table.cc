@@ -42,8 +42,7 @@ struct Where {
   }
 };
 
-}  // namespace
-
+// service_address::refused() for IPv4 (host byte order).
 const char* refused_service_ipv4(uint32_t ip) {
   return (ip >> 24) == 127      ? "loopback"
          : (ip >> 24) == 0      ? "unspecified (0.0.0.0/8)"
@@ -52,6 +51,16 @@ const char* refused_service_ipv4(uint32_t ip) {
          : ip == 0xFFFFFFFF     ? "broadcast"
                                 : nullptr;
 }
+
+// An IPv4 address in host byte order as the file writes it ("10.96.0.10").
+std::string ipv4_text(uint32_t ip) {
+  char text[INET_ADDRSTRLEN] = "?";
+  in_addr a{htonl(ip)};
+  inet_ntop(AF_INET, &a, text, sizeof(text));
+  return text;
+}
+
+}  // namespace
 
 std::string_view endpoint_state_name(EndpointState state) {
   switch (state) {
@@ -63,13 +72,6 @@ std::string_view endpoint_state_name(EndpointState state) {
       return "not-ready";
   }
   return "?";
-}
-
-std::string ipv4_text(uint32_t ip) {
-  char text[INET_ADDRSTRLEN] = "?";
-  in_addr a{htonl(ip)};
-  inet_ntop(AF_INET, &a, text, sizeof(text));
-  return text;
 }
 
 namespace service_address {

@@ -23,15 +23,6 @@ namespace rdmagw {
 
 enum class EndpointState : uint8_t { kReady, kTerminating, kNotReady };
 std::string_view endpoint_state_name(EndpointState state);  // "ready", "terminating", "not-ready"
-// An IPv4 address in host byte order as the file writes it ("10.96.0.10").
-std::string ipv4_text(uint32_t ip);
-// Why an IPv4 address (host byte order) is none a Service or pod holds
-// ("loopback", "multicast (224.0.0.0/4)", ...), or null if it may be one:
-// the rule for the services file and the table alike. Never an address that
-// would land on this host whatever was meant (rdmagw's own admin endpoint
-// among others).
-const char* refused_service_ipv4(uint32_t ip);
-
 // Addresses as the table holds them: 16 bytes, IPv4 as ::ffff:a.b.c.d.
 namespace service_address {
 using Address = services_table::AddressRecord;
@@ -41,8 +32,12 @@ Address from_ipv4(uint32_t ip);      // host byte order
 std::string text(const Address& a);  // "10.96.0.10", "fd00::a"
 // From either family's text (no brackets, no zone); false if it is neither.
 bool parse(const char* text, Address* out);
-// The same rule for IPv6 as refused_service_ipv4() for IPv4 (an IPv4 one
-// judged as such): unspecified, loopback, link-local, multicast.
+// Why an address is none a Service or pod holds ("loopback", "multicast
+// (224.0.0.0/4)", ...), or null if it may be one: the rule for the services
+// file and the table alike. Never an address that would land on this host
+// whatever was meant (rdmagw's own admin endpoint among others). IPv4:
+// 0.0.0.0/8, loopback, link-local, multicast, broadcast; IPv6: unspecified,
+// loopback, link-local, multicast.
 const char* refused(const Address& a);
 // A socket address's (AF_INET or AF_INET6; a v4-mapped IPv6 one as the
 // IPv4 address it holds). False for any other family.
@@ -124,7 +119,6 @@ class ServiceTable {
 
   // A Service's ClusterIP and port.
   const Port* find_cluster_ip(const services_table::AddressRecord& ip, uint16_t port) const;
-  const Port* find_cluster_ip(uint32_t ip, uint16_t port) const { return find_cluster_ip(mapped(ip), port); }
   // An endpoint by its address and target port (a headless Service's
   // clients connect to it directly): the first Service port listing it.
   struct EndpointRef {
@@ -132,7 +126,6 @@ class ServiceTable {
     const Endpoint* endpoint = nullptr;
   };
   EndpointRef find_endpoint(const services_table::AddressRecord& ip, uint16_t port) const;
-  EndpointRef find_endpoint(uint32_t ip, uint16_t port) const { return find_endpoint(mapped(ip), port); }
 
   // "namespace/name" of a port's Service.
   std::string service_name(const Port& port) const;
@@ -141,9 +134,6 @@ class ServiceTable {
   static AddressPort key(const Endpoint& e) { return {e.address, e.port}; }
 
   // An endpoint's fields.
-  static uint32_t ipv4(const Endpoint& e) { return ipv4(e.address); }
-  static uint32_t ipv4(const services_table::AddressRecord& a) { return service_address::ipv4(a); }
-  static services_table::AddressRecord mapped(uint32_t ip) { return service_address::from_ipv4(ip); }
   static EndpointState state(const Endpoint& e) { return static_cast<EndpointState>(e.state); }
   static bool has_rdmagw(const Endpoint& e) { return (e.flags & services_table::kEndpointHasRdmagw) != 0; }
 

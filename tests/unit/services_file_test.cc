@@ -18,6 +18,13 @@ uint32_t ip(const char* text) {
   return ntohl(a.s_addr);
 }
 
+// An address as the table holds it, from either family's text.
+rdmagw::services_table::AddressRecord at(const char* text) {
+  rdmagw::services_table::AddressRecord a{};
+  REQUIRE(rdmagw::service_address::parse(text, &a));
+  return a;
+}
+
 // A file as rdmagw-k8s writes it (tests/kube checks the agent's side).
 const char* kFile = R"({
  "format": "rdmagw-services/1",
@@ -62,14 +69,14 @@ TEST_CASE("a ClusterIP and port find the Service port, with its ready endpoints 
   CHECK(table->services().size() == 2);
   CHECK(table->endpoint_count() == 5);
 
-  const ServiceTable::Port* redis = table->find_cluster_ip(ip("10.96.0.10"), 6379);
+  const ServiceTable::Port* redis = table->find_cluster_ip(at("10.96.0.10"), 6379);
   REQUIRE(redis != nullptr);
   CHECK(table->service_name(*redis) == "default/redis");
   auto endpoints = table->endpoints(*redis);
   REQUIRE(endpoints.size() == 4);
   REQUIRE(table->ready_count(*redis) == 2);
-  CHECK(ServiceTable::ipv4(table->ready(*redis, 0)) == ip("10.0.1.1"));
-  CHECK(ServiceTable::ipv4(table->ready(*redis, 1)) == ip("10.0.1.4"));
+  CHECK(rdmagw::service_address::ipv4(table->ready(*redis, 0).address) == ip("10.0.1.1"));
+  CHECK(rdmagw::service_address::ipv4(table->ready(*redis, 1).address) == ip("10.0.1.4"));
   CHECK(endpoints[0].port == 6380);
   CHECK(ServiceTable::has_rdmagw(endpoints[0]));
   CHECK(table->text(endpoints[0].pod) == "redis-0");
@@ -77,15 +84,15 @@ TEST_CASE("a ClusterIP and port find the Service port, with its ready endpoints 
   CHECK(ServiceTable::state(endpoints[2]) == EndpointState::kTerminating);
   CHECK(table->node_name(endpoints[3]).empty());
 
-  CHECK(table->find_cluster_ip(ip("10.96.0.10"), 6380) == nullptr);
-  CHECK(table->find_cluster_ip(ip("10.96.0.11"), 6379) == nullptr);
+  CHECK(table->find_cluster_ip(at("10.96.0.10"), 6380) == nullptr);
+  CHECK(table->find_cluster_ip(at("10.96.0.11"), 6379) == nullptr);
 }
 
 TEST_CASE("an endpoint's address and target port find it, as a headless Service's clients dial it") {
   std::shared_ptr<const ServiceTable> table;
   std::string error;
   REQUIRE(parse_services_file(kFile, &table, &error));
-  auto pg = table->find_endpoint(ip("10.0.2.1"), 5432);
+  auto pg = table->find_endpoint(at("10.0.2.1"), 5432);
   REQUIRE(pg.endpoint != nullptr);
   CHECK(table->service_name(*pg.port) == "db/pg");
   CHECK(table->text(pg.port->name) == "sql");
@@ -93,8 +100,8 @@ TEST_CASE("an endpoint's address and target port find it, as a headless Service'
   CHECK(ServiceTable::has_rdmagw(*pg.endpoint));
   // A headless Service has no ClusterIP to find it by.
   CHECK(table->cluster_ips(table->services()[1]).empty());
-  CHECK(table->find_endpoint(ip("10.0.2.1"), 5433).endpoint == nullptr);
-  auto terminating = table->find_endpoint(ip("10.0.1.3"), 6380);
+  CHECK(table->find_endpoint(at("10.0.2.1"), 5433).endpoint == nullptr);
+  auto terminating = table->find_endpoint(at("10.0.1.3"), 6380);
   REQUIRE(terminating.endpoint != nullptr);
   CHECK(ServiceTable::state(*terminating.endpoint) == EndpointState::kTerminating);
 }
@@ -232,12 +239,12 @@ TEST_CASE("nodes with a node-mode rdmagw are read with their tunnel address, eac
           {"address": "10.0.3.2", "port": 8080, "state": "ready", "rdmagw": false, "pod": "web-1", "node": "node-c"}]}]}]})",
                               &table, &error));
   INFO(error);
-  auto on_b = table->find_endpoint(ip("10.0.3.1"), 8080);
-  auto on_c = table->find_endpoint(ip("10.0.3.2"), 8080);
+  auto on_b = table->find_endpoint(at("10.0.3.1"), 8080);
+  auto on_c = table->find_endpoint(at("10.0.3.2"), 8080);
   REQUIRE(on_b.endpoint);
   REQUIRE(on_c.endpoint);
   REQUIRE(table->node_tunnel(*on_b.endpoint));
-  CHECK(ServiceTable::ipv4(*table->node_tunnel(*on_b.endpoint)) == ip("10.0.0.2"));
+  CHECK(rdmagw::service_address::ipv4(*table->node_tunnel(*on_b.endpoint)) == ip("10.0.0.2"));
   CHECK(table->node_name(*on_c.endpoint) == "node-c");
   CHECK(table->node_tunnel(*on_c.endpoint) == nullptr);
 
@@ -263,23 +270,18 @@ TEST_CASE("IPv6 and dual-stack Services are read like IPv4 ones") {
           {"address": "::ffff:10.0.3.2", "port": 8080, "state": "ready", "rdmagw": false}]}]}]})",
                               &table, &error));
   INFO(error);
-  auto v6 = [](const char* text) {
-    rdmagw::services_table::AddressRecord a{};
-    REQUIRE(inet_pton(AF_INET6, text, a.bytes) == 1);
-    return a;
-  };
-  const ServiceTable::Port* by_v4 = table->find_cluster_ip(ip("10.96.0.20"), 80);
-  const ServiceTable::Port* by_v6 = table->find_cluster_ip(v6("fd00:96::20"), 80);
+  const ServiceTable::Port* by_v4 = table->find_cluster_ip(at("10.96.0.20"), 80);
+  const ServiceTable::Port* by_v6 = table->find_cluster_ip(at("fd00:96::20"), 80);
   REQUIRE(by_v4);
   CHECK(by_v4 == by_v6);
   CHECK(table->ready_count(*by_v4) == 3);
-  auto e = table->find_endpoint(v6("fd00:10::1"), 8080);
+  auto e = table->find_endpoint(at("fd00:10::1"), 8080);
   REQUIRE(e.endpoint);
   CHECK(rdmagw::service_address::text(e.endpoint->address) == "fd00:10::1");
   REQUIRE(table->node_tunnel(*e.endpoint));
   CHECK(rdmagw::service_address::text(*table->node_tunnel(*e.endpoint)) == "fd00:77::1");
   // A v4-mapped address is the IPv4 one: found by either.
-  CHECK(table->find_endpoint(ip("10.0.3.2"), 8080).endpoint != nullptr);
-  CHECK(table->find_endpoint(v6("::ffff:10.0.3.2"), 8080).endpoint != nullptr);
-  CHECK(rdmagw::service_address::text(table->find_endpoint(ip("10.0.3.2"), 8080).endpoint->address) == "10.0.3.2");
+  CHECK(table->find_endpoint(at("10.0.3.2"), 8080).endpoint != nullptr);
+  CHECK(table->find_endpoint(at("::ffff:10.0.3.2"), 8080).endpoint != nullptr);
+  CHECK(rdmagw::service_address::text(table->find_endpoint(at("10.0.3.2"), 8080).endpoint->address) == "10.0.3.2");
 }

@@ -28,8 +28,8 @@ uint32_t ip(const char* text) {
 // An address as the table holds it, from either family's text.
 AddressRecord a(const char* text) {
   AddressRecord out{};
-  if (inet_pton(AF_INET6, text, out.bytes) == 1) return out;
-  return ServiceTable::mapped(ip(text));
+  REQUIRE(service_address::parse(text, &out));
+  return out;
 }
 
 std::shared_ptr<OwnedTableBytes> sample() {
@@ -123,49 +123,49 @@ TEST_CASE("a built table is found again in place: Services, ports, endpoints, re
   CHECK(api.error == "Get \"https://api/readyz\": [2J refused");  // the control byte made a space
 
   for (const char* cluster_ip : {"10.96.0.10", "10.96.0.11"}) {
-    const ServiceTable::Port* redis = table->find_cluster_ip(ip(cluster_ip), 6379);
+    const ServiceTable::Port* redis = table->find_cluster_ip(a(cluster_ip), 6379);
     REQUIRE(redis);
     CHECK(table->service_name(*redis) == "default/redis");
     CHECK(table->text(redis->name) == "redis");
     REQUIRE(table->ready_count(*redis) == 2);
-    CHECK(ServiceTable::ipv4(table->ready(*redis, 0)) == ip("10.0.1.1"));
-    CHECK(ServiceTable::ipv4(table->ready(*redis, 1)) == ip("10.0.1.3"));
+    CHECK(rdmagw::service_address::ipv4(table->ready(*redis, 0).address) == ip("10.0.1.1"));
+    CHECK(rdmagw::service_address::ipv4(table->ready(*redis, 1).address) == ip("10.0.1.3"));
   }
-  const ServiceTable::Port* sentinel = table->find_cluster_ip(ip("10.96.0.10"), 26379);
+  const ServiceTable::Port* sentinel = table->find_cluster_ip(a("10.96.0.10"), 26379);
   REQUIRE(sentinel);
   CHECK(table->text(sentinel->name).empty());
   CHECK(table->ready_count(*sentinel) == 0);
-  CHECK(table->find_cluster_ip(ip("10.96.0.10"), 5432) == nullptr);
-  CHECK(table->find_cluster_ip(ip("10.96.0.12"), 80) == nullptr);  // a Service without ports
+  CHECK(table->find_cluster_ip(a("10.96.0.10"), 5432) == nullptr);
+  CHECK(table->find_cluster_ip(a("10.96.0.12"), 80) == nullptr);  // a Service without ports
 
   // By endpoint: the first port listing the address answers.
-  auto e = table->find_endpoint(ip("10.0.1.1"), 6380);
+  auto e = table->find_endpoint(a("10.0.1.1"), 6380);
   REQUIRE(e.endpoint);
-  CHECK(e.port == table->find_cluster_ip(ip("10.96.0.10"), 6379));
+  CHECK(e.port == table->find_cluster_ip(a("10.96.0.10"), 6379));
   CHECK(ServiceTable::has_rdmagw(*e.endpoint));
   CHECK(table->text(e.endpoint->pod) == "redis-0");
   CHECK(table->node_name(*e.endpoint) == "node-a");
-  auto terminating = table->find_endpoint(ip("10.0.1.1"), 26379);
+  auto terminating = table->find_endpoint(a("10.0.1.1"), 26379);
   REQUIRE(terminating.endpoint);
   CHECK(ServiceTable::state(*terminating.endpoint) == EndpointState::kTerminating);
-  auto pg = table->find_endpoint(ip("10.0.2.1"), 5432);
+  auto pg = table->find_endpoint(a("10.0.2.1"), 5432);
   REQUIRE(pg.endpoint);
   CHECK(table->service_name(*pg.port) == "db/pg");
   CHECK(table->node_name(*pg.endpoint) == "node-\xc3\xa9");
   CHECK(table->cluster_ips(table->services()[1]).empty());
-  CHECK(table->find_endpoint(ip("10.0.2.1"), 5433).endpoint == nullptr);
-  CHECK(table->find_endpoint(ip("10.0.9.9"), 5432).endpoint == nullptr);
+  CHECK(table->find_endpoint(a("10.0.2.1"), 5433).endpoint == nullptr);
+  CHECK(table->find_endpoint(a("10.0.9.9"), 5432).endpoint == nullptr);
 
   // Nodes: each once, whether or not a node-mode rdmagw runs there.
   REQUIRE(table->nodes().size() == 3);  // node-a, node-b, node-é
-  auto redis1 = table->find_endpoint(ip("10.0.1.2"), 6380);
+  auto redis1 = table->find_endpoint(a("10.0.1.2"), 6380);
   REQUIRE(redis1.endpoint);
   CHECK(table->node_name(*redis1.endpoint) == "node-b");
   const AddressRecord* tunnel = table->node_tunnel(*redis1.endpoint);
   REQUIRE(tunnel);
-  CHECK(ServiceTable::ipv4(*tunnel) == ip("10.0.0.2"));
+  CHECK(rdmagw::service_address::ipv4(*tunnel) == ip("10.0.0.2"));
   CHECK(table->node_tunnel(*e.endpoint) == nullptr);  // node-a has none
-  CHECK(table->node(*e.endpoint) == table->node(*table->find_endpoint(ip("10.0.1.3"), 6380).endpoint));
+  CHECK(table->node(*e.endpoint) == table->node(*table->find_endpoint(a("10.0.1.3"), 6380).endpoint));
 }
 
 TEST_CASE("an endpoint without a node names none; a node's tunnel is declared once") {
@@ -192,8 +192,8 @@ TEST_CASE("an empty table is a table") {
   b.set_api(true, "", "");
   auto table = open_ok(b.finish());
   CHECK(table->services().empty());
-  CHECK(table->find_cluster_ip(ip("10.96.0.10"), 80) == nullptr);
-  CHECK(table->find_endpoint(ip("10.0.0.1"), 80).endpoint == nullptr);
+  CHECK(table->find_cluster_ip(a("10.96.0.10"), 80) == nullptr);
+  CHECK(table->find_endpoint(a("10.0.0.1"), 80).endpoint == nullptr);
   CHECK(table->api().reachable);
 }
 
@@ -255,7 +255,7 @@ TEST_CASE("bytes that do not hold together are refused even with a checksum that
   CHECK(refused([](uint8_t* b, Header& h) { record<EndpointRecord>(b, h, kEndpoints, 0)->flags = 0x80; }) ==
         "endpoints[0]: unknown flags");
   CHECK(refused([](uint8_t* b, Header& h) {
-          record<EndpointRecord>(b, h, kEndpoints, 0)->address = ServiceTable::mapped(0x7F000001);
+          record<EndpointRecord>(b, h, kEndpoints, 0)->address = rdmagw::service_address::from_ipv4(0x7F000001);
         }) == "endpoints[0].address: 127.0.0.1 is loopback: not an address a Service or pod holds");
   CHECK(refused([](uint8_t* b, Header& h) { record<AddressRecord>(b, h, kClusterIps, 0)->bytes[0] = 0xfd; }).empty());
   CHECK(refused([](uint8_t* b, Header& h) { *record<AddressRecord>(b, h, kClusterIps, 0) = a("fe80::1"); }) ==
@@ -271,7 +271,7 @@ TEST_CASE("bytes that do not hold together are refused even with a checksum that
   CHECK(refused([](uint8_t* b, Header& h) { record<EndpointRecord>(b, h, kEndpoints, 0)->reserved = 1; }) ==
         "endpoints[0]: reserved bytes are not 0");
   CHECK(refused([](uint8_t* b, Header& h) {
-          record<NodeRecord>(b, h, kNodes, 1)->tunnel = ServiceTable::mapped(0xE0000001);
+          record<NodeRecord>(b, h, kNodes, 1)->tunnel = rdmagw::service_address::from_ipv4(0xE0000001);
         }) == "nodes[1].tunnel: 224.0.0.1 is multicast (224.0.0.0/4): not an address a Service or pod holds");
   CHECK(refused([](uint8_t* b, Header& h) { record<NodeRecord>(b, h, kNodes, 0)->tunnel.bytes[15] = 1; }) ==
         "nodes[0]: a tunnel address without the flag that says it has one");
@@ -316,8 +316,8 @@ TEST_CASE("an index slot filed under a key its record does not have finds nothin
   }
   reseal(*bytes);
   auto table = open_ok(bytes);
-  CHECK(table->find_endpoint(ip("10.0.2.1"), 5432).endpoint == nullptr);
-  CHECK(table->find_endpoint(ip("10.0.1.1"), 6380).endpoint != nullptr);
-  CHECK(table->find_cluster_ip(ip("10.96.0.10"), 26379) == nullptr);
-  CHECK(table->find_cluster_ip(ip("10.96.0.10"), 6379) != nullptr);
+  CHECK(table->find_endpoint(a("10.0.2.1"), 5432).endpoint == nullptr);
+  CHECK(table->find_endpoint(a("10.0.1.1"), 6380).endpoint != nullptr);
+  CHECK(table->find_cluster_ip(a("10.96.0.10"), 26379) == nullptr);
+  CHECK(table->find_cluster_ip(a("10.96.0.10"), 6379) != nullptr);
 }
