@@ -4,9 +4,10 @@
 // when they are established, and each message one end sends is queued
 // straight on the other end's receive queue, skipping TCP/IP.
 //
-// Each direction of a connection is a flow, keyed by its sending socket's
-// own address and port, then its peer's. A flow is redirected only once
-// rdmagw has admitted it (the admissions map), as one of two kinds:
+// Each direction of a connection is a flow: its state on its sending
+// socket (socket storage), its admission keyed by that socket's own
+// address and port, then its peer's. A flow is redirected only once rdmagw
+// has admitted it (the admissions map), as one of two kinds:
 //
 // - rdmagw reads it (an application, or a server, sends to rdmagw): at
 //   most max_in_flight bytes may be redirected and not yet read by rdmagw,
@@ -53,7 +54,9 @@ struct {
   __type(value, __u64);
 } sockets SEC(".maps");
 
-// What the kernel keeps of a flow (made when its socket is established).
+// What the kernel keeps of a flow, on its sending socket (made when the
+// socket is established, gone with it): socket storage, not a hash by key,
+// as every message reads it.
 struct flow {
   __u64 sent;    // bytes sent since the connection was established (redirected or by TCP)
   __u32 on_tcp;  // 1: by TCP until the reader has read all it was sent
@@ -61,9 +64,9 @@ struct flow {
 };
 
 struct {
-  __uint(type, BPF_MAP_TYPE_HASH);
-  __uint(max_entries, LOCAL_REDIRECT_MAX_SOCKETS);
-  __type(key, struct local_redirect_key);
+  __uint(type, BPF_MAP_TYPE_SK_STORAGE);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __type(key, int);
   __type(value, struct flow);
 } flows SEC(".maps");
 
@@ -199,22 +202,24 @@ int local_redirect_sockops(struct bpf_sock_ops* skops) {
     }
   }
   if (op == BPF_SOCK_OPS_STATE_CB) {
-    // The connection ends: its flow goes (the kernel takes the socket out
-    // of the SOCKHASH itself).
-    if (skops->args[1] == TCP_CLOSE) {
-      bpf_map_delete_elem(&flows, &key);
-      bpf_map_delete_elem(&admissions, &key);
-    }
+    // The connection ends: its admission goes (the kernel takes the socket
+    // out of the SOCKHASH itself, and its flow with the socket).
+    if (skops->args[1] == TCP_CLOSE) bpf_map_delete_elem(&admissions, &key);
     return 1;
   }
-  if (!is_loopback(key.local_ip) || !is_loopback(key.remote_ip)) return 1;
+  if (!sk || !is_loopback(key.local_ip) || !is_loopback(key.remote_ip)) return 1;
   if (!bpf_map_lookup_elem(&ports, &key.local_port) && !bpf_map_lookup_elem(&ports, &key.remote_port)) return 1;
-  struct flow fresh = {};
-  bpf_map_update_elem(&flows, &key, &fresh, BPF_ANY);
   struct local_redirect_stats* s = my_stats();
+  struct flow* f = bpf_sk_storage_get(&flows, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+  if (!f) {
+    if (s) s->sockets_refused++;
+    return 1;
+  }
+  f->sent = 0;
+  f->on_tcp = 0;
   if (bpf_sock_hash_update(skops, &sockets, &key, BPF_ANY) != 0) {
     if (s) s->sockets_refused++;
-    bpf_map_delete_elem(&flows, &key);
+    bpf_sk_storage_delete(&flows, sk);
     return 1;
   }
   bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
@@ -227,15 +232,20 @@ int local_redirect_msg(struct sk_msg_md* msg) {
   struct local_redirect_key key = {}, peer;
   __u32 family = msg->family;
   __u32 local4 = msg->local_ip4, remote4 = msg->remote_ip4;
-  __u32 local6[4] = {msg->local_ip6[0], msg->local_ip6[1], msg->local_ip6[2], msg->local_ip6[3]};
-  __u32 remote6[4] = {msg->remote_ip6[0], msg->remote_ip6[1], msg->remote_ip6[2], msg->remote_ip6[3]};
+  // As in sock_ops: 4 bytes at a time.
+  const volatile __u32* l6 = msg->local_ip6;
+  const volatile __u32* r6 = msg->remote_ip6;
+  __u32 local6[4] = {l6[0], l6[1], l6[2], l6[3]};
+  __u32 remote6[4] = {r6[0], r6[1], r6[2], r6[3]};
   __u32 local_port = msg->local_port, remote_port = msg->remote_port;
   if (!fill_key(&key, family, local4, remote4, local6, remote6, local_port, remote_port)) return SK_PASS;
   __u64 size = msg->size;
   __u64 redirected = 0;
   struct local_redirect_stats* s = my_stats();
-  struct flow* f = bpf_map_lookup_elem(&flows, &key);
-  if (!f) return SK_PASS;  // not established under these programs (or ended meanwhile): TCP
+  struct bpf_sock* sk = msg->sk;
+  if (!sk) return SK_PASS;
+  struct flow* f = bpf_sk_storage_get(&flows, sk, 0, 0);
+  if (!f) return SK_PASS;  // not established under these programs: TCP
   struct local_redirect_admission* a = bpf_map_lookup_elem(&admissions, &key);
   if (!a) goto by_tcp;
   if (a->paced != LOCAL_REDIRECT_READ) {

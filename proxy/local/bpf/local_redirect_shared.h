@@ -10,7 +10,7 @@
 /* The maps' layout: a takeover hands the maps to a new process only if its
  * programs use the same (proxy/local/local_redirect.cc). Raise it with any
  * change to a map, a key, a value or what a value means. */
-#define LOCAL_REDIRECT_LAYOUT 2
+#define LOCAL_REDIRECT_LAYOUT 3
 
 /* Sockets and flows the maps hold at most; ports of interest at most. */
 #define LOCAL_REDIRECT_MAX_SOCKETS 65536
