@@ -40,6 +40,10 @@ inline constexpr size_t kMaxNodeNameLength = 255;
 // endpoint the config parser accepts is shorter (config_parser.cc asserts it).
 inline constexpr size_t kMaxTargetLength = 300;
 
+// OPEN's origin (docs/protocol.md, "Origin"), at its longest: a
+// connection id, then two addresses (family, IPv6 address, port).
+inline constexpr size_t kMaxOriginLength = 16 + 2 * (1 + 16 + 2);
+
 // RDMA CM private data recv_depth (tunnel.rdma.recv_depth): receives each
 // session keeps posted, i.e. the send credits it grants its peer.
 inline constexpr uint32_t kRdmaRecvDepthMin = 8;
@@ -61,7 +65,8 @@ static_assert(kMaxDataMin <= kStreamWindowMin && kStreamWindowMin <= kSessionWin
               "the smallest values of each key must be consistent with each other");
 static_assert(kMaxDataMax <= kStreamWindowMax && kStreamWindowMax <= kSessionWindowMax,
               "the largest values of each key must be consistent with each other");
-static_assert(2 + kMaxTargetLength + kMaxDataMax <= kMaxPayload,
-              "the largest OPEN (target and first bytes) fits in a frame");
+static_assert(kMaxOriginLength <= UINT8_MAX, "OPEN origin_len is a u8");
+static_assert(2 + kMaxTargetLength + 1 + kMaxOriginLength + kMaxDataMax <= kMaxPayload,
+              "the largest OPEN (target, origin and first bytes) fits in a frame");
 
 }  // namespace rdmagw

@@ -352,6 +352,7 @@ std::string render_streams_json(const std::vector<StreamInfo>& streams, size_t o
     w.begin_object();
     w.field("worker", s.worker).field("side", s.side).field("listener", s.listener).field("peer", s.peer);
     w.field("target", s.target).field("stream_id", s.stream_id).field("age_ms", s.age_ms);
+    w.field("connection", s.connection).field("client", s.client);
     w.field("bytes_from_app", s.bytes_from_app).field("bytes_to_app", s.bytes_to_app);
     w.field("state", s.state).field("queued_to_app", s.queued_to_app).field("send_credit", s.send_credit);
     w.field("waiting_for", s.waiting_for);

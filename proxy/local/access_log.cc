@@ -99,9 +99,11 @@ void json_field(std::string* out, std::string_view key, uint64_t value) {
 template <class Field>
 void for_each_field(const AccessRecord& r, Field&& field) {
   field("direction", r.direction);
+  if (!r.connection.empty()) field("connection", r.connection);
   if (!r.listener.empty()) field("listener", r.listener);
   if (!r.client.empty()) field("client", r.client);
   if (!r.destination.empty()) field("destination", r.destination);
+  if (!r.remote.empty()) field("remote", r.remote);
   if (!r.peer.empty()) field("peer", r.peer);
   if (!r.transport.empty()) field("transport", r.transport);
   if (!r.target.empty()) field("target", r.target);

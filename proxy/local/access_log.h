@@ -49,9 +49,13 @@ class AccessLogFile {
 // How one application connection went.
 struct AccessRecord {
   std::string_view direction;  // "outbound" (a listener's client) | "inbound" (to a target, for a peer) | "passthrough"
-  std::string_view listener;   // outbound, passthrough
-  std::string_view client;     // the application's address (outbound, passthrough); inbound: the peer's session end
-  std::string_view destination;  // transparent listeners: where the application meant to go
+  std::string_view connection;  // its id (outbound: made here; inbound: the peer's), "" if none
+  std::string_view listener;    // outbound, passthrough
+  // The application's address: outbound, passthrough: this side's client;
+  // inbound: the far side's, as the peer's OPEN said ("" if it did not).
+  std::string_view client;
+  std::string_view destination;  // transparent listeners: where the application meant to go (inbound: as told)
+  std::string_view remote;       // inbound: the peer's end of the session
   std::string_view peer;
   std::string_view transport;  // "tcp" | "rdma": the session's at the end; "" without one
   std::string_view target;

@@ -47,6 +47,10 @@ struct LocalStreamImage {
   std::vector<uint8_t> parked;     // read from the socket, not yet sent (no session credit)
   tunnel::StreamTunnelImage tunnel;
   RedirectedLegImage leg;  // image version 3 on
+  // Image version 4 on: where it comes from (tunnel::encode_origin's bytes;
+  // empty: unknown), and the access log's texts of it.
+  std::vector<uint8_t> origin;
+  std::string client, destination, remote;
 };
 
 // A passthrough connection (DirectPipe).

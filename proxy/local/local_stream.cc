@@ -81,8 +81,18 @@ LocalStream* LocalStream::from_client(StreamHost& host, UniqueFd fd, std::string
   set_nodelay(fd.get());
   auto* s = new LocalStream(host, std::move(fd));
   s->count_towards(std::move(lease));
+  s->origin_.connection = next_connection_id().bytes;
+  sockaddr_storage client{};
+  socklen_t client_length = sizeof(client);
+  bool client_known = getpeername(s->fd_.get(), reinterpret_cast<sockaddr*>(&client), &client_length) == 0;
+  if (client_known) s->origin_.client = origin_address(reinterpret_cast<sockaddr*>(&client), client_length);
+  std::string ignored;
+  if (!destination.empty())
+    if (std::optional<Endpoint> meant = parse_host_port(destination, &ignored))
+      s->origin_.destination = origin_address(reinterpret_cast<const sockaddr*>(&meant->addr), meant->addr_len);
   if (host.access_log && host.access_log->enabled()) {
-    s->client_ = peer_address(s->fd_.get());
+    s->client_ =
+        client_known ? sockaddr_to_string(reinterpret_cast<sockaddr*>(&client), client_length) : std::string("unknown");
     s->destination_ = std::move(destination);
   }
   s->listener_ = std::move(listener);
@@ -98,12 +108,13 @@ LocalStream* LocalStream::from_client(StreamHost& host, UniqueFd fd, std::string
 }
 
 LocalStream* LocalStream::to_target(StreamHost& host, const tunnel::Session& session, uint32_t id,
-                                    const Endpoint& target, ResetCode* refuse) {
+                                    const Endpoint& target, const tunnel::StreamOrigin* origin, ResetCode* refuse) {
   int fd = ::socket(target.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     log::warn("stream_refused")
         .kv("peer", session.peer_node())
         .kv("stream", id)
+        .kv("connection", origin ? connection_of(*origin).text() : std::string())
         .kv("target", target.to_string())
         .kv("reason", "socket-failed")
         .kv("error", strerror(errno));
@@ -117,8 +128,11 @@ LocalStream* LocalStream::to_target(StreamHost& host, const tunnel::Session& ses
   host.metrics.streams_opened_inbound.add();
   s->peer_ = session.peer_node();
   s->target_ = target.to_string();
+  if (origin) s->origin_ = *origin;
   if (host.access_log && host.access_log->enabled()) {
-    s->client_ = session.remote_address();
+    s->client_ = origin_address_text(s->origin_.client);
+    s->destination_ = origin_address_text(s->origin_.destination);
+    s->remote_ = session.remote_address();
     s->transport_ = tunnel::transport_kind_name(session.transport_kind());
   }
   if (host.redirector) {
@@ -140,6 +154,8 @@ bool LocalStream::describe(StreamInfo* out) const {
   out->peer = peer_;
   out->target = target_;
   out->stream_id = stream_id();
+  out->connection = connection();
+  out->client = origin_address_text(origin_.client);
   out->age_ms =
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
   out->bytes_from_app = bytes_up_;
@@ -201,7 +217,12 @@ void LocalStream::fail(std::string_view event, std::string_view by, metrics::Str
   if (host_.access_log && host_.access_log->enabled())
     end_reason_ = error.empty() ? std::string(reason) : std::string(reason) + ": " + std::string(error);
   auto line = why == metrics::StreamFailure::kReset ? log::info(event) : log::warn(event);
-  line.kv("listener", listener_).kv("peer", peer_).kv("stream", stream_id()).kv("target", target_).kv("reason", reason);
+  line.kv("listener", listener_)
+      .kv("peer", peer_)
+      .kv("stream", stream_id())
+      .kv("connection", connection())
+      .kv("target", target_)
+      .kv("reason", reason);
   if (!error.empty()) line.kv("error", error);
   if (!failure_counted_) {
     failure_counted_ = true;
@@ -245,7 +266,11 @@ void LocalStream::on_target_connected(int error) {
   admit_to_redirect();
   host_.metrics.target_connect.observe_us(
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
-  log::debug("stream_connected").kv("peer", peer_).kv("stream", stream_id()).kv("target", target_);
+  log::debug("stream_connected")
+      .kv("peer", peer_)
+      .kv("stream", stream_id())
+      .kv("connection", connection())
+      .kv("target", target_);
   start_reading();
   pump_send();
   maybe_shutdown_write();
@@ -277,7 +302,7 @@ void LocalStream::attach(tunnel::Session& session) {
     buffer = nullptr;
   }
   if (!session.peer_node().empty()) peer_ = session.peer_node();
-  if (!session.open_stream(*this, target_, buffer, static_cast<uint32_t>(n))) {
+  if (!session.open_stream(*this, target_, buffer, static_cast<uint32_t>(n), &origin_)) {
     fail("stream_failed", "rdmagw", metrics::StreamFailure::kResource, ResetCode::kResource,
          "the session could not open it");
     return;
@@ -287,7 +312,12 @@ void LocalStream::attach(tunnel::Session& session) {
   host_.metrics.stream_open.observe_us(
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
   add_bytes_from_app(static_cast<uint64_t>(n));
-  log::debug("stream_open").kv("listener", listener_).kv("peer", peer_).kv("stream", stream_id()).kv("target", target_);
+  log::debug("stream_open")
+      .kv("listener", listener_)
+      .kv("peer", peer_)
+      .kv("stream", stream_id())
+      .kv("connection", connection())
+      .kv("target", target_);
   if (eof) {
     upstream_ = Upstream::kFinSent;
     session.send_fin(*this);
@@ -583,6 +613,7 @@ void LocalStream::maybe_done() {
   log::debug("stream_closed")
       .kv("peer", peer_)
       .kv("stream", stream_id())
+      .kv("connection", connection())
       .kv("bytes_up", bytes_up_)
       .kv("bytes_down", bytes_down_);
   if (session()) session()->detach(*this);
@@ -598,8 +629,11 @@ void LocalStream::write_access_log(Ending how) const {
   AccessRecord r;
   r.direction = target_side_ ? "inbound" : "outbound";
   r.listener = listener_;
+  std::string connection_id = connection();
+  r.connection = connection_id;
   r.client = client_;
   r.destination = destination_;
+  r.remote = remote_;
   r.peer = peer_;
   r.transport = transport_;
   r.target = target_;

@@ -34,6 +34,7 @@
 #include "proxy/local/socket_receive.h"
 #include "proxy/local/stream_host.h"
 #include "proxy/local/stream_info.h"
+#include "proxy/local/stream_origin.h"
 #include "proxy/tunnel/peer_link.h"
 #include "proxy/tunnel/session.h"
 #include "proxy/tunnel/stream.h"
@@ -52,8 +53,10 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   // The peer opened stream `id` to `target`: connect to it. Returns nullptr
   // (and sets *refuse) if no socket could be created. Called mid-parse: it
   // does not touch the session.
+  // `origin`: what the peer said of where the stream comes from (null: it
+  // does not say).
   static LocalStream* to_target(StreamHost& host, const tunnel::Session& session, uint32_t id, const Endpoint& target,
-                                tunnel::ResetCode* refuse);
+                                const tunnel::StreamOrigin* origin, tunnel::ResetCode* refuse);
   // A takeover: the old process's stream, on `session` (null: none) and
   // `fd`. Returns nullptr when the pool has no room for its bytes (the
   // socket is then reset). A stream not yet opened waits for a session:
@@ -112,6 +115,9 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   // "tunnel" | "rdmagw"; a string literal).
   void fail(std::string_view event, std::string_view by, metrics::StreamFailure why, tunnel::ResetCode to_peer,
             std::string_view reason, std::string_view error = {});
+  // The connection's id (made here for a client, told by the peer for a
+  // target), for every log line about the stream; "" if the peer said none.
+  std::string connection() const { return connection_of(origin_).text(); }
   // This side's application: the client, or on the far side the target.
   std::string_view app_side() const { return target_side_ ? "target" : "client"; }
   // The session's transport, while it has one: the access log names it.
@@ -191,11 +197,16 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   bool failure_counted_ = false;
   bool target_side_ = false;
   Clock::time_point started_;
+  // Where it comes from: made at accept on the client side, sent in the
+  // OPEN, and what the peer's OPEN said on the target side.
+  tunnel::StreamOrigin origin_;
   // For the access log (filled only while it is enabled): the application's
-  // address (or the peer's session end), a transparent client's original
-  // destination, and how it ended.
+  // address (inbound: the far side's, as its OPEN said), a transparent
+  // client's original destination, inbound the peer's end of the session,
+  // and how it ended.
   std::string client_;
   std::string destination_;
+  std::string remote_;
   std::string_view transport_;
   std::string_view ended_by_;
   std::string end_reason_;

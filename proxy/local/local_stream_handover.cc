@@ -49,6 +49,11 @@ bool LocalStream::export_image(HandoverImages* out, const SessionIndex& sessions
   if (parked_buffer_)
     image.parked.assign(parked_buffer_ + kBufferHeadroom, parked_buffer_ + kBufferHeadroom + parked_len_);
   if (leg_) image.leg = leg_->image();
+  image.origin.resize(tunnel::origin_length(origin_));
+  tunnel::encode_origin(image.origin.data(), origin_);
+  image.client = client_;
+  image.destination = destination_;
+  image.remote = remote_;
   out->fds.push_back(fd_.get());
   out->streams.push_back(std::move(image));
   return true;
@@ -88,6 +93,11 @@ LocalStream* LocalStream::restore(StreamHost& host, UniqueFd fd, const LocalStre
   s->target_ = image.target;
   s->bytes_up_ = image.bytes_up;
   s->bytes_down_ = image.bytes_down;
+  std::string ignored;  // the image's decoder checked it
+  if (!image.origin.empty()) tunnel::decode_origin(image.origin, &s->origin_, &ignored);
+  s->client_ = image.client;
+  s->destination_ = image.destination;
+  s->remote_ = image.remote;
   bool ok = s->to_socket_.append(image.to_socket.data(), image.to_socket.size());
   if (ok && !image.parked.empty()) {
     s->parked_buffer_ = host.pool.acquire();

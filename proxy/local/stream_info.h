@@ -15,6 +15,11 @@ struct StreamInfo {
   std::string peer;      // peer name (client side) or peer node (target side)
   std::string target;
   uint32_t stream_id = 0;  // 0 while waiting for a session
+  // The connection's id, the same on both sidecars ("" if the peer did
+  // not say), and the application's address (the target side: the far
+  // side's client, as the peer said; "" if unknown).
+  std::string connection;
+  std::string client;
   uint64_t age_ms = 0;
   uint64_t bytes_from_app = 0;  // read from the local socket, sent into the tunnel
   uint64_t bytes_to_app = 0;    // received from the tunnel, written to the local socket

@@ -164,6 +164,7 @@ void session_fields(IO& io, T& s, uint32_t image_version) {
     io.u32(s.own_stream_window);
     io.u64(s.own_session_window);
   }
+  if (image_version >= 4) io.u32(s.own_capabilities);
   io.u64(s.token.instance);
   io.u64(s.token.nonce);
   io.u64(s.received);
@@ -251,6 +252,12 @@ void stream_fields(IO& io, T& s, uint32_t image_version) {
   io.blob(s.parked, "parked bytes");
   stream_tunnel_fields(io, s.tunnel);
   if (image_version >= 3) leg_fields(io, s.leg);
+  if (image_version >= 4) {
+    io.blob(s.origin, "a stream's origin");
+    io.text(s.client, "a stream's client");
+    io.text(s.destination, "a stream's destination");
+    io.text(s.remote, "a stream's remote");
+  }
 }
 
 template <typename IO, typename T>
@@ -283,6 +290,9 @@ void get_connections(Reader& r, local::HandoverImages* c, size_t sessions, FdChe
     fd_ok(s.fd);
     check_stream_tunnel(r, s.tunnel);
     check_leg(r, s.leg);
+    tunnel::StreamOrigin origin;
+    std::string why;
+    if (!s.origin.empty() && !tunnel::decode_origin(s.origin, &origin, &why)) r.fail("a stream's origin: " + why);
     if (s.session < -1 || s.session >= static_cast<int64_t>(sessions))
       r.fail("a stream names session " + std::to_string(static_cast<uint32_t>(s.session)));
     if (s.session >= 0 && !s.opened) r.fail("a stream on a session that was never opened");

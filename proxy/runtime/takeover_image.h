@@ -25,10 +25,12 @@ struct ListenerImage {
   std::vector<uint32_t> fds;  // one per worker (TCP) or one shared (unix)
 };
 
-// The format this rdmagw writes; it reads this one and versions 1 and 2.
+// The format this rdmagw writes; it reads this one and the older ones.
 // 2: sessions carry the values of their own HELLO.
 // 3: streams carry their redirected leg (local_legs.redirect).
-inline constexpr uint32_t kTakeoverImageVersion = 3;
+// 4: sessions carry their own HELLO's capabilities; streams their origin
+//    (connection id, client, destination) and the access log's texts.
+inline constexpr uint32_t kTakeoverImageVersion = 4;
 inline constexpr uint32_t kOldestTakeoverImageVersion = 1;
 
 struct ProcessImage {

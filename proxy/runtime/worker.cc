@@ -1020,7 +1020,7 @@ void Worker::on_session_draining(tunnel::Session&) {
 }
 
 tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, std::string_view target,
-                                       tunnel::ResetCode* refuse) {
+                                       const tunnel::StreamOrigin* origin, tunnel::ResetCode* refuse) {
   std::string error;
   auto endpoint = parse_endpoint(target, &error);
   // Authorization by peer: by the address of the peer's end of the session.
@@ -1049,6 +1049,7 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
       line.kv("peer", session.peer_node())
           .kv("remote", session.remote_address())
           .kv("stream", id)
+          .kv("connection", origin ? local::connection_of(*origin).text() : std::string())
           .kv("target", target)
           .kv("reason", "not-allowed")
           .kv("detail", detail);
@@ -1058,7 +1059,7 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
     *refuse = tunnel::ResetCode::kNotAllowed;
     return nullptr;
   }
-  return local::LocalStream::to_target(*host_, session, id, *endpoint, refuse);
+  return local::LocalStream::to_target(*host_, session, id, *endpoint, origin, refuse);
 }
 
 void Worker::stop_accepting() {

@@ -123,7 +123,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   void on_session_closed(tunnel::Session& session, tunnel::SessionEnd end, std::string_view reason) override;
   void on_session_draining(tunnel::Session& session) override;
   tunnel::Stream* on_stream_open(tunnel::Session& session, uint32_t id, std::string_view target,
-                                 tunnel::ResetCode* refuse) override;
+                                 const tunnel::StreamOrigin* origin, tunnel::ResetCode* refuse) override;
   bool on_session_identified(tunnel::Session& session) override;
   tunnel::Session* find_session(const tunnel::SessionToken& token) override;
   bool token_in_use(const tunnel::SessionToken& token) override;

@@ -217,11 +217,91 @@ size_t encode_empty_frame(uint8_t* out, FrameType type, uint32_t stream_id) {
   return kHeaderSize;
 }
 
-uint8_t* encode_open_before(uint8_t* payload_start, uint32_t stream_id, std::string_view target, uint32_t first_bytes) {
-  uint8_t* frame = payload_start - kHeaderSize - 2 - target.size();
-  encode_header(frame, FrameType::kOpen, stream_id, static_cast<uint32_t>(2 + target.size() + first_bytes));
+namespace {
+
+size_t address_length(uint8_t family) { return family == 4 ? 4 : family == 6 ? 16 : 0; }
+
+size_t origin_address_length(const OriginAddress& a) { return a.family == 0 ? 1 : 1 + address_length(a.family) + 2; }
+
+uint8_t* put_origin_address(uint8_t* out, const OriginAddress& a) {
+  *out++ = a.family;
+  if (a.family == 0) return out;
+  size_t n = address_length(a.family);
+  std::memcpy(out, a.address.data(), n);
+  put_u16(out + n, a.port);
+  return out + n + 2;
+}
+
+// False (and why) for a family other than 0, 4, 6 or an address cut short.
+bool get_origin_address(std::span<const uint8_t>* in, OriginAddress* a, std::string_view which, std::string* reason) {
+  if (in->empty()) {
+    *reason = "OPEN origin without its " + std::string(which);
+    return false;
+  }
+  a->family = (*in)[0];
+  if (a->family != 0 && a->family != 4 && a->family != 6) {
+    *reason = "OPEN origin " + std::string(which) + " of family " + std::to_string(a->family);
+    return false;
+  }
+  size_t n = address_length(a->family);
+  size_t need = a->family == 0 ? 1 : 1 + n + 2;
+  if (in->size() < need) {
+    *reason = "OPEN origin " + std::string(which) + " cut short";
+    return false;
+  }
+  if (a->family != 0) {
+    std::memcpy(a->address.data(), in->data() + 1, n);
+    a->port = get_u16(in->data() + 1 + n);
+  }
+  *in = in->subspan(need);
+  return true;
+}
+
+}  // namespace
+
+size_t origin_length(const StreamOrigin& origin) {
+  return origin.connection.size() + origin_address_length(origin.client) + origin_address_length(origin.destination);
+}
+
+void encode_origin(uint8_t* out, const StreamOrigin& origin) {
+  std::memcpy(out, origin.connection.data(), origin.connection.size());
+  put_origin_address(put_origin_address(out + origin.connection.size(), origin.client), origin.destination);
+}
+
+bool decode_origin(std::span<const uint8_t> in, StreamOrigin* out, std::string* reason) {
+  *out = {};
+  if (in.size() < out->connection.size()) {
+    *reason = "OPEN origin without a connection id";
+    return false;
+  }
+  std::memcpy(out->connection.data(), in.data(), out->connection.size());
+  in = in.subspan(out->connection.size());
+  if (!get_origin_address(&in, &out->client, "client", reason) ||
+      !get_origin_address(&in, &out->destination, "destination", reason))
+    return false;
+  if (!in.empty()) {
+    *reason = "OPEN origin with " + std::to_string(in.size()) + " bytes past its destination";
+    return false;
+  }
+  return true;
+}
+
+size_t open_prefix_length(std::string_view target, const StreamOrigin* origin) {
+  return kHeaderSize + 2 + target.size() + (origin ? 1 + origin_length(*origin) : 0);
+}
+
+uint8_t* encode_open_before(uint8_t* payload_start, uint32_t stream_id, std::string_view target, uint32_t first_bytes,
+                            const StreamOrigin* origin) {
+  size_t prefix = open_prefix_length(target, origin);
+  uint8_t* frame = payload_start - prefix;
+  encode_header(frame, FrameType::kOpen, stream_id, static_cast<uint32_t>(prefix - kHeaderSize + first_bytes));
   put_u16(frame + kHeaderSize, static_cast<uint16_t>(target.size()));
   std::memcpy(frame + kHeaderSize + 2, target.data(), target.size());
+  if (origin) {
+    uint8_t* p = frame + kHeaderSize + 2 + target.size();
+    *p = static_cast<uint8_t>(origin_length(*origin));
+    encode_origin(p + 1, *origin);
+  }
   return frame;
 }
 
@@ -251,7 +331,7 @@ bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, st
       needs_stream = false;
       break;
     case FrameType::kOpen:
-      limit = 2 + kMaxTargetLength + max_data;
+      limit = static_cast<uint32_t>(2 + kMaxTargetLength + 1 + kMaxOriginLength + max_data);
       break;
     case FrameType::kData:
       limit = max_data;
@@ -354,7 +434,7 @@ bool decode_hello(std::span<const uint8_t> payload, HelloPayload* out, std::stri
   return true;
 }
 
-bool decode_open(std::span<const uint8_t> payload, OpenPayload* out, std::string* reason) {
+bool decode_open(std::span<const uint8_t> payload, OpenPayload* out, std::string* reason, bool with_origin) {
   if (payload.size() < 2) {
     *reason = "OPEN without target length";
     return false;
@@ -365,7 +445,19 @@ bool decode_open(std::span<const uint8_t> payload, OpenPayload* out, std::string
     return false;
   }
   out->target = std::string_view(reinterpret_cast<const char*>(payload.data() + 2), len);
-  out->first_bytes = payload.subspan(2 + len);
+  std::span<const uint8_t> rest = payload.subspan(2 + len);
+  out->has_origin = with_origin;
+  out->origin = {};
+  if (with_origin) {
+    size_t origin_len = rest.empty() ? 0 : rest[0];
+    if (rest.empty() || origin_len > rest.size() - 1) {
+      *reason = "OPEN origin length " + std::to_string(origin_len) + " invalid";
+      return false;
+    }
+    if (!decode_origin(rest.subspan(1, origin_len), &out->origin, reason)) return false;
+    rest = rest.subspan(1 + origin_len);
+  }
+  out->first_bytes = rest;
   return true;
 }
 

@@ -25,10 +25,11 @@ inline constexpr size_t kHeaderSize = 12;
 // for an OPEN or DATA header written in place.
 using rdmagw::kBufferHeadroom;
 using rdmagw::kMaxNodeNameLength;
+using rdmagw::kMaxOriginLength;
 using rdmagw::kMaxPayload;
 using rdmagw::kMaxTargetLength;
-static_assert(kHeaderSize + 2 + kMaxTargetLength <= kBufferHeadroom,
-              "an OPEN header (frame header, target length, target) fits in the headroom");
+static_assert(kHeaderSize + 2 + kMaxTargetLength + 1 + kMaxOriginLength <= kBufferHeadroom,
+              "an OPEN header (frame header, target length, target, origin) fits in the headroom");
 
 enum class FrameType : uint8_t {
   kHello = 1,
@@ -68,6 +69,10 @@ inline constexpr uint32_t kCapBound = 16;
 // The sender authenticates with its own certificate (tunnel.auth.mode cert)
 // instead of a pre-shared key; both sides must (docs/security.md).
 inline constexpr uint32_t kCapCert = 32;
+// OPEN carries the stream's origin after its target: the connection's id,
+// the application's address and, from a transparent listener, where it
+// meant to go (StreamOrigin; both HELLOs carry it).
+inline constexpr uint32_t kCapOrigin = 64;
 
 // GOAWAY codes.
 enum class GoawayCode : uint32_t {
@@ -211,19 +216,47 @@ size_t encode_hello(uint8_t* out, const HelloPayload& hello);
 size_t encode_u32_frame(uint8_t* out, FrameType type, uint32_t stream_id, uint32_t value);
 size_t encode_u64_frame(uint8_t* out, FrameType type, uint32_t stream_id, uint64_t value);
 size_t encode_empty_frame(uint8_t* out, FrameType type, uint32_t stream_id);
-// OPEN header + target, written so that it ends exactly at `payload_start`
-// (the first bytes of the app, if any, follow there). Returns the frame's
-// first byte. Needs kHeaderSize + 2 + target.size() bytes of room before it.
-uint8_t* encode_open_before(uint8_t* payload_start, uint32_t stream_id, std::string_view target, uint32_t first_bytes);
+// Where a stream comes from (OPEN with kCapOrigin): told by the peer, so
+// shown (logs, GET /streams, a PROXY header) but never trusted for a
+// decision. An address of family 0 is unknown (a Unix-socket client; no
+// original destination).
+struct OriginAddress {
+  uint8_t family = 0;                 // 0, 4 or 6
+  std::array<uint8_t, 16> address{};  // network order; IPv4 in the first 4 bytes
+  uint16_t port = 0;
+  bool operator==(const OriginAddress&) const = default;
+};
+struct StreamOrigin {
+  std::array<uint8_t, 16> connection{};  // ConnectionId's bytes
+  OriginAddress client;
+  OriginAddress destination;
+  bool operator==(const StreamOrigin&) const = default;
+};
+// Its length on the wire (after origin_len), its bytes there (`out` holds
+// origin_length()), and back, checked: every byte used, families 0, 4, 6.
+size_t origin_length(const StreamOrigin& origin);
+void encode_origin(uint8_t* out, const StreamOrigin& origin);
+bool decode_origin(std::span<const uint8_t> in, StreamOrigin* out, std::string* reason);
+
+// OPEN header + target (+ origin, if not null), written so that it ends
+// exactly at `payload_start` (the first bytes of the app, if any, follow
+// there). Returns the frame's first byte. Needs open_prefix_length() bytes
+// of room before it.
+size_t open_prefix_length(std::string_view target, const StreamOrigin* origin);
+uint8_t* encode_open_before(uint8_t* payload_start, uint32_t stream_id, std::string_view target, uint32_t first_bytes,
+                            const StreamOrigin* origin = nullptr);
 
 // Validates a header read off the wire. `max_data` bounds DATA payloads.
 bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, std::string* reason);
 bool decode_hello(std::span<const uint8_t> payload, HelloPayload* out, std::string* reason);
 struct OpenPayload {
   std::string_view target;
+  bool has_origin = false;
+  StreamOrigin origin;
   std::span<const uint8_t> first_bytes;
 };
-bool decode_open(std::span<const uint8_t> payload, OpenPayload* out, std::string* reason);
+// `with_origin`: both HELLOs carried kCapOrigin, so the origin must be there.
+bool decode_open(std::span<const uint8_t> payload, OpenPayload* out, std::string* reason, bool with_origin = false);
 bool decode_u32(const FrameHeader& h, std::span<const uint8_t> payload, uint32_t* out, std::string* reason);
 bool decode_u64(const FrameHeader& h, std::span<const uint8_t> payload, uint64_t* out, std::string* reason);
 

@@ -506,7 +506,8 @@ void PeerLink::on_session_draining(Session& session) {
   dial();
 }
 
-Stream* PeerLink::on_stream_open(Session& session, uint32_t id, std::string_view target, ResetCode* refuse) {
+Stream* PeerLink::on_stream_open(Session& session, uint32_t id, std::string_view target, const StreamOrigin*,
+                                 ResetCode* refuse) {
   // Streams flow from the dialer to the acceptor; a peer opening one back on
   // our dialed session is refused.
   log::warn("stream_refused")

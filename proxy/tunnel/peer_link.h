@@ -177,7 +177,8 @@ class PeerLink final : public SessionOwner, private DialObserver {
   void on_session_closed(Session& session, SessionEnd end, std::string_view reason) override;
   void on_session_draining(Session& session) override;
   void on_session_suspended(Session& session) override;
-  Stream* on_stream_open(Session& session, uint32_t id, std::string_view target, ResetCode* refuse) override;
+  Stream* on_stream_open(Session& session, uint32_t id, std::string_view target, const StreamOrigin* origin,
+                         ResetCode* refuse) override;
 
  private:
   // DialObserver

@@ -175,6 +175,8 @@ bool Session::send_hello() {
   if (auth_enabled()) hello.capabilities |= kCapAuth | kCapBound;
   if (auth_enabled() && settings_.auth->certificates()) hello.capabilities |= kCapCert;
   if (auth_enabled() && settings_.auth->encrypt) hello.capabilities |= kCapEncrypt;
+  hello.capabilities |= kCapOrigin;
+  own_capabilities_ = hello.capabilities;
   size_t size = kHeaderSize + kHelloFixedSize + hello.node.size();
   uint8_t* out = transport_->outbound().handshake().append_contiguous(size);
   if (!out) return false;
@@ -509,7 +511,8 @@ uint32_t Session::open_credit() const {
   return static_cast<uint32_t>(c);
 }
 
-bool Session::open_stream(Stream& stream, std::string_view target, uint8_t* buffer, uint32_t first_len) {
+bool Session::open_stream(Stream& stream, std::string_view target, uint8_t* buffer, uint32_t first_len,
+                          const StreamOrigin* origin) {
   assert(!parsing_);
   if (!can_open_streams() || stream.session_ || first_len > open_credit()) {
     if (buffer) pool_.release(buffer);
@@ -517,13 +520,17 @@ bool Session::open_stream(Stream& stream, std::string_view target, uint8_t* buff
   }
   uint32_t id = next_local_id_;
   ByteQueue& out = *frames_;
+  StreamOrigin none;
+  if (origins() && !origin) origin = &none;  // the peer expects one: an empty one says nothing
+  if (!origins()) origin = nullptr;
   if (buffer) {
-    uint8_t* frame = encode_open_before(buffer + kBufferHeadroom, id, target, first_len);
+    uint8_t* frame = encode_open_before(buffer + kBufferHeadroom, id, target, first_len, origin);
     out.adopt(buffer, static_cast<uint32_t>(frame - buffer), static_cast<uint32_t>(kBufferHeadroom + first_len));
   } else {
-    uint8_t* p = out.append_contiguous(kHeaderSize + 2 + target.size());
+    size_t prefix = open_prefix_length(target, origin);
+    uint8_t* p = out.append_contiguous(prefix);
     if (!p) return false;
-    encode_open_before(p + kHeaderSize + 2 + target.size(), id, target, 0);
+    encode_open_before(p + prefix, id, target, 0, origin);
   }
   next_local_id_ += 2;
   attach(stream, id, peer_hello_.stream_window - first_len);
@@ -928,7 +935,7 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
   if (id <= highest_remote_id_) return protocol_error("OPEN reuses stream id " + std::to_string(id));
   std::string reason;
   OpenPayload open;
-  if (!decode_open(payload, &open, &reason)) return protocol_error(reason);
+  if (!decode_open(payload, &open, &reason, origins())) return protocol_error(reason);
   uint32_t first = static_cast<uint32_t>(open.first_bytes.size());
   if (first > settings_.stream_window || !session_receive_.on_receive(first))
     return protocol_error("OPEN first bytes exceed the window");
@@ -942,7 +949,7 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
   } else if (!within_open_limits(id)) {
     refuse = ResetCode::kResource;
   } else if (owner_) {
-    stream = owner_->on_stream_open(*this, id, open.target, &refuse);
+    stream = owner_->on_stream_open(*this, id, open.target, open.has_origin ? &open.origin : nullptr, &refuse);
   }
   if (!stream) {
     if (goaway_out_ != GoawayOut::kSent) ++counters_.streams_refused;

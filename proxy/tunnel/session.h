@@ -85,10 +85,11 @@ class SessionOwner {
   // The session takes no new streams (the peer sent GOAWAY, or its stream
   // ids ran out); those it carries go on.
   virtual void on_session_draining(Session& session) = 0;
-  // The peer opened stream `id` to `target`. Called mid-parse: return a
-  // detached stream (which must not call the session from here), or nullptr
-  // with *refuse set.
-  virtual Stream* on_stream_open(Session& session, uint32_t id, std::string_view target, ResetCode* refuse) = 0;
+  // The peer opened stream `id` to `target`, from `origin` (null: the peer
+  // does not say). Called mid-parse: return a detached stream (which must
+  // not call the session from here), or nullptr with *refuse set.
+  virtual Stream* on_stream_open(Session& session, uint32_t id, std::string_view target, const StreamOrigin* origin,
+                                 ResetCode* refuse) = 0;
   // A resumable session lost its transport and waits for another: the
   // dialer's owner dials and calls resume(); the acceptor's waits.
   virtual void on_session_suspended(Session&) {}
@@ -264,8 +265,12 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   uint32_t open_credit() const;
   // Opens `stream` (detached) to `target`. `buffer` (may be null) holds
   // `first_len` payload bytes at kBufferHeadroom and is adopted. first_len
-  // must be <= open_credit(). False: no stream was opened.
-  bool open_stream(Stream& stream, std::string_view target, uint8_t* buffer, uint32_t first_len);
+  // must be <= open_credit(). `origin` (may be null) goes with it where the
+  // peer takes one (kCapOrigin). False: no stream was opened.
+  bool open_stream(Stream& stream, std::string_view target, uint8_t* buffer, uint32_t first_len,
+                   const StreamOrigin* origin = nullptr);
+  // Both HELLOs carry kCapOrigin: OPENs carry their origin both ways.
+  bool origins() const { return own_capabilities_ & peer_hello_.capabilities & kCapOrigin; }
   // Stream credit for a receive about to be posted: up to `want` bytes.
   // Returns 0 (and on_send_credit() later) when the stream has none.
   uint32_t take_stream_credit(Stream& stream, uint32_t want);
@@ -482,6 +487,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   PipedPayload piped_;    // set while on_piped_frame() handles its frame
   std::string peer_node_;
   HelloPayload peer_hello_;
+  uint32_t own_capabilities_ = 0;  // what our HELLO said (a takeover's: what the old process's said)
   // One transport's authentication, while it runs (session_auth.cc).
   struct AuthExchange {
     AuthStep expect = AuthStep::kChallenge;  // the peer's next AUTH

@@ -59,6 +59,7 @@ void Session::export_image(SessionImage* out) const {
   out->own_max_data = settings_.max_data;
   out->own_stream_window = settings_.stream_window;
   out->own_session_window = settings_.session_window;
+  out->own_capabilities = own_capabilities_;
   out->token = token_;
   out->received = received_;
   out->ack_sent = ack_sent_;
@@ -107,6 +108,7 @@ Session::Session(EventLoop& loop, BufferPool& pool, const SessionSettings& setti
       state_(State::kResuming),
       peer_node_(image.peer_node),
       peer_hello_(image.peer_hello),
+      own_capabilities_(image.own_capabilities),
       next_local_id_(image.next_local_id),
       highest_remote_id_(image.highest_remote_id),
       session_send_(image.session_send_available),

@@ -42,6 +42,7 @@ struct SessionImage {
   uint32_t own_max_data = 0;
   uint32_t own_stream_window = 0;
   uint64_t own_session_window = 0;
+  uint32_t own_capabilities = 0;  // version 4 on (before: none that matter after the handshake)
   SessionToken token;
   uint64_t received = 0;
   uint64_t ack_sent = 0;

@@ -4,6 +4,7 @@
 // frames the bytes hold.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "proxy/tunnel/frame.h"
@@ -35,6 +36,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         OpenPayload open;
         if (decode_open(payload, &open, &reason) && open.target.size() + open.first_bytes.size() + 2 != payload.size())
           __builtin_trap();
+        // Between peers that both offer origins: an origin that decodes
+        // encodes back to the same bytes, and accounts for every byte.
+        if (decode_open(payload, &open, &reason, /*with_origin=*/true)) {
+          size_t origin = origin_length(open.origin);
+          if (open.target.size() + 2 + 1 + origin + open.first_bytes.size() != payload.size()) __builtin_trap();
+          uint8_t again[kMaxOriginLength];
+          if (origin > sizeof(again)) __builtin_trap();
+          encode_origin(again, open.origin);
+          if (std::memcmp(again, payload.data() + 2 + open.target.size() + 1, origin) != 0) __builtin_trap();
+        }
         break;
       }
       case FrameType::kSession: {

@@ -50,6 +50,9 @@ def frames_seeds() -> None:
     hello = tf.hello(capabilities=CAP_RESUME | CAP_PLACEMENT, max_data=4096, stream_window=16384,
                      session_window=65536, node=b"peer")
     write("fuzz_frames", b"\x02" + hello + stream_traffic())
+    origin = bytes(range(1, 17)) + tf.origin_address("192.0.2.7", 40512) + tf.origin_address("fd00::a", 443)
+    write("fuzz_frames", b"\x02" + tf.open_frame(1, "tcp:127.0.0.1:6379", b"first", origin)
+          + tf.open_frame(3, "unix:/run/x.sock", b"", bytes(16) + tf.origin_address() + tf.origin_address()))
     write("fuzz_frames", b"\x04" + hello + tf.auth_frame(tf.CHALLENGE, b"n" * 32) + tf.auth_frame(tf.PROOF, b"p" * 32)
           + session_frame(1, 2, 0, 0))
     write("fuzz_frames", b"\x04" + hello + tf.auth_frame(tf.CHALLENGE, b"n" * 32, FAKE_WIRE_IP)
@@ -86,6 +89,13 @@ def session_seeds() -> None:
           + tf.frame(tf.AUTH, 0, struct.pack("<I", 3) + der) + tf.frame(tf.AUTH, 0, struct.pack("<I", 4) + b"s" * 70))
     write("fuzz_session", bytes([0b11011]) + split + tf.auth_frame(tf.CHALLENGE, b"n" * 32) + authed
           + tf.auth_frame(tf.PROOF, b"p" * 32))
+    # A peer that offers origins: its OPENs carry one.
+    with_origin = tf.hello(capabilities=tf.CAP_ORIGIN, max_data=4096, stream_window=16384, session_window=65536,
+                           node=b"peer")
+    origin = bytes(range(1, 17)) + tf.origin_address("192.0.2.7", 40512) + tf.origin_address("10.96.0.10", 6379)
+    write("fuzz_session", bytes([0b11000]) + split + with_origin
+          + tf.open_frame(1, "tcp:127.0.0.1:6379", b"first", origin) + tf.fin(1)
+          + tf.open_frame(3, "tcp:[::1]:80", b"", bytes(16) + tf.origin_address("fd00::5", 1) + tf.origin_address()))
 
 
 def config_seeds() -> None:

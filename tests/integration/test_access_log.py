@@ -69,7 +69,10 @@ def test_a_clean_echo_is_one_line_on_each_side(pair, backend):
     assert a["end"] == "close" and "by" not in a and int(a["duration_ms"]) >= 0, a
     assert b["direction"] == "inbound" and b["peer"] == "host-a" and b["target"] == echo.endpoint, b
     assert b["bytes_from_app"] == b["bytes_to_app"] == str(len(payload)) and b["end"] == "close", b
-    assert b["transport"] == transport and b["client"], b  # the peer's end of the session
+    assert b["transport"] == transport and b["remote"], b  # the peer's end of the session
+    # One connection, named alike on both sides, with the client it came from.
+    assert re.fullmatch(r"[0-9a-f]{32}", a["connection"]) and b["connection"] == a["connection"], (a, b)
+    assert b["client"] == client, b
     assert written(p.a) == {"written": 1, "suppressed": 0}
 
 

@@ -541,6 +541,43 @@ def test_clean_stream_with_0rtt_bytes_echo_and_half_close_over_raw_frames(gw):
     gw.after()
 
 
+def test_an_origin_from_a_peer_that_offers_origins_reaches_the_access_line(gw):
+    """Both HELLOs carry capability 64: the OPEN names the connection and the
+    client it came from, and host-b's access line shows both (what the peer
+    says: shown, never used to decide)."""
+    mark = gw.b.log_size()
+    connection = bytes(range(0xa0, 0xb0))
+    origin = connection + tf.origin_address("192.0.2.7", 40512) + tf.origin_address("10.96.0.10", 6379)
+    with TunnelPeer(gw.tunnel_port) as peer:
+        h = peer.handshake(capabilities=tf.CAP_ORIGIN)
+        assert h["capabilities"] & tf.CAP_ORIGIN, h
+        peer.send(tf.open_frame(1, gw.echo.endpoint, b"hello", origin))
+        got = bytearray()
+        for _ in range(10):
+            got += expect_frame(peer, tf.DATA, 1)
+            if len(got) >= 5:
+                break
+        assert bytes(got) == b"hello"
+        peer.send(tf.fin(1))
+        assert expect_frame(peer, tf.FIN, 1) == b""
+        line = gw.b.wait_log(lambda l: "event=access" in l, timeout=5, since=mark)
+        assert line, gw.b.log_text(mark)
+        assert f"connection={connection.hex()}" in line and "client=192.0.2.7:40512" in line, line
+        assert "destination=10.96.0.10:6379" in line and "remote=" in line, line
+        no_session_error_for(gw, mark, peer)
+    gw.after()
+
+
+def test_an_open_whose_origin_is_malformed_closes_the_session_as_malformed(gw):
+    mark = gw.b.log_size()
+    with TunnelPeer(gw.tunnel_port) as peer:
+        peer.handshake(capabilities=tf.CAP_ORIGIN)
+        bad = bytes(16) + b"\x05" + tf.origin_address()  # a client of family 5
+        send_ignoring_close(peer, tf.open_frame(1, gw.echo.endpoint, b"x", bad))
+        assert_dropped_as_malformed(gw, peer, mark, "OPEN origin client of family 5")
+    gw.after()
+
+
 def test_a_hello_whose_node_name_is_not_a_node_name_is_refused_and_logged_escaped(gw):
     """A node name is the peer's choice: ESC, CR, BEL or a newline in it
     would act on the terminal of whoever reads the log, /peers or rdmagwctl,

@@ -199,6 +199,7 @@ def test_peers_shows_the_peer_and_its_transport(rdmagwctl_bin, pair, backend):
 def test_streams_shows_a_held_connection_on_both_sides(rdmagwctl_bin, pair, backend):
     p, echo = echo_pair(pair, backend, "ctl-echo")
     sock = connect(p.address("ctl-echo"))
+    client = "127.0.0.1:%d" % sock.getsockname()[1]
     try:
         deadline = time.monotonic() + 10
         send_all(sock, b"hold", deadline)
@@ -211,16 +212,22 @@ def test_streams_shows_a_held_connection_on_both_sides(rdmagwctl_bin, pair, back
         assert rc == 0, f"rc={rc}\n{out}{err}"
         rows = table_rows(out, "SIDE")
         assert len(rows) == 1, f"expected one stream:\n{out}"
-        side, listener, peer, target = rows[0][:4]
-        assert (side, listener, peer, target) == ("client", "ctl-echo", "host-b", echo.endpoint), out
-        assert rows[0][-2:] == ["open", "app-data"], out  # state, and it waits for the client to write
+        side, listener, peer, shown_client, target = rows[0][:5]
+        assert (side, listener, peer, shown_client, target) == ("client", "ctl-echo", "host-b", client,
+                                                                echo.endpoint), out
+        assert rows[0][-3:-1] == ["open", "app-data"], out  # state, and it waits for the client to write
+        connection = rows[0][-1]
+        assert re.fullmatch(r"[0-9a-f]{32}", connection), out
         assert "showing 1-1 of 1" in out, out
 
+        # The far side names the same connection, and the client it came from.
         rc, out, err = ctl_until(rdmagwctl_bin, p.b, "streams", accept=one_open)
         assert rc == 0, f"rc={rc}\n{out}{err}"
         rows = table_rows(out, "SIDE")
         assert len(rows) == 1 and rows[0][0] == "target" and echo.endpoint in rows[0], (
             f"host-b does not list the target side of the stream:\n{out}")
+        assert rows[0][-1] == connection and client in rows[0], (
+            f"host-b does not name connection {connection} from {client}:\n{out}")
 
         def bytes_counted(rc, out):
             streams = json.loads(out)["streams"] if rc == 0 else []
@@ -234,6 +241,7 @@ def test_streams_shows_a_held_connection_on_both_sides(rdmagwctl_bin, pair, back
         assert stream["side"] == "client" and stream["listener"] == "ctl-echo" and stream["peer"] == "host-b"
         assert stream["target"] == echo.endpoint and stream["state"] == "open"
         assert stream["bytes_from_app"] == 4 and stream["bytes_to_app"] == 4, stream
+        assert stream["connection"] == connection and stream["client"] == client, stream
     finally:
         sock.close()
 

@@ -161,8 +161,17 @@ listeners:
         while time.monotonic() < deadline and "event=access" not in log("a"):
             time.sleep(0.05)
         (access,) = [line for line in log("a").splitlines() if "event=access" in line]
-        assert f" direction=outbound listener=outbound client={ep(A_IP, '')}" in access, access
+        assert " direction=outbound connection=" in access, access
+        assert f" listener=outbound client={ep(A_IP, '')}" in access, access
         assert f" destination={ep(B_IP, 8000)} peer=host-b " in access and " end=close" in access, access
+        # B's line names the same connection, its client and where it meant to go.
+        connection = access.split(" connection=")[1].split()[0]
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and "event=access" not in log("b"):
+            time.sleep(0.05)
+        (inbound,) = [line for line in log("b").splitlines() if "event=access" in line]
+        assert f" direction=inbound connection={connection} client={ep(A_IP, '')}" in inbound, inbound
+        assert f" destination={ep(B_IP, 8000)} remote=" in inbound, inbound
         # Passthrough: connected directly from host A.
         assert client(9000, "direct") == f"reply:{A_IP}|direct"
         deadline = time.monotonic() + 5

@@ -28,7 +28,7 @@ TYPE_NAMES = {HELLO: "HELLO", OPEN: "OPEN", DATA: "DATA", WINDOW: "WINDOW", FIN:
               ACK: "ACK", AUTH: "AUTH"}
 
 # HELLO capabilities
-CAP_RESUME, CAP_RDMA_PLACEMENT, CAP_AUTH, CAP_ENCRYPT, CAP_BOUND = 1, 2, 4, 8, 16
+CAP_RESUME, CAP_RDMA_PLACEMENT, CAP_AUTH, CAP_ENCRYPT, CAP_BOUND, CAP_ORIGIN = 1, 2, 4, 8, 16, 64
 # AUTH steps, roles (docs/protocol.md, "Authentication")
 CHALLENGE, PROOF = 1, 2
 ROLE_DIALER, ROLE_ACCEPTOR = 1, 2
@@ -59,9 +59,20 @@ def hello(version: int = 1, capabilities: int = 0, max_data: int = 16384,
     return frame(HELLO, 0, payload)
 
 
-def open_frame(stream_id: int, target: str, first: bytes = b"") -> bytes:
+def origin_address(address: str = "", port: int = 0) -> bytes:
+    """An OPEN origin's address: family 0 (unknown) without one."""
+    if not address:
+        return b"\x00"
+    packed = ipaddress.ip_address(address).packed
+    return bytes([4 if len(packed) == 4 else 6]) + packed + struct.pack("<H", port)
+
+
+def open_frame(stream_id: int, target: str, first: bytes = b"", origin: bytes | None = None) -> bytes:
+    """origin: the origin's bytes (connection id, client, destination), sent
+    where both HELLOs carry CAP_ORIGIN; None: none (the peer did not offer)."""
     t = target.encode()
-    return frame(OPEN, stream_id, struct.pack("<H", len(t)) + t + first)
+    carried = b"" if origin is None else bytes([len(origin)]) + origin
+    return frame(OPEN, stream_id, struct.pack("<H", len(t)) + t + carried + first)
 
 
 def data(stream_id: int, payload: bytes) -> bytes:

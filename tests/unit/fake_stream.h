@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +34,7 @@ class FakeOwner final : public tunnel::SessionOwner {
   struct OpenRequest {
     uint32_t id;
     std::string target;
+    std::optional<tunnel::StreamOrigin> origin;  // what the OPEN said of it, if anything
   };
 
   explicit FakeOwner(std::vector<std::string>* log = nullptr) : log_(log) {}
@@ -66,8 +68,8 @@ class FakeOwner final : public tunnel::SessionOwner {
     return identified_session && identified_session->token() == token ? identified_session : nullptr;
   }
   tunnel::Stream* on_stream_open(tunnel::Session&, uint32_t id, std::string_view target,
-                                 tunnel::ResetCode* refuse) override {
-    open_requests.push_back({id, std::string(target)});
+                                 const tunnel::StreamOrigin* origin, tunnel::ResetCode* refuse) override {
+    open_requests.push_back({id, std::string(target), origin ? std::optional(*origin) : std::nullopt});
     if (to_give_.empty()) {
       *refuse = refuse_code;
       return nullptr;

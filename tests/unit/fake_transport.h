@@ -94,11 +94,13 @@ inline Bytes hello_bytes(const tunnel::HelloPayload& h) {
   return out;
 }
 
-inline Bytes open_bytes(uint32_t id, std::string_view target, std::string_view first = {}) {
-  size_t before = tunnel::kHeaderSize + 2 + target.size();
+inline Bytes open_bytes(uint32_t id, std::string_view target, std::string_view first = {},
+                        const tunnel::StreamOrigin* origin = nullptr) {
+  size_t before = tunnel::open_prefix_length(target, origin);
   Bytes out(before + first.size());
   std::copy(first.begin(), first.end(), out.begin() + static_cast<long>(before));
-  uint8_t* frame = tunnel::encode_open_before(out.data() + before, id, target, static_cast<uint32_t>(first.size()));
+  uint8_t* frame =
+      tunnel::encode_open_before(out.data() + before, id, target, static_cast<uint32_t>(first.size()), origin);
   if (frame != out.data()) throw std::logic_error("encode_open_before did not start at the buffer");
   return out;
 }

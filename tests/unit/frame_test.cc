@@ -77,6 +77,83 @@ TEST_CASE("OPEN carries target and first bytes written in place before the paylo
   CHECK(std::string(open.first_bytes.begin(), open.first_bytes.end()) == "hello");
 }
 
+TEST_CASE("OPEN carries its origin after the target when both sides offered it") {
+  StreamOrigin origin;
+  for (size_t i = 0; i < origin.connection.size(); ++i) origin.connection[i] = static_cast<uint8_t>(i + 1);
+  origin.client = {6, {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5}, 40512};
+  origin.destination = {4, {10, 96, 0, 10}, 6379};
+  CHECK(origin_length(origin) == 16 + 19 + 7);
+  std::vector<uint8_t> buf(kBufferHeadroom + 5);
+  std::memcpy(buf.data() + kBufferHeadroom, "hello", 5);
+  uint8_t* frame = encode_open_before(buf.data() + kBufferHeadroom, 7, "tcp:127.0.0.1:6379", 5, &origin);
+  CHECK(static_cast<size_t>(buf.data() + kBufferHeadroom - frame) == open_prefix_length("tcp:127.0.0.1:6379", &origin));
+  std::vector<uint8_t> wire(frame, buf.data() + buf.size());
+  auto d = decode_all(wire);
+  REQUIRE(d.headers.size() == 1);
+  OpenPayload open;
+  std::string reason;
+  REQUIRE(decode_open(d.payloads[0], &open, &reason, /*with_origin=*/true));
+  CHECK(open.has_origin);
+  CHECK(open.origin == origin);
+  CHECK(open.target == "tcp:127.0.0.1:6379");
+  CHECK(std::string(open.first_bytes.begin(), open.first_bytes.end()) == "hello");
+
+  // A side that did not offer origins reads the origin as first bytes: so
+  // it is only sent where both HELLOs carry kCapOrigin.
+  REQUIRE(decode_open(d.payloads[0], &open, &reason));
+  CHECK_FALSE(open.has_origin);
+  CHECK(open.first_bytes.size() == 1 + origin_length(origin) + 5);
+
+  // Unknown addresses (a Unix-socket client, no original destination) take a byte each.
+  StreamOrigin unknown;
+  unknown.connection.fill(9);
+  CHECK(origin_length(unknown) == 18);
+  frame = encode_open_before(buf.data() + kBufferHeadroom, 9, "unix:/run/x", 0, &unknown);
+  wire.assign(frame, buf.data() + kBufferHeadroom);
+  d = decode_all(wire);
+  REQUIRE(decode_open(d.payloads[0], &open, &reason, true));
+  CHECK(open.origin == unknown);
+  CHECK(open.first_bytes.empty());
+}
+
+TEST_CASE("a malformed OPEN origin is refused with a reason") {
+  StreamOrigin origin;
+  origin.connection.fill(1);
+  origin.client = {4, {127, 0, 0, 1}, 5000};
+  std::vector<uint8_t> good = {3, 0, 'a', 'b', 'c'};
+  good.push_back(static_cast<uint8_t>(origin_length(origin)));
+  size_t at = good.size();
+  good.resize(at + origin_length(origin));
+  encode_origin(good.data() + at, origin);
+  OpenPayload open;
+  std::string reason;
+  REQUIRE(decode_open(good, &open, &reason, true));
+  auto refused = [&](std::vector<uint8_t> payload, const std::string& why) {
+    CHECK_FALSE(decode_open(payload, &open, &reason, true));
+    CHECK(reason == why);
+  };
+  refused({3, 0, 'a', 'b', 'c'}, "OPEN origin length 0 invalid");
+  std::vector<uint8_t> longer = good;
+  longer[5] = static_cast<uint8_t>(longer[5] + 1);
+  refused(longer, "OPEN origin length " + std::to_string(longer[5]) + " invalid");
+  std::vector<uint8_t> short_id = {3, 0, 'a', 'b', 'c', 4, 1, 2, 3, 4};
+  refused(short_id, "OPEN origin without a connection id");
+  std::vector<uint8_t> family = good;
+  family[6 + 16] = 5;
+  refused(family, "OPEN origin client of family 5");
+  std::vector<uint8_t> cut = good;
+  cut[5] = static_cast<uint8_t>(16 + 3);  // the client's address cut short
+  refused(cut, "OPEN origin client cut short");
+  std::vector<uint8_t> no_destination = good;
+  no_destination[5] = static_cast<uint8_t>(no_destination[5] - 1);
+  no_destination.pop_back();
+  refused(no_destination, "OPEN origin without its destination");
+  std::vector<uint8_t> extra = good;
+  extra[5] = static_cast<uint8_t>(extra[5] + 1);
+  extra.push_back(0);
+  refused(extra, "OPEN origin with 1 bytes past its destination");
+}
+
 TEST_CASE("several frames back to back decode in order, split anywhere") {
   std::vector<uint8_t> wire(256);
   size_t n = 0;
@@ -319,11 +396,12 @@ TEST_CASE("OPEN carries a target of up to 300 bytes and no more", "[limits]") {
   CHECK_FALSE(decode_open(payload, &open, &reason));
   CHECK(reason == "OPEN target length 301 invalid");
 
-  // The largest OPEN: the longest target and a full max_data of first bytes.
+  // The largest OPEN: the longest target and origin, a full max_data of first bytes.
   std::vector<uint8_t> h(kHeaderSize);
-  encode_header(h.data(), FrameType::kOpen, 1, 2 + rdmagw::kMaxTargetLength + rdmagw::kMaxDataMax);
+  const uint32_t largest = 2 + rdmagw::kMaxTargetLength + 1 + rdmagw::kMaxOriginLength + rdmagw::kMaxDataMax;
+  encode_header(h.data(), FrameType::kOpen, 1, largest);
   CHECK(decode_all(h, rdmagw::kMaxDataMax).last == FrameReader::Status::kNeedMore);
-  encode_header(h.data(), FrameType::kOpen, 1, 2 + rdmagw::kMaxTargetLength + rdmagw::kMaxDataMax + 1);
+  encode_header(h.data(), FrameType::kOpen, 1, largest + 1);
   CHECK(decode_all(h, rdmagw::kMaxDataMax).last == FrameReader::Status::kError);
 }
 

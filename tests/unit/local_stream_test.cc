@@ -55,13 +55,14 @@ class Owner final : public SessionOwner {
     if (holder) holder->reset();  // the owner lets go, as PeerLink does
   }
   void on_session_draining(Session&) override { ++draining; }
-  Stream* on_stream_open(Session& session, uint32_t id, std::string_view target, ResetCode* refuse) override {
-    if (open_hook) return open_hook(session, id, target, refuse);
+  Stream* on_stream_open(Session& session, uint32_t id, std::string_view target, const tunnel::StreamOrigin* origin,
+                         ResetCode* refuse) override {
+    if (open_hook) return open_hook(session, id, target, origin, refuse);
     *refuse = ResetCode::kNotAllowed;
     return nullptr;
   }
   // The far side: what to do with a stream the peer opens.
-  std::function<Stream*(Session&, uint32_t, std::string_view, ResetCode*)> open_hook;
+  std::function<Stream*(Session&, uint32_t, std::string_view, const tunnel::StreamOrigin*, ResetCode*)> open_hook;
   IoPtr<Session>* holder = nullptr;
   int opened = 0, closed = 0, draining = 0;
   SessionEnd end = SessionEnd::kLocalClose;
@@ -773,14 +774,15 @@ std::vector<uint8_t> open_frame(uint32_t id, std::string_view target, std::strin
 // An acceptor session whose peer opens streams to targets here.
 struct FarRig : Rig {
   FarRig() : Rig({}, {}, Session::Role::kAcceptor) {
-    owner.open_hook = [this](Session& session, uint32_t id, std::string_view target, ResetCode* refuse) -> Stream* {
+    owner.open_hook = [this](Session& session, uint32_t id, std::string_view target, const tunnel::StreamOrigin* origin,
+                             ResetCode* refuse) -> Stream* {
       std::string error;
       auto ep = parse_endpoint(target, &error);
       if (!ep) {
         *refuse = ResetCode::kNotAllowed;
         return nullptr;
       }
-      return LocalStream::to_target(host, session, id, *ep, refuse);
+      return LocalStream::to_target(host, session, id, *ep, origin, refuse);
     };
   }
 };

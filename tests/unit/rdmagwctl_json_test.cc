@@ -286,15 +286,18 @@ TEST_CASE("views: streams page and its range line", "[rdmagwctl][views]") {
   Json page = parse_ok(R"({"total": 7, "offset": 5, "limit": 2, "streams": [
     {"worker": 0, "side": "client", "listener": "redis", "peer": "b", "target": "tcp:127.0.0.1:6379",
      "stream_id": 1, "age_ms": 1200, "bytes_from_app": 100, "bytes_to_app": 2000, "state": "open",
-     "waiting_for": "app-data"},
+     "waiting_for": "app-data", "connection": "9f1c0a7e52d3b4410000000000000007", "client": "127.0.0.1:53122"},
     {"worker": 1, "side": "target", "listener": "", "peer": "host-a", "target": "tcp:127.0.0.1:6379",
      "stream_id": 0, "age_ms": 5, "bytes_from_app": 0, "bytes_to_app": 0, "state": "connecting"}]})");
   std::string out = rdmagw::ctl::render_streams(array_at(page, "streams"), 5, 7);
   INFO(out);
   CHECK(out ==
-        "SIDE    LISTENER  PEER    TARGET              ID   AGE  FROM APP   TO APP  STATE       WAITING FOR\n"
-        "client  redis     b       tcp:127.0.0.1:6379   1  1.2s     100 B  2.0 KiB  open        app-data\n"
-        "target  -         host-a  tcp:127.0.0.1:6379   -   5ms       0 B      0 B  connecting  -\n"
+        "SIDE    LISTENER  PEER    CLIENT           TARGET              ID   AGE  FROM APP   TO APP  STATE       "
+        "WAITING FOR  CONNECTION\n"
+        "client  redis     b       127.0.0.1:53122  tcp:127.0.0.1:6379   1  1.2s     100 B  2.0 KiB  open        "
+        "app-data     9f1c0a7e52d3b4410000000000000007\n"
+        "target  -         host-a  -                tcp:127.0.0.1:6379   -   5ms       0 B      0 B  connecting  "
+        "-            -\n"
         "showing 6-7 of 7\n");
   CHECK(rdmagw::ctl::render_streams({}, 0, 0) == "no active streams\n");
   CHECK(rdmagw::ctl::render_streams({}, 10, 3) == "showing none of 3 (offset 10 is past the end)\n");

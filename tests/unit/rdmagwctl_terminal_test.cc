@@ -262,14 +262,15 @@ TEST_CASE("views: streams shows hostile names escaped, columns aligned", "[rdmag
     {"side": "target", "listener": "", "peer": "host-a", "target": "tcp:127.0.0.1:6379", "stream_id": 2,
      "age_ms": 5, "state": "open"}]})");
   Json& hostile = page["streams"][1];
-  for (const char* key : {"side", "listener", "peer", "target", "state", "waiting_for"}) hostile[key] = kHostile;
+  for (const char* key : {"side", "listener", "peer", "client", "target", "state", "waiting_for", "connection"})
+    hostile[key] = kHostile;
   std::string out = render_streams(array_at(page, "streams"), 0, 2);
   require_terminal_safe(out);
   const size_t width = kShown.size() - 1;  // é is two bytes, one column
   CHECK(column_of(out, "LISTENER") == width + 2);
   CHECK(column_of(out, "redis") == width + 2);
   CHECK(column_of(out, "PEER") == 2 * (width + 2));
-  CHECK(contains(out, kShown + "  " + kShown + "  " + kShown + "  " + kShown + "   2"));
+  CHECK(contains(out, kShown + "  " + kShown + "  " + kShown + "  " + kShown + "  " + kShown + "   2"));
   CHECK(contains(out, "showing 1-2 of 2\n"));
 }
 

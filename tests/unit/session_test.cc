@@ -318,6 +318,59 @@ TEST_CASE(
   CHECK(h.log.empty());  // nothing else to tell anyone
 }
 
+TEST_CASE("OPEN: with a peer that offers origins, each OPEN carries its origin both ways") {
+  StreamOrigin origin;
+  origin.connection.fill(0x42);
+  origin.client = {4, {192, 0, 2, 7}, 40512};
+  HelloPayload peer = default_peer();
+  peer.capabilities |= kCapOrigin;
+
+  SECTION("the peer's OPEN: its origin reaches the owner") {
+    Harness h(Session::Role::kAcceptor);
+    h.handshake(peer);
+    CHECK(h.s().origins());
+    FakeStream a("a", &h.log);
+    h.owner.give(a);
+    h.inject(open_bytes(1, kTarget, "hi", &origin));
+    REQUIRE(h.owner.open_requests.size() == 1);
+    REQUIRE(h.owner.open_requests[0].origin);
+    CHECK(*h.owner.open_requests[0].origin == origin);
+    CHECK(a.received == "hi");
+    // One without an origin is malformed between such peers.
+    h.inject(open_bytes(3, kTarget, "hi"));
+    CHECK(h.s().state() == Session::State::kClosed);
+  }
+  SECTION("our OPEN: its origin goes out, and an empty one where the stream gave none") {
+    Harness h(Session::Role::kDialer);
+    h.handshake(peer);
+    FakeStream a("a", &h.log), b("b", &h.log);
+    REQUIRE(h.s().open_stream(a, kTarget, h.buffer_with("x"), 1, &origin));
+    REQUIRE(h.s().open_stream(b, kTarget, nullptr, 0));
+    auto w = h.written();
+    REQUIRE(w.size() == 2);
+    OpenPayload open;
+    std::string reason;
+    REQUIRE(decode_open(w[0].payload, &open, &reason, true));
+    CHECK(open.origin == origin);
+    CHECK(std::string(open.first_bytes.begin(), open.first_bytes.end()) == "x");
+    REQUIRE(decode_open(w[1].payload, &open, &reason, true));
+    CHECK(open.origin == StreamOrigin{});
+  }
+}
+
+TEST_CASE("OPEN: with a peer that does not offer origins (an older rdmagw), none is sent or expected") {
+  StreamOrigin origin;
+  origin.connection.fill(0x42);
+  Harness h(Session::Role::kDialer);
+  h.handshake();  // the peer's HELLO without kCapOrigin
+  CHECK_FALSE(h.s().origins());
+  FakeStream a("a", &h.log);
+  REQUIRE(h.s().open_stream(a, kTarget, nullptr, 0, &origin));
+  auto w = h.written();
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].payload.size() == 2 + std::string_view(kTarget).size());
+}
+
 TEST_CASE("OPEN: the owner refuses; the session answers RESET with the owner's code") {
   Harness h(Session::Role::kAcceptor);
   h.handshake();

@@ -31,6 +31,7 @@ ProcessImage sample() {
   s.own_max_data = 32768;
   s.own_stream_window = 262144;
   s.own_session_window = 1 << 25;
+  s.own_capabilities = tunnel::kCapResume | tunnel::kCapOrigin;
   s.token = {7, 9};
   s.received = 1000;
   s.ack_sent = 900;
@@ -61,6 +62,13 @@ ProcessImage sample() {
   st.leg.slot = 65535;
   st.leg.sender = true;
   st.leg.by_tcp = true;
+  tunnel::StreamOrigin origin;
+  origin.connection.fill(0x5a);
+  origin.client = {4, {10, 0, 0, 9}, 40512};
+  st.origin.resize(tunnel::origin_length(origin));
+  tunnel::encode_origin(st.origin.data(), origin);
+  st.client = "10.0.0.9:40512";
+  st.remote = "tcp:10.0.0.9:41000";
   w.connections.streams.push_back(st);
   local::PipeImage pipe;
   pipe.client_fd = 5;
@@ -109,6 +117,14 @@ TEST_CASE("takeover image: what is written reads back the same", "[takeover]") {
   CHECK(st.leg.slot == 65535);
   CHECK(st.leg.sender);
   CHECK(st.leg.by_tcp);
+  CHECK(s.own_capabilities == (tunnel::kCapResume | tunnel::kCapOrigin));
+  tunnel::StreamOrigin origin;
+  REQUIRE(tunnel::decode_origin(st.origin, &origin, &error));
+  CHECK(origin.connection[15] == 0x5a);
+  CHECK(origin.client.port == 40512);
+  CHECK(st.client == "10.0.0.9:40512");
+  CHECK(st.destination.empty());
+  CHECK(st.remote == "tcp:10.0.0.9:41000");
   CHECK(out.workers[0].connections.pipes.at(0).destination == "10.0.0.2:443");
   CHECK(encode_process_image(out) == bytes);
 }
@@ -116,7 +132,7 @@ TEST_CASE("takeover image: what is written reads back the same", "[takeover]") {
 TEST_CASE("takeover image: version 2 (before redirected legs) is read; its streams have none", "[takeover]") {
   std::vector<uint8_t> bytes = encode_process_image(sample(), 2);
   // A leg: present, the key's length and bytes, the slot, two flags.
-  CHECK(bytes.size() + 1 + 8 + local::kRedirectedLegKeySize + 4 + 2 == encode_process_image(sample()).size());
+  CHECK(bytes.size() + 1 + 8 + local::kRedirectedLegKeySize + 4 + 2 == encode_process_image(sample(), 3).size());
   ProcessImage out;
   std::string error;
   REQUIRE(decode_process_image(bytes.data(), bytes.size(), &out, &error));
@@ -124,6 +140,27 @@ TEST_CASE("takeover image: version 2 (before redirected legs) is read; its strea
   CHECK_FALSE(st.leg.present);
   CHECK(st.leg.slot == -1);
   CHECK(st.parked == std::vector<uint8_t>{4, 5});
+}
+
+TEST_CASE("takeover image: version 3 (before origins) is read; its sessions say no origins", "[takeover]") {
+  std::vector<uint8_t> bytes = encode_process_image(sample(), 3);
+  ProcessImage out;
+  std::string error;
+  REQUIRE(decode_process_image(bytes.data(), bytes.size(), &out, &error));
+  // An old process's HELLO did not offer origins: the session must not use them.
+  CHECK(out.workers.at(0).sessions.at(0).own_capabilities == 0);
+  const auto& st = out.workers.at(0).connections.streams.at(0);
+  CHECK(st.origin.empty());
+  CHECK(st.client.empty());
+  CHECK(st.leg.present);
+}
+
+TEST_CASE("takeover image: a stream's origin that does not decode is refused", "[takeover]") {
+  ProcessImage p = sample();
+  p.workers[0].connections.streams[0].origin.push_back(0);  // a byte past its destination
+  std::string error;
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+  CHECK_THAT(error, Catch::Matchers::Contains("a stream's origin: OPEN origin with 1 bytes past its destination"));
 }
 
 TEST_CASE("takeover image: a redirected leg that no leg could be is refused", "[takeover]") {
@@ -164,7 +201,7 @@ TEST_CASE("takeover image: an older rdmagw's version 1 is read; its sessions' ow
     std::vector<uint8_t> other = encode_process_image(sample());
     for (int i = 0; i < 4; ++i) other[static_cast<size_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
     CHECK_FALSE(decodes(other, &error));
-    CHECK(error.find("image version " + std::to_string(v) + ", this rdmagw reads versions 1 to 3") !=
+    CHECK(error.find("image version " + std::to_string(v) + ", this rdmagw reads versions 1 to 4") !=
           std::string::npos);
   }
 }

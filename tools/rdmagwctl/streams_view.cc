@@ -14,20 +14,23 @@ std::string render_streams(const Json& page_streams, int64_t offset, int64_t tot
     Table table({{"SIDE"},
                  {"LISTENER"},
                  {"PEER"},
+                 {"CLIENT"},
                  {"TARGET"},
                  {"ID", Align::kRight},
                  {"AGE", Align::kRight},
                  {"FROM APP", Align::kRight},
                  {"TO APP", Align::kRight},
                  {"STATE"},
-                 {"WAITING FOR"}});
+                 {"WAITING FOR"},
+                 {"CONNECTION"}});
     for (const auto& s : streams) {
       uint64_t id = counter(s, "stream_id");
       table.add_row({text_or_dash(s, "side"), text_or_dash(s, "listener"), text_or_dash(s, "peer"),
-                     text_or_dash(s, "target"), id == 0 ? "-" : std::to_string(id),  // 0: no session yet
+                     text_or_dash(s, "client"), text_or_dash(s, "target"),
+                     id == 0 ? "-" : std::to_string(id),  // 0: no session yet
                      format_duration_ms(counter(s, "age_ms")), format_bytes(counter(s, "bytes_from_app")),
-                     format_bytes(counter(s, "bytes_to_app")), text_or_dash(s, "state"),
-                     text_or_dash(s, "waiting_for")});
+                     format_bytes(counter(s, "bytes_to_app")), text_or_dash(s, "state"), text_or_dash(s, "waiting_for"),
+                     text_or_dash(s, "connection")});
     }
     out = table.render();
   }
