@@ -357,7 +357,8 @@ bool Worker::refused_recently(const tunnel::PeerLink& link) const {
 }
 
 bool Worker::hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener,
-                              const std::string& target, const sockaddr_storage* direct) {
+                              const std::string& target, const std::string& destination,
+                              const sockaddr_storage* direct) {
   // Only a link that has nothing here would dial: one with a session, a
   // dial or waiting streams takes the stream itself.
   if (config_->tunnel.sessions_per_peer == 0 || !link.finished() || may_hold_session(link)) return false;
@@ -366,7 +367,7 @@ bool Worker::hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::s
   if (!target_worker) return false;  // let go of meanwhile: carried here
   // If the task never runs (that worker stops), the socket closes with a reset.
   set_abortive_close(fd.get());
-  auto handed = std::make_shared<HandedStream>(HandedStream{std::move(fd), listener, link.name(), target});
+  auto handed = std::make_shared<HandedStream>(HandedStream{std::move(fd), listener, link.name(), target, destination});
   if (direct) {
     handed->direct = *direct;
     handed->direct_length = direct->ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
@@ -404,7 +405,7 @@ void Worker::carry_handed_stream(HandedStream& handed) {
     return;
   }
   auto* stream = local::LocalStream::from_client(*host_, std::move(handed.fd), handed.listener, counters, handed.peer,
-                                                 handed.target);
+                                                 handed.target, handed.destination);
   if (handed.direct_length != 0) stream->reach_directly_if_refused(handed.direct, handed.direct_length);
   link->submit(stream);
 }
@@ -641,7 +642,7 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
           return;
         }
         log::debug("stream_routed").kv("listener", l.name).kv("destination", destination).kv("peer", link->name());
-        if (hand_over_stream(*link, fd, l.name, target)) return;
+        if (hand_over_stream(*link, fd, l.name, target, destination)) return;
         link->submit(local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, link->name(),
                                                      target, destination));
         return;
@@ -770,7 +771,7 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
   // there: counts are one worker's and never cross threads.
   // Where to go if the tunnel port refuses: only with services.direct: fallback.
   const sockaddr_storage* fallback = direct == ServicesDirect::kFallback ? &choice.address : nullptr;
-  if (hand_over_stream(*link, fd, l.name, target, fallback)) return true;
+  if (hand_over_stream(*link, fd, l.name, target, destination, fallback)) return true;
   auto* stream = local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, link->name(), target,
                                                  destination, std::move(choice.lease));
   if (fallback) stream->reach_directly_if_refused(*fallback, choice.address_len);

@@ -223,13 +223,14 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   struct HandedStream {
     UniqueFd fd;
     std::string listener, peer, target;
+    std::string destination;  // a transparent listener's: where the client meant to go
     // A Service endpoint's address: where to go if its tunnel port refuses
     // (length 0: not a Service stream).
     sockaddr_storage direct{};
     socklen_t direct_length = 0;
   };
   bool hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener, const std::string& target,
-                        const sockaddr_storage* direct = nullptr);
+                        const std::string& destination = {}, const sockaddr_storage* direct = nullptr);
   // The link's last TCP dial was refused within kRefusedTunnelMemory and it
   // has no session: its peer is reached directly meanwhile, when it can be.
   bool refused_recently(const tunnel::PeerLink& link) const;

@@ -11,10 +11,13 @@
 #include <cstring>
 #include <string>
 
+#include "common/connection_id.h"
 #include "common/local_addresses.h"
 
+using rdmagw::ConnectionId;
 using rdmagw::Endpoint;
 using rdmagw::make_tcp_endpoint;
+using rdmagw::next_connection_id;
 using rdmagw::parse_endpoint;
 using rdmagw::parse_host_port;
 
@@ -208,4 +211,16 @@ TEST_CASE("LocalAddresses: loopback and this host's interface addresses, nothing
   }
   freeifaddrs(list);
   CHECK(seen > 0);
+}
+
+TEST_CASE("connection ids: each new, 32 hex digits, one process prefix, a counter", "[address]") {
+  ConnectionId a = next_connection_id(), b = next_connection_id();
+  CHECK_FALSE(a.empty());
+  CHECK(a.text().size() == 32);
+  CHECK(a.text().find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(a.text() != b.text());
+  CHECK(a.text().substr(0, 16) == b.text().substr(0, 16));  // this process's random half
+  CHECK(std::stoull(b.text().substr(16), nullptr, 16) == std::stoull(a.text().substr(16), nullptr, 16) + 1);
+  CHECK(ConnectionId{}.empty());
+  CHECK(ConnectionId{}.text().empty());
 }
