@@ -75,7 +75,12 @@ struct TargetRule {
   // proves: both empty, any authenticated peer.
   std::vector<RouteMatch> peer_cidrs;
   std::vector<std::string> peer_names;
-  std::string to_string() const;  // the endpoint, then " peers: a, b" if restricted
+  // proxy_protocol: v2: each connection to the target begins with a PROXY
+  // protocol v2 header naming the application's address (docs/deploy.md).
+  bool proxy_protocol = false;
+  std::string endpoint_text() const;  // as written: tcp:self:PORT, services:this-node, or the endpoint
+  // endpoint_text(), then " peers: a, b" if restricted, " proxy_protocol: v2" if set
+  std::string to_string() const;
   // Whether this entry is about `t` (`facts` decide the entries that name
   // no fixed endpoint).
   bool covers(const Endpoint& t, const TargetFacts& facts) const;
@@ -291,8 +296,9 @@ struct Config {
   // `peer_name` (mode cert; empty otherwise), may open `target`. `peer` null
   // (its address unknown): only entries open to it by name, or to every peer.
   // `facts` decide `tcp:self:PORT` and `services:this-node` entries.
+  // `admitted` (may be null): the first entry that admits it.
   TargetRefusal target_refusal(const Endpoint& target, const sockaddr* peer, std::string_view peer_name = {},
-                               const TargetFacts& facts = {}) const;
+                               const TargetFacts& facts = {}, const TargetRule** admitted = nullptr) const;
   bool target_allowed(const Endpoint& target, const sockaddr* peer, std::string_view peer_name = {},
                       const TargetFacts& facts = {}) const {
     return target_refusal(target, peer, peer_name, facts) == TargetRefusal::kNone;

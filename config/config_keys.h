@@ -52,7 +52,7 @@ inline const Keys kRdma = {"device",     "slab_size",    "max_pinned",      "rec
 inline const Keys kPeer = {"name", "address", "tcp_port", "rdma_port", "connect"};
 inline const Keys kListener = {"name", "listen", "peer", "target", "routes", "socket_mode", "clients"};
 inline const Keys kRoute = {"match", "peer", "target", "action"};
-inline const Keys kTarget = {"target", "peers"};  // targets[] in mapping form
+inline const Keys kTarget = {"target", "peers", "proxy_protocol"};  // targets[] in mapping form
 
 // A mapping of the file and the keys it may hold, by path: "" (the top),
 // "tunnel", "tunnel.rdma", "peers[]", "listeners[].routes[]", ...

@@ -54,14 +54,19 @@ std::string_view transport_mode_name(TransportMode mode) {
   return "auto";
 }
 
+std::string TargetRule::endpoint_text() const {
+  return this_node ? std::string(kThisNodeTarget)
+         : self    ? "tcp:self:" + std::to_string(endpoint_port(target))
+                   : target.to_string();
+}
+
 std::string TargetRule::to_string() const {
-  std::string s = this_node ? std::string(kThisNodeTarget)
-                  : self    ? "tcp:self:" + std::to_string(endpoint_port(target))
-                            : target.to_string();
+  std::string s = endpoint_text();
   std::vector<std::string> who;
   for (const auto& c : peer_cidrs) who.push_back(c.to_string());
   who.insert(who.end(), peer_names.begin(), peer_names.end());
   for (size_t i = 0; i < who.size(); ++i) s += (i == 0 ? " peers: " : ", ") + who[i];
+  if (proxy_protocol) s += " proxy_protocol: v2";
   return s;
 }
 
@@ -73,15 +78,19 @@ bool TargetRule::covers(const Endpoint& t, const TargetFacts& facts) const {
 }
 
 TargetRefusal Config::target_refusal(const Endpoint& t, const sockaddr* peer, std::string_view peer_name,
-                                     const TargetFacts& facts) const {
+                                     const TargetFacts& facts, const TargetRule** admitted) const {
   TargetRefusal why = TargetRefusal::kNotListed;
+  auto admit = [&](const TargetRule& rule) {
+    if (admitted) *admitted = &rule;
+    return TargetRefusal::kNone;
+  };
   for (const auto& rule : targets) {
     if (!rule.covers(t, facts)) continue;
-    if (rule.peer_cidrs.empty() && rule.peer_names.empty()) return TargetRefusal::kNone;
+    if (rule.peer_cidrs.empty() && rule.peer_names.empty()) return admit(rule);
     for (const RouteMatch& cidr : rule.peer_cidrs)
-      if (peer && cidr.matches(peer)) return TargetRefusal::kNone;
+      if (peer && cidr.matches(peer)) return admit(rule);
     for (const std::string& name : rule.peer_names)
-      if (!peer_name.empty() && name == peer_name) return TargetRefusal::kNone;
+      if (!peer_name.empty() && name == peer_name) return admit(rule);
     why = TargetRefusal::kNotForThisPeer;
   }
   return why;
@@ -1468,12 +1477,31 @@ void Parser::parse_targets(const Value& v, Config* cfg) {
       continue;
     }
     auto fields = read_map(item, kTargetKeys, false);
-    if (!fields || !require(*fields, item, "target") || !require(*fields, item, "peers")) continue;
+    if (!fields || !require(*fields, item, "target")) continue;
     auto parsed = get_target(*find(*fields, "target"));
     TargetRule rule;
     bool ok = parsed.has_value();
     if (parsed) rule = *parsed;
-    const Value& peers = *find(*fields, "peers");
+    if (const Value* proxy = find(*fields, "proxy_protocol")) {
+      auto version = get_string(*proxy);
+      if (version && *version == "v2") {
+        rule.proxy_protocol = true;
+      } else if (version) {
+        error(
+            proxy->mark, proxy->path,
+            quote(*version) + " is not a PROXY protocol version rdmagw sends: v2 (the binary header), or leave it out");
+        ok = false;
+      } else {
+        ok = false;
+      }
+    }
+    const Value* peers_value = find(*fields, "peers");
+    if (!peers_value) {
+      // Open to every authenticated peer, as an endpoint alone is.
+      if (ok) cfg->targets.push_back(std::move(rule));
+      continue;
+    }
+    const Value& peers = *peers_value;
     auto list = read_list(peers);
     if (!list) continue;
     if (list->empty()) {

@@ -202,16 +202,19 @@ void write_listener_config(JsonWriter& w, const ListenerConfig& l) {
 // An entry that names who may open it in the mapping form, the others as
 // the plain endpoint, as the file would write them.
 void write_target_config(JsonWriter& w, const TargetRule& t) {
-  if (t.peer_cidrs.empty() && t.peer_names.empty()) {
-    w.value(t.to_string());
+  if (t.peer_cidrs.empty() && t.peer_names.empty() && !t.proxy_protocol) {
+    w.value(t.endpoint_text());
     return;
   }
   w.begin_object();
-  w.field("target", t.self ? "tcp:self:" + std::to_string(endpoint_port(t.target)) : t.target.to_string());
-  w.key("peers").begin_array();
-  for (const RouteMatch& c : t.peer_cidrs) w.value(c.to_string());
-  for (const std::string& name : t.peer_names) w.value(name);
-  w.end_array();
+  w.field("target", t.endpoint_text());
+  if (!t.peer_cidrs.empty() || !t.peer_names.empty()) {
+    w.key("peers").begin_array();
+    for (const RouteMatch& c : t.peer_cidrs) w.value(c.to_string());
+    for (const std::string& name : t.peer_names) w.value(name);
+    w.end_array();
+  }
+  if (t.proxy_protocol) w.field("proxy_protocol", "v2");
   w.end_object();
 }
 

@@ -51,6 +51,7 @@ struct LocalStreamImage {
   // empty: unknown), and the access log's texts of it.
   std::vector<uint8_t> origin;
   std::string client, destination, remote;
+  std::vector<uint8_t> proxy_header;  // still connecting: the PROXY header it sends first (empty: none)
 };
 
 // A passthrough connection (DirectPipe).

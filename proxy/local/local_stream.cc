@@ -17,6 +17,7 @@
 #include "common/splice_pipe.h"
 #include "proxy/local/access_log.h"
 #include "proxy/local/direct_pipe.h"
+#include "proxy/local/proxy_header.h"
 
 namespace rdmagw::local {
 
@@ -108,7 +109,8 @@ LocalStream* LocalStream::from_client(StreamHost& host, UniqueFd fd, std::string
 }
 
 LocalStream* LocalStream::to_target(StreamHost& host, const tunnel::Session& session, uint32_t id,
-                                    const Endpoint& target, const tunnel::StreamOrigin* origin, ResetCode* refuse) {
+                                    const Endpoint& target, const tunnel::StreamOrigin* origin, bool proxy_header,
+                                    ResetCode* refuse) {
   int fd = ::socket(target.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     log::warn("stream_refused")
@@ -129,6 +131,9 @@ LocalStream* LocalStream::to_target(StreamHost& host, const tunnel::Session& ses
   s->peer_ = session.peer_node();
   s->target_ = target.to_string();
   if (origin) s->origin_ = *origin;
+  if (proxy_header)
+    s->proxy_header_ = std::make_unique<std::string>(
+        proxy_v2_header(origin, reinterpret_cast<const sockaddr*>(&target.addr), target.addr_len));
   if (host.access_log && host.access_log->enabled()) {
     s->client_ = origin_address_text(s->origin_.client);
     s->destination_ = origin_address_text(s->origin_.destination);
@@ -264,6 +269,17 @@ void LocalStream::on_target_connected(int error) {
   }
   set_nodelay(fd_.get());
   admit_to_redirect();
+  if (proxy_header_) {
+    // Before any byte of the stream; a socket just connected takes it whole.
+    ssize_t n = ::send(fd_.get(), proxy_header_->data(), proxy_header_->size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != static_cast<ssize_t>(proxy_header_->size())) {
+      fail("stream_refused", "target", metrics::StreamFailure::kTargetUnreachable, ResetCode::kConnectFailed,
+           "proxy-header-failed", n < 0 ? strerror(errno) : "a short send");
+      return;
+    }
+    note_sent(static_cast<size_t>(n));
+    proxy_header_.reset();
+  }
   host_.metrics.target_connect.observe_us(
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
   log::debug("stream_connected")

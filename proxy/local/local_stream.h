@@ -55,8 +55,10 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   // does not touch the session.
   // `origin`: what the peer said of where the stream comes from (null: it
   // does not say).
+  // `proxy_header`: the target entry says proxy_protocol: v2, so the
+  // connection begins with a PROXY header naming the origin's client.
   static LocalStream* to_target(StreamHost& host, const tunnel::Session& session, uint32_t id, const Endpoint& target,
-                                const tunnel::StreamOrigin* origin, tunnel::ResetCode* refuse);
+                                const tunnel::StreamOrigin* origin, bool proxy_header, tunnel::ResetCode* refuse);
   // A takeover: the old process's stream, on `session` (null: none) and
   // `fd`. Returns nullptr when the pool has no room for its bytes (the
   // socket is then reset). A stream not yet opened waits for a session:
@@ -161,6 +163,8 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   // Only a stream to a target connects (224 bytes, most of it the address
   // the kernel reads): made when it first does, so client streams carry none.
   std::unique_ptr<TimedConnect> connect_;
+  // The PROXY header to send first once connected (proxy_protocol: v2).
+  std::unique_ptr<std::string> proxy_header_;
   // The socket's flows through the local redirect (null: plain TCP legs).
   std::unique_ptr<RedirectedLeg> leg_;
 

@@ -54,6 +54,7 @@ bool LocalStream::export_image(HandoverImages* out, const SessionIndex& sessions
   image.client = client_;
   image.destination = destination_;
   image.remote = remote_;
+  if (proxy_header_) image.proxy_header.assign(proxy_header_->begin(), proxy_header_->end());
   out->fds.push_back(fd_.get());
   out->streams.push_back(std::move(image));
   return true;
@@ -98,6 +99,8 @@ LocalStream* LocalStream::restore(StreamHost& host, UniqueFd fd, const LocalStre
   s->client_ = image.client;
   s->destination_ = image.destination;
   s->remote_ = image.remote;
+  if (!image.proxy_header.empty())
+    s->proxy_header_ = std::make_unique<std::string>(image.proxy_header.begin(), image.proxy_header.end());
   bool ok = s->to_socket_.append(image.to_socket.data(), image.to_socket.size());
   if (ok && !image.parked.empty()) {
     s->parked_buffer_ = host.pool.acquire();

@@ -257,6 +257,7 @@ void stream_fields(IO& io, T& s, uint32_t image_version) {
     io.text(s.client, "a stream's client");
     io.text(s.destination, "a stream's destination");
     io.text(s.remote, "a stream's remote");
+    io.blob(s.proxy_header, "a stream's PROXY header");
   }
 }
 
@@ -298,6 +299,8 @@ void get_connections(Reader& r, local::HandoverImages* c, size_t sessions, FdChe
     if (s.session >= 0 && !s.opened) r.fail("a stream on a session that was never opened");
     // The flags are a stream's states (local_stream.h): no state has these.
     if (s.connecting && !s.opened) r.fail("a stream connecting to its target without a stream id");
+    if (!s.proxy_header.empty() && !s.connecting) r.fail("a PROXY header for a stream no longer connecting");
+    if (s.proxy_header.size() > 64) r.fail("a PROXY header of " + std::to_string(s.proxy_header.size()) + " bytes");
     if (s.write_shut && !s.remote_fin) r.fail("a stream shut towards its socket without the peer's FIN");
     c->streams.push_back(std::move(s));
   }

@@ -1028,10 +1028,11 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
   auto peer = parse_host_port(tunnel::without_transport(session.remote_address()), &error);
   // Mode cert: its certificate proved its node name too.
   std::string_view proven = config_->tunnel.auth.mode == AuthMode::kCert ? session.peer_node() : std::string_view();
+  const TargetRule* admitted = nullptr;
   TargetRefusal refusal =
       !endpoint ? TargetRefusal::kNotListed
                 : config_->target_refusal(*endpoint, peer ? reinterpret_cast<const sockaddr*>(&peer->addr) : nullptr,
-                                          proven, target_facts_);
+                                          proven, target_facts_, &admitted);
   // Never rdmagw itself, even where targets would allow it.
   std::string own = endpoint && refusal == TargetRefusal::kNone ? own_port_problem(*endpoint) : std::string();
   if (!own.empty()) refusal = TargetRefusal::kNotListed;
@@ -1060,7 +1061,8 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
     *refuse = tunnel::ResetCode::kNotAllowed;
     return nullptr;
   }
-  return local::LocalStream::to_target(*host_, session, id, *endpoint, origin, refuse);
+  bool proxy_header = admitted && admitted->proxy_protocol;
+  return local::LocalStream::to_target(*host_, session, id, *endpoint, origin, proxy_header, refuse);
 }
 
 void Worker::stop_accepting() {

@@ -20,6 +20,7 @@ at teardown, with the report.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import re
 import resource
@@ -244,7 +245,8 @@ def render_config(node: str, tunnel_port: int, admin_port: int, peers=(), listen
         out.append("listeners: []")
     if targets:
         out.append("targets:")
-        out += [f"  - {_q(t)}" for t in targets]
+        # An endpoint, or an entry's keys as a mapping ({target, peers, proxy_protocol}).
+        out += [f"  - {_q(t)}" if isinstance(t, str) else "  - " + json.dumps(t) for t in targets]
     else:
         out.append("targets: []")
     out.append(f"shutdown_timeout_ms: {shutdown_timeout_ms}")

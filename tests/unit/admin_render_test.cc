@@ -697,7 +697,7 @@ listeners:
   - name: outbound
     listen: "transparent:127.0.0.1:15001"
     routes: [{match: 10.1.0.0/16, peer: b, target: "tcp:127.0.0.1:80"}, {match: 0.0.0.0/0, action: passthrough}]
-targets: ["tcp:127.0.0.1:6379", {target: "tcp:127.0.0.1:6380", peers: [10.0.0.2/32]}]
+targets: ["tcp:127.0.0.1:6379", {target: "tcp:127.0.0.1:6380", peers: [10.0.0.2/32], proxy_protocol: v2}]
 access_log: {path: /var/log/rdmagw/access.log, format: json}
 services: {file: /run/rdmagw-k8s/services.json}
 local_legs: {redirect: true, cgroup: pod, cgroup_fs: /host/cgroup}

@@ -155,6 +155,7 @@ const std::vector<Change>& changes() {
        {{"listeners[2].routes[0].peer", "~"}, {"listeners[2].routes[0].target", "~"}}},
       {"targets[1].target", "\"tcp:127.0.0.1:6391\""},
       {"targets[1].peers", "[10.0.0.0/16]"},
+      {"targets[1].proxy_protocol", "v2"},
   };
   return kChanges;
 }

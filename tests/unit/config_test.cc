@@ -219,6 +219,18 @@ TEST_CASE("full example parses with every value", "[config]") {
   CHECK_FALSE(c->target_listed(ep("tcp:127.0.0.1:6378")));
 }
 
+namespace {
+// A peer's end of the session at `ip` (the pointer is valid until the next call).
+const sockaddr* at(const char* ip) {
+  static sockaddr_storage ss;
+  std::string error;
+  auto e = rdmagw::make_tcp_endpoint(ip, 1, &error);
+  REQUIRE(e);
+  ss = e->addr;
+  return reinterpret_cast<const sockaddr*>(&ss);
+}
+}  // namespace
+
 // Authorization by peer: a targets entry may name which peers may open it,
 // by the address of their end of the session.
 TEST_CASE("targets: an entry open to some peers only", "[config][auth]") {
@@ -226,14 +238,6 @@ TEST_CASE("targets: an entry open to some peers only", "[config][auth]") {
                            "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.1.0/24, 10.0.2.7, \"fd00::/64\"]}"}));
   REQUIRE(c->targets.size() == 2);
   CHECK(c->targets[1].to_string() == "tcp:127.0.0.1:5432 peers: 10.0.1.0/24, 10.0.2.7/32, fd00::/64");
-  auto at = [](const char* ip) {
-    static sockaddr_storage ss;
-    std::string error;
-    auto e = rdmagw::make_tcp_endpoint(ip, 1, &error);
-    REQUIRE(e);
-    ss = e->addr;
-    return reinterpret_cast<const sockaddr*>(&ss);
-  };
   CHECK(c->target_allowed(ep("tcp:127.0.0.1:6379"), at("192.0.2.1")));  // open to all
   CHECK(c->target_allowed(ep("tcp:127.0.0.1:5432"), at("10.0.1.99")));
   CHECK(c->target_allowed(ep("tcp:127.0.0.1:5432"), at("10.0.2.7")));
@@ -256,10 +260,37 @@ TEST_CASE("targets: an entry open to some peers only", "[config][auth]") {
                 {{3, 43, "targets[0].peers", "an empty list lets no peer open it"}});
   expect_errors(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:5432\", peers: [\"10.0.0.0/8:80\"]}"}),
                 {{3, 44, "targets[0].peers[0]", "matched by address only"}});
-  expect_errors(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:5432\"}"}),
-                {{3, 5, "targets[0].peers", "required key 'peers' is missing"}});
+  // Without peers, as an endpoint alone: open to every authenticated peer.
+  auto open = parse_ok(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:5432\"}"}));
+  CHECK(open->target_allowed(ep("tcp:127.0.0.1:5432"), at("10.9.9.9")));
   expect_errors(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.0.1], who: x}"}),
                 {{3, 55, "targets[0].who", "unknown key"}});
+}
+
+// proxy_protocol: v2 on a targets entry: the entry that admits a stream
+// says whether its connection begins with a PROXY header.
+TEST_CASE("targets: proxy_protocol v2, on the entry that admits the peer", "[config][auth]") {
+  auto c = parse_ok(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:8080\", proxy_protocol: v2}",
+                           "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.1.0/24], proxy_protocol: v2}",
+                           "  - tcp:127.0.0.1:5432"}));
+  CHECK(c->targets[0].to_string() == "tcp:127.0.0.1:8080 proxy_protocol: v2");
+  const rdmagw::TargetRule* admitted = nullptr;
+  CHECK(c->target_refusal(ep("tcp:127.0.0.1:8080"), at("10.9.9.9"), {}, {}, &admitted) == rdmagw::TargetRefusal::kNone);
+  REQUIRE(admitted);
+  CHECK(admitted->proxy_protocol);
+  // The first entry that admits decides: a peer in 10.0.1.0/24 gets the header, another does not.
+  CHECK(c->target_refusal(ep("tcp:127.0.0.1:5432"), at("10.0.1.5"), {}, {}, &admitted) == rdmagw::TargetRefusal::kNone);
+  CHECK(admitted->proxy_protocol);
+  CHECK(c->target_refusal(ep("tcp:127.0.0.1:5432"), at("10.0.2.5"), {}, {}, &admitted) == rdmagw::TargetRefusal::kNone);
+  CHECK_FALSE(admitted->proxy_protocol);
+  // Turning it on or off is a change of targets (reloaded).
+  auto off = parse_ok(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:8080\"}",
+                             "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.1.0/24], proxy_protocol: v2}",
+                             "  - tcp:127.0.0.1:5432"}));
+  auto changes = rdmagw::describe_changes(*c, *off);
+  CHECK(std::find(changes.begin(), changes.end(), "targets: 1 added, 1 removed") != changes.end());
+  expect_errors(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:8080\", proxy_protocol: v1}"}),
+                {{3, 52, "targets[0].proxy_protocol", "'v1' is not a PROXY protocol version rdmagw sends: v2"}});
 }
 
 // tcp:self:PORT: a pod's address is not known when its ConfigMap is

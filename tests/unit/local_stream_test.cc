@@ -782,7 +782,7 @@ struct FarRig : Rig {
         *refuse = ResetCode::kNotAllowed;
         return nullptr;
       }
-      return LocalStream::to_target(host, session, id, *ep, origin, refuse);
+      return LocalStream::to_target(host, session, id, *ep, origin, /*proxy_header=*/false, refuse);
     };
   }
 };

@@ -163,6 +163,25 @@ TEST_CASE("takeover image: a stream's origin that does not decode is refused", "
   CHECK_THAT(error, Catch::Matchers::Contains("a stream's origin: OPEN origin with 1 bytes past its destination"));
 }
 
+TEST_CASE("takeover image: a stream still connecting keeps its PROXY header; no other stream has one", "[takeover]") {
+  ProcessImage p = sample();
+  auto& st = p.workers[0].connections.streams[0];
+  st.connecting = true;
+  st.proxy_header = std::vector<uint8_t>(28, 0x0d);
+  std::vector<uint8_t> bytes = encode_process_image(p);
+  ProcessImage out;
+  std::string error;
+  REQUIRE(decode_process_image(bytes.data(), bytes.size(), &out, &error));
+  CHECK(out.workers[0].connections.streams[0].proxy_header == std::vector<uint8_t>(28, 0x0d));
+  st.connecting = false;
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+  CHECK_THAT(error, Catch::Matchers::Contains("a PROXY header for a stream no longer connecting"));
+  st.connecting = true;
+  st.proxy_header.resize(65);
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+  CHECK_THAT(error, Catch::Matchers::Contains("a PROXY header of 65 bytes"));
+}
+
 TEST_CASE("takeover image: a redirected leg that no leg could be is refused", "[takeover]") {
   auto refused = [](auto change, const std::string& why) {
     ProcessImage p = sample();
