@@ -331,7 +331,7 @@ bool validate_header(const uint8_t* raw, uint32_t max_data, FrameHeader* out, st
       needs_stream = false;
       break;
     case FrameType::kOpen:
-      limit = static_cast<uint32_t>(2 + kMaxTargetLength + 1 + kMaxOriginLength + max_data);
+      limit = static_cast<uint32_t>(kMaxOpenPrefix + max_data);
       break;
     case FrameType::kData:
       limit = max_data;

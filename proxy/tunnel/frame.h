@@ -28,7 +28,10 @@ using rdmagw::kMaxNodeNameLength;
 using rdmagw::kMaxOriginLength;
 using rdmagw::kMaxPayload;
 using rdmagw::kMaxTargetLength;
-static_assert(kHeaderSize + 2 + kMaxTargetLength + 1 + kMaxOriginLength <= kBufferHeadroom,
+// An OPEN's payload before its first bytes, at its longest: target length,
+// target, origin length, origin.
+inline constexpr size_t kMaxOpenPrefix = 2 + kMaxTargetLength + 1 + kMaxOriginLength;
+static_assert(kHeaderSize + kMaxOpenPrefix <= kBufferHeadroom,
               "an OPEN header (frame header, target length, target, origin) fits in the headroom");
 
 enum class FrameType : uint8_t {

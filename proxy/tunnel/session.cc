@@ -176,7 +176,10 @@ bool Session::send_hello() {
   if (auth_enabled() && settings_.auth->certificates()) hello.capabilities |= kCapCert;
   if (auth_enabled() && settings_.auth->encrypt) hello.capabilities |= kCapEncrypt;
   hello.capabilities |= kCapOrigin;
-  own_capabilities_ = hello.capabilities;
+  // What the session was opened with holds for its life: a resume's or a
+  // move's HELLO (which the peer checks against the first) changes nothing,
+  // even where a takeover brought the session from an older process.
+  if (state_ == State::kHandshake) own_capabilities_ = hello.capabilities;
   size_t size = kHeaderSize + kHelloFixedSize + hello.node.size();
   uint8_t* out = transport_->outbound().handshake().append_contiguous(size);
   if (!out) return false;

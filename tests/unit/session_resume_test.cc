@@ -449,6 +449,30 @@ TEST_CASE("takeover: the new process announces what the session announced, whate
   }
 }
 
+TEST_CASE("takeover: a session keeps what its first HELLO offered, through the resume of a newer process") {
+  // An older process's HELLO did not offer origins (image version 3: no
+  // capabilities): its peer sends none and expects none for the session's
+  // life, so the new process must not start after its resume HELLO (which
+  // offers them) either.
+  for (bool older : {true, false}) {
+    CAPTURE(older);
+    Pair p;
+    CHECK(p.dialer->origins());
+    REQUIRE(p.dialer->freeze());
+    p.accept_wire->fail("the old process closed it");
+    p.loop.end_batch();
+    SessionImage image;
+    p.dialer->export_image(&image);
+    CHECK((image.own_capabilities & kCapOrigin) != 0);
+    p.dialer->close(SessionEnd::kLocalClose, "taken over", CloseMode::kAbort);
+    if (older) image.own_capabilities = 0;
+    p.dialer = make_io<Session>(p.loop, p.pool, p.dial_settings, image, &p.dial_owner);
+    p.reconnect();
+    REQUIRE(p.dialer->open());
+    CHECK(p.dialer->origins() == !older);
+  }
+}
+
 TEST_CASE("takeover: a session without resumption cannot be frozen; a failed takeover thaws") {
   SECTION("without resumption") {
     Pair p(resumable_settings("dialer", 0), resumable_settings("acceptor", 0));

@@ -12,7 +12,8 @@
  * change to a map, a key, a value or what a value means. */
 #define LOCAL_REDIRECT_LAYOUT 3
 
-/* Sockets and flows the maps hold at most; ports of interest at most. */
+/* Sockets (and admitted flows) the maps hold at most; ports of interest at
+ * most. A flow's own state is socket storage, bounded by the sockets. */
 #define LOCAL_REDIRECT_MAX_SOCKETS 65536
 #define LOCAL_REDIRECT_MAX_PORTS 1024
 /* Flows rdmagw reads at once, each with a read counter (the reads array). */

@@ -23,8 +23,7 @@ TcpTransport::TcpTransport(EventLoop& loop, BufferPool& pool, UniqueFd fd, uint3
       outbound_(&pool),
       // Room for several of the largest frames, so a full buffer always
       // holds at least one whole frame to parse.
-      rx_full_capacity_(
-          std::max<size_t>(256 * 1024, 4 * (tunnel::kHeaderSize + 2 + tunnel::kMaxTargetLength + max_data))),
+      rx_full_capacity_(std::max<size_t>(256 * 1024, 4 * (tunnel::kHeaderSize + tunnel::kMaxOpenPrefix + max_data))),
       splice_(splice) {
   rx_ = std::make_unique<uint8_t[]>(rx_capacity_);
   recv_op_ = IoOp::bind<&TcpTransport::on_recv>(this);
