@@ -35,6 +35,8 @@ std::string_view stream_failure_name(StreamFailure f) {
       return "rejected";
     case StreamFailure::kLimit:
       return "limit";
+    case StreamFailure::kIdle:
+      return "idle";
     case StreamFailure::kCount:
       break;
   }

@@ -71,7 +71,8 @@ enum class StreamFailure : uint8_t {
   kProtocol,           // a stream-level protocol violation
   kShutdown,           // reset at the end of a drain
   kRejected,           // a transparent listener's route said reject / no route
-  kLimit,              // a peer's OPEN beyond tunnel.limits (streams per session, OPEN rate)
+  kLimit,              // beyond a limit: a peer's OPEN (tunnel.limits), a listener's accept (listeners[])
+  kIdle,               // no byte either way for its listener's idle_timeout_ms
   kCount
 };
 std::string_view stream_failure_name(StreamFailure f);
@@ -101,6 +102,11 @@ struct ListenerMetrics {
   Gauge active;            // connections open now
   Counter bytes_received;  // from applications (into the tunnel)
   Counter bytes_sent;      // to applications (out of the tunnel)
+  // Reset at accept past max_connections, or past accepts_per_second; and
+  // connections ended by idle_timeout_ms.
+  Counter refused_max_connections;
+  Counter refused_accept_rate;
+  Counter idle_closed;
 };
 
 // Per peer: a configured peer's name for sessions we dial, the peer's node

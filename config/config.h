@@ -128,6 +128,14 @@ struct ListenerConfig {
   // who can connect would use the tunnel as this host's applications do.
   // Empty: anyone who can connect (loopback listeners, unix: ones).
   std::vector<RouteMatch> clients;
+  // Limits (0: none), across the process's workers: connections open at
+  // once (further ones are reset at accept), connections accepted per
+  // second (a burst of as many; further ones are reset at accept), and how
+  // long a connection may pass no byte in either direction before it is
+  // reset both ways.
+  uint32_t max_connections = 0;
+  uint32_t accepts_per_second = 0;
+  uint32_t idle_timeout_ms = 0;
   // Whether an application at `peer` may use it.
   bool admits(const sockaddr* peer) const {
     return clients.empty() ||

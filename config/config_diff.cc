@@ -48,7 +48,8 @@ std::string match_text(const std::vector<RouteMatch>& matches) {
 bool same_listener(const ListenerConfig& a, const ListenerConfig& b) {
   return a.listen == b.listen && a.transparent == b.transparent && a.peer == b.peer &&
          (a.transparent || a.target == b.target) && same_routes(a.routes, b.routes) && a.socket_mode == b.socket_mode &&
-         match_text(a.clients) == match_text(b.clients);
+         match_text(a.clients) == match_text(b.clients) && a.max_connections == b.max_connections &&
+         a.accepts_per_second == b.accepts_per_second && a.idle_timeout_ms == b.idle_timeout_ms;
 }
 
 bool same_peer(const PeerConfig& a, const PeerConfig& b) {

@@ -50,7 +50,10 @@ inline const Keys kAuth = {"mode", "key_files", "encrypt", "ca_files", "cert_fil
 inline const Keys kRdma = {"device",     "slab_size",    "max_pinned",      "recv_depth",
                            "send_depth", "busy_poll_us", "inline_threshold"};
 inline const Keys kPeer = {"name", "address", "tcp_port", "rdma_port", "connect"};
-inline const Keys kListener = {"name", "listen", "peer", "target", "routes", "socket_mode", "clients"};
+inline const Keys kListener = {"name",           "listen",          "peer",
+                               "target",         "routes",          "socket_mode",
+                               "clients",        "max_connections", "accepts_per_second",
+                               "idle_timeout_ms"};
 inline const Keys kRoute = {"match", "peer", "target", "action"};
 inline const Keys kTarget = {"target", "peers", "proxy_protocol"};  // targets[] in mapping form
 

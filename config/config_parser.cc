@@ -125,6 +125,10 @@ constexpr uint64_t kU32Max = std::numeric_limits<uint32_t>::max();
 constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
 constexpr uint16_t kDefaultPeerRdmaPort = 7472;
 constexpr unsigned kMaxWorkers = 256;
+// listeners[]: max_connections, accepts_per_second, idle_timeout_ms (a day).
+constexpr uint64_t kMaxListenerConnections = 10'000'000;
+constexpr uint64_t kMaxListenerAcceptRate = 10'000'000;
+constexpr uint64_t kMaxIdleTimeoutMs = 86'400'000;
 constexpr TransportMode kTransportModes[] = {TransportMode::kAuto, TransportMode::kRdma, TransportMode::kTcp};
 
 // listeners[].target and routes[].target travel in OPEN frames as their
@@ -1303,6 +1307,9 @@ std::vector<ListenUse> Parser::parse_listeners(const Value& v, const std::vector
       ok = read_socket_mode(*x, listener, listen_parsed, &listener.socket_mode) && ok;
     const Value* clients = find(f, "clients");
     if (clients) ok = read_clients(*clients, listener, listen_parsed, &listener.clients) && ok;
+    ok = read_number(f, "max_connections", &listener.max_connections, 1, kMaxListenerConnections, false) && ok;
+    ok = read_number(f, "accepts_per_second", &listener.accepts_per_second, 1, kMaxListenerAcceptRate, false) && ok;
+    ok = read_number(f, "idle_timeout_ms", &listener.idle_timeout_ms, 1000, kMaxIdleTimeoutMs, false) && ok;
     if (listen_parsed && !clients && listener.listen.kind == Endpoint::Kind::kTcp && !is_loopback(listener.listen)) {
       const Value& at = *find(f, "listen");
       error(at.mark, at.path,

@@ -196,6 +196,10 @@ void write_listener_config(JsonWriter& w, const ListenerConfig& l) {
     for (const RouteMatch& c : l.clients) w.value(c.to_string());
     w.end_array();
   }
+  // 0: no limit, as in the file.
+  w.field("max_connections", l.max_connections)
+      .field("accepts_per_second", l.accepts_per_second)
+      .field("idle_timeout_ms", l.idle_timeout_ms);
   w.end_object();
 }
 

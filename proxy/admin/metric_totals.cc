@@ -118,6 +118,9 @@ MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::
       t.active += m.active.value();
       t.bytes_received += m.bytes_received.value();
       t.bytes_sent += m.bytes_sent.value();
+      t.refused_max_connections += m.refused_max_connections.value();
+      t.refused_accept_rate += m.refused_accept_rate.value();
+      t.idle_closed += m.idle_closed.value();
       mine.streams_active += m.active.value();
     });
     w->for_each_peer([&](const std::string& name, const metrics::PeerMetrics& m) {

@@ -31,6 +31,9 @@ struct ListenerTotals {
   int64_t active = 0;
   uint64_t bytes_received = 0;  // from applications
   uint64_t bytes_sent = 0;      // to applications
+  uint64_t refused_max_connections = 0;
+  uint64_t refused_accept_rate = 0;
+  uint64_t idle_closed = 0;
 };
 
 struct PeerTotals {

@@ -130,6 +130,18 @@ void write_listener_families(PrometheusWriter& p, const MetricTotals& totals) {
            "Bytes sent to a listener's applications, out of the tunnel.");
   for (const auto& l : totals.listeners)
     p.sample("rdmagw_listener_sent_bytes_total", {{"listener", l.name}}, l.bytes_sent);
+  p.family("rdmagw_listener_refused_total", "counter",
+           "Connections reset at accept by a listener's limit (max_connections, accepts_per_second).");
+  for (const auto& l : totals.listeners) {
+    p.sample("rdmagw_listener_refused_total", {{"listener", l.name}, {"limit", "max_connections"}},
+             l.refused_max_connections);
+    p.sample("rdmagw_listener_refused_total", {{"listener", l.name}, {"limit", "accepts_per_second"}},
+             l.refused_accept_rate);
+  }
+  p.family("rdmagw_listener_idle_closed_total", "counter",
+           "Connections a listener's idle_timeout_ms ended (reset both ways).");
+  for (const auto& l : totals.listeners)
+    p.sample("rdmagw_listener_idle_closed_total", {{"listener", l.name}}, l.idle_closed);
 }
 
 void write_stream_families(PrometheusWriter& p, const MetricTotals& totals) {

@@ -28,13 +28,16 @@ DirectPipe::DirectPipe(StreamHost& host, UniqueFd client, std::string listener, 
 DirectPipe::~DirectPipe() {
   for (Direction* d : {&up_, &down_})
     if (d->buffer) host_.pool.release(d->buffer);
+  take_terms();  // its place in the listener's count, given back before it stops counting as active
   if (counters_) counters_->active.sub();
 }
 
 void DirectPipe::start(StreamHost& host, UniqueFd client, const sockaddr_storage& destination, socklen_t length,
-                       std::string listener, metrics::ListenerMetrics* counters, EndpointLease lease) {
+                       std::string listener, metrics::ListenerMetrics* counters, EndpointLease lease,
+                       ListenerTerms terms) {
   auto* p = new DirectPipe(host, std::move(client), std::move(listener), counters);
   p->count_towards(std::move(lease));
+  p->follow(std::move(terms));
   p->destination_ = sockaddr_to_string(reinterpret_cast<const sockaddr*>(&destination), length);
   if (host.access_log && host.access_log->enabled()) {
     p->client_address_ = peer_address(p->client_.get());
@@ -131,6 +134,12 @@ void DirectPipe::Direction::on_send(int res, uint32_t) {
   p.host_.pool.release(std::exchange(buffer, nullptr));  // all sent: idle again, holding nothing
   filled = sent = 0;
   p.post_recv(*this);
+}
+
+void DirectPipe::end_idle() {
+  if (counters_) counters_->idle_closed.add();
+  host_.metrics.failed(metrics::StreamFailure::kIdle);
+  fail("idle-timeout", 0, "rdmagw");
 }
 
 void DirectPipe::fail(std::string_view what, int error, std::string_view by) {

@@ -23,15 +23,19 @@ class DirectPipe final : public LocalConnection {
   // until it ends (it ends itself: both directions done, or an error).
   // `counters` (may be null): the listener's, for its active connections and bytes.
   // `lease`: a Service endpoint's count, held while the pipe lives.
+  // `terms`: its listener's (count, idle timeout), held while the pipe lives.
   static void start(StreamHost& host, UniqueFd client, const sockaddr_storage& destination, socklen_t length,
-                    std::string listener, metrics::ListenerMetrics* counters, EndpointLease lease = {});
+                    std::string listener, metrics::ListenerMetrics* counters, EndpointLease lease = {},
+                    ListenerTerms terms = {});
 
   // A takeover: the old process's pipe on `client` and `server`.
   static void restore(StreamHost& host, UniqueFd client, UniqueFd server, const PipeImage& image,
-                      metrics::ListenerMetrics* counters);
+                      metrics::ListenerMetrics* counters, ListenerTerms terms = {});
 
   // LocalConnection
   void reset_now(std::string_view reason) override { fail(reason, 0, "rdmagw"); }
+  uint64_t bytes_moved() const override { return up_.total + down_.total; }
+  void end_idle() override;
   bool ending() const override { return closing_; }
   void freeze() override;
   bool export_image(HandoverImages* out, const SessionIndex& sessions) const override;

@@ -48,8 +48,9 @@ void DirectPipe::forget() {
 }
 
 void DirectPipe::restore(StreamHost& host, UniqueFd client, UniqueFd server, const PipeImage& image,
-                         metrics::ListenerMetrics* counters) {
+                         metrics::ListenerMetrics* counters, ListenerTerms terms) {
   auto* p = new DirectPipe(host, std::move(client), image.listener, counters);
+  p->follow(std::move(terms));
   p->destination_ = image.destination;
   p->server_ = std::move(server);
   if (image.connecting) {

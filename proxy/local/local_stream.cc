@@ -72,16 +72,18 @@ LocalStream::LocalStream(StreamHost& host, UniqueFd fd)
 
 LocalStream::~LocalStream() {
   if (parked_buffer_) host_.pool.release(parked_buffer_);
+  take_terms();  // its place in the listener's count, given back before it stops counting as active
   if (listener_counters_) listener_counters_->active.sub();
   if (target_side_) host_.metrics.target_streams_active.sub();
 }
 
 LocalStream* LocalStream::from_client(StreamHost& host, UniqueFd fd, std::string listener,
                                       metrics::ListenerMetrics* counters, std::string peer, std::string target,
-                                      std::string destination, EndpointLease lease) {
+                                      std::string destination, EndpointLease lease, ListenerTerms terms) {
   set_nodelay(fd.get());
   auto* s = new LocalStream(host, std::move(fd));
   s->count_towards(std::move(lease));
+  s->follow(std::move(terms));
   s->origin_.connection = next_connection_id().bytes;
   sockaddr_storage client{};
   socklen_t client_length = sizeof(client);
@@ -243,6 +245,11 @@ void LocalStream::fail_local(int error) {
   fail("stream_reset", app_side(), metrics::StreamFailure::kReset, ResetCode::kCancel, "local-reset", strerror(error));
 }
 
+void LocalStream::end_idle() {
+  if (listener_counters_) listener_counters_->idle_closed.add();
+  fail("stream_reset", "rdmagw", metrics::StreamFailure::kIdle, ResetCode::kCancel, "idle-timeout");
+}
+
 void LocalStream::reset_now(std::string_view reason) {
   fail("stream_reset", "rdmagw", metrics::StreamFailure::kShutdown, ResetCode::kShutdown, reason);
 }
@@ -354,8 +361,8 @@ bool LocalStream::divert_on_refusal() {
   // first bytes are read by attach), so the direct connection loses none.
   if (direct_length_ == 0 || closing_ || frozen_ || phase_ != Phase::kWaiting || !fd_.valid()) return false;
   closing_ = true;  // ends here without a trace of its own: the pipe logs the connection
-  DirectPipe::start(host_, std::move(fd_), direct_address_, direct_length_, listener_, listener_counters_,
-                    take_lease());
+  DirectPipe::start(host_, std::move(fd_), direct_address_, direct_length_, listener_, listener_counters_, take_lease(),
+                    take_terms());
   retire();
   return true;
 }

@@ -47,9 +47,10 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   // `counters` (may be null) are the listener's, kept up to date from here.
   // `destination`: where a transparent listener's client meant to go;
   // `lease`: the Service endpoint it goes to, counted while it lives.
+  // `terms`: its listener's (count, idle timeout), held while it lives.
   static LocalStream* from_client(StreamHost& host, UniqueFd fd, std::string listener,
                                   metrics::ListenerMetrics* counters, std::string peer, std::string target,
-                                  std::string destination = {}, EndpointLease lease = {});
+                                  std::string destination = {}, EndpointLease lease = {}, ListenerTerms terms = {});
   // The peer opened stream `id` to `target`: connect to it. Returns nullptr
   // (and sets *refuse) if no socket could be created. Called mid-parse: it
   // does not touch the session.
@@ -70,6 +71,8 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
 
   // LocalConnection
   void reset_now(std::string_view reason) override;
+  uint64_t bytes_moved() const override { return bytes_up_ + bytes_down_; }
+  void end_idle() override;
   bool describe(StreamInfo* out) const override;
   bool ending() const override { return closing_; }
   void freeze() override;

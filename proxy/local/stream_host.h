@@ -14,6 +14,7 @@
 #include "proxy/io/provided_buffers.h"
 #include "proxy/local/connection_image.h"
 #include "proxy/local/endpoint_lease.h"
+#include "proxy/local/listener_load.h"
 #include "proxy/local/stream_info.h"
 
 namespace rdmagw::local {
@@ -42,6 +43,17 @@ struct StreamHost {
 
   // Resets every connection still open (the end of a drain, a forced stop).
   void reset_all(std::string_view reason);
+  // About once a second: ends the connections idle past their listener's
+  // idle_timeout_ms.
+  void check_idle(std::chrono::steady_clock::time_point now);
+};
+
+// What a connection owes the listener it came from: its place in the
+// listener's count (max_connections), and how long it may pass no byte
+// either way (idle_timeout_ms, 0: forever).
+struct ListenerTerms {
+  ListenerSlot slot;
+  uint32_t idle_timeout_ms = 0;
 };
 
 // An application connection: its lifetime follows the IoObject rule, and it
@@ -72,10 +84,20 @@ class LocalConnection : public IoObject {
   void count_towards(EndpointLease lease) { lease_ = std::move(lease); }
   // Hands the count to what carries the connection on (a diverted stream's pipe).
   EndpointLease take_lease() { return std::move(lease_); }
+  // Its listener's terms, from accept on; handed on as the lease is.
+  void follow(ListenerTerms terms);
+  ListenerTerms take_terms();
+  // Ends it (a reset both ways) if no byte moved either way since the
+  // last calls for its listener's idle_timeout_ms.
+  void check_idle(std::chrono::steady_clock::time_point now);
 
  protected:
   explicit LocalConnection(StreamHost& host);
   ~LocalConnection() override;
+  // Bytes it moved so far, both ways (what idleness is judged by), and how
+  // it ends when idle too long.
+  virtual uint64_t bytes_moved() const = 0;
+  virtual void end_idle() = 0;
 
   StreamHost& host_;
 
@@ -83,6 +105,10 @@ class LocalConnection : public IoObject {
   LocalConnection* prev_ = nullptr;
   LocalConnection* next_ = nullptr;
   EndpointLease lease_;
+  ListenerSlot slot_;
+  uint32_t idle_timeout_ms_ = 0;
+  uint64_t idle_bytes_ = 0;  // bytes_moved() when last seen to change
+  std::chrono::steady_clock::time_point idle_since_{};
 };
 
 }  // namespace rdmagw::local

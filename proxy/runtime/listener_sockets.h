@@ -13,6 +13,7 @@
 
 #include "common/address.h"
 #include "config/config.h"
+#include "proxy/local/listener_load.h"
 
 namespace rdmagw {
 
@@ -37,6 +38,9 @@ class ListenFds {
   // socket's path, which names the socket it goes on serving.
   void hand_over() { handed_over_ = true; }
   const Endpoint& endpoint() const { return endpoint_; }
+  // Its connections across the workers (max_connections, accepts_per_second):
+  // kept as long as the address is, across reloads.
+  const std::shared_ptr<local::ListenerLoad>& load() const { return load_; }
   // Worker `worker` stops accepting here (reload removed it, or a drain):
   // its own socket stops listening at once, so connections are refused
   // rather than queued where nobody accepts. A shared socket stops when the
@@ -49,6 +53,7 @@ class ListenFds {
   Endpoint endpoint_;
   std::vector<int> fds_;
   unsigned workers_;
+  std::shared_ptr<local::ListenerLoad> load_ = std::make_shared<local::ListenerLoad>();
   std::atomic<unsigned> stopped_by_{0};  // workers that stopped accepting on a shared socket
   // The unix socket file this process bound: unlinked on close only if the
   // path still names it (a newer socket may have replaced it).

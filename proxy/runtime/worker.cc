@@ -357,7 +357,7 @@ bool Worker::refused_recently(const tunnel::PeerLink& link) const {
 }
 
 bool Worker::hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener,
-                              const std::string& target, const std::string& destination,
+                              const std::string& target, local::ListenerTerms& terms, const std::string& destination,
                               const sockaddr_storage* direct) {
   // Only a link that has nothing here would dial: one with a session, a
   // dial or waiting streams takes the stream itself.
@@ -367,13 +367,15 @@ bool Worker::hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::s
   if (!target_worker) return false;  // let go of meanwhile: carried here
   // If the task never runs (that worker stops), the socket closes with a reset.
   set_abortive_close(fd.get());
-  auto handed = std::make_shared<HandedStream>(HandedStream{std::move(fd), listener, link.name(), target, destination});
+  auto handed = std::make_shared<HandedStream>(
+      HandedStream{std::move(fd), listener, link.name(), target, destination, std::move(terms)});
   if (direct) {
     handed->direct = *direct;
     handed->direct_length = direct->ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
   }
   if (!directory_.post(*to, [target_worker, handed] { target_worker->carry_handed_stream(*handed); })) {
     fd = std::move(handed->fd);  // still ours: carried here
+    terms = std::move(handed->terms);
     return false;
   }
   metrics_.streams_handed_over.add();
@@ -401,11 +403,11 @@ void Worker::carry_handed_stream(HandedStream& handed) {
   if (handed.direct_length != 0 && refused_recently(*link)) {
     counters->accepted.add();
     local::DirectPipe::start(*host_, std::move(handed.fd), handed.direct, handed.direct_length, handed.listener,
-                             counters);
+                             counters, {}, std::move(handed.terms));
     return;
   }
   auto* stream = local::LocalStream::from_client(*host_, std::move(handed.fd), handed.listener, counters, handed.peer,
-                                                 handed.target, handed.destination);
+                                                 handed.target, handed.destination, {}, std::move(handed.terms));
   if (handed.direct_length != 0) stream->reach_directly_if_refused(handed.direct, handed.direct_length);
   link->submit(stream);
 }
@@ -561,19 +563,61 @@ bool Worker::admit_client(const LocalListener& l, UniqueFd& fd) {
   return false;
 }
 
+bool Worker::admit_within_limits(const LocalListener& l, UniqueFd& fd, local::ListenerTerms* terms) {
+  const ListenerConfig& config = l.socket->config;
+  local::ListenerLoad& load = *l.socket->fds->load();
+  // The rate first: a connection it refuses never held a place in the count.
+  bool within_rate = load.take_accept(config.accepts_per_second, loop_.now());
+  if (within_rate && load.try_open(config.max_connections)) {
+    terms->slot = local::ListenerSlot(l.socket->fds->load());
+    terms->idle_timeout_ms = config.idle_timeout_ms;
+    return true;
+  }
+  l.counters->accepted.add();
+  (within_rate ? l.counters->refused_max_connections : l.counters->refused_accept_rate).add();
+  metrics_.failed(metrics::StreamFailure::kLimit);
+  uint64_t suppressed = 0;
+  if (client_log_.allow(loop_.now(), &suppressed)) {
+    log::Line line = log::warn("connection_refused");
+    line.kv("listener", config.name).kv("client", peer_address(fd.get()));
+    if (within_rate)
+      line.kv("limit", "max_connections").kv("max", config.max_connections).kv("open", load.open());
+    else
+      line.kv("limit", "accepts_per_second").kv("per_second", config.accepts_per_second);
+    if (suppressed) line.kv("suppressed", suppressed);
+  }
+  set_abortive_close(fd.get());  // closed as the caller returns: the application sees a reset
+  return false;
+}
+
+local::ListenerTerms Worker::adopted_terms(const std::string& name) {
+  local::ListenerTerms terms;
+  for (const auto& l : listeners_) {
+    if (l->socket->config.name != name) continue;
+    l->socket->fds->load()->adopt();
+    terms.slot = local::ListenerSlot(l->socket->fds->load());
+    terms.idle_timeout_ms = l->socket->config.idle_timeout_ms;
+    break;
+  }
+  return terms;
+}
+
 void Worker::on_local_accept(LocalListener& l, UniqueFd fd) {
   const ListenerConfig& config = l.socket->config;
   if (!admit_client(l, fd)) return;
+  local::ListenerTerms terms;
+  if (!admit_within_limits(l, fd, &terms)) return;
   if (config.transparent) {
-    on_transparent_accept(l, std::move(fd));
+    on_transparent_accept(l, std::move(fd), std::move(terms));
     return;
   }
   std::string target = config.target.to_string();
-  if (hand_over_stream(*l.link, fd, config.name, target)) return;
-  l.link->submit(local::LocalStream::from_client(*host_, std::move(fd), config.name, l.counters, config.peer, target));
+  if (hand_over_stream(*l.link, fd, config.name, target, terms)) return;
+  l.link->submit(local::LocalStream::from_client(*host_, std::move(fd), config.name, l.counters, config.peer, target,
+                                                 {}, {}, std::move(terms)));
 }
 
-void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
+void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd, local::ListenerTerms terms) {
   const ListenerConfig& l = local.socket->config;
   // Where the application meant to go, before iptables REDIRECT sent it here.
   // io_uring's getsockopt serves SOL_SOCKET only, so this one is synchronous.
@@ -624,12 +668,13 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
         return;
       case RouteConfig::Action::kPassthrough:
         local.counters->accepted.add();
-        local::DirectPipe::start(*host_, std::move(fd), dst, len, l.name, local.counters);
+        local::DirectPipe::start(*host_, std::move(fd), dst, len, l.name, local.counters, {}, std::move(terms));
         return;
       case RouteConfig::Action::kService: {
         std::string why;
-        if (!route_to_service(local, fd, dst, destination, &why)) continue;  // not in the file: the next route decides
-        if (fd.valid()) reject(why, destination);                            // a Service without a ready endpoint
+        if (!route_to_service(local, fd, dst, destination, terms, &why))
+          continue;                                // not in the file: the next route decides
+        if (fd.valid()) reject(why, destination);  // a Service without a ready endpoint
         return;
       }
       case RouteConfig::Action::kTunnel: {
@@ -642,9 +687,9 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd) {
           return;
         }
         log::debug("stream_routed").kv("listener", l.name).kv("destination", destination).kv("peer", link->name());
-        if (hand_over_stream(*link, fd, l.name, target, destination)) return;
+        if (hand_over_stream(*link, fd, l.name, target, terms, destination)) return;
         link->submit(local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, link->name(),
-                                                     target, destination));
+                                                     target, destination, {}, std::move(terms)));
         return;
       }
     }
@@ -688,7 +733,7 @@ sockaddr_storage Worker::service_tunnel_address(const ServiceTable& table, const
 }
 
 bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const sockaddr_storage& dst,
-                              const std::string& destination, std::string* why_refused) {
+                              const std::string& destination, local::ListenerTerms& terms, std::string* why_refused) {
   const ListenerConfig& l = local.socket->config;
   ServiceRouter::Choice choice = services_.choose(reinterpret_cast<const sockaddr*>(&dst));
   if (choice.kind == ServiceRouter::Choice::Kind::kUnknown) return false;
@@ -763,7 +808,7 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
     }
     local.counters->accepted.add();
     local::DirectPipe::start(*host_, std::move(fd), choice.address, choice.address_len, l.name, local.counters,
-                             std::move(choice.lease));
+                             std::move(choice.lease), std::move(terms));
     return true;
   }
   std::string target = "tcp:" + endpoint;
@@ -771,9 +816,9 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
   // there: counts are one worker's and never cross threads.
   // Where to go if the tunnel port refuses: only with services.direct: fallback.
   const sockaddr_storage* fallback = direct == ServicesDirect::kFallback ? &choice.address : nullptr;
-  if (hand_over_stream(*link, fd, l.name, target, destination, fallback)) return true;
+  if (hand_over_stream(*link, fd, l.name, target, terms, destination, fallback)) return true;
   auto* stream = local::LocalStream::from_client(*host_, std::move(fd), l.name, local.counters, link->name(), target,
-                                                 destination, std::move(choice.lease));
+                                                 destination, std::move(choice.lease), std::move(terms));
   if (fallback) stream->reach_directly_if_refused(*fallback, choice.address_len);
   link->submit(stream);
   return true;
@@ -1140,7 +1185,10 @@ void Worker::tick() {
   receive_ring_.refill();  // slots left empty while the pool was dry
   // About once a second: pages of buffers unused for that long go back to
   // the kernel (TCP only), so RSS comes down after a burst.
-  if (++ticks_ % kTrimEveryTicks == 0) pool_->trim(kWarmBuffers);
+  if (++ticks_ % kTrimEveryTicks == 0) {
+    pool_->trim(kWarmBuffers);
+    host_->check_idle(now);  // listeners[].idle_timeout_ms, to within a second
+  }
   metrics_.buffer_bytes_in_use.set(static_cast<int64_t>(pool_->in_use() * pool_->buffer_size()));
   // GET /stats asks the kernel about this much of the slab, so that
   // answering it stays cheap (a TCP worker's slab reserves gigabytes).

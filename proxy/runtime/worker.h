@@ -182,13 +182,14 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   tunnel::HandshakeGate handshake_gate() { return tunnel::HandshakeGate(tunnel_.handshakes.get(), &metrics_); }
   tunnel::PeerLink* find_link(const std::string& peer) const;
   void on_local_accept(LocalListener& listener, UniqueFd fd);
-  void on_transparent_accept(const LocalListener& listener, UniqueFd fd);
+  void on_transparent_accept(const LocalListener& listener, UniqueFd fd, local::ListenerTerms terms);
   // `action: service`: false if the file does not know the destination (the
   // next route decides); true once it is carried, or (`fd` left open,
   // *why_refused set) when the caller must reject it: no ready endpoint, or
   // one that services.direct keeps from being reached outside the tunnel.
+  // `terms` go with the connection once it is carried.
   bool route_to_service(const LocalListener& listener, UniqueFd& fd, const sockaddr_storage& destination,
-                        const std::string& destination_text, std::string* why_refused);
+                        const std::string& destination_text, local::ListenerTerms& terms, std::string* why_refused);
   // Where the rdmagw that carries a Service endpoint's streams accepts
   // tunnels: the endpoint's own (its pod's sidecar) or its node's; AF_UNSPEC
   // when there is none, or it is this host's own (reached directly).
@@ -224,13 +225,16 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
     UniqueFd fd;
     std::string listener, peer, target;
     std::string destination;  // a transparent listener's: where the client meant to go
+    local::ListenerTerms terms;
     // A Service endpoint's address: where to go if its tunnel port refuses
     // (length 0: not a Service stream).
     sockaddr_storage direct{};
     socklen_t direct_length = 0;
   };
+  // `terms` move with the stream when it is handed over.
   bool hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener, const std::string& target,
-                        const std::string& destination = {}, const sockaddr_storage* direct = nullptr);
+                        local::ListenerTerms& terms, const std::string& destination = {},
+                        const sockaddr_storage* direct = nullptr);
   // The link's last TCP dial was refused within kRefusedTunnelMemory and it
   // has no session: its peer is reached directly meanwhile, when it can be.
   bool refused_recently(const tunnel::PeerLink& link) const;
@@ -275,6 +279,12 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // listeners[].clients: false (the connection reset, logged, counted) if
   // the application's address is not among them.
   bool admit_client(const LocalListener& listener, UniqueFd& fd);
+  // listeners[].max_connections and accepts_per_second: false (the
+  // connection reset, logged, counted) past either; else *terms is the
+  // connection's place in the count, and its idle timeout.
+  bool admit_within_limits(const LocalListener& listener, UniqueFd& fd, local::ListenerTerms* terms);
+  // A takeover's connection of listener `name`: counted there, never refused.
+  local::ListenerTerms adopted_terms(const std::string& name);
   // Decides targets written tcp:self:PORT (this pod's own addresses).
   LocalAddresses local_addresses_;
   // The admin and tunnel ports (set at start; a reload cannot change them):

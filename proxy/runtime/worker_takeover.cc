@@ -155,6 +155,7 @@ void Worker::import_image(const WorkerImage& image) {
     }
     metrics::ListenerMetrics* counters = s.listener.empty() ? nullptr : &metrics_.listener(s.listener);
     local::LocalStream* stream = local::LocalStream::restore(*host_, std::move(fd), s, session, counters);
+    if (stream && !s.listener.empty()) stream->follow(adopted_terms(s.listener));
     if (stream && !stream->opened()) {
       if (tunnel::PeerLink* link = find_or_discover(stream->peer()))
         link->submit(stream);
@@ -169,7 +170,8 @@ void Worker::import_image(const WorkerImage& image) {
     UniqueFd server = take_inherited(p.server_fd);
     if (!client.valid() || !server.valid()) continue;
     metrics::ListenerMetrics* counters = p.listener.empty() ? nullptr : &metrics_.listener(p.listener);
-    local::DirectPipe::restore(*host_, std::move(client), std::move(server), p, counters);
+    local::DirectPipe::restore(*host_, std::move(client), std::move(server), p, counters,
+                               p.listener.empty() ? local::ListenerTerms{} : adopted_terms(p.listener));
   }
   log::info("takeover_adopted")
       .kv("sessions", image.sessions.size())

@@ -241,6 +241,9 @@ def render_config(node: str, tunnel_port: int, admin_port: int, peers=(), listen
                     f"    target: {_q(lst['target'])}"]
             if "socket_mode" in lst:
                 out.append(f"    socket_mode: {_q(lst['socket_mode'])}")
+            for limit in ("max_connections", "accepts_per_second", "idle_timeout_ms"):
+                if limit in lst:
+                    out.append(f"    {limit}: {int(lst[limit])}")
     else:
         out.append("listeners: []")
     if targets:
@@ -583,6 +586,9 @@ def pair(sidecar, sock_dir):
                 listen = kind  # a full endpoint string
             resolved[spec["name"]] = {"name": spec["name"], "listen": listen, "peer": "host-b",
                                       "target": spec["target"]}
+            for limit in ("max_connections", "accepts_per_second", "idle_timeout_ms"):
+                if limit in spec:
+                    resolved[spec["name"]][limit] = spec[limit]
         b = sidecar("host-b", tunnel_port=b_port, admin_port=free_port(), targets=list(targets),
                     workers=workers, shutdown_timeout_ms=shutdown_timeout_ms,
                     tunnel_extra=b_tunnel, rdma_port=b_rdma, transport=b_transport,

@@ -286,7 +286,7 @@ TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[a
     CHECK(f.help_lines.count(name) == 1);
     ++documented;
   }
-  CHECK(documented == 49);
+  CHECK(documented == 51);
   CHECK(f.type.size() == static_cast<size_t>(documented));  // and nothing undocumented
   for (const auto& [name, n] : f.help_lines) {
     INFO(name);
@@ -532,7 +532,7 @@ TEST_CASE("stats: process, listeners, peers, streams, latency", "[admin][stats]"
   CHECK_THAT(json, Catch::Contains(R"("streams":{"opened_outbound":10,"opened_inbound":2,"active":5,)"
                                    R"("failed":{"no-session":0,"not-allowed":2,"target-refused":0,)"
                                    R"("target-unreachable":0,"peer-gone":0,"reset":0,"resource":0,)"
-                                   R"("protocol":0,"shutdown":0,"rejected":1,"limit":0}})"));
+                                   R"("protocol":0,"shutdown":0,"rejected":1,"limit":0,"idle":0}})"));
   CHECK_THAT(json, Catch::Contains(R"("rdma":{"send_completions":11,"recv_completions":12})"));
   CHECK_THAT(json, Catch::EndsWith(R"("latency":{"stream_open":{"count":4,"sum_seconds":20.00309},)"
                                    R"("target_connect":{"count":0,"sum_seconds":0},)"
@@ -640,28 +640,30 @@ TEST_CASE("config: the YAML schema as JSON, defaults filled in", "[admin][config
   const std::string json = render_config_json(*config, 3);
   INFO(json);
   require_valid_json(json);
-  CHECK(json ==
-        R"({"node":"host-a","admin":"127.0.0.1:9901","workers":2,)"
-        R"("tunnel":{"address":"127.0.0.1","tcp_port":7471,"rdma_port":7472,"transport":"auto",)"
-        R"("buffer_size":32768,"stream_window":262144,"session_budget":33554432,)"
-        R"("keepalive_interval_ms":5000,"keepalive_timeout_ms":15000,"connect_timeout_ms":3000,)"
-        R"("reconnect_max_ms":2000,"resume_timeout_ms":10000,"rdma_probe_interval_ms":2000,"rdma_head_start_ms":1000,)"
-        R"("session_idle_ms":300000,"max_sessions":1024,"sessions_per_peer":0,"rdma_share":100,"tcp_splice":false,)"
-        R"("peer_cidrs":[],)"
-        R"("rdma":{"slab_size":134217728,"max_pinned":67108864,"recv_depth":64,"send_depth":256,)"
-        R"("busy_poll_us":0,"inline_threshold":96},)"
-        R"("limits":{"handshakes":256,"handshakes_per_address":32,"streams_per_session":16384,)"
-        R"("opens_per_second":20000,"sessions_per_address":32},"auth":{"mode":"none","encrypt":false}},)"
-        R"("peers":[{"name":"b","address":"10.0.0.2","tcp_port":7471,"rdma_port":7472,"connect":"on_demand"}],)"
-        R"("listeners":[{"name":"redis","listen":"tcp:127.0.0.1:6380","peer":"b","target":"tcp:127.0.0.1:6379"},)"
-        R"({"name":"outbound","listen":"transparent:127.0.0.1:15001","routes":[)"
-        R"({"match":"10.1.0.0/16:6379","action":"tunnel","peer":"b"},)"
-        R"({"match":"10.2.0.5/32:8000-8100","action":"tunnel","peer":"b","target":"tcp:127.0.0.1:8080"},)"
-        R"({"match":"0.0.0.0/0","action":"passthrough"}]}],)"
-        R"("targets":["tcp:127.0.0.1:6379","unix:/run/redis.sock"],)"
-        R"("access_log":{"enabled":true,"format":"kv","lines_per_second":1000},)"
-        R"("local_legs":{"redirect":false,"cgroup":"","cgroup_fs":"","max_in_flight":262144},)"
-        R"("shutdown_timeout_ms":10000,"log_level":"info","generation":3})");
+  CHECK(
+      json ==
+      R"({"node":"host-a","admin":"127.0.0.1:9901","workers":2,)"
+      R"("tunnel":{"address":"127.0.0.1","tcp_port":7471,"rdma_port":7472,"transport":"auto",)"
+      R"("buffer_size":32768,"stream_window":262144,"session_budget":33554432,)"
+      R"("keepalive_interval_ms":5000,"keepalive_timeout_ms":15000,"connect_timeout_ms":3000,)"
+      R"("reconnect_max_ms":2000,"resume_timeout_ms":10000,"rdma_probe_interval_ms":2000,"rdma_head_start_ms":1000,)"
+      R"("session_idle_ms":300000,"max_sessions":1024,"sessions_per_peer":0,"rdma_share":100,"tcp_splice":false,)"
+      R"("peer_cidrs":[],)"
+      R"("rdma":{"slab_size":134217728,"max_pinned":67108864,"recv_depth":64,"send_depth":256,)"
+      R"("busy_poll_us":0,"inline_threshold":96},)"
+      R"("limits":{"handshakes":256,"handshakes_per_address":32,"streams_per_session":16384,)"
+      R"("opens_per_second":20000,"sessions_per_address":32},"auth":{"mode":"none","encrypt":false}},)"
+      R"("peers":[{"name":"b","address":"10.0.0.2","tcp_port":7471,"rdma_port":7472,"connect":"on_demand"}],)"
+      R"("listeners":[{"name":"redis","listen":"tcp:127.0.0.1:6380","peer":"b","target":"tcp:127.0.0.1:6379",)"
+      R"("max_connections":0,"accepts_per_second":0,"idle_timeout_ms":0},)"
+      R"({"name":"outbound","listen":"transparent:127.0.0.1:15001","routes":[)"
+      R"({"match":"10.1.0.0/16:6379","action":"tunnel","peer":"b"},)"
+      R"({"match":"10.2.0.5/32:8000-8100","action":"tunnel","peer":"b","target":"tcp:127.0.0.1:8080"},)"
+      R"({"match":"0.0.0.0/0","action":"passthrough"}],"max_connections":0,"accepts_per_second":0,"idle_timeout_ms":0}],)"
+      R"("targets":["tcp:127.0.0.1:6379","unix:/run/redis.sock"],)"
+      R"("access_log":{"enabled":true,"format":"kv","lines_per_second":1000},)"
+      R"("local_legs":{"redirect":false,"cgroup":"","cgroup_fs":"","max_in_flight":262144},)"
+      R"("shutdown_timeout_ms":10000,"log_level":"info","generation":3})");
 }
 
 // The key paths a JSON document holds, in config_keys::all_paths()'s form
