@@ -100,6 +100,7 @@ template <class Field>
 void for_each_field(const AccessRecord& r, Field&& field) {
   field("direction", r.direction);
   if (!r.connection.empty()) field("connection", r.connection);
+  if (!r.start.empty()) field("start", r.start);
   if (!r.listener.empty()) field("listener", r.listener);
   if (!r.client.empty()) field("client", r.client);
   if (!r.destination.empty()) field("destination", r.destination);
@@ -110,6 +111,10 @@ void for_each_field(const AccessRecord& r, Field&& field) {
   field("bytes_from_app", r.bytes_from_app);
   field("bytes_to_app", r.bytes_to_app);
   field("duration_ms", r.duration_us / 1000);
+  field("duration_us", r.duration_us);
+  if (r.session_wait_us >= 0) field("session_wait_us", static_cast<uint64_t>(r.session_wait_us));
+  if (r.connect_us >= 0) field("connect_us", static_cast<uint64_t>(r.connect_us));
+  if (r.first_byte_us >= 0) field("first_byte_us", static_cast<uint64_t>(r.first_byte_us));
   field("end", std::string_view(r.reset ? "reset" : "close"));
   if (r.reset) {
     field("by", r.ended_by);

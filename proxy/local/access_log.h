@@ -61,7 +61,14 @@ struct AccessRecord {
   std::string_view target;
   uint64_t bytes_from_app = 0;  // read from this side's application socket
   uint64_t bytes_to_app = 0;    // written to it
+  std::string_view start;       // when it began (accept, or the peer's OPEN): utc_timestamp()
   uint64_t duration_us = 0;
+  // Phases in microseconds from the start, -1 where not reached: waiting
+  // for a session (outbound), connecting to the target (inbound, to its
+  // success or failure), the first byte written to this side's application.
+  int64_t session_wait_us = -1;
+  int64_t connect_us = -1;
+  int64_t first_byte_us = -1;
   bool reset = false;         // else: closed in both directions
   std::string_view ended_by;  // reset: "client" | "target" | "peer" | "tunnel" | "rdmagw"
   std::string_view reason;    // reset: why, as the stream_* line says it

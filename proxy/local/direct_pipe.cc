@@ -54,6 +54,7 @@ void DirectPipe::start(StreamHost& host, UniqueFd client, const sockaddr_storage
 
 void DirectPipe::on_connected(int error) {
   if (closing_) return;
+  connect_us_ = since_start_us();
   if (error != 0) {
     fail("connect", error, "target");
     return;
@@ -102,6 +103,7 @@ void DirectPipe::Direction::on_recv(int res, uint32_t flags) {
     buffer = got;
     start = kBufferHeadroom;
     filled = static_cast<uint32_t>(res);
+    if (total == 0 && this == &p.down_) p.first_byte_us_ = p.since_start_us();
     total += filled;
     sent = 0;
     if (p.counters_) (this == &p.up_ ? p.counters_->bytes_received : p.counters_->bytes_sent).add(filled);
@@ -162,8 +164,11 @@ void DirectPipe::end(bool clean) {
     r.destination = destination_;
     r.bytes_from_app = up_.total;
     r.bytes_to_app = down_.total;
-    r.duration_us =
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count());
+    std::string start = utc_timestamp(started_wall_);
+    r.start = start;
+    r.duration_us = static_cast<uint64_t>(since_start_us());
+    r.connect_us = connect_us_;
+    r.first_byte_us = first_byte_us_;
     r.reset = !clean;
     r.ended_by = ended_by_;
     r.reason = end_reason_;

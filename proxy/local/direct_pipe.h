@@ -91,6 +91,12 @@ class DirectPipe final : public LocalConnection {
   // pipe began, and how it ended.
   std::string client_address_;
   Clock::time_point started_ = Clock::now();
+  std::chrono::system_clock::time_point started_wall_ = std::chrono::system_clock::now();
+  int64_t connect_us_ = -1;     // the connect to the destination, to its success or failure
+  int64_t first_byte_us_ = -1;  // the destination's first byte
+  int64_t since_start_us() const {
+    return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count();
+  }
   std::string_view ended_by_;
   std::string end_reason_;
 };

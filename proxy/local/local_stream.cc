@@ -68,6 +68,7 @@ LocalStream::LocalStream(StreamHost& host, UniqueFd fd)
   send_op_ = IoOp::bind<&LocalStream::on_send>(this);
   error_poll_op_ = IoOp::bind<&LocalStream::on_error_poll>(this);
   started_ = Clock::now();
+  started_wall_ = std::chrono::system_clock::now();
 }
 
 LocalStream::~LocalStream() {
@@ -210,6 +211,7 @@ void LocalStream::add_bytes_from_app(uint64_t n) {
 }
 
 void LocalStream::add_bytes_to_app(uint64_t n) {
+  if (bytes_down_ == 0 && n > 0) first_byte_us_ = since_start_us();
   bytes_down_ += n;
   if (listener_counters_) listener_counters_->bytes_sent.add(n);
 }
@@ -267,6 +269,7 @@ TimedConnect& LocalStream::connector() {
 void LocalStream::on_target_connected(int error) {
   phase_ = Phase::kOpen;
   if (closing_) return;
+  connect_us_ = since_start_us();
   if (error != 0) {
     bool refused = error == ECONNREFUSED;
     fail("stream_refused", "target",
@@ -287,8 +290,7 @@ void LocalStream::on_target_connected(int error) {
     note_sent(static_cast<size_t>(n));
     proxy_header_.reset();
   }
-  host_.metrics.target_connect.observe_us(
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
+  host_.metrics.target_connect.observe_us(static_cast<uint64_t>(connect_us_));
   log::debug("stream_connected")
       .kv("peer", peer_)
       .kv("stream", stream_id())
@@ -332,8 +334,8 @@ void LocalStream::attach(tunnel::Session& session) {
   }
   phase_ = Phase::kOpen;
   host_.metrics.streams_opened_outbound.add();
-  host_.metrics.stream_open.observe_us(
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count()));
+  session_wait_us_ = since_start_us();
+  host_.metrics.stream_open.observe_us(static_cast<uint64_t>(session_wait_us_));
   add_bytes_from_app(static_cast<uint64_t>(n));
   log::debug("stream_open")
       .kv("listener", listener_)
@@ -662,8 +664,12 @@ void LocalStream::write_access_log(Ending how) const {
   r.target = target_;
   r.bytes_from_app = bytes_up_;
   r.bytes_to_app = bytes_down_;
-  r.duration_us =
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count());
+  std::string start = utc_timestamp(started_wall_);
+  r.start = start;
+  r.duration_us = static_cast<uint64_t>(since_start_us());
+  r.session_wait_us = session_wait_us_;
+  r.connect_us = connect_us_;
+  r.first_byte_us = first_byte_us_;
   r.reset = how == Ending::kReset;
   r.ended_by = ended_by_;
   r.reason = end_reason_;

@@ -204,6 +204,16 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   bool failure_counted_ = false;
   bool target_side_ = false;
   Clock::time_point started_;
+  std::chrono::system_clock::time_point started_wall_;  // the access line's start
+  // Its phases for the access line, in microseconds from the start (-1: not
+  // reached): waiting for a session (client side), connecting to the target
+  // (target side; until it failed, too), the first byte to the application.
+  int64_t session_wait_us_ = -1;
+  int64_t connect_us_ = -1;
+  int64_t first_byte_us_ = -1;
+  int64_t since_start_us() const {
+    return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count();
+  }
   // Where it comes from: made at accept on the client side, sent in the
   // OPEN, and what the peer's OPEN said on the target side.
   tunnel::StreamOrigin origin_;

@@ -78,6 +78,7 @@ LocalStream* LocalStream::restore(StreamHost& host, UniqueFd fd, const LocalStre
                                   tunnel::Session* session, metrics::ListenerMetrics* counters) {
   auto* s = new LocalStream(host, std::move(fd));
   s->started_ = Clock::now() - std::chrono::milliseconds(image.age_ms);
+  s->started_wall_ = std::chrono::system_clock::now() - std::chrono::milliseconds(image.age_ms);
   s->target_side_ = image.target_side;
   if (s->target_side_) host.metrics.target_streams_active.add();
   s->listener_counters_ = counters;

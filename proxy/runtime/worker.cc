@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "common/socket_options.h"
+#include "proxy/local/access_log.h"
 #include "proxy/local/direct_pipe.h"
 #include "proxy/local/local_stream.h"
 #include "proxy/runtime/process_instance.h"
@@ -551,11 +552,18 @@ bool Worker::admit_client(const LocalListener& l, UniqueFd& fd) {
   if (known && config.admits(reinterpret_cast<const sockaddr*>(&peer))) return true;
   l.counters->accepted.add();
   metrics_.failed(metrics::StreamFailure::kRejected);
+  std::string client = known ? sockaddr_to_string(reinterpret_cast<const sockaddr*>(&peer), len) : "unknown";
+  local::AccessRecord record;
+  record.direction = "outbound";
+  record.listener = config.name;
+  record.client = client;
+  record.reason = "client-refused: not among the listener's clients";
+  write_refused_access(record);
   uint64_t suppressed = 0;
   if (client_log_.allow(loop_.now(), &suppressed)) {
     log::Line line = log::warn("client_refused");
     line.kv("listener", config.name)
-        .kv("client", known ? sockaddr_to_string(reinterpret_cast<const sockaddr*>(&peer), len) : "unknown")
+        .kv("client", client)
         .kv("reason", known ? "not among the listener's clients" : "its address is unknown (it left already)");
     if (suppressed) line.kv("suppressed", suppressed);
   }
@@ -576,10 +584,17 @@ bool Worker::admit_within_limits(const LocalListener& l, UniqueFd& fd, local::Li
   l.counters->accepted.add();
   (within_rate ? l.counters->refused_max_connections : l.counters->refused_accept_rate).add();
   metrics_.failed(metrics::StreamFailure::kLimit);
+  std::string client = peer_address(fd.get());
+  local::AccessRecord record;
+  record.direction = "outbound";
+  record.listener = config.name;
+  record.client = client;
+  record.reason = within_rate ? "limit: max_connections" : "limit: accepts_per_second";
+  write_refused_access(record);
   uint64_t suppressed = 0;
   if (client_log_.allow(loop_.now(), &suppressed)) {
     log::Line line = log::warn("connection_refused");
-    line.kv("listener", config.name).kv("client", peer_address(fd.get()));
+    line.kv("listener", config.name).kv("client", client);
     if (within_rate)
       line.kv("limit", "max_connections").kv("max", config.max_connections).kv("open", load.open());
     else
@@ -588,6 +603,15 @@ bool Worker::admit_within_limits(const LocalListener& l, UniqueFd& fd, local::Li
   }
   set_abortive_close(fd.get());  // closed as the caller returns: the application sees a reset
   return false;
+}
+
+void Worker::write_refused_access(local::AccessRecord record) {
+  if (!host_->access_log || !host_->access_log->enabled()) return;
+  std::string start = local::utc_timestamp(std::chrono::system_clock::now());
+  record.start = start;
+  record.reset = true;
+  record.ended_by = "rdmagw";
+  host_->access_log->write(record);
 }
 
 local::ListenerTerms Worker::adopted_terms(const std::string& name) {
@@ -642,6 +666,15 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd, loca
   auto reject = [&](std::string_view reason, const std::string& destination) {
     local.counters->accepted.add();
     metrics_.failed(metrics::StreamFailure::kRejected);
+    std::string client = peer_address(fd.get());
+    std::string why = "rejected: " + std::string(reason);
+    local::AccessRecord record;
+    record.direction = "outbound";
+    record.listener = l.name;
+    record.client = client;
+    record.destination = destination;
+    record.reason = why;
+    write_refused_access(record);
     log::warn("stream_rejected").kv("listener", l.name).kv("destination", destination).kv("reason", reason);
     set_abortive_close(fd.get());  // the fd closes as this returns: the application sees RST
   };
@@ -1103,6 +1136,23 @@ tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, st
       if (suppressed) line.kv("suppressed", suppressed);
     }
     metrics_.failed(metrics::StreamFailure::kNotAllowed);
+    std::string connection, client, destination;
+    if (origin) {
+      connection = local::connection_of(*origin).text();
+      client = local::origin_address_text(origin->client);
+      destination = local::origin_address_text(origin->destination);
+    }
+    local::AccessRecord record;
+    record.direction = "inbound";
+    record.connection = connection;
+    record.client = client;
+    record.destination = destination;
+    record.remote = session.remote_address();
+    record.peer = session.peer_node();
+    record.transport = tunnel::transport_kind_name(session.transport_kind());
+    record.target = target;
+    record.reason = "not-allowed";
+    write_refused_access(record);
     *refuse = tunnel::ResetCode::kNotAllowed;
     return nullptr;
   }

@@ -283,6 +283,10 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // connection reset, logged, counted) past either; else *terms is the
   // connection's place in the count, and its idle timeout.
   bool admit_within_limits(const LocalListener& listener, UniqueFd& fd, local::ListenerTerms* terms);
+  // The access line of a connection or a peer's stream that ended before it
+  // was carried (refused at accept, an OPEN refused): the fields any line
+  // has, end=reset by=rdmagw and the reason.
+  void write_refused_access(local::AccessRecord record);
   // A takeover's connection of listener `name`: counted there, never refused.
   local::ListenerTerms adopted_terms(const std::string& name);
   // Decides targets written tcp:self:PORT (this pod's own addresses).

@@ -22,7 +22,7 @@ import time
 
 from admin_client import admin_request, parse_metrics
 from backends import EchoServer
-from clients import connect, echo_roundtrip, free_port, how_stream_ends, wait_for
+from clients import connect, echo_roundtrip, free_port, how_stream_ends, recv_exact, send_all, wait_for
 from conftest import TEST_TRANSPORT
 
 
@@ -73,6 +73,14 @@ def test_a_clean_echo_is_one_line_on_each_side(pair, backend):
     # One connection, named alike on both sides, with the client it came from.
     assert re.fullmatch(r"[0-9a-f]{32}", a["connection"]) and b["connection"] == a["connection"], (a, b)
     assert b["client"] == client, b
+    # When it began, and its phases in microseconds: the wait for a session
+    # (outbound), the target's connect (inbound), the first byte to each
+    # side's application; none past the whole.
+    for line in (a, b):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["start"]), line
+        assert int(line["duration_us"]) >= int(line["first_byte_us"]), line
+    assert 0 <= int(a["session_wait_us"]) <= int(a["duration_us"]) and "connect_us" not in a, a
+    assert 0 <= int(b["connect_us"]) <= int(b["first_byte_us"]) and "session_wait_us" not in b, b
     assert written(p.a) == {"written": 1, "suppressed": 0}
 
 
@@ -148,3 +156,34 @@ def test_past_lines_per_second_lines_are_counted_and_the_next_says_how_many(pair
     assert echo_roundtrip(p.address("echo"), b"last", timeout=10) == b"last"
     lines = wait_lines(p.a, counts["written"] + 1, "the line after the pause")
     assert int(lines[-1].get("suppressed", 0)) == counts["suppressed"], lines[-1]
+
+
+def test_refused_streams_and_connections_have_a_line_too(pair, backend):
+    """A stream host-b refuses (its target is not in targets) and a
+    connection a listener refuses at accept (max_connections) each get an
+    access line, with the same fields as any other."""
+    echo = backend(EchoServer())
+    unlisted = f"tcp:127.0.0.1:{free_port()}"
+    p = pair([{"name": "echo", "target": echo.endpoint, "max_connections": 1},
+              {"name": "unlisted", "target": unlisted}], [echo.endpoint])
+    # Not allowed at host-b: both sides' lines name the one connection.
+    assert how_stream_ends(p.address("unlisted"), b"hello", timeout=10) == "reset"
+    (b,) = wait_lines(p.b, 1, "host-b's line for the refused stream")
+    assert b["direction"] == "inbound" and b["end"] == "reset" and b["by"] == "rdmagw", b
+    assert b["reason"] == "not-allowed" and b["target"] == unlisted and b["start"] and b["remote"], b
+    (a,) = wait_lines(p.a, 1, "host-a's line for the refused stream")
+    assert a["connection"] == b["connection"] and b["client"] == a["client"], (a, b)
+    assert a["end"] == "reset" and a["by"] == "peer" and a["reason"] == "not-allowed", a
+    # Past max_connections at host-a's listener: reset at accept, with a line.
+    held = connect(p.address("echo"), timeout=10)
+    try:
+        deadline = time.monotonic() + 10
+        send_all(held, b"held", deadline)
+        assert recv_exact(held, 4, deadline) == b"held"  # the one place is taken
+        assert how_stream_ends(p.address("echo"), b"x", timeout=10) == "reset"
+    finally:
+        held.close()
+    lines = wait_lines(p.a, 2, "host-a's line for the connection past max_connections")
+    refused = [l for l in lines if l.get("reason") == "limit: max_connections"]
+    assert refused and refused[0]["listener"] == "echo" and refused[0]["by"] == "rdmagw", lines
+    assert refused[0]["client"].startswith("127.0.0.1:") and "connection" not in refused[0], refused

@@ -170,7 +170,8 @@ listeners:
         while time.monotonic() < deadline and "event=access" not in log("b"):
             time.sleep(0.05)
         (inbound,) = [line for line in log("b").splitlines() if "event=access" in line]
-        assert f" direction=inbound connection={connection} client={ep(A_IP, '')}" in inbound, inbound
+        assert f" direction=inbound connection={connection} start=" in inbound, inbound
+        assert f" client={ep(A_IP, '')}" in inbound, inbound
         assert f" destination={ep(B_IP, 8000)} remote=" in inbound, inbound
         # Passthrough: connected directly from host A.
         assert client(9000, "direct") == f"reply:{A_IP}|direct"

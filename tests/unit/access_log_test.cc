@@ -53,7 +53,9 @@ AccessRecord record() {
   r.target = "tcp:127.0.0.1:6379";
   r.bytes_from_app = 7;
   r.bytes_to_app = 31;
+  r.start = "2026-11-27T07:41:05.017Z";
   r.duration_us = 2500;
+  r.connect_us = 2400;  // it failed after 2.4 ms; no first byte
   r.reset = true;
   r.ended_by = "target";
   r.reason = "connect-failed: Connection refused";
@@ -66,10 +68,12 @@ TEST_CASE("access log: a JSON line escapes what a peer named, and says every fie
   std::string line = access_json_line(record(), "2026-11-27T07:41:05.020Z", "host-b", 3, 2);
   CHECK(line ==
         R"({"time":"2026-11-27T07:41:05.020Z","node":"host-b","worker":3,"event":"access","direction":"inbound",)"
-        R"("connection":"9f1c0a7e52d3b4410000000000000007","client":"192.0.2.7:53122",)"
+        R"("connection":"9f1c0a7e52d3b4410000000000000007","start":"2026-11-27T07:41:05.017Z",)"
+        R"("client":"192.0.2.7:53122",)"
         R"("destination":"10.96.0.10:6379","remote":"rdma:10.0.0.1:40512",)"
         R"("peer":"host-\"a\"\n","transport":"rdma","target":"tcp:127.0.0.1:6379",)"
-        R"("bytes_from_app":7,"bytes_to_app":31,"duration_ms":2,"end":"reset","by":"target",)"
+        R"("bytes_from_app":7,"bytes_to_app":31,"duration_ms":2,"duration_us":2500,"connect_us":2400,)"
+        R"("end":"reset","by":"target",)"
         R"("reason":"connect-failed: Connection refused","suppressed":2})"
         "\n");
   AccessRecord clean = record();
@@ -103,7 +107,8 @@ TEST_CASE("access log: a file keeps its lines whole, reopens at its path after a
   std::string first = read(path);
   CHECK(std::count(first.begin(), first.end(), '\n') == 2);
   CHECK(first.find(" node=host-a worker=1 event=access direction=inbound connection=9f1c0a7e52d3b4410000000000000007 "
-                   "client=192.0.2.7:53122 destination=10.96.0.10:6379 remote=rdma:10.0.0.1:40512 "
+                   "start=2026-11-27T07:41:05.017Z client=192.0.2.7:53122 destination=10.96.0.10:6379 "
+                   "remote=rdma:10.0.0.1:40512 "
                    "peer=\"host-\\\"a\\\"\\n\" transport=rdma") != std::string::npos);
   CHECK(first.find(" end=reset by=target reason=\"connect-failed: Connection refused\"\n") != std::string::npos);
   CHECK(metrics.access_log_lines.value() == 2);
