@@ -135,7 +135,8 @@ class alignas(64) WorkerMetrics {
   Counter streams_opened_inbound;   // OPEN accepted from a peer
   Gauge target_streams_active;      // streams peers opened, to targets here
   // Bytes of the worker's buffer pool handed out now (set every tick).
-  Gauge buffer_bytes_in_use;
+  Gauge buffer_bytes_in_use;  // holding bytes (queued, being sent or received)
+  Gauge buffer_bytes_posted;  // lent to the kernel's receive ring, untouched until bytes arrive
   // The part of the pool's slab that can be resident (its
   // residency_extent), published by its worker every tick, so that
   // GET /stats can ask the kernel what of it is (BufferPool::resident_bytes):

@@ -67,7 +67,9 @@ void write_stats_per_worker(JsonWriter& w, const MetricTotals& totals) {
     w.field("worker", t.worker).field("sessions_tcp", t.sessions_tcp).field("sessions_rdma", t.sessions_rdma);
     w.field("streams_active", t.streams_active);
     w.field("bytes_sent", t.bytes_sent).field("bytes_received", t.bytes_received);
-    w.field("buffer_bytes_in_use", t.buffer_bytes_in_use).field("buffer_bytes_resident", t.buffer_bytes_resident);
+    w.field("buffer_bytes_in_use", t.buffer_bytes_in_use)
+        .field("buffer_bytes_posted", t.buffer_bytes_posted)
+        .field("buffer_bytes_resident", t.buffer_bytes_resident);
     w.end_object();
   }
   w.end_array();

@@ -77,6 +77,7 @@ MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::
     mine.worker = static_cast<unsigned>(index);
     mine.streams_active = w->target_streams_active.value();
     mine.buffer_bytes_in_use = w->buffer_bytes_in_use.value();
+    mine.buffer_bytes_posted = w->buffer_bytes_posted.value();
     mine.buffer_bytes_resident = BufferPool::resident_bytes(w->buffer_slab_base(), w->buffer_slab_bytes());
     totals.streams_opened_outbound += w->streams_opened_outbound.value();
     totals.streams_opened_inbound += w->streams_opened_inbound.value();

@@ -53,7 +53,8 @@ struct WorkerTotals {
   int64_t sessions_tcp = 0, sessions_rdma = 0;  // both roles
   uint64_t bytes_sent = 0, bytes_received = 0;  // stream payload to / from peers
   int64_t streams_active = 0;                   // client side plus target side
-  int64_t buffer_bytes_in_use = 0;              // its buffer pool: handed out now
+  int64_t buffer_bytes_in_use = 0;              // its buffer pool: holding bytes now
+  int64_t buffer_bytes_posted = 0;              // ... lent to the kernel's receive ring
   uint64_t buffer_bytes_resident = 0;           // its buffer pool's slab: resident now (mincore)
 };
 

@@ -197,10 +197,12 @@ void write_worker_families(PrometheusWriter& p, const MetricTotals& totals) {
   for (const auto& w : totals.workers)
     p.sample("rdmagw_worker_received_bytes_total", {{"worker", std::to_string(w.worker)}}, w.bytes_received);
   p.family("rdmagw_worker_buffer_bytes", "gauge",
-           "A worker's buffer pool: bytes of buffers handed out (in_use), and of its slab resident in memory.");
+           "A worker's buffer pool: bytes of buffers holding bytes (in_use), lent to the kernel's receive ring "
+           "(posted), and of its slab resident in memory.");
   for (const auto& w : totals.workers) {
     std::string index = std::to_string(w.worker);
     p.sample("rdmagw_worker_buffer_bytes", {{"worker", index}, {"state", "in_use"}}, w.buffer_bytes_in_use);
+    p.sample("rdmagw_worker_buffer_bytes", {{"worker", index}, {"state", "posted"}}, w.buffer_bytes_posted);
     p.sample("rdmagw_worker_buffer_bytes", {{"worker", index}, {"state", "resident"}}, w.buffer_bytes_resident);
   }
 }

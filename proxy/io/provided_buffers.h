@@ -41,6 +41,8 @@ class ProvidedBuffers {
   ProvidedBuffers& operator=(const ProvidedBuffers&) = delete;
 
   bool active() const { return ring_ != nullptr; }
+  // Buffers lent to the kernel now (slots holding one).
+  size_t posted() const { return active() ? by_id_.size() - empty_.size() : 0; }
   // Marks `sqe` (a recv) to take its buffer from the ring.
   void select_for(io_uring_sqe* sqe) const;
   // The buffer a completion used, now the caller's (return it to the pool);

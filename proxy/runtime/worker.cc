@@ -1239,7 +1239,11 @@ void Worker::tick() {
     pool_->trim(kWarmBuffers);
     host_->check_idle(now);  // listeners[].idle_timeout_ms, to within a second
   }
-  metrics_.buffer_bytes_in_use.set(static_cast<int64_t>(pool_->in_use() * pool_->buffer_size()));
+  // Buffers handed out: those the kernel's receive ring holds for
+  // receives to come (resident only once written), the rest holding bytes.
+  size_t posted = std::min(receive_ring_.posted(), pool_->in_use());
+  metrics_.buffer_bytes_posted.set(static_cast<int64_t>(posted * pool_->buffer_size()));
+  metrics_.buffer_bytes_in_use.set(static_cast<int64_t>((pool_->in_use() - posted) * pool_->buffer_size()));
   // GET /stats asks the kernel about this much of the slab, so that
   // answering it stays cheap (a TCP worker's slab reserves gigabytes).
   metrics_.set_buffer_slab(pool_->base(), pool_->residency_extent());

@@ -135,3 +135,30 @@ def test_client_reset_is_noticed_while_stream_is_stalled_on_credit(pair, backend
                         timeout=5, since=b_mark)
     assert line, "host-b never reset its side of the stream"
     srv.release()
+
+
+def test_idle_buffer_pool_says_what_holds_bytes_and_what_the_kernel_was_lent(pair, backend):
+    """rdmagw_worker_buffer_bytes / per_worker: with no stream open, in use is
+    what the sessions keep; the receive ring's buffers (lent to the kernel,
+    resident only once written) are `posted`, where the kernel has buffer
+    rings, not in use."""
+    from backends import EchoServer
+    from clients import echo_roundtrip, wait_for
+
+    echo = backend(EchoServer())
+    p = pair([{"name": "echo", "target": echo.endpoint}], [echo.endpoint])
+    assert echo_roundtrip(p.address("echo"), b"x" * 100_000, timeout=10) == b"x" * 100_000
+    rings = "buffer-ring" in (p.a.wait_log(lambda l: "event=ready" in l, timeout=5) or "")
+
+    def idle(sc) -> bool:
+        # In use: what the session keeps (a buffer or two); posted: the ring (256 buffers).
+        workers = admin_json(sc.admin_port, "/stats")["per_worker"]
+        if not rings:
+            return all(w["buffer_bytes_posted"] == 0 for w in workers)
+        return all(32 * w["buffer_bytes_in_use"] < w["buffer_bytes_posted"] for w in workers)
+
+    for sc in (p.a, p.b):
+        try:
+            wait_for(lambda: idle(sc), timeout=10, what=f"{sc.name}'s pool idle")
+        except AssertionError:
+            raise AssertionError(f"rings={rings} {admin_json(sc.admin_port, '/stats')['per_worker']}") from None

@@ -125,6 +125,7 @@ struct TwoWorkers {
     w0.peer("b").bytes_queued.add(40);
     w1.peer("b").bytes_queued.add(2);
     w0.buffer_bytes_in_use.set(4096);
+    w0.buffer_bytes_posted.set(8192);
     // Worker 0's slab has two buffers written; worker 1 published none.
     uint8_t* b = slab.acquire();
     std::memset(b, 1, slab.buffer_size());
@@ -520,14 +521,17 @@ TEST_CASE("stats: process, listeners, peers, streams, latency", "[admin][stats]"
                        R"({"name":"host-c","sessions_tcp":0,"sessions_rdma":0,"streams_opened":0,)"
                        R"("bytes_sent":0,"bytes_received":0,"queued_bytes":0,"credit_stalls":0,"reconnects":5}])"));
   // Each worker's share: worker 0 has 2 client streams and 1 target stream.
-  CHECK_THAT(json, Catch::Contains(
-                       R"("per_worker":[)"
-                       R"({"worker":0,"sessions_tcp":1,"sessions_rdma":0,"streams_active":3,)"
-                       R"("bytes_sent":1000,"bytes_received":300,"buffer_bytes_in_use":4096,"buffer_bytes_resident":)" +
-                       std::to_string(2 * workers.slab.buffer_size()) +
-                       "},"
-                       R"({"worker":1,"sessions_tcp":0,"sessions_rdma":1,"streams_active":2,)"
-                       R"("bytes_sent":24,"bytes_received":200,"buffer_bytes_in_use":0,"buffer_bytes_resident":0}],)"));
+  CHECK_THAT(
+      json,
+      Catch::Contains(R"("per_worker":[)"
+                      R"({"worker":0,"sessions_tcp":1,"sessions_rdma":0,"streams_active":3,)"
+                      R"("bytes_sent":1000,"bytes_received":300,"buffer_bytes_in_use":4096,"buffer_bytes_posted":8192,)"
+                      R"("buffer_bytes_resident":)" +
+                      std::to_string(2 * workers.slab.buffer_size()) +
+                      "},"
+                      R"({"worker":1,"sessions_tcp":0,"sessions_rdma":1,"streams_active":2,)"
+                      R"("bytes_sent":24,"bytes_received":200,"buffer_bytes_in_use":0,"buffer_bytes_posted":0,)"
+                      R"("buffer_bytes_resident":0}],)"));
   // active: 3 client side (listeners) + 2 target side.
   CHECK_THAT(json, Catch::Contains(R"("streams":{"opened_outbound":10,"opened_inbound":2,"active":5,)"
                                    R"("failed":{"no-session":0,"not-allowed":2,"target-refused":0,)"
