@@ -119,6 +119,7 @@ struct PeerMetrics {
   Counter credit_stalls;   // a stream waited for session credit
   Counter reconnects;      // sessions dialed after the first
   Gauge sessions_tcp, sessions_rdma;  // sessions open now, by transport
+  Gauge rtt_us;                       // the last keepalive round trip of a session to it (0: none yet)
 };
 
 // Everything one worker counts. Listener and peer entries are created on

@@ -240,6 +240,14 @@ struct AccessLogConfig {
   bool operator==(const AccessLogConfig&) const = default;
 };
 
+// metrics: what GET /metrics says per peer (docs/configuration.md, "metrics").
+struct MetricsConfig {
+  // Peers with series of their own (peer="NAME"), the most traffic first;
+  // the others are summed as peer="(other)". 0: none of their own.
+  uint32_t peer_series = 100;
+  bool operator==(const MetricsConfig&) const = default;
+};
+
 // services: Kubernetes Services and their endpoints, from the file the node
 // agent (rdmagw-k8s) writes (docs/kubernetes.md).
 // services.direct: when a Service connection may go to its endpoint
@@ -286,6 +294,7 @@ struct Config {
   uint32_t shutdown_timeout_ms = 10000;  // shutdown_timeout_ms: drain time on SIGTERM
   std::string log_level = "info";        // log_level: debug | info | warn | error
   AccessLogConfig access_log;            // access_log
+  MetricsConfig metrics;                 // metrics
   ServicesConfig services;               // services
   LocalLegsConfig local_legs;            // local_legs
 

@@ -168,6 +168,7 @@ std::vector<std::string> describe_changes(const Config& running, const Config& n
   d.check("access_log.path", al.path, nl.path);
   d.check("access_log.format", std::string(al.json ? "json" : "kv"), std::string(nl.json ? "json" : "kv"));
   d.check("access_log.lines_per_second", al.lines_per_second, nl.lines_per_second);
+  d.check("metrics.peer_series", running.metrics.peer_series, next.metrics.peer_series);
   d.check("services.file", running.services.file, next.services.file);
   d.check("services.direct", std::string(services_direct_name(running.services.direct)),
           std::string(services_direct_name(next.services.direct)));

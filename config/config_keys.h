@@ -14,11 +14,12 @@ namespace rdmagw::config_keys {
 
 using Keys = std::vector<std::string_view>;
 
-inline const Keys kTop = {"node",      "admin",      "admin_token_file", "workers",   "worker_cpus",
-                          "tunnel",    "peers",      "listeners",        "targets",   "shutdown_timeout_ms",
-                          "log_level", "access_log", "services",         "local_legs"};
+inline const Keys kTop = {"node",      "admin",      "admin_token_file", "workers",    "worker_cpus",
+                          "tunnel",    "peers",      "listeners",        "targets",    "shutdown_timeout_ms",
+                          "log_level", "access_log", "services",         "local_legs", "metrics"};
 inline const Keys kAccessLog = {"enabled", "path", "format", "lines_per_second"};
 inline const Keys kServices = {"file", "direct"};
+inline const Keys kMetrics = {"peer_series"};
 inline const Keys kLocalLegs = {"redirect", "cgroup", "cgroup_fs", "max_in_flight"};
 inline const Keys kTunnel = {"address",
                              "tcp_port",
@@ -75,7 +76,8 @@ inline const Section kSections[] = {{"", &kTop},
                                     {"targets[]", &kTarget},
                                     {"access_log", &kAccessLog},
                                     {"services", &kServices},
-                                    {"local_legs", &kLocalLegs}};
+                                    {"local_legs", &kLocalLegs},
+                                    {"metrics", &kMetrics}};
 
 // Every key by its full path ("tunnel.rdma.slab_size", "peers[].name"),
 // mappings that are sections themselves included ("tunnel.rdma").

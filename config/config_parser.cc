@@ -352,6 +352,7 @@ class Parser {
   void parse_targets(const Value& v, Config* cfg);
   std::string services_file_;  // services.file, read before targets
   void parse_access_log(const Value& v, AccessLogConfig* a);
+  void parse_metrics(const Value& v, MetricsConfig* m);
   void parse_local_legs(const Value& v, LocalLegsConfig* l);
   void parse_cert_auth(const Value& v, const Fields& f, const Value* mode, AuthConfig* a);
 
@@ -681,6 +682,7 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
     if (auto s = get_choice(*v, {"debug", "info", "warn", "error"})) cfg->log_level = *s;
   }
   if (const Value* v = find(fields, "access_log")) parse_access_log(*v, &cfg->access_log);
+  if (const Value* v = find(fields, "metrics")) parse_metrics(*v, &cfg->metrics);
   if (const Value* v = find(fields, "local_legs")) parse_local_legs(*v, &cfg->local_legs);
 
   // Nothing may listen on the tunnel's own TCP address.
@@ -933,6 +935,13 @@ void Parser::parse_cert_auth(const Value& v, const Fields& f, const Value* mode,
             colon == std::string::npos ? problem : problem.substr(colon + 2));
   }
   OPENSSL_cleanse(key_pem.data(), key_pem.size());
+}
+
+void Parser::parse_metrics(const Value& v, MetricsConfig* m) {
+  std::optional<Fields> maybe = read_map(v, config_keys::kMetrics, true);
+  if (!maybe) return;
+  // At most the peers a worker counts apart (metrics::WorkerMetrics::kMaxPeers).
+  read_number(*maybe, "peer_series", &m->peer_series, 0, 1024, false);
 }
 
 void Parser::parse_access_log(const Value& v, AccessLogConfig* a) {

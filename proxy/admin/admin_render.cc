@@ -402,6 +402,7 @@ std::string render_config_json(const Config& config, uint64_t generation) {
   if (!config.access_log.path.empty()) w.field("path", config.access_log.path);
   w.field("format", config.access_log.json ? "json" : "kv");
   w.field("lines_per_second", config.access_log.lines_per_second).end_object();
+  w.key("metrics").begin_object().field("peer_series", config.metrics.peer_series).end_object();
   if (!config.services.file.empty())
     w.key("services")
         .begin_object()

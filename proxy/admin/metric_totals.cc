@@ -135,6 +135,7 @@ MetricTotals sum_metrics(const Config* config, const std::vector<const metrics::
       t.reconnects += m.reconnects.value();
       t.sessions_tcp += m.sessions_tcp.value();
       t.sessions_rdma += m.sessions_rdma.value();
+      t.rtt_us = std::max(t.rtt_us, m.rtt_us.value());
       mine.sessions_tcp += m.sessions_tcp.value();
       mine.sessions_rdma += m.sessions_rdma.value();
       mine.bytes_sent += m.bytes_sent.value();

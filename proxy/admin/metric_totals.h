@@ -44,6 +44,7 @@ struct PeerTotals {
   uint64_t credit_stalls = 0;
   uint64_t reconnects = 0;
   int64_t sessions_tcp = 0, sessions_rdma = 0;
+  int64_t rtt_us = 0;  // the slowest worker's last keepalive round trip (0: none yet)
 };
 
 // One worker's share: how evenly the kernel (TCP) and worker 0's placement

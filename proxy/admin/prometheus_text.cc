@@ -156,28 +156,72 @@ void write_stream_families(PrometheusWriter& p, const MetricTotals& totals) {
   }
 }
 
-void write_peer_families(PrometheusWriter& p, const MetricTotals& totals) {
+// metrics.peer_series: the `limit` peers with the most stream payload keep
+// their own series; the others (and those a worker already counted
+// together) are summed as peer="(other)", listed last.
+std::vector<PeerTotals> capped_peers(const std::vector<PeerTotals>& peers, uint32_t limit) {
+  std::vector<const PeerTotals*> named;
+  for (const auto& p : peers)
+    if (p.name != metrics::WorkerMetrics::kOtherPeers) named.push_back(&p);
+  std::stable_sort(named.begin(), named.end(), [](const PeerTotals* a, const PeerTotals* b) {
+    return a->bytes_sent + a->bytes_received > b->bytes_sent + b->bytes_received;
+  });
+  PeerTotals other;
+  other.name = std::string(metrics::WorkerMetrics::kOtherPeers);
+  bool folded = false;
+  auto fold = [&](const PeerTotals& p) {
+    folded = true;
+    other.bytes_sent += p.bytes_sent;
+    other.bytes_received += p.bytes_received;
+    other.bytes_queued += p.bytes_queued;
+    other.streams_opened += p.streams_opened;
+    other.credit_stalls += p.credit_stalls;
+    other.reconnects += p.reconnects;
+    other.sessions_tcp += p.sessions_tcp;
+    other.sessions_rdma += p.sessions_rdma;
+    other.rtt_us = std::max(other.rtt_us, p.rtt_us);
+  };
+  std::vector<PeerTotals> out;
+  for (size_t i = 0; i < named.size(); ++i) {
+    if (i < limit)
+      out.push_back(*named[i]);
+    else
+      fold(*named[i]);
+  }
+  for (const auto& p : peers)
+    if (p.name == metrics::WorkerMetrics::kOtherPeers) fold(p);
+  std::sort(out.begin(), out.end(), [](const PeerTotals& a, const PeerTotals& b) { return a.name < b.name; });
+  if (folded) out.push_back(std::move(other));
+  return out;
+}
+
+void write_peer_families(PrometheusWriter& p, const MetricTotals& totals, uint32_t peer_series) {
+  const std::vector<PeerTotals> peers = capped_peers(totals.peers, peer_series);
   p.family("rdmagw_peer_sent_bytes_total", "counter", "Stream payload bytes sent to a peer.");
-  for (const auto& peer : totals.peers)
-    p.sample("rdmagw_peer_sent_bytes_total", {{"peer", peer.name}}, peer.bytes_sent);
+  for (const auto& peer : peers) p.sample("rdmagw_peer_sent_bytes_total", {{"peer", peer.name}}, peer.bytes_sent);
   p.family("rdmagw_peer_received_bytes_total", "counter", "Stream payload bytes received from a peer.");
-  for (const auto& peer : totals.peers)
+  for (const auto& peer : peers)
     p.sample("rdmagw_peer_received_bytes_total", {{"peer", peer.name}}, peer.bytes_received);
   p.family("rdmagw_peer_queued_bytes_total", "counter",
            "Of the bytes received from a peer, those the application's socket did not take on arrival, "
            "copied into the stream's queue.");
-  for (const auto& peer : totals.peers)
-    p.sample("rdmagw_peer_queued_bytes_total", {{"peer", peer.name}}, peer.bytes_queued);
+  for (const auto& peer : peers) p.sample("rdmagw_peer_queued_bytes_total", {{"peer", peer.name}}, peer.bytes_queued);
   p.family("rdmagw_sessions", "gauge", "Tunnel sessions open now, by peer and transport.");
-  for (const auto& peer : totals.peers) {
+  for (const auto& peer : peers) {
     p.sample("rdmagw_sessions", {{"peer", peer.name}, {"transport", "tcp"}}, peer.sessions_tcp);
     p.sample("rdmagw_sessions", {{"peer", peer.name}, {"transport", "rdma"}}, peer.sessions_rdma);
   }
   p.family("rdmagw_reconnects_total", "counter", "Sessions to a peer dialed after the first.");
-  for (const auto& peer : totals.peers) p.sample("rdmagw_reconnects_total", {{"peer", peer.name}}, peer.reconnects);
+  for (const auto& peer : peers) p.sample("rdmagw_reconnects_total", {{"peer", peer.name}}, peer.reconnects);
   p.family("rdmagw_credit_stalls_total", "counter", "Times a stream to a peer waited for session credit.");
-  for (const auto& peer : totals.peers)
-    p.sample("rdmagw_credit_stalls_total", {{"peer", peer.name}}, peer.credit_stalls);
+  for (const auto& peer : peers) p.sample("rdmagw_credit_stalls_total", {{"peer", peer.name}}, peer.credit_stalls);
+  p.family("rdmagw_peer_session_rtt_seconds", "gauge",
+           "The last keepalive round trip of a session to a peer (the slowest worker's; for (other), the slowest "
+           "peer's).");
+  for (const auto& peer : peers)
+    if (peer.rtt_us > 0)
+      p.sample("rdmagw_peer_session_rtt_seconds", {{"peer", peer.name}},
+               seconds_text(static_cast<uint64_t>(peer.rtt_us)));
 }
 
 void write_worker_families(PrometheusWriter& p, const MetricTotals& totals) {
@@ -369,7 +413,7 @@ std::string render_metrics_text(const Status& status, const Config* config, cons
   PrometheusWriter p;
   write_listener_families(p, totals);
   write_stream_families(p, totals);
-  write_peer_families(p, totals);
+  write_peer_families(p, totals, config ? config->metrics.peer_series : MetricsConfig{}.peer_series);
   write_worker_families(p, totals);
   write_process_families(p, status, config, totals, process);
   write_services_families(p, status.services);

@@ -834,6 +834,7 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
       if (value <= now && now - value <= kMaxRttNs) {
         rtt_us_ = static_cast<int64_t>((now - value) / 1000);
         if (settings_.metrics) settings_.metrics->session_rtt.observe_us(static_cast<uint64_t>(rtt_us_));
+        if (peer_metrics_) peer_metrics_->rtt_us.set(rtt_us_);
       }
       return true;
     }

@@ -287,7 +287,7 @@ TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[a
     CHECK(f.help_lines.count(name) == 1);
     ++documented;
   }
-  CHECK(documented == 51);
+  CHECK(documented == 52);
   CHECK(f.type.size() == static_cast<size_t>(documented));  // and nothing undocumented
   for (const auto& [name, n] : f.help_lines) {
     INFO(name);
@@ -400,6 +400,39 @@ TEST_CASE("metrics: counters summed over workers, configured names present", "[a
   CHECK(sample_value(text, "rdmagw_config_reload_failures_total") == "1");
   CHECK(sample_value(text, "rdmagw_config_generation") == "2");
   CHECK(sample_value(text, "rdmagw_ready") == "1");
+}
+
+TEST_CASE("metrics: metrics.peer_series keeps the busiest peers' series, the rest summed as (other)",
+          "[admin][metrics]") {
+  TwoWorkers workers;
+  workers.w0.peer("quiet").bytes_sent.add(7);
+  workers.w0.peer("quiet").reconnects.add(2);
+  workers.w0.peer("b").rtt_us.set(1500);
+  workers.w1.peer("b").rtt_us.set(2500);  // the slowest worker's
+  workers.w1.peer("quiet").rtt_us.set(9000);
+  metrics::ProcessMetrics process;
+  auto render = [&](const char* limit) {
+    auto config = parse_config(std::string(kTwoListenerConfig) + "metrics: {peer_series: " + limit + "}\n");
+    return render_metrics_text(sample_status(), config.get(), workers.list(), process);
+  };
+  std::string text = render("1");
+  INFO(text);
+  // b (1524 bytes) keeps its own; quiet (7) and host-c (0) are summed.
+  CHECK(sample_value(text, R"(rdmagw_peer_sent_bytes_total{peer="b"})") == "1024");
+  CHECK(sample_value(text, R"m(rdmagw_peer_sent_bytes_total{peer="(other)"})m") == "7");
+  CHECK(sample_value(text, R"m(rdmagw_reconnects_total{peer="(other)"})m") == "7");
+  CHECK(text.find("peer=\"quiet\"") == std::string::npos);
+  CHECK(text.find("peer=\"host-c\"") == std::string::npos);
+  CHECK(sample_value(text, R"(rdmagw_peer_session_rtt_seconds{peer="b"})") == "0.0025");
+  CHECK(sample_value(text, R"m(rdmagw_peer_session_rtt_seconds{peer="(other)"})m") == "0.009");
+  // 0: no peer of its own.
+  text = render("0");
+  CHECK(text.find("peer=\"b\"") == std::string::npos);
+  CHECK(sample_value(text, R"m(rdmagw_peer_sent_bytes_total{peer="(other)"})m") == "1031");
+  // Enough for all: each its own, no (other).
+  text = render("100");
+  CHECK(sample_value(text, R"(rdmagw_peer_sent_bytes_total{peer="quiet"})") == "7");
+  CHECK(text.find("peer=\"(other)\"") == std::string::npos);
 }
 
 TEST_CASE("metrics: histograms are cumulative, +Inf equals _count, _sum in seconds", "[admin][metrics]") {
@@ -665,7 +698,7 @@ TEST_CASE("config: the YAML schema as JSON, defaults filled in", "[admin][config
       R"({"match":"10.2.0.5/32:8000-8100","action":"tunnel","peer":"b","target":"tcp:127.0.0.1:8080"},)"
       R"({"match":"0.0.0.0/0","action":"passthrough"}],"max_connections":0,"accepts_per_second":0,"idle_timeout_ms":0}],)"
       R"("targets":["tcp:127.0.0.1:6379","unix:/run/redis.sock"],)"
-      R"("access_log":{"enabled":true,"format":"kv","lines_per_second":1000},)"
+      R"("access_log":{"enabled":true,"format":"kv","lines_per_second":1000},"metrics":{"peer_series":100},)"
       R"("local_legs":{"redirect":false,"cgroup":"","cgroup_fs":"","max_in_flight":262144},)"
       R"("shutdown_timeout_ms":10000,"log_level":"info","generation":3})");
 }

@@ -153,6 +153,7 @@ const std::vector<Change>& changes() {
        "passthrough",
        {},
        {{"listeners[2].routes[0].peer", "~"}, {"listeners[2].routes[0].target", "~"}}},
+      {"metrics.peer_series", "10"},
       {"listeners[0].max_connections", "100"},
       {"listeners[0].accepts_per_second", "50"},
       {"listeners[0].idle_timeout_ms", "60000"},

@@ -623,7 +623,7 @@ TEST_CASE("ConfigError::to_string format", "[config][errors]") {
         "conf/a.yaml:2:1: worker: unknown key 'worker' (did you mean 'workers'?); allowed keys here: node, admin, "
         "admin_token_file, workers, "
         "worker_cpus, tunnel, peers, listeners, targets, shutdown_timeout_ms, log_level, access_log, services, "
-        "local_legs");
+        "local_legs, metrics");
 }
 
 TEST_CASE("unknown top-level key", "[config][errors]") {
