@@ -39,6 +39,7 @@
 #include "config/config_keys.h"
 #include "config/key_files.h"
 #include "config/key_suggestion.h"
+#include "config/yaml_flow_opener.h"
 
 namespace rdmagw {
 
@@ -1610,7 +1611,21 @@ ConfigResult parse_config_text(const std::string& text, const std::string& file_
     root = YAML::Load(text);
     second_document = second_document_start(text);
   } catch (const YAML::ParserException& e) {
-    parser.error(e.mark, "(yaml)", "syntax error: " + e.msg);
+    // A flow left open is reported where the parser gave up: point at the
+    // bracket to close instead, under its key.
+    std::optional<FlowOpener> opener;
+    if (e.msg.find("flow not found") != std::string::npos)
+      opener = unclosed_flow_opener(text, e.mark.line + 1, e.mark.column + 1);
+    if (opener) {
+      YAML::Mark at;
+      at.line = opener->line - 1;
+      at.column = opener->column - 1;
+      parser.error(at, opener->key_path.empty() ? "(yaml)" : opener->key_path,
+                   std::string("syntax error: this '") + opener->bracket + "' is never closed (the parser gave up at " +
+                       std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) + ": " + e.msg + ")");
+    } else {
+      parser.error(e.mark, "(yaml)", "syntax error: " + e.msg);
+    }
     result.errors = parser.take_errors();
     return result;
   } catch (const YAML::Exception& e) {

@@ -101,6 +101,14 @@ def session_seeds() -> None:
 def config_seeds() -> None:
     for path in [*(ROOT / "config" / "examples").glob("*.yaml"), *(ROOT / "docker" / "examples").glob("*.yaml")]:
         write("fuzz_config", path.read_bytes())
+    # Flows never closed, in block lists, under keys, beside quotes and comments.
+    write("fuzz_config", b"node: a # {\nlisteners:\n  - name: x\n    routes: [ {match: \"a{\", peer: b} \n")
+    write("fuzz_config", b"node: a\ntunnel:\n  peer_cidrs:\n    - {cidr: 10.0.0.0/8\n  address: 1.2.3.4\n")
+    # The listener limits, a metrics section, a targets entry with a PROXY header.
+    write("fuzz_config", b"node: a\nmetrics: {peer_series: 0}\npeers: [{name: b, address: 10.0.0.2}]\n"
+          b"listeners:\n  - {name: l, listen: \"tcp:127.0.0.1:1\", peer: b, target: \"tcp:127.0.0.1:2\", "
+          b"max_connections: 10, accepts_per_second: 5, idle_timeout_ms: 60000}\n"
+          b"targets: [{target: \"tcp:127.0.0.1:80\", proxy_protocol: v2}]\n")
     write("fuzz_config", b"""node: a
 admin: 127.0.0.1:9901
 admin_token_file: /etc/rdmagw/token

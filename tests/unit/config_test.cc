@@ -868,7 +868,21 @@ TEST_CASE("list items and sections of the wrong shape", "[config][errors]") {
 TEST_CASE("YAML syntax error reports the parser's position", "[config][errors]") {
   expect_errors(lines({"node: host-a", "tunnel:", "  tcp_port: 1", "    rdma_port: 2"}),
                 {{4, 14, "(yaml)", "syntax error: illegal map value"}});
-  expect_errors(lines({"node: host-a", "peers: [a,"}), {{3, 1, "(yaml)", "syntax error"}});
+}
+
+// yaml-cpp says where it gave up on a flow never closed: the next key, or
+// the end of the file. The error points at the bracket instead, under its key.
+TEST_CASE("YAML: a '{' or '[' never closed is reported where it opened, under its key", "[config][errors]") {
+  expect_errors(lines({"node: host-a", "peers: [a,"}),
+                {{2, 8, "peers", "syntax error: this '[' is never closed (the parser gave up at 3:1"}});
+  expect_errors(lines({"node: a", "listeners:", "  - {name: x, listen: \"tcp:127.0.0.1:1\", peer: b", "peers: []"}),
+                {{3, 5, "listeners[]", "this '{' is never closed (the parser gave up at 4:6: end of map flow"}});
+  // Nested in a list item whose own key is a sibling; brackets in quotes
+  // and comments do not count.
+  expect_errors(lines({"node: a # {", "listeners:", "  - name: x", "    routes: [ {match: \"a{\", peer: b} "}),
+                {{4, 13, "listeners[].routes", "this '[' is never closed"}});
+  expect_errors(lines({"node: a", "tunnel:", "  peer_cidrs:", "    - {cidr: 10.0.0.0/8", "  address: 1.2.3.4"}),
+                {{4, 7, "tunnel.peer_cidrs[]", "this '{' is never closed"}});
 }
 
 TEST_CASE("empty file and non-mapping top level", "[config][errors]") {
