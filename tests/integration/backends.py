@@ -21,6 +21,7 @@ import socket
 import struct
 import threading
 import time
+from pathlib import Path
 
 MiB = 1 << 20
 SOCK_TIMEOUT = 30.0  # default timeout for blocking backend socket operations
@@ -509,3 +510,27 @@ class ResetServer(_Server):
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         conn.close()
         self.reset_count += 1
+
+
+def nginx_config(work, http: str, worker_connections: int = 1024) -> Path:
+    """An nginx.conf in `work` that runs in the foreground, one process, with
+    its pid, error log and temporary files there; `http` is the body of its
+    http block (servers, logs). Returns the file's path."""
+    conf = Path(work) / "nginx.conf"
+    (Path(work) / "tmp").mkdir(exist_ok=True)
+    conf.write_text(f"""daemon off;
+master_process off;
+worker_processes 1;
+pid {work}/nginx.pid;
+error_log {work}/nginx.err warn;
+events {{ worker_connections {worker_connections}; }}
+http {{
+    client_body_temp_path {work}/tmp;
+    proxy_temp_path {work}/tmp;
+    fastcgi_temp_path {work}/tmp;
+    uwsgi_temp_path {work}/tmp;
+    scgi_temp_path {work}/tmp;
+{http}
+}}
+""")
+    return conf

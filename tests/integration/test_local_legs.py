@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from admin_client import admin_json
-from backends import EchoServer, ResetServer, Sha256Server, StallServer, sha256_of_prng
+from backends import EchoServer, ResetServer, Sha256Server, StallServer, nginx_config, sha256_of_prng
 from clients import (RESET_ERRORS, connect, echo_concurrently, free_port, how_stream_ends, recv_exact,
                      require_root_and, wait_for)
 from conftest import RDMAGW_BIN, RDMAGWCTL_BIN, ManagedProcess, scaled
@@ -380,24 +380,9 @@ def test_nginx_through_redirected_legs_serves_every_request_whole(pair, backend,
     (www / "big").write_bytes(page)
     (www / "small").write_bytes(b"x" * 1024)
     port = free_port()
-    (tmp_path / "nginx.conf").write_text(f"""daemon off;
-master_process off;
-worker_processes 1;
-pid {tmp_path}/nginx.pid;
-error_log {tmp_path}/nginx.err warn;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {tmp_path}/tmp;
-    proxy_temp_path {tmp_path}/tmp;
-    fastcgi_temp_path {tmp_path}/tmp;
-    uwsgi_temp_path {tmp_path}/tmp;
-    scgi_temp_path {tmp_path}/tmp;
-    server {{ listen 127.0.0.1:{port}; root {www}; }}
-}}
-""")
-    nginx = ManagedProcess("nginx", ["nginx", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")],
-                           tmp_path / "nginx.log")
+    conf = nginx_config(tmp_path, f"""    access_log off;
+    server {{ listen 127.0.0.1:{port}; root {www}; }}""")
+    nginx = ManagedProcess("nginx", ["nginx", "-p", str(tmp_path), "-c", str(conf)], tmp_path / "nginx.log")
     procs.append(nginx)
     nginx.start()
     wait_for(lambda: answers(port, b"GET /small HTTP/1.0\r\n\r\n", b"HTTP/1.1 200"), what="nginx")

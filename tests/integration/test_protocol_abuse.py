@@ -519,20 +519,26 @@ def test_open_to_allowed_target_that_refuses_is_reset_refused_and_session_surviv
 # 12: the framing itself is right
 
 
+def echoed_hello_then_fin(peer: TunnelPeer) -> None:
+    """Stream 1, opened with b"hello" towards the echo target: the echo comes
+    back as DATA, and our FIN is answered with the target's."""
+    got = bytearray()
+    for _ in range(10):
+        got += expect_frame(peer, tf.DATA, 1)
+        if len(got) >= 5:
+            break
+    assert bytes(got) == b"hello"
+    peer.send(tf.fin(1))
+    assert expect_frame(peer, tf.FIN, 1) == b""
+
+
 def test_clean_stream_with_0rtt_bytes_echo_and_half_close_over_raw_frames(gw):
     mark = gw.b.log_size()
     with TunnelPeer(gw.tunnel_port) as peer:
         h = peer.handshake()
         assert h["version"] == 1 and h["node"] == "host-b", h
         peer.send(tf.open_frame(1, gw.echo.endpoint, b"hello"))
-        got = bytearray()
-        for _ in range(10):
-            got += expect_frame(peer, tf.DATA, 1)
-            if len(got) >= 5:
-                break
-        assert bytes(got) == b"hello"
-        peer.send(tf.fin(1))
-        assert expect_frame(peer, tf.FIN, 1) == b""
+        echoed_hello_then_fin(peer)
         # The session is still healthy, and nothing reset the stream.
         ping_pong(peer)
         no_session_error_for(gw, mark, peer)
@@ -552,14 +558,7 @@ def test_an_origin_from_a_peer_that_offers_origins_reaches_the_access_line(gw):
         h = peer.handshake(capabilities=tf.CAP_ORIGIN)
         assert h["capabilities"] & tf.CAP_ORIGIN, h
         peer.send(tf.open_frame(1, gw.echo.endpoint, b"hello", origin))
-        got = bytearray()
-        for _ in range(10):
-            got += expect_frame(peer, tf.DATA, 1)
-            if len(got) >= 5:
-                break
-        assert bytes(got) == b"hello"
-        peer.send(tf.fin(1))
-        assert expect_frame(peer, tf.FIN, 1) == b""
+        echoed_hello_then_fin(peer)
         line = gw.b.wait_log(lambda l: "event=access" in l, timeout=5, since=mark)
         assert line, gw.b.log_text(mark)
         assert f"connection={connection.hex()}" in line and "client=192.0.2.7:40512" in line, line

@@ -13,6 +13,7 @@ import re
 import socket
 import time
 
+from backends import nginx_config
 from clients import connect, free_port, require_root_and, wait_for
 from conftest import ManagedProcess
 
@@ -22,27 +23,11 @@ def start_nginx(tmp_path, procs) -> tuple[int, int, object]:
     `$proxy_protocol_addr:$proxy_protocol_port $remote_addr:$remote_port $request`."""
     proxied, plain = free_port(), free_port()
     log = tmp_path / "access.log"
-    (tmp_path / "tmp").mkdir()
-    (tmp_path / "nginx.conf").write_text(f"""daemon off;
-master_process off;
-worker_processes 1;
-pid {tmp_path}/nginx.pid;
-error_log {tmp_path}/nginx.err warn;
-events {{ worker_connections 64; }}
-http {{
-    log_format who '$proxy_protocol_addr:$proxy_protocol_port $remote_addr:$remote_port $request';
+    conf = nginx_config(tmp_path, f"""    log_format who '$proxy_protocol_addr:$proxy_protocol_port $remote_addr:$remote_port $request';
     access_log {log} who;
-    client_body_temp_path {tmp_path}/tmp;
-    proxy_temp_path {tmp_path}/tmp;
-    fastcgi_temp_path {tmp_path}/tmp;
-    uwsgi_temp_path {tmp_path}/tmp;
-    scgi_temp_path {tmp_path}/tmp;
     server {{ listen 127.0.0.1:{proxied} proxy_protocol; return 200 "proxied\\n"; }}
-    server {{ listen 127.0.0.1:{plain}; return 200 "plain\\n"; }}
-}}
-""")
-    nginx = ManagedProcess("nginx", ["nginx", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")],
-                           tmp_path / "nginx.log")
+    server {{ listen 127.0.0.1:{plain}; return 200 "plain\\n"; }}""", worker_connections=64)
+    nginx = ManagedProcess("nginx", ["nginx", "-p", str(tmp_path), "-c", str(conf)], tmp_path / "nginx.log")
     procs.append(nginx)
     nginx.start()
     return proxied, plain, log
