@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -201,9 +202,21 @@ class alignas(64) WorkerMetrics {
 };
 
 // Process-wide counters kept by the main thread.
+// Which peers GET /metrics gives series of their own (metrics.peer_series),
+// remembered for the process's life: a peer never moves between its own
+// series and peer="(other)" but to (other) when the limit is lowered, so no
+// counter of (other) ever goes down (which Prometheus would take for a
+// reset). Any thread: the admin thread renders.
+struct PeerSeriesMemory {
+  std::mutex mu;
+  std::set<std::string> own;     // have series of their own
+  std::set<std::string> folded;  // were summed in (other): stay there
+};
+
 struct ProcessMetrics {
-  Counter config_reloads;          // reloads applied
-  Counter config_reload_failures;  // reloads refused (invalid file, bind error...)
+  Counter config_reloads;                // reloads applied
+  Counter config_reload_failures;        // reloads refused (invalid file, bind error...)
+  mutable PeerSeriesMemory peer_series;  // what GET /metrics showed per peer so far
 };
 
 }  // namespace rdmagw::metrics

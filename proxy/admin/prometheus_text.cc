@@ -156,16 +156,37 @@ void write_stream_families(PrometheusWriter& p, const MetricTotals& totals) {
   }
 }
 
-// metrics.peer_series: the `limit` peers with the most stream payload keep
-// their own series; the others (and those a worker already counted
-// together) are summed as peer="(other)", listed last.
-std::vector<PeerTotals> capped_peers(const std::vector<PeerTotals>& peers, uint32_t limit) {
+// metrics.peer_series: at most `limit` peers keep series of their own, the
+// busiest first among those not yet placed; every other peer (and those a
+// worker already counted together) is summed as peer="(other)", listed
+// last. Where each peer went is remembered (`memory`), so that no peer's
+// total moves out of (other) again.
+std::vector<PeerTotals> capped_peers(const std::vector<PeerTotals>& peers, uint32_t limit,
+                                     metrics::PeerSeriesMemory& memory) {
   std::vector<const PeerTotals*> named;
   for (const auto& p : peers)
     if (p.name != metrics::WorkerMetrics::kOtherPeers) named.push_back(&p);
   std::stable_sort(named.begin(), named.end(), [](const PeerTotals* a, const PeerTotals* b) {
     return a->bytes_sent + a->bytes_received > b->bytes_sent + b->bytes_received;
   });
+  std::lock_guard<std::mutex> lock(memory.mu);
+  std::vector<const PeerTotals*> own;  // busiest first
+  for (const PeerTotals* p : named)
+    if (memory.own.count(p->name)) own.push_back(p);
+  while (own.size() > limit) {  // a lowered limit: the least busy go to (other) for good
+    memory.own.erase(own.back()->name);
+    memory.folded.insert(own.back()->name);
+    own.pop_back();
+  }
+  for (const PeerTotals* p : named) {
+    if (memory.own.count(p->name) || memory.folded.count(p->name)) continue;
+    if (memory.own.size() < limit) {
+      memory.own.insert(p->name);
+      own.push_back(p);
+    } else {
+      memory.folded.insert(p->name);
+    }
+  }
   PeerTotals other;
   other.name = std::string(metrics::WorkerMetrics::kOtherPeers);
   bool folded = false;
@@ -182,21 +203,20 @@ std::vector<PeerTotals> capped_peers(const std::vector<PeerTotals>& peers, uint3
     other.rtt_us = std::max(other.rtt_us, p.rtt_us);
   };
   std::vector<PeerTotals> out;
-  for (size_t i = 0; i < named.size(); ++i) {
-    if (i < limit)
-      out.push_back(*named[i]);
+  for (const PeerTotals& p : peers) {
+    if (p.name != metrics::WorkerMetrics::kOtherPeers && memory.own.count(p.name))
+      out.push_back(p);
     else
-      fold(*named[i]);
+      fold(p);
   }
-  for (const auto& p : peers)
-    if (p.name == metrics::WorkerMetrics::kOtherPeers) fold(p);
   std::sort(out.begin(), out.end(), [](const PeerTotals& a, const PeerTotals& b) { return a.name < b.name; });
   if (folded) out.push_back(std::move(other));
   return out;
 }
 
-void write_peer_families(PrometheusWriter& p, const MetricTotals& totals, uint32_t peer_series) {
-  const std::vector<PeerTotals> peers = capped_peers(totals.peers, peer_series);
+void write_peer_families(PrometheusWriter& p, const MetricTotals& totals, uint32_t peer_series,
+                         metrics::PeerSeriesMemory& memory) {
+  const std::vector<PeerTotals> peers = capped_peers(totals.peers, peer_series, memory);
   p.family("rdmagw_peer_sent_bytes_total", "counter", "Stream payload bytes sent to a peer.");
   for (const auto& peer : peers) p.sample("rdmagw_peer_sent_bytes_total", {{"peer", peer.name}}, peer.bytes_sent);
   p.family("rdmagw_peer_received_bytes_total", "counter", "Stream payload bytes received from a peer.");
@@ -413,7 +433,8 @@ std::string render_metrics_text(const Status& status, const Config* config, cons
   PrometheusWriter p;
   write_listener_families(p, totals);
   write_stream_families(p, totals);
-  write_peer_families(p, totals, config ? config->metrics.peer_series : MetricsConfig{}.peer_series);
+  write_peer_families(p, totals, config ? config->metrics.peer_series : MetricsConfig{}.peer_series,
+                      process.peer_series);
   write_worker_families(p, totals);
   write_process_families(p, status, config, totals, process);
   write_services_families(p, status.services);

@@ -52,6 +52,8 @@ struct LocalStreamImage {
   std::vector<uint8_t> origin;
   std::string client, destination, remote;
   std::vector<uint8_t> proxy_header;  // still connecting: the PROXY header it sends first (empty: none)
+  // Its phases for the access line, in microseconds plus one (0: not reached).
+  uint64_t session_wait_us = 0, connect_us = 0, first_byte_us = 0;
 };
 
 // A passthrough connection (DirectPipe).
@@ -62,6 +64,9 @@ struct PipeImage {
   std::string listener, destination;
   std::vector<uint8_t> up, down;  // received, not yet passed on
   bool up_ended = false, down_ended = false;
+  // Image version 4 on: its age, and its phases in microseconds plus one
+  // (0: not reached), for its access line.
+  uint64_t age_ms = 0, connect_us = 0, first_byte_us = 0;
 };
 
 struct HandoverImages {

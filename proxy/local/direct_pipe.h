@@ -36,6 +36,7 @@ class DirectPipe final : public LocalConnection {
   void reset_now(std::string_view reason) override { fail(reason, 0, "rdmagw"); }
   uint64_t bytes_moved() const override { return up_.total + down_.total; }
   void end_idle() override;
+  bool carrying() const override { return connected_ && !frozen_; }
   bool ending() const override { return closing_; }
   void freeze() override;
   bool export_image(HandoverImages* out, const SessionIndex& sessions) const override;

@@ -33,6 +33,10 @@ bool DirectPipe::export_image(HandoverImages* out, const SessionIndex&) const {
     if (connected_ && d->buffer) bytes->assign(d->buffer + d->start + d->sent, d->buffer + d->start + d->filled);
   image.up_ended = up_.ended;
   image.down_ended = down_.ended;
+  image.age_ms =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
+  image.connect_us = static_cast<uint64_t>(connect_us_ + 1);
+  image.first_byte_us = static_cast<uint64_t>(first_byte_us_ + 1);
   image.client_fd = static_cast<uint32_t>(out->fds.size());
   out->fds.push_back(client_.get());
   image.server_fd = static_cast<uint32_t>(out->fds.size());
@@ -51,6 +55,10 @@ void DirectPipe::restore(StreamHost& host, UniqueFd client, UniqueFd server, con
                          metrics::ListenerMetrics* counters, ListenerTerms terms) {
   auto* p = new DirectPipe(host, std::move(client), image.listener, counters);
   p->follow(std::move(terms));
+  p->started_ = Clock::now() - std::chrono::milliseconds(image.age_ms);
+  p->started_wall_ = std::chrono::system_clock::now() - std::chrono::milliseconds(image.age_ms);
+  p->connect_us_ = static_cast<int64_t>(image.connect_us) - 1;
+  p->first_byte_us_ = static_cast<int64_t>(image.first_byte_us) - 1;
   p->destination_ = image.destination;
   p->server_ = std::move(server);
   if (image.connecting) {

@@ -30,15 +30,17 @@ class ListenerLoad {
   void adopt() { open_.fetch_add(1, std::memory_order_relaxed); }
   void closed() { open_.fetch_sub(1, std::memory_order_release); }
   uint64_t open() const { return open_.load(std::memory_order_relaxed); }
-  // An accept at `now` within `per_second` (0: no limit; a burst of as many).
-  bool take_accept(uint32_t per_second, TokenBucket::Clock::time_point now) {
+  // An accept now within `per_second` (0: no limit; a burst of as many).
+  // The clock is read under the lock: workers' loop times lag by up to a
+  // batch each, and a bucket fed times out of order credits the gaps again.
+  bool take_accept(uint32_t per_second) {
     if (per_second == 0) return true;
     std::lock_guard<std::mutex> lock(mu_);
     if (rate_ != per_second) {  // first use, or a reload changed it
       rate_ = per_second;
       bucket_ = TokenBucket(per_second, per_second);
     }
-    return bucket_.take(now);
+    return bucket_.take(TokenBucket::Clock::now());
   }
 
  private:

@@ -73,6 +73,7 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   void reset_now(std::string_view reason) override;
   uint64_t bytes_moved() const override { return bytes_up_ + bytes_down_; }
   void end_idle() override;
+  bool carrying() const override { return phase_ == Phase::kOpen && !frozen_; }
   bool describe(StreamInfo* out) const override;
   bool ending() const override { return closing_; }
   void freeze() override;

@@ -55,6 +55,9 @@ bool LocalStream::export_image(HandoverImages* out, const SessionIndex& sessions
   image.destination = destination_;
   image.remote = remote_;
   if (proxy_header_) image.proxy_header.assign(proxy_header_->begin(), proxy_header_->end());
+  image.session_wait_us = static_cast<uint64_t>(session_wait_us_ + 1);
+  image.connect_us = static_cast<uint64_t>(connect_us_ + 1);
+  image.first_byte_us = static_cast<uint64_t>(first_byte_us_ + 1);
   out->fds.push_back(fd_.get());
   out->streams.push_back(std::move(image));
   return true;
@@ -102,6 +105,9 @@ LocalStream* LocalStream::restore(StreamHost& host, UniqueFd fd, const LocalStre
   s->remote_ = image.remote;
   if (!image.proxy_header.empty())
     s->proxy_header_ = std::make_unique<std::string>(image.proxy_header.begin(), image.proxy_header.end());
+  s->session_wait_us_ = static_cast<int64_t>(image.session_wait_us) - 1;
+  s->connect_us_ = static_cast<int64_t>(image.connect_us) - 1;
+  s->first_byte_us_ = static_cast<int64_t>(image.first_byte_us) - 1;
   bool ok = s->to_socket_.append(image.to_socket.data(), image.to_socket.size());
   if (ok && !image.parked.empty()) {
     s->parked_buffer_ = host.pool.acquire();

@@ -34,6 +34,10 @@ ListenerTerms LocalConnection::take_terms() {
 
 void LocalConnection::check_idle(std::chrono::steady_clock::time_point now) {
   if (idle_timeout_ms_ == 0 || ending()) return;
+  if (!carrying()) {
+    idle_since_ = {};  // the clock starts once it carries bytes
+    return;
+  }
   uint64_t moved = bytes_moved();
   if (moved != idle_bytes_ || idle_since_ == std::chrono::steady_clock::time_point{}) {
     idle_bytes_ = moved;

@@ -98,6 +98,9 @@ class LocalConnection : public IoObject {
   // it ends when idle too long.
   virtual uint64_t bytes_moved() const = 0;
   virtual void end_idle() = 0;
+  // Connected end to end and not frozen by a takeover: only then can it be
+  // idle (waiting for a session or a connect has timeouts of its own).
+  virtual bool carrying() const = 0;
 
   StreamHost& host_;
 

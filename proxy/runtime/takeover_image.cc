@@ -258,11 +258,14 @@ void stream_fields(IO& io, T& s, uint32_t image_version) {
     io.text(s.destination, "a stream's destination");
     io.text(s.remote, "a stream's remote");
     io.blob(s.proxy_header, "a stream's PROXY header");
+    io.u64(s.session_wait_us);
+    io.u64(s.connect_us);
+    io.u64(s.first_byte_us);
   }
 }
 
 template <typename IO, typename T>
-void pipe_fields(IO& io, T& p) {
+void pipe_fields(IO& io, T& p, uint32_t image_version) {
   io.u32(p.client_fd);
   io.u32(p.server_fd);
   io.flag(p.connecting);
@@ -272,13 +275,18 @@ void pipe_fields(IO& io, T& p) {
   io.blob(p.down, "pending bytes");
   io.flag(p.up_ended);
   io.flag(p.down_ended);
+  if (image_version >= 4) {
+    io.u64(p.age_ms);
+    io.u64(p.connect_us);
+    io.u64(p.first_byte_us);
+  }
 }
 
 void put_connections(Writer& w, const local::HandoverImages& c, uint32_t version) {
   w.count(c.streams.size(), "streams");
   for (const auto& s : c.streams) stream_fields(w, s, version);
   w.count(c.pipes.size(), "passthrough connections");
-  for (const auto& p : c.pipes) pipe_fields(w, p);
+  for (const auto& p : c.pipes) pipe_fields(w, p, version);
 }
 
 template <typename FdCheck>
@@ -307,7 +315,7 @@ void get_connections(Reader& r, local::HandoverImages* c, size_t sessions, FdChe
   n = r.count("passthrough connections");
   for (size_t i = 0; i < n && r.ok(); ++i) {
     local::PipeImage p;
-    pipe_fields(r, p);
+    pipe_fields(r, p, version);
     if (!r.ok()) break;
     fd_ok(p.client_fd);
     fd_ok(p.server_fd);

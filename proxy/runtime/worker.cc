@@ -575,7 +575,7 @@ bool Worker::admit_within_limits(const LocalListener& l, UniqueFd& fd, local::Li
   const ListenerConfig& config = l.socket->config;
   local::ListenerLoad& load = *l.socket->fds->load();
   // The rate first: a connection it refuses never held a place in the count.
-  bool within_rate = load.take_accept(config.accepts_per_second, loop_.now());
+  bool within_rate = load.take_accept(config.accepts_per_second);
   if (within_rate && load.try_open(config.max_connections)) {
     terms->slot = local::ListenerSlot(l.socket->fds->load());
     terms->idle_timeout_ms = config.idle_timeout_ms;

@@ -410,8 +410,8 @@ TEST_CASE("metrics: metrics.peer_series keeps the busiest peers' series, the res
   workers.w0.peer("b").rtt_us.set(1500);
   workers.w1.peer("b").rtt_us.set(2500);  // the slowest worker's
   workers.w1.peer("quiet").rtt_us.set(9000);
-  metrics::ProcessMetrics process;
   auto render = [&](const char* limit) {
+    metrics::ProcessMetrics process;  // a process's first scrape
     auto config = parse_config(std::string(kTwoListenerConfig) + "metrics: {peer_series: " + limit + "}\n");
     return render_metrics_text(sample_status(), config.get(), workers.list(), process);
   };
@@ -433,6 +433,30 @@ TEST_CASE("metrics: metrics.peer_series keeps the busiest peers' series, the res
   text = render("100");
   CHECK(sample_value(text, R"(rdmagw_peer_sent_bytes_total{peer="quiet"})") == "7");
   CHECK(text.find("peer=\"(other)\"") == std::string::npos);
+}
+
+TEST_CASE("metrics: a peer keeps its place (own series or (other)) from scrape to scrape, so (other) never falls",
+          "[admin][metrics]") {
+  TwoWorkers workers;
+  workers.w0.peer("quiet").bytes_sent.add(7);
+  metrics::ProcessMetrics process;  // one process, scraped again and again
+  auto config = parse_config(std::string(kTwoListenerConfig) + "metrics: {peer_series: 1}\n");
+  std::string text = render_metrics_text(sample_status(), config.get(), workers.list(), process);
+  CHECK(sample_value(text, R"(rdmagw_peer_sent_bytes_total{peer="b"})") == "1024");
+  CHECK(sample_value(text, R"m(rdmagw_peer_sent_bytes_total{peer="(other)"})m") == "7");
+  // quiet becomes the busiest: it stays in (other), which only grows.
+  workers.w1.peer("quiet").bytes_sent.add(1'000'000);
+  text = render_metrics_text(sample_status(), config.get(), workers.list(), process);
+  INFO(text);
+  CHECK(sample_value(text, R"(rdmagw_peer_sent_bytes_total{peer="b"})") == "1024");
+  CHECK(sample_value(text, R"m(rdmagw_peer_sent_bytes_total{peer="(other)"})m") == "1000007");
+  CHECK(text.find("peer=\"quiet\"") == std::string::npos);
+  // Lowered to 0: b joins (other) for good, which grows again.
+  auto none = parse_config(std::string(kTwoListenerConfig) + "metrics: {peer_series: 0}\n");
+  text = render_metrics_text(sample_status(), none.get(), workers.list(), process);
+  CHECK(sample_value(text, R"m(rdmagw_peer_sent_bytes_total{peer="(other)"})m") == "1001031");
+  text = render_metrics_text(sample_status(), config.get(), workers.list(), process);
+  CHECK(text.find("peer=\"b\"") == std::string::npos);
 }
 
 TEST_CASE("metrics: histograms are cumulative, +Inf equals _count, _sum in seconds", "[admin][metrics]") {
