@@ -43,9 +43,15 @@ def test_max_connections_resets_the_one_past_it_and_gives_the_place_back(pair, b
     try:
         for s in held:
             echo_once(s, b"held")  # both are open end to end
-        third = connect(p.address("capped"), timeout=10)
-        assert ends_with_reset(third), "the third connection was not reset"
-        third.close()
+        # Reset at accept: it may come before connect() has even returned
+        # (a fast accept, a slow test thread), or after.
+        try:
+            third = connect(p.address("capped"), timeout=10)
+        except ConnectionResetError:
+            third = None
+        if third is not None:
+            assert ends_with_reset(third), "the third connection was not reset"
+            third.close()
         assert refused(p.a, "capped", "max_connections") == 1
         line = p.a.wait_log(lambda l: "event=connection_refused" in l, timeout=5)
         assert line and "listener=capped" in line and "limit=max_connections" in line and "max=2" in line, line
@@ -63,7 +69,7 @@ def test_max_connections_resets_the_one_past_it_and_gives_the_place_back(pair, b
 
 def test_accepts_per_second_resets_the_burst_past_it(pair, backend):
     echo = backend(EchoServer())
-    p = pair([{"name": "paced", "target": echo.endpoint, "accepts_per_second": 3}], [echo.endpoint])
+    p = pair([{"name": "paced", "target": echo.endpoint, "accepts_per_second": 1}], [echo.endpoint])
     # Six connects at once (no round trip between them), then each asked
     # whether it was carried.
     socks = []
@@ -89,10 +95,11 @@ def test_accepts_per_second_resets_the_burst_past_it(pair, backend):
             outcomes.append("reset")
         finally:
             s.close()
-    # A burst of 3, and within 0.3 s no token earned: the other 3 are reset
-    # (which ones depends on the order the two workers accepted them in).
-    assert sorted(outcomes) == ["ok"] * 3 + ["reset"] * 3, (outcomes, elapsed)
-    assert refused(p.a, "paced", "accepts_per_second") == 3
+    # A burst of 1; the bucket is drawn as rdmagw accepts (which ones, in the
+    # order its two workers did), so a slow accept may have earned one more
+    # token by the end, never more: at least 4 of the 6 are reset.
+    assert "eof" not in outcomes and 1 <= outcomes.count("ok") <= 2, (outcomes, elapsed)
+    assert refused(p.a, "paced", "accepts_per_second") == outcomes.count("reset")
 
 
 def test_idle_timeout_resets_an_idle_connection_both_ways_and_spares_a_talking_one(pair, backend):
