@@ -10,7 +10,8 @@ includes them, and the same for every build compared). This turns it on,
 runs `perf/compare.py --paths rdmagw-redirect`, reads `bpftool -j prog show`
 twice a second (the programs go when the pair stops), restores the sysctl,
 and prints each program's runs and ns per run. Compare builds by running it
-on each in turn on the same machine; the noise between runs is about 10 ns.
+several times on each, in turns, on the same machine: on a shared 2-core
+machine single runs differ by up to 60 ns (253-310 ns for one build).
 
   perf/local_legs_prog_cost.py                      # one round of redis-set
   perf/local_legs_prog_cost.py --rounds 3 --tests redis-set,redis-get
