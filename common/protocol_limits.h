@@ -43,6 +43,9 @@ inline constexpr size_t kMaxTargetLength = 300;
 // OPEN's origin (docs/protocol.md, "Origin"), at its longest: a
 // connection id, then two addresses (family, IPv6 address, port).
 inline constexpr size_t kMaxOriginLength = 16 + 2 * (1 + 16 + 2);
+// An OPEN's payload before its first bytes, at its longest: target length,
+// target, origin length, origin.
+inline constexpr size_t kMaxOpenPrefix = 2 + kMaxTargetLength + 1 + kMaxOriginLength;
 
 // RDMA CM private data recv_depth (tunnel.rdma.recv_depth): receives each
 // session keeps posted, i.e. the send credits it grants its peer.
@@ -66,7 +69,7 @@ static_assert(kMaxDataMin <= kStreamWindowMin && kStreamWindowMin <= kSessionWin
 static_assert(kMaxDataMax <= kStreamWindowMax && kStreamWindowMax <= kSessionWindowMax,
               "the largest values of each key must be consistent with each other");
 static_assert(kMaxOriginLength <= UINT8_MAX, "OPEN origin_len is a u8");
-static_assert(2 + kMaxTargetLength + 1 + kMaxOriginLength + kMaxDataMax <= kMaxPayload,
+static_assert(kMaxOpenPrefix + kMaxDataMax <= kMaxPayload,
               "the largest OPEN (target, origin and first bytes) fits in a frame");
 
 }  // namespace rdmagw

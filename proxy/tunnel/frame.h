@@ -25,12 +25,10 @@ inline constexpr size_t kHeaderSize = 12;
 // for an OPEN or DATA header written in place.
 using rdmagw::kBufferHeadroom;
 using rdmagw::kMaxNodeNameLength;
+using rdmagw::kMaxOpenPrefix;
 using rdmagw::kMaxOriginLength;
 using rdmagw::kMaxPayload;
 using rdmagw::kMaxTargetLength;
-// An OPEN's payload before its first bytes, at its longest: target length,
-// target, origin length, origin.
-inline constexpr size_t kMaxOpenPrefix = 2 + kMaxTargetLength + 1 + kMaxOriginLength;
 static_assert(kHeaderSize + kMaxOpenPrefix <= kBufferHeadroom,
               "an OPEN header (frame header, target length, target, origin) fits in the headroom");
 
