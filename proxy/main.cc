@@ -45,7 +45,7 @@ Signals:
   SIGUSR1                open access_log.path again (after logrotate moved it)
 
 Admin endpoint (admin:, default 127.0.0.1:9901): /ready /live /stats
-/metrics /peers /streams /services /config, POST /reload /drain. See
+/metrics /peers /streams /services /config, POST /reload /drain /undrain. See
 docs/admin.md; rdmagwctl is its command-line client.
 
 Exit status: 0 success, 1 runtime failure (e.g. a port in use), 2 bad

@@ -114,6 +114,10 @@ class Backend {
   // Stop accepting, tell peers, let open streams finish; the process stays
   // up (not ready) until SIGTERM. Returns the streams still open.
   virtual uint64_t drain() = 0;
+  // Undo drain(): listen and accept again, dial peers again. False with
+  // *error (nothing changed) while starting, during a stop by signal, or
+  // when a listening address cannot be bound again.
+  virtual bool undrain(std::string* error) = 0;
 };
 
 }  // namespace rdmagw::admin

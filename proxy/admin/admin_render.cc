@@ -440,6 +440,12 @@ std::string render_drain_json(uint64_t streams_open) {
   return w.take();
 }
 
+std::string render_undrain_json() {
+  JsonWriter w;
+  w.begin_object().field("ok", true).field("draining", false).end_object();
+  return w.take();
+}
+
 std::string render_error_json(std::string_view message) {
   JsonWriter w;
   w.begin_object().field("error", message).end_object();

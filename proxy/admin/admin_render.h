@@ -49,6 +49,8 @@ std::string render_reload_json(const ReloadResult& result, uint64_t generation);
 
 // POST /drain: {"ok": true, "draining": true, "streams_open": N}.
 std::string render_drain_json(uint64_t streams_open);
+// POST /undrain: {"ok": true, "draining": false}.
+std::string render_undrain_json();
 
 // Any JSON endpoint that cannot answer: {"error": "..."}.
 std::string render_error_json(std::string_view message);

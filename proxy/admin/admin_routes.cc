@@ -139,6 +139,12 @@ Response post_drain(Backend& backend, std::string_view) {
   return json_response(200, render_drain_json(backend.drain()));
 }
 
+Response post_undrain(Backend& backend, std::string_view) {
+  std::string error;
+  if (!backend.undrain(&error)) return json_response(409, render_error_json(error));
+  return json_response(200, render_undrain_json());
+}
+
 struct Route {
   std::string_view method;
   std::string_view path;
@@ -150,7 +156,7 @@ constexpr Route kRoutes[] = {
     {"GET", "/", get_stats_page},     {"GET", "/live", get_live},         {"GET", "/ready", get_ready},
     {"GET", "/stats", get_stats},     {"GET", "/metrics", get_metrics},   {"GET", "/peers", get_peers},
     {"GET", "/streams", get_streams}, {"GET", "/services", get_services}, {"GET", "/config", get_config},
-    {"POST", "/reload", post_reload}, {"POST", "/drain", post_drain},
+    {"POST", "/reload", post_reload}, {"POST", "/drain", post_drain},     {"POST", "/undrain", post_undrain},
 };
 
 Response not_found(std::string_view path) {

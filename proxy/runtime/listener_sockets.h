@@ -41,6 +41,9 @@ class ListenFds {
   // Its connections across the workers (max_connections, accepts_per_second):
   // kept as long as the address is, across reloads.
   const std::shared_ptr<local::ListenerLoad>& load() const { return load_; }
+  // The same address's count from sockets drained before these were
+  // opened (POST /undrain): before any worker accepts here.
+  void keep_load(std::shared_ptr<local::ListenerLoad> load) { load_ = std::move(load); }
   // Worker `worker` stops accepting here (reload removed it, or a drain):
   // its own socket stops listening at once, so connections are refused
   // rather than queued where nobody accepts. A shared socket stops when the

@@ -116,26 +116,44 @@ bool Runtime::check_rdma() {
   return true;
 }
 
-bool Runtime::open_tunnel_sockets() {
-  const Config& config = *config_;
-  std::string error;
-  auto tunnel_ep = make_tcp_endpoint(config.tunnel.address, config.tunnel.tcp_port, &error);
-  if (!tunnel_ep) {
-    log::error("listen_failed").kv("key", "tunnel.address").kv("reason", error);
+namespace {
+
+// The tunnel's TCP sockets from worker `from` on (one per worker,
+// SO_REUSEPORT), appended to *fds; false with *key and *error, nothing
+// appended. The port is claimed first unless sockets of ours hold it.
+bool open_tunnel_fds(const Config& config, std::vector<int>* fds, std::string* key, std::string* error) {
+  auto at = make_tcp_endpoint(config.tunnel.address, config.tunnel.tcp_port, error);
+  if (!at) {
+    *key = "tunnel.address";
     return false;
   }
-  auto failed = [&] {
-    log::error("listen_failed").kv("key", "tunnel.tcp_port").kv("address", tunnel_ep->to_string()).kv("reason", error);
+  *key = "tunnel.tcp_port";
+  if (fds->empty() && !claim_tcp_port(*at, error)) {
+    *error = at->to_string() + ": " + *error;
     return false;
-  };
-  if (tunnel_.tcp_fds.empty() && !claim_tcp_port(*tunnel_ep, &error)) return failed();
-  // A takeover brought the old process's sockets: open only what is missing.
-  for (unsigned w = static_cast<unsigned>(tunnel_.tcp_fds.size()); w < config.workers; ++w) {
-    int fd = open_listening_socket(*tunnel_ep, true, &error);
-    if (fd < 0) return failed();
-    tunnel_.tcp_fds.push_back(fd);
   }
+  std::vector<int> opened;
+  for (auto w = static_cast<unsigned>(fds->size()); w < config.workers; ++w) {
+    int fd = open_listening_socket(*at, true, error);
+    if (fd < 0) {
+      *error = at->to_string() + ": " + *error;
+      for (int f : opened) ::close(f);
+      return false;
+    }
+    opened.push_back(fd);
+  }
+  fds->insert(fds->end(), opened.begin(), opened.end());
   return true;
+}
+
+}  // namespace
+
+bool Runtime::open_tunnel_sockets() {
+  // A takeover brought the old process's sockets: open only what is missing.
+  std::string key, error;
+  if (open_tunnel_fds(*config_, &tunnel_.tcp_fds, &key, &error)) return true;
+  log::error("listen_failed").kv("key", key).kv("reason", error);
+  return false;
 }
 
 void Runtime::worker_thread(unsigned index) {
@@ -395,12 +413,13 @@ void Runtime::wait_for_signals() {
       {
         // Workers close the listening sockets as they drain; main's hold
         // must not keep them open.
+        // The level is set under the lock too: an undrain checks it there.
         std::lock_guard lock(mu_);
         ready_ = false;
         draining_ = true;
         listeners_.clear();
+        stop_level_.store(next);
       }
-      stop_level_.store(next);
       log::info(next == 1 ? "shutdown_requested" : "shutdown_forced").kv("signal", strsignal(sig));
       if (next == 1)
         notifier_.stopping("Draining: open streams have up to shutdown_timeout_ms (" +
@@ -764,24 +783,81 @@ void Runtime::log_certificate_validity(const Config& config) {
 }
 
 uint64_t Runtime::drain() {
+  std::lock_guard draining(reload_mu_);  // not in the middle of a reload or an undrain
   bool first = false;
   {
     std::lock_guard lock(mu_);
     first = !draining_;
     draining_ = true;
     ready_ = false;
+    // The connections still open keep their slots: an undrain counts them.
+    for (const auto& l : listeners_)
+      drained_loads_.push_back({l->config.listen, l->config.transparent, l->fds->load()});
     listeners_.clear();
   }
   if (first) {
     log::info("drain_requested").kv("source", "admin").kv("streams", live_streams());
     // Not STOPPING=1: the process stays up until SIGTERM, and systemd would
     // take STOPPING=1 as the start of a stop it then times out and kills.
-    notifier_.status("Draining (POST /drain): new connections refused until a restart");
+    notifier_.status("Draining (POST /drain): new connections refused until POST /undrain or a restart");
     std::string error;
     if (!on_every_worker([](Worker& w) { w.stop_accepting(); }, kAskTimeout, &error))
       log::warn("drain_slow").kv("reason", error);
   }
   return live_streams();
+}
+
+bool Runtime::undrain(std::string* error) {
+  std::lock_guard undraining(reload_mu_);
+  if (!running_) {
+    *error = "rdmagw is still starting; undrain once /ready answers";
+    return false;
+  }
+  if (stop_level_.load() != static_cast<int>(StopLevel::kRunning)) {
+    *error = "rdmagw is shutting down (SIGTERM); that drain ends in a stop and cannot be undone";
+    return false;
+  }
+  if (!draining_) return true;  // accepting already: nothing to undo
+  std::shared_ptr<const Config> running = config();
+  // The sockets are opened here, as at start, so that a port taken
+  // meanwhile is one clear refusal and the drain stays as it was.
+  ListenerSet listeners;
+  std::string key;
+  if (!open_listener_set(*running, {}, &listeners, &key, error)) {
+    *error = key + ": " + *error + "; still draining";
+    return false;
+  }
+  std::vector<int> tunnel_fds;
+  if (!open_tunnel_fds(*running, &tunnel_fds, &key, error)) {
+    *error = key + ": " + *error + "; still draining";
+    return false;
+  }
+  {
+    std::lock_guard lock(mu_);
+    // A SIGTERM that came meanwhile wins: what was opened closes unused.
+    if (stop_level_.load() != static_cast<int>(StopLevel::kRunning)) {
+      for (int fd : tunnel_fds) ::close(fd);
+      *error = "rdmagw is shutting down (SIGTERM); that drain ends in a stop and cannot be undone";
+      return false;
+    }
+    for (const auto& socket : listeners)
+      for (const DrainedLoad& d : drained_loads_)
+        if (d.listen == socket->config.listen && d.transparent == socket->config.transparent)
+          socket->fds->keep_load(d.load);
+    drained_loads_.clear();
+    listeners_ = listeners;
+    draining_ = false;
+    ready_ = true;
+  }
+  redirect_listener_ports(listeners);
+  std::string slow;
+  auto fds = std::make_shared<std::vector<int>>(std::move(tunnel_fds));
+  if (!on_every_worker([listeners, fds](Worker& w) { w.start_accepting(listeners, (*fds)[w.index()]); }, kAskTimeout,
+                       &slow))
+    log::warn("undrain_slow").kv("reason", slow);
+  log::info("undrained").kv("source", "admin").kv("listeners", listeners.size()).kv("streams", live_streams());
+  notifier_.ready("Ready: undrained (POST /undrain), " + std::to_string(listeners.size()) + " listeners");
+  return true;
 }
 
 }  // namespace rdmagw

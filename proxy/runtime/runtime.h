@@ -55,6 +55,7 @@ class Runtime final : public admin::Backend {
   bool services(admin::ServicesReport* out, std::string* error) override;
   admin::ReloadResult reload() override;
   uint64_t drain() override;
+  bool undrain(std::string* error) override;
 
  private:
   bool check_rdma();
@@ -133,6 +134,13 @@ class Runtime final : public admin::Backend {
   mutable std::mutex mu_;
   std::shared_ptr<const Config> config_;
   ListenerSet listeners_;  // main's hold on the listening sockets (dropped on drain)
+  // A drained listener's connection count, for the listener an undrain opens.
+  struct DrainedLoad {
+    Endpoint listen;
+    bool transparent = false;
+    std::shared_ptr<local::ListenerLoad> load;
+  };
+  std::vector<DrainedLoad> drained_loads_;
   uint64_t generation_ = 1;
   admin::ReloadResult last_reload_;
   double last_reload_unix_ = 0;

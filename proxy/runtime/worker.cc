@@ -1176,6 +1176,28 @@ void Worker::stop_accepting() {
   for (auto& s : inbound_) s->send_goaway();
 }
 
+void Worker::start_accepting(ListenerSet listeners, int tunnel_fd) {
+  // A drain by signal ends in a stop: it is not undone (nor is a takeover's
+  // freeze). The socket opened for us is then closed unused.
+  if (accepting_ || draining_ || frozen_ || stop_level_.load() != static_cast<int>(StopLevel::kRunning)) {
+    if (tunnel_fd >= 0) ::close(tunnel_fd);
+    return;
+  }
+  accepting_ = true;
+  tunnel_.tcp_fds[index_] = tunnel_fd;
+  std::string error;
+  if (!make_tunnel_listeners(&error)) log::error("undrain_incomplete").kv("reason", error);
+  for (auto& t : tunnel_listeners_) t->start(this);
+  for (auto& socket : listeners) {
+    listeners_.push_back(make_listener(socket));
+    listeners_.back()->acceptor->start();
+  }
+  // Links dial again as streams need them; sessions that finished their
+  // streams meanwhile are gone, the rest carry new streams as before.
+  for (auto& link : links_) link->end_shutdown();
+  for (auto& [ip, link] : discovered_) link->end_shutdown();
+}
+
 void Worker::begin_drain() {
   draining_ = true;
   drain_deadline_ = loop_.now() + std::chrono::milliseconds(config_->shutdown_timeout_ms);

@@ -81,6 +81,10 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   void apply(std::shared_ptr<const Config> config, ListenerSet listeners);
   // POST /drain: stop accepting and tell peers; streams finish; keep running.
   void stop_accepting();
+  // POST /undrain: accept again on `listeners` (opened anew by the runtime)
+  // and on `tunnel_fd`, this worker's tunnel socket (taken over; closed if
+  // this worker is stopping instead). Links dial again when needed.
+  void start_accepting(ListenerSet listeners, int tunnel_fd);
   void describe_peers(std::vector<tunnel::PeerInfo>* out) const;
   // The services file changed (read by the main thread).
   void set_services(std::shared_ptr<const ServiceTable> table) { services_.set_table(std::move(table)); }

@@ -529,6 +529,11 @@ void PeerLink::begin_shutdown() {
   while (!waiting_.empty()) pop_waiting()->abort(ResetCode::kShutdown, "sidecar is shutting down");
 }
 
+void PeerLink::end_shutdown() {
+  if (retired_ || frozen_) return;
+  shutting_down_ = false;  // tick() dials when a stream or always_connected needs it
+}
+
 void PeerLink::close_all(std::string_view reason, CloseMode mode) {
   if (active_) active_->close(SessionEnd::kLocalClose, reason, mode);
   for (auto& d : draining_) d->close(SessionEnd::kLocalClose, reason, mode);

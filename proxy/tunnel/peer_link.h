@@ -132,6 +132,9 @@ class PeerLink final : public SessionOwner, private DialObserver {
   // Shutdown: stop dialing, fail waiting streams. (GOAWAY is the acceptor's
   // word; the dialer simply opens nothing new and lets its streams finish.)
   void begin_shutdown();
+  // The shutdown was a drain that is undone: dial again when needed (a
+  // retired link stays retired).
+  void end_shutdown();
   // Closes every session; their streams are detached (and reset).
   void close_all(std::string_view reason, CloseMode mode);
   // The peer left the configuration: open nothing new, let open streams

@@ -40,6 +40,7 @@ class FixedBackend : public Backend {
   }
   ReloadResult reload() override { return ReloadResult{}; }
   uint64_t drain() override { return 0; }
+  bool undrain(std::string*) override { return true; }
 
  private:
   std::shared_ptr<const Config> config_;

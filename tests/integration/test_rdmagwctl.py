@@ -12,6 +12,7 @@ import http.server
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -427,6 +428,23 @@ def test_ready_and_drain_wait_exit_codes(rdmagwctl_bin, pair, backend):
     rc, out, err = run_ctl(rdmagwctl_bin, "--admin", admin_address(p.a), "drain", "--wait",
                            "--wait-timeout", "10")
     assert rc == 0 and "drained" in out, (rc, out, err)
+    # undrain: ready again, and a new connection goes through.
+    rc, out, err = run_ctl(rdmagwctl_bin, "--admin", admin_address(p.a), "undrain")
+    assert rc == 0 and out.startswith("accepting: "), (rc, out, err)
+    rc, out, err = run_ctl(rdmagwctl_bin, "--admin", admin_address(p.a), "ready")
+    assert rc == 0 and out.strip() == "ready", (rc, out, err)
+    sock = connect(p.address("ctl-echo"))
+    try:
+        send_all(sock, b"again", time.monotonic() + 5)
+        assert recv_exact(sock, 5, time.monotonic() + 5) == b"again"
+        # Refused after SIGTERM (the open stream keeps the process up): exit
+        # 1 with the server's reason.
+        p.a.send_signal(signal.SIGTERM)
+        assert p.a.wait_log(lambda l: "event=shutdown_requested" in l, timeout=5)
+        rc, out, err = run_ctl(rdmagwctl_bin, "--admin", admin_address(p.a), "undrain")
+        assert rc == 1 and "409" in err and "SIGTERM" in err, (rc, out, err)
+    finally:
+        sock.close()
 
 
 def test_check_accepts_a_good_config(rdmagwctl_bin, tmp_path):

@@ -82,6 +82,21 @@ class FakeBackend : public Backend {
     status_.not_ready_reason = "draining";
     return 2;
   }
+  bool undrain(std::string* error) override {
+    std::lock_guard lock(mu_);
+    if (!undrain_error_.empty()) {
+      *error = undrain_error_;
+      return false;
+    }
+    status_.ready = true;
+    status_.draining = false;
+    status_.not_ready_reason.clear();
+    return true;
+  }
+  void refuse_undrain(std::string why) {
+    std::lock_guard lock(mu_);
+    undrain_error_ = std::move(why);
+  }
 
   void set_ready(bool ready, std::string reason) {
     std::lock_guard lock(mu_);
@@ -107,6 +122,7 @@ class FakeBackend : public Backend {
   bool workers_answer_ = true;
   int streams_calls_ = 0;
   ReloadResult reload_;
+  std::string undrain_error_;
   metrics::WorkerMetrics worker_;
   metrics::ProcessMetrics process_;
 };
@@ -208,7 +224,7 @@ TEST_CASE("admin server: unknown path is 404 with the list of endpoints", "[admi
     INFO(path);
     CHECK(a.status == 404);
     for (const char* endpoint : {"GET /\n", "GET /live", "GET /ready", "GET /stats", "GET /metrics", "GET /peers",
-                                 "GET /streams", "GET /config", "POST /reload", "POST /drain"})
+                                 "GET /streams", "GET /config", "POST /reload", "POST /drain", "POST /undrain"})
       CHECK_THAT(a.body, Catch::Contains(endpoint));
   }
 }
@@ -295,6 +311,22 @@ TEST_CASE("admin server: POST /drain turns /ready to 503", "[admin][server]") {
   HttpAnswer ready = http(s.port(), "GET", "/ready");
   CHECK(ready.status == 503);
   CHECK(ready.body == "not ready: draining\n");
+}
+
+TEST_CASE("admin server: POST /undrain turns /ready to 200, or says why not", "[admin][server]") {
+  RunningServer s;
+  CHECK(http(s.port(), "POST", "/drain").status == 200);
+  s.backend.refuse_undrain("listeners[0].listen: bind: Address already in use; still draining");
+  HttpAnswer refused = http(s.port(), "POST", "/undrain");
+  CHECK(refused.status == 409);
+  CHECK(refused.body == R"({"error":"listeners[0].listen: bind: Address already in use; still draining"})");
+  CHECK(http(s.port(), "GET", "/ready").status == 503);
+  s.backend.refuse_undrain("");
+  HttpAnswer undrain = http(s.port(), "POST", "/undrain");
+  CHECK(undrain.status == 200);
+  CHECK(undrain.body == R"({"ok":true,"draining":false})");
+  CHECK(http(s.port(), "GET", "/ready").status == 200);
+  CHECK(http(s.port(), "GET", "/undrain").status == 405);
 }
 
 TEST_CASE("admin server: /streams paging and bad parameters", "[admin][server]") {

@@ -38,6 +38,8 @@ Commands:
       --wait              poll until no stream is left
       --wait-timeout SECONDS
                           give up waiting after this long (default 60)
+  undrain                 accept new connections again after a drain (POST /undrain);
+                          says why not (a stop by signal, a port taken meanwhile)
   check CONFIG            validate a config file offline, like rdmagw --check
   help                    show this help
 
@@ -45,7 +47,7 @@ Options:
       --admin HOST:PORT   the admin endpoint ([ADDR]:PORT for IPv6); default:
                           $RDMAGW_ADMIN, else 127.0.0.1:9901
       --json              print the server's JSON instead of tables (status, peers,
-                          services, streams, reload, drain, check)
+                          services, streams, reload, drain, undrain, check)
       --timeout SECONDS   for connecting, and again for the answer (default 5)
       --token-file FILE   the admin token (rdmagw's admin_token_file), sent as
                           Authorization: Bearer; default: $RDMAGW_ADMIN_TOKEN_FILE
@@ -53,16 +55,16 @@ Options:
   -V, --version           show the version
 
 Exit status: 0 success; 1 the admin endpoint could not be reached or answered
-an error, a reload was refused, or drain --wait timed out; 2 bad usage, or
+an error, a reload or undrain was refused, or drain --wait timed out; 2 bad usage, or
 check found the config invalid.
 )";
 
 const std::map<std::string, Command>& command_names() {
   static const std::map<std::string, Command> kNames = {
-      {"status", Command::kStatus},     {"peers", Command::kPeers},   {"streams", Command::kStreams},
-      {"top", Command::kTop},           {"reload", Command::kReload}, {"drain", Command::kDrain},
-      {"check", Command::kCheck},       {"help", Command::kHelp},     {"ready", Command::kReady},
-      {"services", Command::kServices}, {"config", Command::kConfig}};
+      {"status", Command::kStatus},   {"peers", Command::kPeers},       {"streams", Command::kStreams},
+      {"top", Command::kTop},         {"reload", Command::kReload},     {"drain", Command::kDrain},
+      {"undrain", Command::kUndrain}, {"check", Command::kCheck},       {"help", Command::kHelp},
+      {"ready", Command::kReady},     {"services", Command::kServices}, {"config", Command::kConfig}};
   return kNames;
 }
 

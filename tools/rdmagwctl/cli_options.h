@@ -19,6 +19,7 @@ enum class Command {
   kTop,
   kReload,
   kDrain,
+  kUndrain,
   kCheck,
   kReady,
   kServices,

@@ -45,6 +45,8 @@ struct DrainOptions {
   double wait_timeout_seconds = 60;
 };
 int run_drain(const CommandContext& ctx, const DrainOptions& options);
+// POST /undrain: accept new connections again.
+int run_undrain(const CommandContext& ctx);
 
 // Offline: needs no admin endpoint.
 int run_check(const std::string& config_file, bool json);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// reload and drain, the two POST endpoints that change the running rdmagw,
-// and ready, the health check.
+// reload, drain and undrain, the POST endpoints that change the running
+// rdmagw, and ready, the health check.
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -62,6 +62,20 @@ int wait_for_drain(const CommandContext& ctx, const DrainOptions& options) {
     }
     std::this_thread::sleep_for(kDrainPollInterval);
   }
+}
+
+// Under --json: the answer as JSON, or as sent but escaped (terminal_text.h)
+// if it is not JSON (docs/admin.md does not fix these answers' shape).
+void print_answer_as_json(const HttpResponse& response) {
+  std::string json_error;
+  auto answer = parse_json(response.body, &json_error);
+  std::string body = response.body;
+  while (!body.empty() && (body.back() == '\n' || body.back() == '\r')) body.pop_back();
+  if (answer)
+    printf("%s\n", to_json(*answer).c_str());
+  else
+    printf("%s\n", terminal_text(body).c_str());
+  fflush(stdout);
 }
 
 }  // namespace
@@ -146,17 +160,7 @@ int run_drain(const CommandContext& ctx, const DrainOptions& options) {
     return kExitFailure;
   }
   if (ctx.json) {
-    // docs/admin.md does not fix the answer's shape: JSON is printed as
-    // JSON, anything else as sent, but escaped (terminal_text.h).
-    std::string json_error;
-    auto answer = parse_json(response.body, &json_error);
-    std::string body = response.body;
-    while (!body.empty() && (body.back() == '\n' || body.back() == '\r')) body.pop_back();
-    if (answer)
-      printf("%s\n", to_json(*answer).c_str());
-    else
-      printf("%s\n", terminal_text(body).c_str());
-    fflush(stdout);
+    print_answer_as_json(response);
   } else {
     printf("draining: rdmagw (admin at %s) accepts no new connections; open streams finish\n",
            ctx.admin.address().display().c_str());
@@ -167,6 +171,26 @@ int run_drain(const CommandContext& ctx, const DrainOptions& options) {
     if (left < 0) return kExitFailure;
     printf("%lld stream%s still open\n", static_cast<long long>(left), left == 1 ? "" : "s");
   }
+  return kExitOk;
+}
+
+int run_undrain(const CommandContext& ctx) {
+  HttpRequest request = post("/undrain");
+  HttpResponse response;
+  std::string error;
+  if (!ctx.admin.send(request, &response, &error)) {
+    print_error(error);
+    return kExitFailure;
+  }
+  // 409 says why not (shutting down, a port taken): the drain goes on.
+  if (response.status < 200 || response.status > 299) {
+    print_error(ctx.admin.describe_http_error(request, response));
+    return kExitFailure;
+  }
+  if (ctx.json)
+    print_answer_as_json(response);
+  else
+    printf("accepting: rdmagw (admin at %s) accepts new connections again\n", ctx.admin.address().display().c_str());
   return kExitOk;
 }
 

@@ -45,6 +45,8 @@ int run(const CliOptions& options) {
       return run_ready(ctx);
     case Command::kDrain:
       return run_drain(ctx, options.drain);
+    case Command::kUndrain:
+      return run_undrain(ctx);
     case Command::kHelp:
     case Command::kVersion:
     case Command::kCheck:
