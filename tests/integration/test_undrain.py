@@ -17,7 +17,7 @@ import pytest
 
 from admin_client import admin_json, admin_request
 from backends import EchoServer
-from clients import connect, recv_exact, send_all, wait_closed
+from clients import connect, recv_exact, send_all, wait_closed, wait_for
 
 
 def echo_once(sock, data: bytes) -> None:
@@ -118,6 +118,8 @@ def test_a_drain_by_sigterm_cannot_be_undone(pair, backend):
         assert p.a.wait_log(lambda l: "event=shutdown_requested" in l, timeout=5)
         r = admin_request(p.a.admin_port, "/undrain", "POST")
         assert r.status == 409 and "SIGTERM" in r.json()["error"], r.text
+        # Each worker stops accepting at its next tick after the signal.
+        wait_for(lambda: p.a.log_text().count("event=drain_started") == 2, what="both workers draining")
         assert refuses_connections(p.address("echo"))
         echo_once(sock, b"still carried")
     finally:

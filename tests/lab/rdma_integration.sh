@@ -25,7 +25,7 @@ echo "== lab: integration tests on transport: rdma (recv_depth 32)"
   tests/integration/test_transport_selection.py tests/integration/test_tunnel.py \
   tests/integration/test_failures.py tests/integration/test_resources.py \
   tests/integration/test_flow_control.py tests/integration/test_shutdown.py \
-  tests/integration/test_admin.py tests/integration/test_reload.py \
+  tests/integration/test_admin.py tests/integration/test_undrain.py tests/integration/test_reload.py \
   tests/integration/test_crash_resets.py tests/integration/test_takeover.py \
   tests/integration/test_encryption.py tests/integration/test_rdma_budget.py \
   tests/integration/test_certs.py
