@@ -783,7 +783,9 @@ void Runtime::log_certificate_validity(const Config& config) {
 }
 
 uint64_t Runtime::drain() {
-  std::lock_guard draining(reload_mu_);  // not in the middle of a reload or an undrain
+  // Not reload_mu_: a drain must not wait behind a reload (a reload that
+  // ends after it lets go of what it opened, see load_and_apply).
+  std::lock_guard draining(drain_mu_);
   bool first = false;
   {
     std::lock_guard lock(mu_);
@@ -808,7 +810,8 @@ uint64_t Runtime::drain() {
 }
 
 bool Runtime::undrain(std::string* error) {
-  std::lock_guard undraining(reload_mu_);
+  std::lock_guard no_reload(reload_mu_);
+  std::lock_guard no_drain(drain_mu_);
   if (!running_) {
     *error = "rdmagw is still starting; undrain once /ready answers";
     return false;
@@ -827,16 +830,18 @@ bool Runtime::undrain(std::string* error) {
     *error = key + ": " + *error + "; still draining";
     return false;
   }
-  std::vector<int> tunnel_fds;
-  if (!open_tunnel_fds(*running, &tunnel_fds, &key, error)) {
+  std::vector<int> opened;
+  if (!open_tunnel_fds(*running, &opened, &key, error)) {
     *error = key + ": " + *error + "; still draining";
     return false;
   }
+  // Each worker takes its own; any not taken (a worker stopping) close with this.
+  auto tunnel_fds = std::make_shared<std::vector<UniqueFd>>();
+  for (int fd : opened) tunnel_fds->emplace_back(fd);
   {
     std::lock_guard lock(mu_);
     // A SIGTERM that came meanwhile wins: what was opened closes unused.
     if (stop_level_.load() != static_cast<int>(StopLevel::kRunning)) {
-      for (int fd : tunnel_fds) ::close(fd);
       *error = "rdmagw is shutting down (SIGTERM); that drain ends in a stop and cannot be undone";
       return false;
     }
@@ -851,12 +856,15 @@ bool Runtime::undrain(std::string* error) {
   }
   redirect_listener_ports(listeners);
   std::string slow;
-  auto fds = std::make_shared<std::vector<int>>(std::move(tunnel_fds));
-  if (!on_every_worker([listeners, fds](Worker& w) { w.start_accepting(listeners, (*fds)[w.index()]); }, kAskTimeout,
-                       &slow))
+  if (!on_every_worker(
+          [listeners, tunnel_fds](Worker& w) { w.start_accepting(listeners, std::move((*tunnel_fds)[w.index()])); },
+          kAskTimeout, &slow))
     log::warn("undrain_slow").kv("reason", slow);
   log::info("undrained").kv("source", "admin").kv("listeners", listeners.size()).kv("streams", live_streams());
-  notifier_.ready("Ready: undrained (POST /undrain), " + std::to_string(listeners.size()) + " listeners");
+  // A SIGTERM since the commit above went out as STOPPING=1: no READY=1 after it.
+  std::lock_guard lock(mu_);
+  if (!draining_)
+    notifier_.ready("Ready: undrained (POST /undrain), " + std::to_string(listeners.size()) + " listeners");
   return true;
 }
 

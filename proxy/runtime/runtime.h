@@ -145,7 +145,8 @@ class Runtime final : public admin::Backend {
   admin::ReloadResult last_reload_;
   double last_reload_unix_ = 0;
 
-  std::mutex reload_mu_;  // one reload at a time (SIGHUP and POST /reload)
+  std::mutex reload_mu_;  // one reload at a time (SIGHUP and POST /reload), and no undrain meanwhile
+  std::mutex drain_mu_;   // one POST /drain or /undrain at a time
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};  // written under mu_ (with ready_), read anywhere
   std::atomic<bool> running_{false};   // workers started and event=ready logged

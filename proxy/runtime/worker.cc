@@ -197,7 +197,7 @@ bool Worker::init(std::string* error) {
   return true;
 }
 
-bool Worker::make_tunnel_listeners(std::string* error) {
+bool Worker::make_tunnel_listeners(std::string* error, bool retry_rdma) {
   const TunnelConfig& t = config_->tunnel;
   tunnel_listeners_.clear();
   tunnel_listeners_.push_back(std::make_unique<transport::TcpTransportListener>(
@@ -210,7 +210,9 @@ bool Worker::make_tunnel_listeners(std::string* error) {
   auto listener = std::make_unique<transport::RdmaTransportListener>(loop_, *rdma_, t.buffer_size, handshake_gate());
   if (index_ == 0) {
     auto at = make_tcp_endpoint(t.address, t.rdma_port, error);
-    if (!at || !listener->listen(*at, error)) {
+    if (at && retry_rdma) {
+      listener->listen_or_retry(*at);
+    } else if (!at || !listener->listen(*at, error)) {
       *error = "tunnel.rdma_port: " + *error;
       return false;
     }
@@ -912,7 +914,7 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
     link.set_session_idle_ms(config_->tunnel.session_idle_ms);
     link.set_rdma_share(config_->tunnel.rdma_share);
   });
-  if (!accepting_) return;  // drained: the listeners are closed for good
+  if (!accepting_) return;  // drained: the listeners are closed until an undrain opens them
   // Listeners: the same sockets keep their acceptor (and the connections in
   // its backlog); only their settings change.
   std::vector<std::unique_ptr<LocalListener>> kept;
@@ -1176,17 +1178,14 @@ void Worker::stop_accepting() {
   for (auto& s : inbound_) s->send_goaway();
 }
 
-void Worker::start_accepting(ListenerSet listeners, int tunnel_fd) {
+void Worker::start_accepting(ListenerSet listeners, UniqueFd tunnel_fd) {
   // A drain by signal ends in a stop: it is not undone (nor is a takeover's
-  // freeze). The socket opened for us is then closed unused.
-  if (accepting_ || draining_ || frozen_ || stop_level_.load() != static_cast<int>(StopLevel::kRunning)) {
-    if (tunnel_fd >= 0) ::close(tunnel_fd);
-    return;
-  }
+  // freeze). The socket opened for us then closes unused.
+  if (accepting_ || draining_ || frozen_ || stop_level_.load() != static_cast<int>(StopLevel::kRunning)) return;
   accepting_ = true;
-  tunnel_.tcp_fds[index_] = tunnel_fd;
+  tunnel_.tcp_fds[index_] = tunnel_fd.release();
   std::string error;
-  if (!make_tunnel_listeners(&error)) log::error("undrain_incomplete").kv("reason", error);
+  if (!make_tunnel_listeners(&error, /*retry_rdma=*/true)) log::error("undrain_incomplete").kv("reason", error);
   for (auto& t : tunnel_listeners_) t->start(this);
   for (auto& socket : listeners) {
     listeners_.push_back(make_listener(socket));

@@ -82,9 +82,9 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // POST /drain: stop accepting and tell peers; streams finish; keep running.
   void stop_accepting();
   // POST /undrain: accept again on `listeners` (opened anew by the runtime)
-  // and on `tunnel_fd`, this worker's tunnel socket (taken over; closed if
-  // this worker is stopping instead). Links dial again when needed.
-  void start_accepting(ListenerSet listeners, int tunnel_fd);
+  // and on `tunnel_fd`, this worker's tunnel socket (taken; closed if this
+  // worker is stopping instead). Links dial again when needed.
+  void start_accepting(ListenerSet listeners, UniqueFd tunnel_fd);
   void describe_peers(std::vector<tunnel::PeerInfo>* out) const;
   // The services file changed (read by the main thread).
   void set_services(std::shared_ptr<const ServiceTable> table) { services_.set_table(std::move(table)); }
@@ -248,8 +248,10 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   void sync_peer_claims();
   void import_image(const WorkerImage& image);
   UniqueFd take_inherited(uint32_t index);
-  // The tunnel's listeners of this worker (at init, and after a failed takeover).
-  bool make_tunnel_listeners(std::string* error);
+  // The tunnel's listeners of this worker (at init, after a failed takeover,
+  // on undrain). `retry_rdma`: an RDMA port that cannot be bound is tried
+  // again every second rather than failing.
+  bool make_tunnel_listeners(std::string* error, bool retry_rdma = false);
   void close_everything(std::string_view reason, tunnel::CloseMode mode);
 
   unsigned index_;

@@ -62,6 +62,16 @@ bool RdmaTransportListener::listen(const Endpoint& at, std::string* error) {
   return listener_->listen(at, error);
 }
 
+void RdmaTransportListener::listen_or_retry(const Endpoint& at) {
+  std::string error;
+  if (listen(at, &error)) return;
+  listener_->stop();
+  listener_.reset();
+  relisten_ = true;
+  listen_failing_ = true;
+  log::warn("rdma_listen_failed").kv("address", at.to_string()).kv("reason", error);
+}
+
 void RdmaTransportListener::tick() {
   if (listener_ && listener_->device_lost()) {
     listener_->stop();

@@ -45,6 +45,10 @@ class RdmaTransportListener final : public tunnel::TransportListener, private Rd
   ~RdmaTransportListener() override;
   // Binds and listens on `at` (tunnel.address:rdma_port).
   bool listen(const Endpoint& at, std::string* error);
+  // As listen(), for a listener that must come back (an undrain): a failure
+  // (the port taken meanwhile) is logged and tried again once a second, as
+  // after the device went away.
+  void listen_or_retry(const Endpoint& at);
   // Decides which worker accepts a connect request: returns true when it
   // took the request (moved from `connect`, with its private data) to
   // another worker, which accepts it there with accept_request(). `session`
