@@ -3,6 +3,8 @@
 
 #include <functional>
 
+#include "config/number_keys.h"
+
 namespace rdmagw {
 
 namespace {
@@ -23,8 +25,13 @@ bool same_secrets(const std::shared_ptr<const SecretKeys>& a, const std::shared_
 struct Differ {
   std::vector<std::string>* out;
   template <class T>
-  void check(const char* key, const T& running, const T& next) {
+  void check(std::string_view key, const T& running, const T& next) {
     if (!(running == next)) out->push_back(std::string(key) + ": " + text(running) + " -> " + text(next));
+  }
+  // Every key of number_keys.h that a reload treats as `on_reload`.
+  void check_numbers(config_keys::OnReload on_reload, const Config& running, const Config& next) {
+    for (const config_keys::NumberKey& k : config_keys::kNumberKeys)
+      if (k.on_reload == on_reload) check(config_keys::number_key_path(k), k.get(running), k.get(next));
   }
 };
 
@@ -111,29 +118,10 @@ std::vector<std::string> restart_only_changes(const Config& running, const Confi
   d.check("tunnel.tcp_port", a.tcp_port, b.tcp_port);
   d.check("tunnel.rdma_port", a.rdma_port, b.rdma_port);
   d.check("tunnel.transport", a.transport, b.transport);
-  d.check("tunnel.buffer_size", a.buffer_size, b.buffer_size);
   d.check("tunnel.tcp_splice", a.tcp_splice, b.tcp_splice);
-  d.check("tunnel.stream_window", a.stream_window, b.stream_window);
-  d.check("tunnel.session_budget", a.session_budget, b.session_budget);
-  d.check("tunnel.keepalive_interval_ms", a.keepalive_interval_ms, b.keepalive_interval_ms);
-  d.check("tunnel.keepalive_timeout_ms", a.keepalive_timeout_ms, b.keepalive_timeout_ms);
-  d.check("tunnel.connect_timeout_ms", a.connect_timeout_ms, b.connect_timeout_ms);
-  d.check("tunnel.reconnect_max_ms", a.reconnect_max_ms, b.reconnect_max_ms);
-  d.check("tunnel.resume_timeout_ms", a.resume_timeout_ms, b.resume_timeout_ms);
-  d.check("tunnel.rdma_probe_interval_ms", a.rdma_probe_interval_ms, b.rdma_probe_interval_ms);
-  d.check("tunnel.rdma_head_start_ms", a.rdma_head_start_ms, b.rdma_head_start_ms);
+  d.check_numbers(config_keys::OnReload::kRestart, running, next);
   d.check("tunnel.rdma.device", a.rdma.device, b.rdma.device);
-  d.check("tunnel.rdma.slab_size", a.rdma.slab_size, b.rdma.slab_size);
-  d.check("tunnel.rdma.recv_depth", a.rdma.recv_depth, b.rdma.recv_depth);
   d.check("tunnel.rdma.max_pinned", a.rdma.max_pinned, b.rdma.max_pinned);
-  d.check("tunnel.rdma.send_depth", a.rdma.send_depth, b.rdma.send_depth);
-  d.check("tunnel.rdma.busy_poll_us", a.rdma.busy_poll_us, b.rdma.busy_poll_us);
-  d.check("tunnel.rdma.inline_threshold", a.rdma.inline_threshold, b.rdma.inline_threshold);
-  d.check("tunnel.limits.handshakes", a.limits.handshakes, b.limits.handshakes);
-  d.check("tunnel.limits.handshakes_per_address", a.limits.handshakes_per_address, b.limits.handshakes_per_address);
-  d.check("tunnel.limits.streams_per_session", a.limits.streams_per_session, b.limits.streams_per_session);
-  d.check("tunnel.limits.opens_per_second", a.limits.opens_per_second, b.limits.opens_per_second);
-  d.check("tunnel.limits.sessions_per_address", a.limits.sessions_per_address, b.limits.sessions_per_address);
   // Keys rotate on reload; whether peers authenticate at all does not change
   // under live sessions.
   d.check("tunnel.auth.mode", a.auth.mode, b.auth.mode);
@@ -158,10 +146,7 @@ std::vector<std::string> describe_changes(const Config& running, const Config& n
   d.check("log_level", running.log_level, next.log_level);
   d.check("shutdown_timeout_ms", running.shutdown_timeout_ms, next.shutdown_timeout_ms);
   d.check("tunnel.peer_cidrs", cidr_text(running.tunnel.peer_cidrs), cidr_text(next.tunnel.peer_cidrs));
-  d.check("tunnel.session_idle_ms", running.tunnel.session_idle_ms, next.tunnel.session_idle_ms);
-  d.check("tunnel.max_sessions", running.tunnel.max_sessions, next.tunnel.max_sessions);
-  d.check("tunnel.sessions_per_peer", running.tunnel.sessions_per_peer, next.tunnel.sessions_per_peer);
-  d.check("tunnel.rdma_share", running.tunnel.rdma_share, next.tunnel.rdma_share);
+  d.check_numbers(config_keys::OnReload::kApply, running, next);
   const AccessLogConfig& al = running.access_log;
   const AccessLogConfig& nl = next.access_log;
   d.check("access_log.enabled", al.enabled, nl.enabled);

@@ -4,11 +4,14 @@
 // and no others (config_parser.cc), and tests/unit/config_keys_test.cc
 // checks that each one is classified for reload (config_diff.cc) and has a
 // row in docs/configuration.md. A new key added here fails that test until
-// both are done.
+// both are done. The tunnel's numeric keys come from number_keys.h, which
+// classifies them itself.
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "config/number_keys.h"
 
 namespace rdmagw::config_keys {
 
@@ -21,35 +24,20 @@ inline const Keys kAccessLog = {"enabled", "path", "format", "lines_per_second"}
 inline const Keys kServices = {"file", "direct"};
 inline const Keys kMetrics = {"peer_series"};
 inline const Keys kLocalLegs = {"redirect", "cgroup", "cgroup_fs", "max_in_flight"};
-inline const Keys kTunnel = {"address",
-                             "tcp_port",
-                             "rdma_port",
-                             "transport",
-                             "buffer_size",
-                             "stream_window",
-                             "session_budget",
-                             "keepalive_interval_ms",
-                             "keepalive_timeout_ms",
-                             "connect_timeout_ms",
-                             "reconnect_max_ms",
-                             "resume_timeout_ms",
-                             "rdma_probe_interval_ms",
-                             "rdma_head_start_ms",
-                             "rdma",
-                             "auth",
-                             "limits",
-                             "peer_cidrs",
-                             "session_idle_ms",
-                             "max_sessions",
-                             "sessions_per_peer",
-                             "rdma_share",
-                             "tcp_splice"};
+// `head`, then the numeric keys of `section` (number_keys.h), then `tail`.
+inline Keys section_keys(Keys head, std::string_view section, const Keys& tail = {}) {
+  for (const NumberKey& k : kNumberKeys)
+    if (k.section == section) head.push_back(k.name);
+  head.insert(head.end(), tail.begin(), tail.end());
+  return head;
+}
+
+inline const Keys kTunnel = section_keys({"address", "tcp_port", "rdma_port", "transport"}, "tunnel",
+                                         {"tcp_splice", "rdma", "auth", "limits", "peer_cidrs"});
 inline const Keys kPeerCidr = {"cidr", "tcp_port", "rdma_port"};  // tunnel.peer_cidrs[] in mapping form
-inline const Keys kLimits = {"handshakes", "handshakes_per_address", "streams_per_session", "opens_per_second",
-                             "sessions_per_address"};
+inline const Keys kLimits = section_keys({}, "tunnel.limits");
 inline const Keys kAuth = {"mode", "key_files", "encrypt", "ca_files", "cert_file", "key_file"};
-inline const Keys kRdma = {"device",     "slab_size",    "max_pinned",      "recv_depth",
-                           "send_depth", "busy_poll_us", "inline_threshold"};
+inline const Keys kRdma = section_keys({"device"}, "tunnel.rdma", {"max_pinned"});
 inline const Keys kPeer = {"name", "address", "tcp_port", "rdma_port", "connect"};
 inline const Keys kListener = {"name",           "listen",          "peer",
                                "target",         "routes",          "socket_mode",

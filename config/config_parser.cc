@@ -39,6 +39,7 @@
 #include "config/config_keys.h"
 #include "config/key_files.h"
 #include "config/key_suggestion.h"
+#include "config/number_keys.h"
 #include "config/yaml_flow_opener.h"
 
 namespace rdmagw {
@@ -120,9 +121,9 @@ std::string ConfigError::to_string() const {
 namespace {
 
 constexpr uint64_t kKiB = 1024;
-constexpr uint64_t kMiB = 1024 * kKiB;
-constexpr uint64_t kGiB = 1024 * kMiB;
-constexpr uint64_t kU32Max = std::numeric_limits<uint32_t>::max();
+using config_keys::kGiB;
+using config_keys::kMiB;
+using config_keys::kU32Max;
 constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
 constexpr uint16_t kDefaultPeerRdmaPort = 7472;
 constexpr unsigned kMaxWorkers = 256;
@@ -308,9 +309,9 @@ class Parser {
   }
 
   std::optional<Fields> read_map(const Value& v, const Keys& allowed, bool null_is_empty);
-  void parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size);
+  void parse_rdma(const Value& v, Config* cfg);
   void parse_auth(const Value& v, AuthConfig* a);
-  void parse_limits(const Value& v, TunnelLimits* l);
+  void parse_limits(const Value& v, Config* cfg);
   void parse_peer_cidrs(const Value& v, TunnelConfig* t);
   // `v` names a secret file (a tunnel key, the admin token): an absolute
   // path and, when key files are read, a private file (config/key_files.h)
@@ -323,6 +324,23 @@ class Parser {
   bool read_peer_ref(const Value& x, const std::vector<std::string>& peer_names, std::string* out);
   bool read_socket_mode(const Value& x, const ListenerConfig& listener, bool listen_parsed, uint32_t* out);
   bool read_clients(const Value& x, const ListenerConfig& listener, bool listen_parsed, std::vector<RouteMatch>* out);
+  // The numeric keys of `section` (config/number_keys.h) that `f` holds,
+  // read into *cfg. Returns the names of those whose value was invalid
+  // (reported): their relations to other keys are not checked.
+  std::set<std::string_view> read_number_keys(const Fields& f, std::string_view section, Config* cfg) {
+    std::set<std::string_view> invalid;
+    for (const config_keys::NumberKey& k : config_keys::kNumberKeys) {
+      if (k.section != section) continue;
+      const Value* x = find(f, k.name);
+      if (!x) continue;
+      auto n = k.form == config_keys::Form::kSize ? get_size(*x, k.min, k.max) : get_uint(*x, k.min, k.max);
+      if (n)
+        k.set(*cfg, *n);
+      else
+        invalid.insert(k.name);
+    }
+    return invalid;
+  }
   // Reads one optional numeric field (a byte size when `size`) into *out;
   // returns whether the value, given or default, is valid.
   template <class T>
@@ -347,7 +365,7 @@ class Parser {
   std::optional<std::string> get_choice(const Value& v, const Keys& choices);
 
   // Returns the tunnel's TCP listen address when address and tcp_port are valid.
-  std::optional<ListenUse> parse_tunnel(const Value* v, TunnelConfig* t);
+  std::optional<ListenUse> parse_tunnel(const Value* v, Config* cfg);
   std::vector<std::string> parse_peers(const Value& v, Config* cfg);
   std::vector<ListenUse> parse_listeners(const Value& v, const std::vector<std::string>& peer_names, Config* cfg);
   void parse_targets(const Value& v, Config* cfg);
@@ -641,7 +659,7 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
     }
   }
 
-  std::optional<ListenUse> tunnel_listen = parse_tunnel(find(fields, "tunnel"), &cfg->tunnel);
+  std::optional<ListenUse> tunnel_listen = parse_tunnel(find(fields, "tunnel"), cfg);
 
   // Mode cert: the certificate says who this node is and where it may be.
   if (const auto& creds = cfg->tunnel.auth.credentials) {
@@ -710,25 +728,21 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
   }
 }
 
-void Parser::parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size) {
+void Parser::parse_rdma(const Value& v, Config* cfg) {
   std::optional<Fields> maybe = read_map(v, kRdmaKeys, true);
   if (!maybe) return;
   const Fields& f = *maybe;
+  RdmaConfig* r = &cfg->tunnel.rdma;
   if (const Value* x = find(f, "device")) {
     auto s = get_string(*x);
     if (s) r->device = *s;
   }
-  auto number = [&](std::string_view key, auto* out, uint64_t min, uint64_t max, bool size) {
-    return read_number(f, key, out, min, max, size);
-  };
-  bool slab_ok = number("slab_size", &r->slab_size, kMiB, 64 * kGiB, true);
-  bool recv_ok = number("recv_depth", &r->recv_depth, kRdmaRecvDepthMin, kRdmaRecvDepthMax, false);
-  number("send_depth", &r->send_depth, 8, 8192, false);
-  number("busy_poll_us", &r->busy_poll_us, 0, 1000000, false);
-  number("inline_threshold", &r->inline_threshold, 0, 96, false);
+  std::set<std::string_view> invalid = read_number_keys(f, "tunnel.rdma", cfg);
+  bool slab_ok = !invalid.contains("slab_size");
+  bool recv_ok = !invalid.contains("recv_depth");
   // Every session keeps recv_depth buffers posted; a slab that cannot hold
   // a few sessions' worth could never work.
-  uint64_t stride = buffer_size + kBufferHeadroom;
+  uint64_t stride = cfg->tunnel.buffer_size + kBufferHeadroom;
   if (slab_ok && recv_ok && r->slab_size < stride * r->recv_depth * 4) {
     const Value* at = find(f, "slab_size") ? find(f, "slab_size") : find(f, "recv_depth");
     if (at)
@@ -738,7 +752,7 @@ void Parser::parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size) {
                 format_size(stride * r->recv_depth * 4) + ")");
   }
   if (const Value* at = find(f, "max_pinned")) {
-    if (number("max_pinned", &r->max_pinned, kMiB, 64 * kGiB, true) && slab_ok && recv_ok) {
+    if (read_number(f, "max_pinned", &r->max_pinned, kMiB, 64 * kGiB, true) && slab_ok && recv_ok) {
       if (r->max_pinned > r->slab_size)
         error(at->mark, at->path,
               "max_pinned " + format_size(r->max_pinned) + " is more than slab_size " + format_size(r->slab_size) +
@@ -752,16 +766,14 @@ void Parser::parse_rdma(const Value& v, RdmaConfig* r, uint32_t buffer_size) {
   }
 }
 
-void Parser::parse_limits(const Value& v, TunnelLimits* l) {
+void Parser::parse_limits(const Value& v, Config* cfg) {
   std::optional<Fields> maybe = read_map(v, kLimitKeys, true);
   if (!maybe) return;
   const Fields& f = *maybe;
-  bool total_ok = read_number(f, "handshakes", &l->handshakes, 1, 65536, false);
-  bool each_ok = read_number(f, "handshakes_per_address", &l->handshakes_per_address, 1, 65536, false);
-  read_number(f, "streams_per_session", &l->streams_per_session, 0, kU32Max, false);
-  read_number(f, "opens_per_second", &l->opens_per_second, 0, kU32Max, false);
-  read_number(f, "sessions_per_address", &l->sessions_per_address, 1, 65536, false);
-  if (total_ok && each_ok && l->handshakes_per_address > l->handshakes) {
+  const TunnelLimits* l = &cfg->tunnel.limits;
+  std::set<std::string_view> invalid = read_number_keys(f, "tunnel.limits", cfg);
+  if (!invalid.contains("handshakes") && !invalid.contains("handshakes_per_address") &&
+      l->handshakes_per_address > l->handshakes) {
     const Value* at = find(f, "handshakes_per_address") ? find(f, "handshakes_per_address") : find(f, "handshakes");
     error(at->mark, at->path,
           "handshakes_per_address " + std::to_string(l->handshakes_per_address) + " must be at most handshakes " +
@@ -1045,10 +1057,11 @@ std::optional<std::string> Parser::read_secret_file(const Value& v, SecretKeys* 
   return path;
 }
 
-std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
+std::optional<ListenUse> Parser::parse_tunnel(const Value* v, Config* cfg) {
   std::optional<Fields> maybe = v ? read_map(*v, kTunnelKeys, true) : std::optional<Fields>(Fields{});
   if (!maybe) return std::nullopt;
   const Fields& f = *maybe;
+  TunnelConfig* t = &cfg->tunnel;
   bool listen_ok = true;
 
   if (const Value* x = find(f, "address")) {
@@ -1079,32 +1092,18 @@ std::optional<ListenUse> Parser::parse_tunnel(const Value* v, TunnelConfig* t) {
       if (s == transport_mode_name(m)) t->transport = m;
   }
 
-  auto number = [&](std::string_view key, auto* out, uint64_t min, uint64_t max, bool size) {
-    return read_number(f, key, out, min, max, size);
-  };
-  // What HELLO announces: the peer refuses values outside these limits.
-  bool buffer_ok = number("buffer_size", &t->buffer_size, kMaxDataMin, kMaxDataMax, true);
+  std::set<std::string_view> invalid = read_number_keys(f, "tunnel", cfg);
+  auto ok = [&](std::string_view key) { return !invalid.contains(key); };
+  bool buffer_ok = ok("buffer_size"), window_ok = ok("stream_window"), budget_ok = ok("session_budget");
+  bool interval_ok = ok("keepalive_interval_ms"), timeout_ok = ok("keepalive_timeout_ms");
   t->buffer_size_given = find(f, "buffer_size") != nullptr;
-  bool window_ok = number("stream_window", &t->stream_window, kStreamWindowMin, kStreamWindowMax, true);
-  bool budget_ok = number("session_budget", &t->session_budget, kSessionWindowMin, kSessionWindowMax, true);
-  bool interval_ok = number("keepalive_interval_ms", &t->keepalive_interval_ms, 100, 3600000, false);
-  bool timeout_ok = number("keepalive_timeout_ms", &t->keepalive_timeout_ms, 1, kU32Max, false);
-  number("connect_timeout_ms", &t->connect_timeout_ms, 100, 600000, false);
-  number("reconnect_max_ms", &t->reconnect_max_ms, 100, 600000, false);
-  number("resume_timeout_ms", &t->resume_timeout_ms, 0, 600000, false);
-  number("rdma_probe_interval_ms", &t->rdma_probe_interval_ms, 0, 600000, false);
-  number("rdma_head_start_ms", &t->rdma_head_start_ms, 0, 600000, false);
   if (const Value* sp = find(f, "tcp_splice")) {
     std::optional<std::string> on = get_choice(*sp, {"true", "false"});
     if (on) t->tcp_splice = *on == "true";
   }
-  if (const Value* r = find(f, "rdma")) parse_rdma(*r, &t->rdma, t->buffer_size);
+  if (const Value* r = find(f, "rdma")) parse_rdma(*r, cfg);
   if (const Value* a = find(f, "auth")) parse_auth(*a, &t->auth);
-  if (const Value* l = find(f, "limits")) parse_limits(*l, &t->limits);
-  number("session_idle_ms", &t->session_idle_ms, 0, 86400000, false);
-  number("max_sessions", &t->max_sessions, 1, 1000000, false);
-  number("sessions_per_peer", &t->sessions_per_peer, 0, 256, false);
-  number("rdma_share", &t->rdma_share, 0, 100, false);
+  if (const Value* l = find(f, "limits")) parse_limits(*l, cfg);
   // After the ports: an entry without its own takes the tunnel's.
   if (const Value* c = find(f, "peer_cidrs")) parse_peer_cidrs(*c, t);
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "common/protocol_limits.h"
+#include "config/number_keys.h"
 #include "proxy/admin/json_writer.h"
 #include "proxy/admin/metric_totals.h"
 
@@ -122,20 +123,20 @@ const char* route_action_name(RouteConfig::Action action) {
   return "tunnel";
 }
 
-void write_tunnel_config(JsonWriter& w, const TunnelConfig& t) {
+// The numeric keys of `section` (config/number_keys.h). Byte sizes as plain
+// numbers of bytes, which the YAML schema accepts too.
+void write_number_keys(JsonWriter& w, const Config& config, std::string_view section) {
+  for (const config_keys::NumberKey& k : config_keys::kNumberKeys)
+    if (k.section == section) w.field(k.name, k.get(config));
+}
+
+void write_tunnel_config(JsonWriter& w, const Config& config) {
+  const TunnelConfig& t = config.tunnel;
   w.key("tunnel").begin_object();
   w.field("address", t.address).field("tcp_port", t.tcp_port).field("rdma_port", t.rdma_port);
   w.field("transport", transport_mode_name(t.transport));
-  // Byte sizes as plain numbers of bytes, which the YAML schema accepts too.
-  w.field("buffer_size", t.buffer_size).field("stream_window", t.stream_window);
-  w.field("session_budget", t.session_budget);
-  w.field("keepalive_interval_ms", t.keepalive_interval_ms).field("keepalive_timeout_ms", t.keepalive_timeout_ms);
-  w.field("connect_timeout_ms", t.connect_timeout_ms).field("reconnect_max_ms", t.reconnect_max_ms);
-  w.field("resume_timeout_ms", t.resume_timeout_ms).field("rdma_probe_interval_ms", t.rdma_probe_interval_ms);
-  w.field("rdma_head_start_ms", t.rdma_head_start_ms);
-  w.field("session_idle_ms", t.session_idle_ms).field("max_sessions", t.max_sessions);
-  w.field("sessions_per_peer", t.sessions_per_peer);
-  w.field("rdma_share", t.rdma_share).field("tcp_splice", t.tcp_splice);
+  write_number_keys(w, config, "tunnel");
+  w.field("tcp_splice", t.tcp_splice);
   w.key("peer_cidrs").begin_array();
   for (const PeerCidr& c : t.peer_cidrs) {
     w.begin_object();
@@ -147,16 +148,12 @@ void write_tunnel_config(JsonWriter& w, const TunnelConfig& t) {
   // No device configured means "any"; the key is left out rather than
   // written as "", which the YAML schema would not accept.
   if (!t.rdma.device.empty()) w.field("device", t.rdma.device);
-  w.field("slab_size", t.rdma.slab_size)
-      .field("max_pinned", t.rdma.pinned_budget(t.buffer_size + kBufferHeadroom))
-      .field("recv_depth", t.rdma.recv_depth);
-  w.field("send_depth", t.rdma.send_depth).field("busy_poll_us", t.rdma.busy_poll_us);
-  w.field("inline_threshold", t.rdma.inline_threshold);
+  write_number_keys(w, config, "tunnel.rdma");
+  // 0 in the file stands for a budget computed from the others: shown as it is.
+  w.field("max_pinned", t.rdma.pinned_budget(t.buffer_size + kBufferHeadroom));
   w.end_object();
   w.key("limits").begin_object();
-  w.field("handshakes", t.limits.handshakes).field("handshakes_per_address", t.limits.handshakes_per_address);
-  w.field("streams_per_session", t.limits.streams_per_session).field("opens_per_second", t.limits.opens_per_second);
-  w.field("sessions_per_address", t.limits.sessions_per_address);
+  write_number_keys(w, config, "tunnel.limits");
   w.end_object();
   // The files' paths, never what they hold.
   w.key("auth").begin_object().field("mode", auth_mode_name(t.auth.mode));
@@ -383,7 +380,7 @@ std::string render_config_json(const Config& config, uint64_t generation) {
     for (unsigned cpu : config.worker_cpus) w.value(cpu);
     w.end_array();
   }
-  write_tunnel_config(w, config.tunnel);
+  write_tunnel_config(w, config);
   w.key("peers").begin_array();
   for (const PeerConfig& p : config.peers) {
     w.begin_object();

@@ -19,8 +19,12 @@
 
 #include "config/config.h"
 #include "config/config_diff.h"
+#include "config/number_keys.h"
+#include "test_support.h"
 
 using namespace rdmagw;
+using rdmagw::test::parse_config_ok;
+using rdmagw::test::read_source_file;
 
 namespace {
 
@@ -76,91 +80,85 @@ std::map<std::string, std::string> kCertMode() {
            "key_file: /etc/rdmagw/node.key}"}};
 }
 
+// A change to each numeric key of config/number_keys.h: one more than its
+// default (one less at the top of its range), which no relation between
+// keys refuses. A key added to that table is changed here by itself.
+std::vector<Change> number_key_changes() {
+  Config defaults;
+  std::vector<Change> out;
+  for (const config_keys::NumberKey& k : config_keys::kNumberKeys) {
+    uint64_t value = k.get(defaults);
+    value = value < k.max ? value + 1 : value - 1;
+    out.push_back({config_keys::number_key_path(k), std::to_string(value)});
+  }
+  return out;
+}
+
 const std::vector<Change>& changes() {
-  static const std::vector<Change> kChanges = {
-      {"node", "host-z"},
-      {"admin", "127.0.0.1:19901"},
-      {"admin_token_file", "/etc/rdmagw/token"},
-      {"workers", "3"},
-      {"worker_cpus", "[0]"},
-      {"shutdown_timeout_ms", "5000"},
-      {"log_level", "debug"},
-      {"access_log.enabled", "false"},
-      {"access_log.path", "/var/log/rdmagw/access.log"},
-      {"access_log.format", "json", {{"access_log.path", "/var/log/rdmagw/access.log"}}},
-      {"access_log.lines_per_second", "10"},
-      {"services.file", "/run/rdmagw-k8s/services.json"},
-      {"services.direct", "never"},
-      {"local_legs.redirect", "true", {}, {{"local_legs.cgroup", "/sys/fs/cgroup/rdmagw"}}},
-      {"local_legs.cgroup", "/sys/fs/cgroup/other"},
-      {"local_legs.cgroup_fs", "/host/cgroup", {{"local_legs.cgroup", "pod"}}},
-      {"local_legs.max_in_flight", "1MiB"},
-      {"tunnel.address", "127.0.0.2"},
-      {"tunnel.tcp_port", "7571"},
-      {"tunnel.rdma_port", "7572"},
-      {"tunnel.transport", "auto"},
-      {"tunnel.buffer_size", "65536"},
-      {"tunnel.tcp_splice", "true", {{"tunnel.auth", "{mode: none}"}}},
-      {"tunnel.stream_window", "524288"},
-      {"tunnel.session_budget", "64MiB"},
-      {"tunnel.keepalive_interval_ms", "4000"},
-      {"tunnel.keepalive_timeout_ms", "20000"},
-      {"tunnel.connect_timeout_ms", "4000"},
-      {"tunnel.reconnect_max_ms", "3000"},
-      {"tunnel.resume_timeout_ms", "20000"},
-      {"tunnel.rdma_probe_interval_ms", "3000"},
-      {"tunnel.rdma_head_start_ms", "500"},
-      {"tunnel.session_idle_ms", "60000"},
-      {"tunnel.max_sessions", "16"},
-      {"tunnel.sessions_per_peer", "1"},
-      {"tunnel.rdma_share", "50"},
-      {"tunnel.rdma.device", "erdma_0"},
-      {"tunnel.rdma.slab_size", "256MiB"},
-      {"tunnel.rdma.max_pinned", "32MiB"},
-      {"tunnel.rdma.recv_depth", "32"},
-      {"tunnel.rdma.send_depth", "32"},
-      {"tunnel.rdma.busy_poll_us", "10"},
-      {"tunnel.rdma.inline_threshold", "0"},
-      {"tunnel.limits.handshakes", "100"},
-      {"tunnel.limits.handshakes_per_address", "4"},
-      {"tunnel.limits.streams_per_session", "1000"},
-      {"tunnel.limits.opens_per_second", "100"},
-      {"tunnel.limits.sessions_per_address", "8"},
-      {"tunnel.auth.mode", "psk", {{"tunnel.auth", "{mode: none}"}}, {{"tunnel.auth.key_files", "[/etc/rdmagw/a]"}}},
-      {"tunnel.auth.key_files", "[/etc/rdmagw/b]"},
-      {"tunnel.auth.encrypt", "true"},
-      {"tunnel.auth.ca_files", "[/etc/rdmagw/ca2.pem]", kCertMode()},
-      {"tunnel.auth.cert_file", "/etc/rdmagw/node2.pem", kCertMode()},
-      {"tunnel.auth.key_file", "/etc/rdmagw/node2.key", kCertMode()},
-      {"tunnel.peer_cidrs[1].cidr", "10.8.0.0/24"},
-      {"tunnel.peer_cidrs[1].tcp_port", "17481"},
-      {"tunnel.peer_cidrs[1].rdma_port", "17482"},
-      {"peers[1].name", "host-d"},
-      {"peers[1].address", "127.0.0.3"},
-      {"peers[1].tcp_port", "7499"},
-      {"peers[1].rdma_port", "7498"},
-      {"peers[1].connect", "always"},
-      {"listeners[0].name", "renamed"},
-      {"listeners[0].listen", "\"tcp:127.0.0.1:6381\""},
-      {"listeners[0].peer", "host-c"},
-      {"listeners[0].target", "\"tcp:127.0.0.1:6390\""},
-      {"listeners[1].socket_mode", "\"0666\""},
-      {"listeners[0].clients", "[127.0.0.0/8]"},
-      {"listeners[2].routes[0].match", "10.1.0.0/16"},
-      {"listeners[2].routes[0].peer", "host-c"},
-      {"listeners[2].routes[0].target", "\"tcp:127.0.0.1:6390\""},
-      {"listeners[2].routes[0].action",
-       "passthrough",
-       {},
-       {{"listeners[2].routes[0].peer", "~"}, {"listeners[2].routes[0].target", "~"}}},
-      {"metrics.peer_series", "10"},
-      {"listeners[0].max_connections", "100"},
-      {"listeners[0].accepts_per_second", "50"},
-      {"listeners[0].idle_timeout_ms", "60000"},
-      {"targets[1].target", "\"tcp:127.0.0.1:6391\""},
-      {"targets[1].peers", "[10.0.0.0/16]"},
-      {"targets[1].proxy_protocol", "v2"},
-  };
+  static const std::vector<Change> kChanges = [] {
+    std::vector<Change> listed = {
+        {"node", "host-z"},
+        {"admin", "127.0.0.1:19901"},
+        {"admin_token_file", "/etc/rdmagw/token"},
+        {"workers", "3"},
+        {"worker_cpus", "[0]"},
+        {"shutdown_timeout_ms", "5000"},
+        {"log_level", "debug"},
+        {"access_log.enabled", "false"},
+        {"access_log.path", "/var/log/rdmagw/access.log"},
+        {"access_log.format", "json", {{"access_log.path", "/var/log/rdmagw/access.log"}}},
+        {"access_log.lines_per_second", "10"},
+        {"services.file", "/run/rdmagw-k8s/services.json"},
+        {"services.direct", "never"},
+        {"local_legs.redirect", "true", {}, {{"local_legs.cgroup", "/sys/fs/cgroup/rdmagw"}}},
+        {"local_legs.cgroup", "/sys/fs/cgroup/other"},
+        {"local_legs.cgroup_fs", "/host/cgroup", {{"local_legs.cgroup", "pod"}}},
+        {"local_legs.max_in_flight", "1MiB"},
+        {"tunnel.address", "127.0.0.2"},
+        {"tunnel.tcp_port", "7571"},
+        {"tunnel.rdma_port", "7572"},
+        {"tunnel.transport", "auto"},
+        {"tunnel.tcp_splice", "true", {{"tunnel.auth", "{mode: none}"}}},
+        {"tunnel.rdma.device", "erdma_0"},
+        {"tunnel.rdma.max_pinned", "32MiB"},
+        {"tunnel.auth.mode", "psk", {{"tunnel.auth", "{mode: none}"}}, {{"tunnel.auth.key_files", "[/etc/rdmagw/a]"}}},
+        {"tunnel.auth.key_files", "[/etc/rdmagw/b]"},
+        {"tunnel.auth.encrypt", "true"},
+        {"tunnel.auth.ca_files", "[/etc/rdmagw/ca2.pem]", kCertMode()},
+        {"tunnel.auth.cert_file", "/etc/rdmagw/node2.pem", kCertMode()},
+        {"tunnel.auth.key_file", "/etc/rdmagw/node2.key", kCertMode()},
+        {"tunnel.peer_cidrs[1].cidr", "10.8.0.0/24"},
+        {"tunnel.peer_cidrs[1].tcp_port", "17481"},
+        {"tunnel.peer_cidrs[1].rdma_port", "17482"},
+        {"peers[1].name", "host-d"},
+        {"peers[1].address", "127.0.0.3"},
+        {"peers[1].tcp_port", "7499"},
+        {"peers[1].rdma_port", "7498"},
+        {"peers[1].connect", "always"},
+        {"listeners[0].name", "renamed"},
+        {"listeners[0].listen", "\"tcp:127.0.0.1:6381\""},
+        {"listeners[0].peer", "host-c"},
+        {"listeners[0].target", "\"tcp:127.0.0.1:6390\""},
+        {"listeners[1].socket_mode", "\"0666\""},
+        {"listeners[0].clients", "[127.0.0.0/8]"},
+        {"listeners[2].routes[0].match", "10.1.0.0/16"},
+        {"listeners[2].routes[0].peer", "host-c"},
+        {"listeners[2].routes[0].target", "\"tcp:127.0.0.1:6390\""},
+        {"listeners[2].routes[0].action",
+         "passthrough",
+         {},
+         {{"listeners[2].routes[0].peer", "~"}, {"listeners[2].routes[0].target", "~"}}},
+        {"metrics.peer_series", "10"},
+        {"listeners[0].max_connections", "100"},
+        {"listeners[0].accepts_per_second", "50"},
+        {"listeners[0].idle_timeout_ms", "60000"},
+        {"targets[1].target", "\"tcp:127.0.0.1:6391\""},
+        {"targets[1].peers", "[10.0.0.0/16]"},
+        {"targets[1].proxy_protocol", "v2"},
+    };
+    for (Change& c : number_key_changes()) listed.push_back(std::move(c));
+    return listed;
+  }();
   return kChanges;
 }
 
@@ -203,29 +201,12 @@ std::string with(const std::map<std::string, std::string>& edits) {
   return out.c_str();
 }
 
-std::shared_ptr<const Config> parse_ok(const std::string& text) {
-  ConfigResult r = parse_config_text(text, "keys.yaml");
-  std::string errors;
-  for (const auto& e : r.errors) errors += e.to_string() + "\n";
-  INFO(text << "\n" << errors);
-  REQUIRE(r.errors.empty());
-  return r.config;
-}
-
 // Keys that are mappings or lists of mappings of their own: their changes
 // are their keys' changes.
 bool is_section(const std::string& path) {
   for (const auto& s : config_keys::kSections)
     if (s.path == path || s.path == path + "[]") return true;
   return false;
-}
-
-std::string read_docs() {
-  std::ifstream in(std::string(RDMAGW_SOURCE_DIR) + "/docs/configuration.md");
-  REQUIRE(in);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // The heading of docs/configuration.md under which a section's keys have
@@ -271,10 +252,10 @@ TEST_CASE("config keys: a change to any key is either reloaded and said, or refu
   for (const Change& c : changes()) {
     INFO(c.at << ": " << c.value);
     std::map<std::string, std::string> edits = c.before;
-    auto running = parse_ok(with(edits));
+    auto running = parse_config_ok(with(edits));
     edits[c.at] = c.value;
     for (const auto& [at, value] : c.also) edits[at] = value;
-    auto next = parse_ok(with(edits));
+    auto next = parse_config_ok(with(edits));
     std::vector<std::string> restart = restart_only_changes(*running, *next);
     std::vector<std::string> reload = describe_changes(*running, *next);
     std::string said;
@@ -285,8 +266,26 @@ TEST_CASE("config keys: a change to any key is either reloaded and said, or refu
   }
 }
 
+TEST_CASE("config keys: a numeric key's change is refused or applied as number_keys.h says") {
+  for (const Change& c : number_key_changes()) {
+    INFO(c.at << ": " << c.value);
+    auto running = parse_config_ok(with({}));
+    auto next = parse_config_ok(with({{c.at, c.value}}));
+    std::vector<std::string> restart = restart_only_changes(*running, *next);
+    std::vector<std::string> reload = describe_changes(*running, *next);
+    bool restart_only = false;
+    for (const config_keys::NumberKey& k : config_keys::kNumberKeys)
+      if (config_keys::number_key_path(k) == c.at) restart_only = k.on_reload == config_keys::OnReload::kRestart;
+    const std::vector<std::string>& said = restart_only ? restart : reload;
+    const std::vector<std::string>& unsaid = restart_only ? reload : restart;
+    REQUIRE(said.size() == 1);
+    CHECK(said[0].starts_with(c.at + ": "));
+    CHECK(unsaid.empty());
+  }
+}
+
 TEST_CASE("config keys: docs/configuration.md has a row for every key, in its section") {
-  std::string docs = read_docs();
+  std::string docs = read_source_file("docs/configuration.md");
   for (const auto& section : config_keys::kSections) {
     std::string text = docs_section(docs, docs_heading(section.path));
     for (std::string_view key : *section.keys) {
