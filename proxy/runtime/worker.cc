@@ -162,18 +162,14 @@ bool Worker::init(std::string* error) {
   }
 
   session_settings_.node = config_->node;
-  session_settings_.max_data = t.buffer_size;
-  session_settings_.max_data_of_version1_images = t.buffer_size_given ? t.buffer_size : tunnel::kVersion1DefaultMaxData;
-  session_settings_.stream_window = t.stream_window;
-  session_settings_.session_window = t.session_budget;
-  session_settings_.keepalive_interval_ms = t.keepalive_interval_ms;
-  session_settings_.keepalive_timeout_ms = t.keepalive_timeout_ms;
-  session_settings_.handshake_timeout_ms = t.connect_timeout_ms;
-  session_settings_.resume_timeout_ms = t.resume_timeout_ms;
+  // The keys sessions read are restart-only: set once. Without tunnel.auth:
+  // sessions prove themselves with auth_keyring_, which reloads swap, and a
+  // key a rotation retired must not live on here.
+  auto session_keys = std::make_shared<TunnelConfig>(t);
+  session_keys->auth = {};
+  session_settings_.tunnel = std::move(session_keys);
   session_settings_.instance = process_instance();
   session_settings_.metrics = &metrics_;
-  session_settings_.max_peer_streams = t.limits.streams_per_session;
-  session_settings_.peer_opens_per_second = t.limits.opens_per_second;
   session_settings_.handshake_log = &handshake_log_;
   auth_keyring_.keys = t.auth.mode == AuthMode::kPsk ? t.auth.keys : nullptr;
   auth_keyring_.credentials = t.auth.mode == AuthMode::kCert ? t.auth.credentials : nullptr;

@@ -94,12 +94,13 @@ void Worker::import_image(const WorkerImage& image) {
     tunnel::Session* session = nullptr;
     // The peer may send this session frames as large as it announced; a
     // smaller tunnel.buffer_size now could not take them.
-    uint32_t announced = tunnel::announced_max_data(s, session_settings_.max_data_of_version1_images);
-    if (announced > session_settings_.max_data) {
+    uint32_t buffer_size = session_settings_.tunnel->buffer_size;
+    uint32_t announced = tunnel::announced_max_data(s, *session_settings_.tunnel);
+    if (announced > buffer_size) {
       log::warn("takeover_session_dropped")
           .kv("peer", s.dialer ? s.peer_label : s.peer_node)
           .kv("reason", "the session announced frames of up to " + std::to_string(announced) +
-                            " bytes; tunnel.buffer_size is " + std::to_string(session_settings_.max_data) +
+                            " bytes; tunnel.buffer_size is " + std::to_string(buffer_size) +
                             " now (lower it only with a restart)");
       sessions.push_back(nullptr);
       continue;

@@ -78,7 +78,8 @@ Session::Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSett
       remote_address_(transport_->remote_address()),
       owner_(owner),
       next_local_id_(role == Role::kDialer ? 1 : 2),
-      session_receive_(settings.session_window) {
+      session_receive_(settings.tunnel->session_budget) {
+  own_ = {settings_.tunnel->buffer_size, settings_.tunnel->stream_window, settings_.tunnel->session_budget};
   started_ = last_receive_ = last_ping_ = last_ack_ = link_started_ = loop.now();
   // A token names the session across transports; the nonce is drawn once
   // per session (never per frame).
@@ -89,7 +90,8 @@ Session::Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSett
   started_wall_ = Clock::now();
   if (settings_.metrics && !settings_.peer_label.empty())
     peer_metrics_ = &settings_.metrics->peer(settings_.peer_label);
-  peer_opens_ = TokenBucket(settings_.peer_opens_per_second, settings_.peer_opens_per_second);
+  uint32_t opens = settings_.tunnel->limits.opens_per_second;
+  peer_opens_ = TokenBucket(opens, opens);
 }
 
 Session::~Session() {
@@ -166,11 +168,11 @@ void Session::start() {
 
 bool Session::send_hello() {
   HelloPayload hello;
-  hello.max_data = settings_.max_data;
-  hello.stream_window = settings_.stream_window;
-  hello.session_window = settings_.session_window;
+  hello.max_data = own_.max_data;
+  hello.stream_window = own_.stream_window;
+  hello.session_window = own_.session_window;
   hello.node = settings_.node.substr(0, kMaxNodeNameLength);
-  if (settings_.resume_timeout_ms > 0) hello.capabilities |= kCapResume;
+  if (settings_.tunnel->resume_timeout_ms > 0) hello.capabilities |= kCapResume;
   hello.capabilities |= kCapRdmaPlacement;
   if (auth_enabled()) hello.capabilities |= kCapAuth | kCapBound;
   if (auth_enabled() && settings_.auth->certificates()) hello.capabilities |= kCapCert;
@@ -202,29 +204,30 @@ void Session::tick(Clock::time_point now) {
     return;
   }
   apply_acks();
+  const TunnelConfig& keys = *settings_.tunnel;
   if (state_ == State::kResuming) {
-    if (now - suspended_at_ > std::chrono::milliseconds(settings_.resume_timeout_ms)) {
+    if (now - suspended_at_ > std::chrono::milliseconds(keys.resume_timeout_ms)) {
       close(SessionEnd::kResumeTimeout,
-            "not resumed within resume_timeout_ms (" + std::to_string(settings_.resume_timeout_ms) + " ms)",
+            "not resumed within resume_timeout_ms (" + std::to_string(keys.resume_timeout_ms) + " ms)",
             CloseMode::kAbort);
-    } else if (transport_ && now - link_started_ > std::chrono::milliseconds(settings_.handshake_timeout_ms)) {
+    } else if (transport_ && now - link_started_ > std::chrono::milliseconds(keys.connect_timeout_ms)) {
       suspend("resume handshake timeout");
     }
     return;
   }
   notify_blocked_streams();
   if (state_ == State::kHandshake) {
-    if (now - started_ > std::chrono::milliseconds(settings_.handshake_timeout_ms))
+    if (now - started_ > std::chrono::milliseconds(keys.connect_timeout_ms))
       close(SessionEnd::kHandshakeTimeout, "handshake timeout", CloseMode::kAbort);
     return;
   }
-  if (now - last_receive_ > std::chrono::milliseconds(settings_.keepalive_timeout_ms)) {
+  if (now - last_receive_ > std::chrono::milliseconds(keys.keepalive_timeout_ms)) {
     count_transport_loss(metrics::TransportLoss::kKeepaliveTimeout);
     lose_transport(SessionEnd::kKeepaliveTimeout,
-                   "keepalive timeout: nothing received for " + std::to_string(settings_.keepalive_timeout_ms) + " ms");
+                   "keepalive timeout: nothing received for " + std::to_string(keys.keepalive_timeout_ms) + " ms");
     return;
   }
-  if (now - last_ping_ >= std::chrono::milliseconds(settings_.keepalive_interval_ms)) {
+  if (now - last_ping_ >= std::chrono::milliseconds(keys.keepalive_interval_ms)) {
     last_ping_ = now;
     send_control(FrameType::kPing, 0, static_cast<uint64_t>(to_ns(now)), 8);
   }
@@ -332,7 +335,7 @@ void Session::attach(Stream& stream, uint32_t id, uint64_t send_window) {
   stream.session_ = this;
   stream.id_ = id;
   stream.send_ = SendCredit(send_window);
-  stream.receive_ = ReceiveWindow(settings_.stream_window);
+  stream.receive_ = ReceiveWindow(own_.stream_window);
   stream.fin_sent_ = stream.fin_received_ = false;
   stream.wants_credit_ = stream.waits_for_session_ = false;
   streams_[id] = &stream;
@@ -376,7 +379,7 @@ bool Session::send_control(FrameType type, uint32_t id, uint64_t value, size_t v
   // A resumable session also counts what it keeps for a resend: a peer that
   // does not acknowledge is not reading either.
   size_t queued = frames_->size() + frames_->retained();
-  if (queued > std::min(peer_hello_.session_window, settings_.session_window) + kControlBacklogLimit) {
+  if (queued > std::min(peer_hello_.session_window, own_.session_window) + kControlBacklogLimit) {
     close(SessionEnd::kPeerNotReading, "peer is not reading (" + std::to_string(queued) + " bytes queued)",
           CloseMode::kAbort);
     return false;
@@ -495,7 +498,7 @@ uint64_t Session::usable_session_credit() const {
   // worker shares. Its streams wait for the ACK as for credit. Half the
   // control backlog is headroom for the frames' headers and control frames,
   // so that a peer that acknowledges costs no throughput.
-  uint64_t cap = std::min(peer_hello_.session_window, settings_.session_window) + kControlBacklogLimit / 2;
+  uint64_t cap = std::min(peer_hello_.session_window, own_.session_window) + kControlBacklogLimit / 2;
   uint64_t kept = frames_->size() + frames_->retained();
   return kept >= cap ? 0 : std::min(a, cap - kept);
 }
@@ -885,15 +888,15 @@ bool Session::accept_hello(HelloPayload hello) {
   peer_hello_ = std::move(hello);
   peer_node_ = peer_hello_.node;
   session_send_ = SendCredit(peer_hello_.session_window);
-  if (peer_hello_.session_window > settings_.session_window)
-    session_send_reserve_ = peer_hello_.session_window - settings_.session_window;
+  if (peer_hello_.session_window > own_.session_window)
+    session_send_reserve_ = peer_hello_.session_window - own_.session_window;
   if (settings_.metrics && !peer_metrics_)
     peer_metrics_ = &settings_.metrics->peer(peer_node_.empty() ? metrics::WorkerMetrics::kUnnamedPeer : peer_node_);
   if (role_ == Role::kAcceptor && !send_hello()) {
     close(SessionEnd::kOutOfBuffers, "out of buffers", CloseMode::kAbort);
     return false;
   }
-  resumable_ = (peer_hello_.capabilities & kCapResume) && settings_.resume_timeout_ms > 0;
+  resumable_ = (peer_hello_.capabilities & kCapResume) && settings_.tunnel->resume_timeout_ms > 0;
   if (!resumable_) {
     link_ready();
     open_now();
@@ -941,7 +944,7 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
   OpenPayload open;
   if (!decode_open(payload, &open, &reason, origins())) return protocol_error(reason);
   uint32_t first = static_cast<uint32_t>(open.first_bytes.size());
-  if (first > settings_.stream_window || !session_receive_.on_receive(first))
+  if (first > own_.stream_window || !session_receive_.on_receive(first))
     return protocol_error("OPEN first bytes exceed the window");
   highest_remote_id_ = id;
   count_bytes_in(first);
@@ -970,8 +973,9 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
 }
 
 bool Session::within_open_limits(uint32_t id) {
-  bool too_many = settings_.max_peer_streams && peer_streams_ >= settings_.max_peer_streams;
-  bool too_fast = !too_many && settings_.peer_opens_per_second && !peer_opens_.take(loop().now());
+  const TunnelLimits& limits = settings_.tunnel->limits;
+  bool too_many = limits.streams_per_session && peer_streams_ >= limits.streams_per_session;
+  bool too_fast = !too_many && limits.opens_per_second && !peer_opens_.take(loop().now());
   if (!too_many && !too_fast) return true;
   if (settings_.metrics) settings_.metrics->failed(metrics::StreamFailure::kLimit);
   uint64_t suppressed = 0;
@@ -981,7 +985,7 @@ bool Session::within_open_limits(uint32_t id) {
     if (too_many)
       line.kv("limit", "tunnel.limits.streams_per_session").kv("streams", peer_streams_);
     else
-      line.kv("limit", "tunnel.limits.opens_per_second").kv("per_second", settings_.peer_opens_per_second);
+      line.kv("limit", "tunnel.limits.opens_per_second").kv("per_second", limits.opens_per_second);
     if (suppressed) line.kv("suppressed", suppressed);
   }
   return false;

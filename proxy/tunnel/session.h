@@ -33,6 +33,7 @@
 #include "common/log_limiter.h"
 #include "common/metrics.h"
 #include "common/token_bucket.h"
+#include "config/config.h"
 #include "proxy/io/event_loop.h"
 #include "proxy/tunnel/frame.h"
 #include "proxy/tunnel/peer_auth.h"
@@ -113,21 +114,24 @@ class SessionOwner {
   }
 };
 
+// The tunnel's keys as the configuration has them (one name and one
+// default per key: config/config.h), shared with it rather than copied.
+inline std::shared_ptr<const TunnelConfig> default_tunnel_config() {
+  static const auto defaults = std::make_shared<const TunnelConfig>();
+  return defaults;
+}
+
 struct SessionSettings {
   std::string node;
-  uint32_t max_data = 32 * 1024;
-  // What a session from a version-1 takeover image announced as max_data
-  // (the image does not say): tunnel.buffer_size when the config sets it,
-  // else that version's default (kVersion1DefaultMaxData).
-  uint32_t max_data_of_version1_images = kVersion1DefaultMaxData;
-  uint32_t stream_window = 256 * 1024;
-  uint64_t session_window = 32ull * 1024 * 1024;
-  uint32_t keepalive_interval_ms = 5000;
-  uint32_t keepalive_timeout_ms = 15000;
-  uint32_t handshake_timeout_ms = 3000;
-  // How long a resumable session waits for a new transport; 0: sessions are
-  // not resumable (kCapResume is not offered).
-  uint32_t resume_timeout_ms = 0;
+  // What a session reads of the tunnel's keys: the sizes its HELLO announces
+  // (buffer_size as max_data, stream_window, session_budget as the session's
+  // window), keepalive_interval_ms and keepalive_timeout_ms,
+  // connect_timeout_ms (which bounds each handshake too), resume_timeout_ms
+  // (0: not resumable, kCapResume is not offered), and limits'
+  // streams_per_session and opens_per_second (what a peer may ask of one
+  // session: an OPEN beyond either is refused with RESET(resource); 0: no
+  // limit).
+  std::shared_ptr<const TunnelConfig> tunnel = default_tunnel_config();
   // This process's instance, the first half of the tokens it dials with
   // (0: drawn per session).
   uint64_t instance = 0;
@@ -135,11 +139,6 @@ struct SessionSettings {
   // lower it to reach exhaustion).
   uint32_t max_stream_id = kMaxStreamId;
   metrics::WorkerMetrics* metrics = nullptr;  // the worker's counters (null in unit tests)
-  // What a peer may ask of one session (tunnel.limits): streams it has open
-  // at once, and OPENs per second (a burst of one second's worth). An OPEN
-  // beyond either is refused with RESET(resource); 0: no limit.
-  uint32_t max_peer_streams = 0;
-  uint32_t peer_opens_per_second = 0;
   // The worker's limiter for lines about accepted connections that were
   // never admitted (a flood of them must not flood the log); null: every
   // line is written.
@@ -382,7 +381,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   void apply_acks();
   void maybe_ack(bool timer);
   // Enough unacknowledged bytes that the peer should hear of them this batch.
-  bool ack_due_by_volume() const { return received_ - ack_sent_ >= settings_.max_data * 4ull; }
+  bool ack_due_by_volume() const { return received_ - ack_sent_ >= own_.max_data * 4ull; }
   bool same_settings(const HelloPayload& hello) const;
   uint64_t usable_session_credit() const;
   bool protocol_error(std::string reason);
@@ -488,6 +487,14 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   std::string peer_node_;
   HelloPayload peer_hello_;
   uint32_t own_capabilities_ = 0;  // what our HELLO said (a takeover's: what the old process's said)
+  // The sizes our HELLO announces, which the peer holds us to for the
+  // session's life: the tunnel's keys, or for a session a takeover brought,
+  // what the old process announced.
+  struct Announced {
+    uint32_t max_data = 0;
+    uint32_t stream_window = 0;
+    uint64_t session_window = 0;
+  } own_;
   // One transport's authentication, while it runs (session_auth.cc).
   struct AuthExchange {
     AuthStep expect = AuthStep::kChallenge;  // the peer's next AUTH

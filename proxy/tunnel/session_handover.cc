@@ -56,9 +56,9 @@ void Session::export_image(SessionImage* out) const {
   out->peer_label = settings_.peer_label;
   out->peer_node = peer_node_;
   out->peer_hello = peer_hello_;
-  out->own_max_data = settings_.max_data;
-  out->own_stream_window = settings_.stream_window;
-  out->own_session_window = settings_.session_window;
+  out->own_max_data = own_.max_data;
+  out->own_stream_window = own_.stream_window;
+  out->own_session_window = own_.session_window;
   out->own_capabilities = own_capabilities_;
   out->token = token_;
   out->received = received_;
@@ -116,13 +116,14 @@ Session::Session(EventLoop& loop, BufferPool& pool, const SessionSettings& setti
       session_receive_(image.session_receive_size, image.session_receive_remaining, image.session_receive_pending) {
   // The peer holds us to what we announced (Session::same_settings on its
   // side): the resumes announce it again, whatever the new config says.
-  settings_.max_data = announced_max_data(image, settings.max_data_of_version1_images);
-  if (image.own_stream_window) settings_.stream_window = image.own_stream_window;
-  if (image.own_session_window) settings_.session_window = image.own_session_window;
+  const TunnelConfig& keys = *settings_.tunnel;
+  own_.max_data = announced_max_data(image, keys);
+  own_.stream_window = image.own_stream_window ? image.own_stream_window : keys.stream_window;
+  own_.session_window = image.own_session_window ? image.own_session_window : keys.session_budget;
   started_ = last_receive_ = last_ping_ = last_ack_ = link_started_ = suspended_at_ = loop.now();
   suspended_kind_ = transport_kind_;  // the transport it had before the takeover
   started_wall_ = Clock::now() - std::chrono::milliseconds(image.age_ms);
-  peer_opens_ = TokenBucket(settings_.peer_opens_per_second, settings_.peer_opens_per_second);
+  peer_opens_ = TokenBucket(keys.limits.opens_per_second, keys.limits.opens_per_second);
   goaway_out_ = image.goaway_sent ? GoawayOut::kSent : GoawayOut::kNone;
   goaway_received_ = draining_announced_ = image.goaway_received;
   counters_.frames_in = image.frames_in;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "proxy/tunnel/frame.h"
 
 namespace rdmagw::tunnel {
@@ -65,10 +66,12 @@ struct SessionImage {
   std::vector<uint32_t> blocked;  // streams short of session credit, in order
 };
 
-// The max_data a session of `image` announced; `version1`: what a session
-// of a version-1 image (which does not say) announced.
-inline uint32_t announced_max_data(const SessionImage& image, uint32_t version1) {
-  return image.own_max_data ? image.own_max_data : version1;
+// The max_data a session of `image` announced. A version-1 image does not
+// say: taken as `tunnel`'s buffer_size when the file sets it (an operator
+// who set it kept it), else that version's default.
+inline uint32_t announced_max_data(const SessionImage& image, const TunnelConfig& tunnel) {
+  if (image.own_max_data) return image.own_max_data;
+  return tunnel.buffer_size_given ? tunnel.buffer_size : kVersion1DefaultMaxData;
 }
 
 }  // namespace rdmagw::tunnel

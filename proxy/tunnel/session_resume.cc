@@ -279,7 +279,7 @@ void Session::maybe_ack(bool timer) {
   if (!resumable_ || state_ != State::kOpen || link_ != Link::kReady || received_ == ack_sent_) return;
   // Often enough under load that the peer's kept bytes stay near what is in
   // flight; on an idle session, once per keepalive interval.
-  bool due = timer ? loop().now() - last_ack_ >= std::chrono::milliseconds(settings_.keepalive_interval_ms)
+  bool due = timer ? loop().now() - last_ack_ >= std::chrono::milliseconds(settings_.tunnel->keepalive_interval_ms)
                    : ack_due_by_volume();
   if (!due) return;
   ack_sent_ = received_;

@@ -22,6 +22,7 @@
 #include "fake_stream.h"
 #include "fake_transport.h"
 #include "proxy/tunnel/session.h"
+#include "tunnel_keys.h"
 
 using namespace rdmagw;
 using namespace rdmagw::tunnel;
@@ -65,13 +66,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   SessionSettings settings;
   settings.node = "fuzz";
-  settings.max_data = 4096;
-  settings.stream_window = 16384;
-  settings.session_window = 65536;
-  settings.resume_timeout_ms = (mode & 4) ? 10000 : 0;
+  tunnel_keys(settings).buffer_size = 4096;
+  tunnel_keys(settings).stream_window = 16384;
+  tunnel_keys(settings).session_budget = 65536;
+  tunnel_keys(settings).resume_timeout_ms = (mode & 4) ? 10000 : 0;
   if (mode & 2) settings.auth = (mode & 32) ? &cert_keyring() : &keyring();
 
-  BufferPool pool(kBufferHeadroom + settings.max_data, 64);
+  BufferPool pool(kBufferHeadroom + settings.tunnel->buffer_size, 64);
   EventLoop loop;
   std::string error;
   if (!loop.init(64, &error)) return 0;
@@ -82,7 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       streams[i].deliver_now = 1u << 30;
       owner.give(streams[i]);
     }
-    auto t = make_io<FakeTransport>(loop, pool, settings.max_data);
+    auto t = make_io<FakeTransport>(loop, pool, settings.tunnel->buffer_size);
     FakeTransport* wire = t.get();
     wire->like_a_socket = true;
     auto role = (mode & 1) ? Session::Role::kDialer : Session::Role::kAcceptor;

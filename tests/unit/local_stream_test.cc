@@ -31,6 +31,7 @@
 #include "proxy/tunnel/peer_link.h"
 #include "proxy/tunnel/session.h"
 #include "tests/unit/fake_transport.h"
+#include "tunnel_keys.h"
 
 using namespace rdmagw;
 using namespace rdmagw::tunnel;
@@ -38,6 +39,7 @@ using rdmagw::local::LocalStream;
 using rdmagw::local::StreamHost;
 using rdmagw::test::FakeTransport;
 using rdmagw::test::Frame;
+using rdmagw::test::tunnel_keys;
 using namespace std::chrono_literals;
 
 namespace {
@@ -433,7 +435,7 @@ TEST_CASE("local: peer FIN reaches the app as EOF after the data; the app can st
 
 TEST_CASE("local: bulk peer DATA beyond what the socket takes is queued, delivered in order, and credited back") {
   SessionSettings settings;
-  settings.stream_window = 1024 * 1024;
+  tunnel_keys(settings).stream_window = 1024 * 1024;
   Rig rig(settings);
   ClientStream c = open_client(rig, {}, /*app_rcvbuf=*/4096, /*proxy_sndbuf=*/4096);
   const std::string body = pattern(512 * 1024);
@@ -451,7 +453,7 @@ TEST_CASE("local: bulk peer DATA beyond what the socket takes is queued, deliver
   // What was delivered came back as credit: stream WINDOWs add up to most of it.
   uint64_t granted = 0;
   for (const auto& w : rig.sent(FrameType::kWindow, 1)) granted += w.u32();
-  CHECK(granted >= body.size() - settings.stream_window / 4);
+  CHECK(granted >= body.size() - settings.tunnel->stream_window / 4);
   CHECK(granted <= body.size());
   // A 4 KiB receive buffer takes little at once: most bytes waited in the
   // queue, and the counter says so (but not more than arrived).
@@ -626,7 +628,7 @@ TEST_CASE("local: a session lost mid-stream after the peer's FIN still resets th
 
 TEST_CASE("local: a session lost after both FINs lets the app read all data and a clean EOF") {
   SessionSettings settings;
-  settings.stream_window = 1024 * 1024;
+  tunnel_keys(settings).stream_window = 1024 * 1024;
   Rig rig(settings);
   // Small socket buffers: the reply cannot all be in the kernel yet when the session dies.
   ClientStream c = open_client(rig, {}, /*app_rcvbuf=*/4096, /*proxy_sndbuf=*/4096);

@@ -23,10 +23,12 @@
 #include "proxy/tunnel/session.h"
 #include "proxy/tunnel/transport.h"
 #include "tests/unit/fake_transport.h"
+#include "tunnel_keys.h"
 
 using namespace rdmagw;
 using namespace rdmagw::tunnel;
 using rdmagw::test::FakeTransport;
+using rdmagw::test::tunnel_keys;
 using namespace std::chrono_literals;
 
 namespace {
@@ -870,7 +872,7 @@ test::Bytes session_bytes(const SessionToken& token, SessionKind kind, uint64_t 
 struct OnTcp : Fixture {
   FakeTransport* tcp_wire = nullptr;
   explicit OnTcp(bool places_rdma = true, uint32_t probe_ms = 2000) : Fixture(TransportMode::kAuto) {
-    settings.resume_timeout_ms = 10000;
+    tunnel_keys(settings).resume_timeout_ms = 10000;
     tunnel.rdma_probe_interval_ms = probe_ms;
     link = std::make_unique<PeerLink>(loop, pool, peer, settings, tunnel, Connectors{&tcp, &rdma});
     link->start();
@@ -887,7 +889,7 @@ struct OnTcp : Fixture {
 struct OnRdma : Fixture {
   FakeTransport* wire = nullptr;
   explicit OnRdma(TransportMode mode) : Fixture(mode) {
-    settings.resume_timeout_ms = 10000;
+    tunnel_keys(settings).resume_timeout_ms = 10000;
     link = std::make_unique<PeerLink>(loop, pool, peer, settings, tunnel, Connectors{&tcp, &rdma});
     link->start();
     wire = dialed(rdma);
@@ -1249,7 +1251,7 @@ TEST_CASE("peer link: past rdma.max_pinned, a session put on TCP resumes on TCP 
   FakeBudget budget;
   budget.rdma = SessionBudget::RdmaRoom::kNo;
   Fixture f(TransportMode::kAuto, true, /*always=*/true, &budget);
-  f.settings.resume_timeout_ms = 10000;
+  tunnel_keys(f.settings).resume_timeout_ms = 10000;
   f.tunnel.rdma_probe_interval_ms = 2000;
   f.link =
       std::make_unique<PeerLink>(f.loop, f.pool, f.peer, f.settings, f.tunnel, Connectors{&f.tcp, &f.rdma}, &budget);
@@ -1323,7 +1325,7 @@ TEST_CASE("peer link: rdma_share 0 puts an auto session on TCP, says why, and ne
   Fixture f(TransportMode::kAuto);
   f.tunnel.rdma_share = 0;
   f.tunnel.rdma_probe_interval_ms = 100;
-  f.settings.resume_timeout_ms = 10000;
+  tunnel_keys(f.settings).resume_timeout_ms = 10000;
   f.link = std::make_unique<PeerLink>(f.loop, f.pool, f.peer, f.settings, f.tunnel, Connectors{&f.tcp, &f.rdma});
   CHECK_FALSE(f.link->in_rdma_share());
   f.link->start();

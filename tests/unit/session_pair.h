@@ -12,6 +12,7 @@
 #include "fake_stream.h"
 #include "fake_transport.h"
 #include "proxy/tunnel/session.h"
+#include "tunnel_keys.h"
 
 namespace rdmagw::test {
 
@@ -27,10 +28,10 @@ inline constexpr const char* kTarget = "tcp:10.0.0.5:6379";
 inline SessionSettings resumable_settings(std::string node, uint32_t resume_timeout_ms = 10000) {
   SessionSettings s;
   s.node = std::move(node);
-  s.max_data = 4 * kKiB;
-  s.stream_window = 64 * kKiB;
-  s.session_window = 256 * kKiB;
-  s.resume_timeout_ms = resume_timeout_ms;
+  tunnel_keys(s).buffer_size = 4 * kKiB;
+  tunnel_keys(s).stream_window = 64 * kKiB;
+  tunnel_keys(s).session_budget = 256 * kKiB;
+  tunnel_keys(s).resume_timeout_ms = resume_timeout_ms;
   return s;
 }
 

@@ -13,6 +13,7 @@
 #include "fake_transport.h"
 #include "proxy/tunnel/session.h"
 #include "session_pair.h"
+#include "tunnel_keys.h"
 
 using namespace rdmagw;
 using namespace rdmagw::tunnel;
@@ -244,7 +245,7 @@ TEST_CASE("resumable sessions: transports lost and resumes are counted by kind a
   CHECK(accept_metrics.session_resumes[kTcp][kRdma].value() == 1);
 
   // Then nothing from the peer for keepalive_timeout_ms: RDMA lost, resumed on TCP.
-  p.dialer->tick(p.loop.now() + std::chrono::milliseconds(d.keepalive_timeout_ms + 1));
+  p.dialer->tick(p.loop.now() + std::chrono::milliseconds(d.tunnel->keepalive_timeout_ms + 1));
   CHECK(p.dialer->state() == Session::State::kResuming);
   CHECK(lost(dial_metrics, kRdma, TransportLoss::kKeepaliveTimeout) == 1);
   p.accept_wire->fail("work completion error: transport retry counter exceeded", TransportLoss::kRetryExceeded);
@@ -425,22 +426,25 @@ TEST_CASE("takeover: the new process announces what the session announced, whate
     p.loop.end_batch();
     SessionImage image;
     p.dialer->export_image(&image);
-    CHECK(image.own_max_data == p.dial_settings.max_data);
-    CHECK(image.own_stream_window == p.dial_settings.stream_window);
-    CHECK(image.own_session_window == p.dial_settings.session_window);
+    CHECK(image.own_max_data == p.dial_settings.tunnel->buffer_size);
+    CHECK(image.own_stream_window == p.dial_settings.tunnel->stream_window);
+    CHECK(image.own_session_window == p.dial_settings.tunnel->session_budget);
     p.dialer->close(SessionEnd::kLocalClose, "taken over", CloseMode::kAbort);
 
     SessionSettings next = p.dial_settings;  // the new process's config
-    next.max_data = 2 * p.dial_settings.max_data;
+    tunnel_keys(next).buffer_size = 2 * p.dial_settings.tunnel->buffer_size;
     if (kind == Image::kVersion2) {
-      next.stream_window *= 2;
-      next.session_window *= 2;
+      tunnel_keys(next).stream_window *= 2;
+      tunnel_keys(next).session_budget *= 2;
     } else {
-      // A version 1 image does not say; the worker knows the old default.
+      // A version 1 image does not say: it is taken to be tunnel.buffer_size
+      // where the file sets it, right when that is what the old process used.
       image.own_max_data = image.own_stream_window = 0;
       image.own_session_window = 0;
-      next.max_data_of_version1_images =
-          kind == Image::kVersion1Right ? p.dial_settings.max_data : p.dial_settings.max_data / 2;
+      uint32_t old = p.dial_settings.tunnel->buffer_size;
+      TunnelConfig& keys = tunnel_keys(next);
+      keys.buffer_size = kind == Image::kVersion1Right ? old : old / 2;
+      keys.buffer_size_given = true;
     }
     p.dialer = make_io<Session>(p.loop, p.pool, next, image, &p.dial_owner);
     p.reconnect();

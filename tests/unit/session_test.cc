@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "fake_stream.h"
 #include "fake_transport.h"
+#include "tunnel_keys.h"
 
 using namespace rdmagw;
 using namespace rdmagw::tunnel;
@@ -35,9 +36,9 @@ SessionSettings settings_for(uint32_t max_data = 16 * kKiB, uint32_t stream_wind
                              uint64_t session_window = 32ull * kKiB * kKiB) {
   SessionSettings s;
   s.node = "self";
-  s.max_data = max_data;
-  s.stream_window = stream_window;
-  s.session_window = session_window;
+  tunnel_keys(s).buffer_size = max_data;
+  tunnel_keys(s).stream_window = stream_window;
+  tunnel_keys(s).session_budget = session_window;
   return s;
 }
 
@@ -54,11 +55,11 @@ struct Harness {
   IoPtr<Session> session;
 
   explicit Harness(Session::Role role, SessionSettings config = settings_for())
-      : pool(kBufferHeadroom + config.max_data, 8192), settings(std::move(config)) {
+      : pool(kBufferHeadroom + config.tunnel->buffer_size, 8192), settings(std::move(config)) {
     log::set_level(log::Level::kError);  // the sessions' warnings are what the tests check
     std::string error;
     if (!loop.init(64, &error)) FAIL("io_uring: " << error);
-    auto t = make_io<FakeTransport>(loop, pool, settings.max_data);
+    auto t = make_io<FakeTransport>(loop, pool, settings.tunnel->buffer_size);
     transport = t.get();
     session = make_io<Session>(loop, pool, role, settings, IoPtr<Transport>(t.release()), &owner);
     session->start();
@@ -165,9 +166,9 @@ TEST_CASE("handshake: the dialer sends HELLO first and opens on the acceptor's H
   std::string reason;
   REQUIRE(decode_hello(w[0].payload, &ours, &reason));
   CHECK(ours.node == "self");
-  CHECK(ours.max_data == h.settings.max_data);
-  CHECK(ours.stream_window == h.settings.stream_window);
-  CHECK(ours.session_window == h.settings.session_window);
+  CHECK(ours.max_data == h.settings.tunnel->buffer_size);
+  CHECK(ours.stream_window == h.settings.tunnel->stream_window);
+  CHECK(ours.session_window == h.settings.tunnel->session_budget);
   CHECK(h.s().state() == Session::State::kHandshake);
   CHECK(!h.s().can_open_streams());
   CHECK(h.s().open_credit() == 0);
@@ -1464,7 +1465,7 @@ TEST_CASE("admission: a dialer admits its transport on the acceptor's HELLO") {
 TEST_CASE(
     "OPEN: beyond streams_per_session the peer's OPEN is answered RESET(resource); a stream that ends makes room") {
   SessionSettings settings = settings_for();
-  settings.max_peer_streams = 2;
+  tunnel_keys(settings).limits.streams_per_session = 2;
   Harness h(Session::Role::kAcceptor, settings);
   h.handshake();
   FakeStream a("a", &h.log), b("b", &h.log);
@@ -1495,7 +1496,7 @@ TEST_CASE(
 
 TEST_CASE("OPEN: beyond opens_per_second the peer's OPENs are refused until the rate allows again") {
   SessionSettings settings = settings_for();
-  settings.peer_opens_per_second = 3;
+  tunnel_keys(settings).limits.opens_per_second = 3;
   Harness h(Session::Role::kAcceptor, settings);
   h.handshake();
   h.owner.refuse_code = ResetCode::kNotAllowed;  // what the owner says when asked
