@@ -298,11 +298,6 @@ struct Config {
   ServicesConfig services;               // services
   LocalLegsConfig local_legs;            // local_legs
 
-  const PeerConfig* find_peer(const std::string& name) const {
-    for (const auto& p : peers)
-      if (p.name == name) return &p;
-    return nullptr;
-  }
   // The peer_cidrs entry that holds `destination`'s address, if any.
   const PeerCidr* find_peer_cidr(const sockaddr* destination) const {
     for (const auto& c : tunnel.peer_cidrs)
@@ -316,10 +311,6 @@ struct Config {
   // `admitted` (may be null): the first entry that admits it.
   TargetRefusal target_refusal(const Endpoint& target, const sockaddr* peer, std::string_view peer_name = {},
                                const TargetFacts& facts = {}, const TargetRule** admitted = nullptr) const;
-  bool target_allowed(const Endpoint& target, const sockaddr* peer, std::string_view peer_name = {},
-                      const TargetFacts& facts = {}) const {
-    return target_refusal(target, peer, peer_name, facts) == TargetRefusal::kNone;
-  }
   bool has_this_node_target() const {
     return std::any_of(targets.begin(), targets.end(), [](const TargetRule& r) { return r.this_node; });
   }

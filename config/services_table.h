@@ -94,7 +94,6 @@ class ServiceTable {
   std::span<const Service> services() const { return services_; }
   std::span<const Port> ports() const { return ports_; }
   size_t endpoint_count() const { return endpoints_.size(); }
-  size_t bytes() const { return bytes_->size(); }
 
   std::string_view text(services_table::StringRef ref) const {
     return {reinterpret_cast<const char*>(strings_.data()) + ref.offset, ref.length};

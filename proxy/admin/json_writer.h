@@ -60,7 +60,6 @@ class JsonWriter {
   // key(name) then an array of strings.
   JsonWriter& string_array(std::string_view name, const std::vector<std::string>& items);
 
-  const std::string& str() const { return out_; }
   std::string take() { return std::move(out_); }
 
  private:

@@ -32,7 +32,6 @@ class Acceptor final : public IoObject {
   }
   // Re-arms after a resource error (EMFILE...) without spinning on it.
   void tick();
-  const std::string& name() const { return name_; }
   // A reload renamed the listener (logs use the name).
   void rename(std::string name) { name_ = std::move(name); }
 

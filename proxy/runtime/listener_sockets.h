@@ -37,7 +37,6 @@ class ListenFds {
   // A new process took them over: closing ours must not unlink the unix
   // socket's path, which names the socket it goes on serving.
   void hand_over() { handed_over_ = true; }
-  const Endpoint& endpoint() const { return endpoint_; }
   // Its connections across the workers (max_connections, accepts_per_second):
   // kept as long as the address is, across reloads.
   const std::shared_ptr<local::ListenerLoad>& load() const { return load_; }

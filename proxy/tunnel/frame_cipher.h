@@ -72,9 +72,6 @@ class FrameCipher {
   // ours.
   bool open(std::span<const uint8_t> sealed, std::span<const uint8_t> aad, uint8_t* out);
 
-  uint64_t records() const { return count_; }
-  Protection protection() const { return protection_; }
-
  private:
   FrameCipher() = default;
   void next_nonce(uint8_t out[12]);

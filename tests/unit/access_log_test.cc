@@ -18,9 +18,11 @@
 #include <string>
 
 #include "proxy/local/stream_origin.h"
+#include "test_support.h"
 
 using namespace rdmagw;
 using namespace rdmagw::local;
+using rdmagw::test::TempDir;
 
 namespace {
 
@@ -30,16 +32,6 @@ std::string read(const std::string& path) {
   text << in.rdbuf();
   return text.str();
 }
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/rdmagw-access-XXXXXX";
-    REQUIRE(mkdtemp(tmpl));
-    path = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf " + path).c_str()); }
-};
 
 AccessRecord record() {
   AccessRecord r;
@@ -90,7 +82,7 @@ TEST_CASE("access log: utc_timestamp is ISO 8601 with milliseconds") {
 }
 
 TEST_CASE("access log: a file keeps its lines whole, reopens at its path after a move, and bounds the rate") {
-  TempDir dir;
+  TempDir dir("rdmagw-access");
   std::string path = dir.path + "/access.log";
   AccessLogFile file;
   std::string error;

@@ -249,7 +249,7 @@ TEST_CASE("json: numbers", "[admin][json]") {
   JsonWriter w;
   w.begin_array().value(int64_t{-5}).value(std::numeric_limits<uint64_t>::max()).value(7u).value(true).value(false);
   w.end_array();
-  CHECK(w.str() == "[-5,18446744073709551615,7,true,false]");
+  CHECK(w.take() == "[-5,18446744073709551615,7,true,false]");
 }
 
 TEST_CASE("json: commas and nesting", "[admin][json]") {
@@ -260,8 +260,9 @@ TEST_CASE("json: commas and nesting", "[admin][json]") {
   w.key("c").begin_object().key("d").null().field("e", std::string("f")).end_object();
   w.string_array("empty", {});
   w.end_object();
-  CHECK(w.str() == R"({"a":1,"s":"text","b":[1,{},[],"x"],"c":{"d":null,"e":"f"},"empty":[]})");
-  require_valid_json(w.str());
+  std::string json = w.take();
+  CHECK(json == R"({"a":1,"s":"text","b":[1,{},[],"x"],"c":{"d":null,"e":"f"},"empty":[]})");
+  require_valid_json(json);
 }
 
 TEST_CASE("metrics: every family of docs/admin.md, HELP and TYPE once each", "[admin][metrics]") {

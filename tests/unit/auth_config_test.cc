@@ -18,36 +18,26 @@
 #include "config/config.h"
 #include "config/config_diff.h"
 #include "config/key_files.h"
+#include "test_support.h"
 
 using namespace rdmagw;
 using Catch::Matchers::Contains;
+using rdmagw::test::error_lines;
 
 namespace {
-
-std::string all_errors(const ConfigResult& r) {
-  std::string out;
-  for (const auto& e : r.errors) out += e.to_string() + "\n";
-  return out;
-}
 
 // The one error `text` is refused with.
 ConfigError only_error(const std::string& text) {
   ConfigResult r = parse_config_text(text, "auth.yaml");
-  INFO(text << "\n" << all_errors(r));
+  INFO(text << "\n" << error_lines(r));
   REQUIRE(r.errors.size() == 1);
   CHECK(r.config == nullptr);
   return r.errors[0];
 }
 
 // A directory of key files, removed afterwards.
-struct KeyDir {
-  std::string path;
-  KeyDir() {
-    char tmpl[] = "/tmp/rdmagw-keys-XXXXXX";
-    REQUIRE(mkdtemp(tmpl));
-    path = tmpl;
-  }
-  ~KeyDir() { std::system(("rm -rf " + path).c_str()); }
+struct KeyDir : rdmagw::test::TempDir {
+  KeyDir() : TempDir("rdmagw-keys") {}
   std::string write(const std::string& name, const std::string& content, mode_t mode = 0400) {
     std::string file = path + "/" + name;
     std::remove(file.c_str());
@@ -92,12 +82,12 @@ TEST_CASE("tunnel.auth: a tunnel other hosts can reach needs it; loopback does n
 
   for (const char* loopback : {"127.0.0.1", "127.9.9.9", "'::1'"}) {
     ConfigResult r = parse_config_text(std::string("node: a\ntunnel: {address: ") + loopback + "}\n", "x.yaml");
-    INFO(loopback << ": " << all_errors(r));
+    INFO(loopback << ": " << error_lines(r));
     CHECK(r.errors.empty());
     CHECK_FALSE(r.config->tunnel.auth.configured);
   }
   ConfigResult none = parse_config_text("node: a\ntunnel: {address: 10.1.2.3, auth: {mode: none}}\n", "x.yaml");
-  INFO(all_errors(none));
+  INFO(error_lines(none));
   REQUIRE(none.config);
   CHECK(none.config->tunnel.auth.configured);
   CHECK(none.config->tunnel.auth.mode == AuthMode::kNone);
@@ -251,7 +241,7 @@ TEST_CASE("load_config_file reads every key file, and names the one it refuses",
   std::string current = dir.write("current", kKey + "\n");
   std::string next = dir.write("next", std::string(44, 'n'));
   ConfigResult r = load_config_file(dir.config({current, next}));
-  INFO(all_errors(r));
+  INFO(error_lines(r));
   REQUIRE(r.config);
   REQUIRE(r.config->tunnel.auth.keys);
   REQUIRE(r.config->tunnel.auth.keys->size() == 2);
@@ -295,7 +285,7 @@ TEST_CASE("tunnel.auth.encrypt: on with psk, off by default, fixed at start", "[
       "node: a\ntunnel:\n  auth:\n    mode: psk\n    key_files: [/k]\n"
       "    encrypt: true\n",
       "auth.yaml");
-  INFO(all_errors(on));
+  INFO(error_lines(on));
   REQUIRE(on.config);
   CHECK(on.config->tunnel.auth.encrypt);
   auto off = parse_config_text("node: a\ntunnel:\n  auth:\n    mode: psk\n    key_files: [/k]\n", "auth.yaml");
@@ -308,11 +298,7 @@ TEST_CASE("tunnel.auth.encrypt: on with psk, off by default, fixed at start", "[
 
 // tunnel.auth.mode cert, from real files (tests/unit/certs, made by make.py).
 namespace {
-std::string cert_text(const std::string& name) {
-  std::ifstream in(std::string(RDMAGW_SOURCE_DIR) + "/tests/unit/certs/" + name);
-  REQUIRE(in);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+std::string cert_text(const std::string& name) { return rdmagw::test::read_source_file("tests/unit/certs/" + name); }
 }  // namespace
 
 TEST_CASE("tunnel.auth.mode cert: the certificate names the node and its address, its key is private",

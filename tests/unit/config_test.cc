@@ -16,6 +16,7 @@
 #include "common/protocol_limits.h"
 #include "config/config_diff.h"
 #include "config/key_suggestion.h"
+#include "test_support.h"
 
 using rdmagw::AuthMode;
 using rdmagw::closest_key;
@@ -27,7 +28,12 @@ namespace config_keys = rdmagw::config_keys;
 using rdmagw::Endpoint;
 using rdmagw::load_config_file;
 using rdmagw::parse_config_text;
+using rdmagw::PeerConfig;
+using rdmagw::TargetFacts;
+using rdmagw::TargetRefusal;
 using rdmagw::TransportMode;
+using rdmagw::test::error_lines;
+using rdmagw::test::parse_config_ok;
 
 namespace {
 
@@ -41,12 +47,6 @@ std::string lines(std::initializer_list<const char*> ls) {
   return out;
 }
 
-std::string dump(const ConfigResult& r) {
-  std::string out;
-  for (const auto& e : r.errors) out += e.to_string() + "\n";
-  return out;
-}
-
 struct Expected {
   int line;
   int column;
@@ -57,7 +57,7 @@ struct Expected {
 // The text must be rejected with exactly these errors, in this order.
 void expect_errors(const std::string& text, const std::vector<Expected>& expected) {
   ConfigResult r = parse_config_text(text, "test.yaml");
-  INFO("input:\n" << text << "errors:\n" << dump(r));
+  INFO("input:\n" << text << "errors:\n" << error_lines(r));
   CHECK(r.config == nullptr);
   REQUIRE(r.errors.size() == expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
@@ -72,12 +72,10 @@ void expect_errors(const std::string& text, const std::vector<Expected>& expecte
   }
 }
 
-std::shared_ptr<const Config> parse_ok(const std::string& text) {
-  ConfigResult r = parse_config_text(text, "ok.yaml");
-  INFO("input:\n" << text << "errors:\n" << dump(r));
-  REQUIRE(r.errors.empty());
-  REQUIRE(r.config != nullptr);
-  return r.config;
+// Whether `config`'s targets admit `target` for a peer at `peer`.
+bool allowed(const Config& config, const Endpoint& target, const sockaddr* peer, std::string_view peer_name = {},
+             const TargetFacts& facts = {}) {
+  return config.target_refusal(target, peer, peer_name, facts) == TargetRefusal::kNone;
 }
 
 Endpoint ep(const std::string& text) {
@@ -160,7 +158,7 @@ const char* const kPeerB3 = "    tcp_port: 7481";
 // Valid configurations
 
 TEST_CASE("full example parses with every value", "[config]") {
-  auto c = parse_ok(kFullExample);
+  auto c = parse_config_ok(kFullExample);
   CHECK(c->source_file == "ok.yaml");
   CHECK(c->node == "host-a");
   CHECK(c->admin == "127.0.0.1:9911");
@@ -212,8 +210,9 @@ TEST_CASE("full example parses with every value", "[config]") {
   CHECK(c->shutdown_timeout_ms == 2000);
   CHECK(c->log_level == "debug");
 
-  CHECK(c->find_peer("host-c") == &c->peers[1]);
-  CHECK(c->find_peer("host-z") == nullptr);
+  REQUIRE(c->peers.size() >= 2);
+  CHECK(c->peers[1].name == "host-c");
+  CHECK(std::none_of(c->peers.begin(), c->peers.end(), [](const PeerConfig& p) { return p.name == "host-z"; }));
   CHECK(c->target_listed(ep("tcp:127.0.0.1:6379")));
   CHECK(c->target_listed(ep("tcp:[0::1]:5432")));
   CHECK_FALSE(c->target_listed(ep("tcp:127.0.0.1:6378")));
@@ -234,14 +233,15 @@ const sockaddr* at(const char* ip) {
 // Authorization by peer: a targets entry may name which peers may open it,
 // by the address of their end of the session.
 TEST_CASE("targets: an entry open to some peers only", "[config][auth]") {
-  auto c = parse_ok(lines({"node: b", "targets:", "  - tcp:127.0.0.1:6379",
-                           "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.1.0/24, 10.0.2.7, \"fd00::/64\"]}"}));
+  auto c =
+      parse_config_ok(lines({"node: b", "targets:", "  - tcp:127.0.0.1:6379",
+                             "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.1.0/24, 10.0.2.7, \"fd00::/64\"]}"}));
   REQUIRE(c->targets.size() == 2);
   CHECK(c->targets[1].to_string() == "tcp:127.0.0.1:5432 peers: 10.0.1.0/24, 10.0.2.7/32, fd00::/64");
-  CHECK(c->target_allowed(ep("tcp:127.0.0.1:6379"), at("192.0.2.1")));  // open to all
-  CHECK(c->target_allowed(ep("tcp:127.0.0.1:5432"), at("10.0.1.99")));
-  CHECK(c->target_allowed(ep("tcp:127.0.0.1:5432"), at("10.0.2.7")));
-  CHECK(c->target_allowed(ep("tcp:127.0.0.1:5432"), at("fd00::5")));
+  CHECK(allowed(*c, ep("tcp:127.0.0.1:6379"), at("192.0.2.1")));  // open to all
+  CHECK(allowed(*c, ep("tcp:127.0.0.1:5432"), at("10.0.1.99")));
+  CHECK(allowed(*c, ep("tcp:127.0.0.1:5432"), at("10.0.2.7")));
+  CHECK(allowed(*c, ep("tcp:127.0.0.1:5432"), at("fd00::5")));
   CHECK(c->target_refusal(ep("tcp:127.0.0.1:5432"), at("10.0.2.8")) == rdmagw::TargetRefusal::kNotForThisPeer);
   CHECK(c->target_refusal(ep("tcp:127.0.0.1:5432"), nullptr) ==
         rdmagw::TargetRefusal::kNotForThisPeer);  // fails closed
@@ -249,7 +249,7 @@ TEST_CASE("targets: an entry open to some peers only", "[config][auth]") {
   CHECK(c->target_listed(ep("tcp:127.0.0.1:5432")));
 
   // A reload that changes who may open a target is a change of targets.
-  auto d = parse_ok(lines(
+  auto d = parse_config_ok(lines(
       {"node: b", "targets:", "  - tcp:127.0.0.1:6379", "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.1.0/24]}"}));
   auto changes = rdmagw::describe_changes(*c, *d);
   CHECK(std::find(changes.begin(), changes.end(), "targets: 1 added, 1 removed") != changes.end());
@@ -261,8 +261,8 @@ TEST_CASE("targets: an entry open to some peers only", "[config][auth]") {
   expect_errors(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:5432\", peers: [\"10.0.0.0/8:80\"]}"}),
                 {{3, 44, "targets[0].peers[0]", "matched by address only"}});
   // Without peers, as an endpoint alone: open to every authenticated peer.
-  auto open = parse_ok(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:5432\"}"}));
-  CHECK(open->target_allowed(ep("tcp:127.0.0.1:5432"), at("10.9.9.9")));
+  auto open = parse_config_ok(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:5432\"}"}));
+  CHECK(allowed(*open, ep("tcp:127.0.0.1:5432"), at("10.9.9.9")));
   expect_errors(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.0.1], who: x}"}),
                 {{3, 55, "targets[0].who", "unknown key"}});
 }
@@ -270,9 +270,9 @@ TEST_CASE("targets: an entry open to some peers only", "[config][auth]") {
 // proxy_protocol: v2 on a targets entry: the entry that admits a stream
 // says whether its connection begins with a PROXY header.
 TEST_CASE("targets: proxy_protocol v2, on the entry that admits the peer", "[config][auth]") {
-  auto c = parse_ok(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:8080\", proxy_protocol: v2}",
-                           "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.1.0/24], proxy_protocol: v2}",
-                           "  - tcp:127.0.0.1:5432"}));
+  auto c = parse_config_ok(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:8080\", proxy_protocol: v2}",
+                                  "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.1.0/24], proxy_protocol: v2}",
+                                  "  - tcp:127.0.0.1:5432"}));
   CHECK(c->targets[0].to_string() == "tcp:127.0.0.1:8080 proxy_protocol: v2");
   const rdmagw::TargetRule* admitted = nullptr;
   CHECK(c->target_refusal(ep("tcp:127.0.0.1:8080"), at("10.9.9.9"), {}, {}, &admitted) == rdmagw::TargetRefusal::kNone);
@@ -284,9 +284,9 @@ TEST_CASE("targets: proxy_protocol v2, on the entry that admits the peer", "[con
   CHECK(c->target_refusal(ep("tcp:127.0.0.1:5432"), at("10.0.2.5"), {}, {}, &admitted) == rdmagw::TargetRefusal::kNone);
   CHECK_FALSE(admitted->proxy_protocol);
   // Turning it on or off is a change of targets (reloaded).
-  auto off = parse_ok(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:8080\"}",
-                             "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.1.0/24], proxy_protocol: v2}",
-                             "  - tcp:127.0.0.1:5432"}));
+  auto off = parse_config_ok(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:8080\"}",
+                                    "  - {target: \"tcp:127.0.0.1:5432\", peers: [10.0.1.0/24], proxy_protocol: v2}",
+                                    "  - tcp:127.0.0.1:5432"}));
   auto changes = rdmagw::describe_changes(*c, *off);
   CHECK(std::find(changes.begin(), changes.end(), "targets: 1 added, 1 removed") != changes.end());
   expect_errors(lines({"node: b", "targets:", "  - {target: \"tcp:127.0.0.1:8080\", proxy_protocol: v1}"}),
@@ -297,7 +297,7 @@ TEST_CASE("targets: proxy_protocol v2, on the entry that admits the peer", "[con
 // written; the entry admits PORT on whatever address this host holds, as the
 // caller's test of local addresses says.
 TEST_CASE("targets: tcp:self:PORT covers the port on this host's addresses only", "[config][auth]") {
-  auto c = parse_ok(
+  auto c = parse_config_ok(
       lines({"node: b", "targets:", "  - tcp:self:6379", "  - {target: \"tcp:self:5432\", peers: [10.0.1.0/24]}"}));
   REQUIRE(c->targets.size() == 2);
   CHECK(c->targets[0].to_string() == "tcp:self:6379");
@@ -313,7 +313,7 @@ TEST_CASE("targets: tcp:self:PORT covers the port on this host's addresses only"
   CHECK_FALSE(c->target_listed(ep("unix:/run/x.sock"), {[](const Endpoint&) { return true; }}));
   sockaddr_storage peer = ep("tcp:10.0.1.5:1").addr;
   sockaddr_storage stranger = ep("tcp:10.0.2.5:1").addr;
-  CHECK(c->target_allowed(ep("tcp:10.0.3.7:5432"), reinterpret_cast<const sockaddr*>(&peer), {}, {mine}));
+  CHECK(allowed(*c, ep("tcp:10.0.3.7:5432"), reinterpret_cast<const sockaddr*>(&peer), {}, {mine}));
   CHECK(c->target_refusal(ep("tcp:10.0.3.7:5432"), reinterpret_cast<const sockaddr*>(&stranger), {}, {mine}) ==
         rdmagw::TargetRefusal::kNotForThisPeer);
 
@@ -326,9 +326,8 @@ TEST_CASE("targets: tcp:self:PORT covers the port on this host's addresses only"
 // table puts on its node, as the caller's test of the table says.
 TEST_CASE("targets: services:this-node covers what the table puts on this node, and needs the table",
           "[config][auth]") {
-  auto c =
-      parse_ok(lines({"node: b", "services: {file: /run/rdmagw-k8s/services.table}",
-                      "targets:", "  - services:this-node", "  - {target: services:this-node, peers: [10.0.1.0/24]}"}));
+  auto c = parse_config_ok(lines({"node: b", "services: {file: /run/rdmagw-k8s/services.table}", "targets:",
+                                  "  - services:this-node", "  - {target: services:this-node, peers: [10.0.1.0/24]}"}));
   REQUIRE(c->targets.size() == 2);
   CHECK(c->targets[0].to_string() == "services:this-node");
   CHECK(c->targets[1].to_string() == "services:this-node peers: 10.0.1.0/24");
@@ -346,7 +345,7 @@ TEST_CASE("targets: services:this-node covers what the table puts on this node, 
 }
 
 TEST_CASE("defaults apply to a minimal config", "[config]") {
-  auto c = parse_ok("node: host-a\n");
+  auto c = parse_config_ok("node: host-a\n");
   CHECK(c->node == "host-a");
   CHECK(c->admin == "127.0.0.1:9901");
   CHECK(c->workers == expected_default_workers());
@@ -375,7 +374,7 @@ TEST_CASE("defaults apply to a minimal config", "[config]") {
 }
 
 TEST_CASE("empty sections mean defaults / nothing", "[config]") {
-  auto c = parse_ok(lines({"node: host-a", "tunnel:", "peers:", "listeners: []", "targets:"}));
+  auto c = parse_config_ok(lines({"node: host-a", "tunnel:", "peers:", "listeners: []", "targets:"}));
   CHECK(c->tunnel.tcp_port == 7471);
   CHECK(c->peers.empty());
   CHECK(c->listeners.empty());
@@ -383,15 +382,15 @@ TEST_CASE("empty sections mean defaults / nothing", "[config]") {
 }
 
 TEST_CASE("transport values and IPv6 tunnel address", "[config]") {
-  CHECK(parse_ok(lines({"node: a", "tunnel:", "  transport: tcp"}))->tunnel.transport == TransportMode::kTcp);
-  CHECK(parse_ok(lines({"node: a", "tunnel:", "  transport: auto"}))->tunnel.transport == TransportMode::kAuto);
-  auto c = parse_ok(lines({"node: a", "tunnel:", "  address: \"::1\"", "admin: \"[::1]:9901\""}));
+  CHECK(parse_config_ok(lines({"node: a", "tunnel:", "  transport: tcp"}))->tunnel.transport == TransportMode::kTcp);
+  CHECK(parse_config_ok(lines({"node: a", "tunnel:", "  transport: auto"}))->tunnel.transport == TransportMode::kAuto);
+  auto c = parse_config_ok(lines({"node: a", "tunnel:", "  address: \"::1\"", "admin: \"[::1]:9901\""}));
   CHECK(c->tunnel.address == "::1");
   CHECK(c->admin == "[::1]:9901");
 }
 
 TEST_CASE("byte sizes accept integers and KiB/MiB/GiB suffixes", "[config]") {
-  auto c = parse_ok(lines({
+  auto c = parse_config_ok(lines({
       "node: a",
       "tunnel:",
       "  buffer_size: 65536",
@@ -402,14 +401,14 @@ TEST_CASE("byte sizes accept integers and KiB/MiB/GiB suffixes", "[config]") {
   CHECK(c->tunnel.stream_window == 1024u * 1024);
   CHECK(c->tunnel.session_budget == 2ull * 1024 * 1024 * 1024);
 
-  c = parse_ok(
+  c = parse_config_ok(
       lines({"node: a", "tunnel:", "  buffer_size: 1KiB", "  stream_window: 4 MiB", "  session_budget: 64MiB"}));
   CHECK(c->tunnel.buffer_size == 1024);
   CHECK(c->tunnel.stream_window == 4u * 1024 * 1024);
   CHECK(c->tunnel.session_budget == 64ull * 1024 * 1024);
 
   // Upper bounds are inclusive.
-  c = parse_ok(
+  c = parse_config_ok(
       lines({"node: a", "tunnel:", "  buffer_size: 1MiB", "  stream_window: 64MiB", "  session_budget: 64MiB"}));
   CHECK(c->tunnel.buffer_size == 1048576);
   CHECK(c->tunnel.stream_window == 67108864);
@@ -442,12 +441,13 @@ TEST_CASE("byte sizes reject bad suffixes, fractions and out-of-range values", "
 // checks the decoder side of the same limits.
 
 TEST_CASE("tunnel sizes are accepted at the protocol limits", "[config][limits]") {
-  auto c = parse_ok(lines(
+  auto c = parse_config_ok(lines(
       {"node: a", "tunnel:", "  buffer_size: 1048576", "  stream_window: 67108864", "  session_budget: 4294967296"}));
   CHECK(c->tunnel.buffer_size == rdmagw::kMaxDataMax);
   CHECK(c->tunnel.stream_window == rdmagw::kStreamWindowMax);
   CHECK(c->tunnel.session_budget == rdmagw::kSessionWindowMax);
-  c = parse_ok(lines({"node: a", "tunnel:", "  buffer_size: 1024", "  stream_window: 1024", "  session_budget: 1024"}));
+  c = parse_config_ok(
+      lines({"node: a", "tunnel:", "  buffer_size: 1024", "  stream_window: 1024", "  session_budget: 1024"}));
   CHECK(c->tunnel.buffer_size == rdmagw::kMaxDataMin);
   CHECK(c->tunnel.stream_window == rdmagw::kStreamWindowMin);
   CHECK(c->tunnel.session_budget == rdmagw::kSessionWindowMin);
@@ -474,12 +474,12 @@ TEST_CASE("session_budget beyond what HELLO may announce is refused (it was acce
                 {{3, 19, "tunnel.session_budget", "must be between 1KiB and 4GiB, got 18446744073709551615"}});
   expect_errors(lines({kNode, "tunnel:", "  session_budget: 5GiB"}),
                 {{3, 19, "tunnel.session_budget", "must be between 1KiB and 4GiB, got '5GiB' (5368709120 bytes)"}});
-  CHECK(parse_ok(lines({kNode, "tunnel:", "  session_budget: 4GiB"}))->tunnel.session_budget == 4294967296ull);
+  CHECK(parse_config_ok(lines({kNode, "tunnel:", "  session_budget: 4GiB"}))->tunnel.session_budget == 4294967296ull);
 }
 
 TEST_CASE("node names are accepted up to the 255 bytes HELLO carries", "[config][limits]") {
   const std::string at_limit(rdmagw::kMaxNodeNameLength, 'n');
-  CHECK(parse_ok("node: " + at_limit + "\n")->node == at_limit);
+  CHECK(parse_config_ok("node: " + at_limit + "\n")->node == at_limit);
   expect_errors(
       "node: " + at_limit + "n\n",
       {{1, 7, "node", "must be at most 255 bytes long (the tunnel handshake carries it), got 256 bytes: 'nnnn"}});
@@ -490,7 +490,7 @@ TEST_CASE("node names are accepted up to the 255 bytes HELLO carries", "[config]
 }
 
 TEST_CASE("node names are letters, digits, '.', '-' and '_': a control byte never enters", "[config]") {
-  CHECK(parse_ok("node: host-a.zone_1\n")->node == "host-a.zone_1");
+  CHECK(parse_config_ok("node: host-a.zone_1\n")->node == "host-a.zone_1");
   expect_errors("node: \"x\\e]0;pwned\\a\"\n",
                 {{1, 7, "node",
                   "not a node name: byte 2 is 0x1b (1 to 255 bytes of ASCII letters, digits, '.', '-' "
@@ -503,10 +503,10 @@ TEST_CASE("a TCP listener other hosts may reach needs clients; they are CIDRs", 
   auto listener = [&](const std::string& listen, const std::string& extra = "") {
     return head + "  - {name: l, listen: \"" + listen + "\", peer: b, target: \"tcp:127.0.0.1:6379\"" + extra + "}\n";
   };
-  CHECK(parse_ok(listener("tcp:127.0.0.1:6380"))->listeners[0].clients.empty());
+  CHECK(parse_config_ok(listener("tcp:127.0.0.1:6380"))->listeners[0].clients.empty());
   expect_errors(listener("tcp:0.0.0.0:6380"), {{5, 23, "listeners[0].listen", "say who may connect: clients:"}});
   expect_errors(listener("tcp:169.254.77.1:6380"), {{5, 23, "listeners[0].listen", "or listen on 127.0.0.1"}});
-  auto c = parse_ok(listener("tcp:0.0.0.0:6380", ", clients: [10.244.0.0/16, 192.168.1.7]"));
+  auto c = parse_config_ok(listener("tcp:0.0.0.0:6380", ", clients: [10.244.0.0/16, 192.168.1.7]"));
   REQUIRE(c->listeners[0].clients.size() == 2);
   sockaddr_in in{};
   in.sin_family = AF_INET;
@@ -525,20 +525,21 @@ TEST_CASE("a TCP listener other hosts may reach needs clients; they are CIDRs", 
 }
 
 TEST_CASE("services.direct names when a Service connection may leave the tunnel", "[config]") {
-  CHECK(parse_ok("node: a\nservices: {file: /s.json}\n")->services.direct == rdmagw::ServicesDirect::kWithoutRdmagw);
-  CHECK(parse_ok("node: a\nservices: {file: /s.json, direct: never}\n")->services.direct ==
+  CHECK(parse_config_ok("node: a\nservices: {file: /s.json}\n")->services.direct ==
+        rdmagw::ServicesDirect::kWithoutRdmagw);
+  CHECK(parse_config_ok("node: a\nservices: {file: /s.json, direct: never}\n")->services.direct ==
         rdmagw::ServicesDirect::kNever);
-  CHECK(parse_ok("node: a\nservices: {file: /s.json, direct: fallback}\n")->services.direct ==
+  CHECK(parse_config_ok("node: a\nservices: {file: /s.json, direct: fallback}\n")->services.direct ==
         rdmagw::ServicesDirect::kFallback);
   expect_errors("node: a\nservices: {file: /s.json, direct: always}\n", {{2, 35, "services.direct", "got 'always'"}});
 }
 
 TEST_CASE("tunnel.rdma.recv_depth is accepted within the limits the peer's RDMA CM check uses", "[config][limits]") {
   // 8192 receives of 16KiB + headroom need a 528MiB slab for 4 sessions.
-  auto c = parse_ok(
+  auto c = parse_config_ok(
       lines({kNode, "tunnel:", "  buffer_size: 16KiB", "  rdma:", "    recv_depth: 8192", "    slab_size: 1GiB"}));
   CHECK(c->tunnel.rdma.recv_depth == rdmagw::kRdmaRecvDepthMax);
-  CHECK(parse_ok(lines({kNode, "tunnel:", "  rdma:", "    recv_depth: 8"}))->tunnel.rdma.recv_depth ==
+  CHECK(parse_config_ok(lines({kNode, "tunnel:", "  rdma:", "    recv_depth: 8"}))->tunnel.rdma.recv_depth ==
         rdmagw::kRdmaRecvDepthMin);
   expect_errors(lines({kNode, "tunnel:", "  rdma:", "    recv_depth: 8193", "    slab_size: 1GiB"}),
                 {{4, 17, "tunnel.rdma.recv_depth", "must be between 8 and 8192, got 8193"}});
@@ -548,7 +549,7 @@ TEST_CASE("tunnel.rdma.recv_depth is accepted within the limits the peer's RDMA 
 
 TEST_CASE("the longest endpoints the parser accepts fit in an OPEN frame's target", "[config][limits]") {
   const std::string longest_path = "/" + std::string(106, 'p');  // sun_path holds 107 bytes + NUL
-  auto c = parse_ok(
+  auto c = parse_config_ok(
       lines({kNode, kPeers, kPeerB1, kPeerB2, kPeerB3, "listeners:", "  - name: l", "    listen: tcp:127.0.0.1:6000",
              "    peer: host-b", "    target: \"tcp:[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535\"", "targets:"}) +
       "  - unix:" + longest_path + "\n");
@@ -563,13 +564,13 @@ TEST_CASE("the longest endpoints the parser accepts fit in an OPEN frame's targe
 }
 
 TEST_CASE("integers may be quoted", "[config]") {
-  auto c = parse_ok(lines({"node: a", "workers: \"4\"", "tunnel:", "  tcp_port: '7600'"}));
+  auto c = parse_config_ok(lines({"node: a", "workers: \"4\"", "tunnel:", "  tcp_port: '7600'"}));
   CHECK(c->workers == 4);
   CHECK(c->tunnel.tcp_port == 7600);
 }
 
 TEST_CASE("rdma_port may equal tcp_port when transport is tcp", "[config]") {
-  auto c = parse_ok(lines({"node: a", "tunnel:", "  transport: tcp", "  tcp_port: 7000", "  rdma_port: 7000"}));
+  auto c = parse_config_ok(lines({"node: a", "tunnel:", "  transport: tcp", "  tcp_port: 7000", "  rdma_port: 7000"}));
   CHECK(c->tunnel.rdma_port == 7000);
 }
 
@@ -578,7 +579,7 @@ TEST_CASE("the fleet example is valid: every route by destination lies in peer_c
   std::ifstream in(source_root() + "config/examples/fleet-host.yaml");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   REQUIRE(!text.empty());
-  auto c = parse_ok(text);
+  auto c = parse_config_ok(text);
   REQUIRE(c->tunnel.peer_cidrs.size() == 1);
   CHECK(c->tunnel.peer_cidrs[0].tcp_port == 7471);
   CHECK(c->listeners.at(0).routes.at(0).by_destination);
@@ -589,7 +590,7 @@ TEST_CASE("example sidecar pair is valid and consistent", "[config]") {
   std::string root = source_root();
   ConfigResult a = load_config_file(root + "config/examples/two-sidecars-a.yaml");
   ConfigResult b = load_config_file(root + "config/examples/two-sidecars-b.yaml");
-  INFO(dump(a) << dump(b));
+  INFO(error_lines(a) << error_lines(b));
   REQUIRE(a.config);
   REQUIRE(b.config);
   CHECK(a.config->source_file == root + "config/examples/two-sidecars-a.yaml");
@@ -600,8 +601,10 @@ TEST_CASE("example sidecar pair is valid and consistent", "[config]") {
   CHECK(l.listen.to_string() == "tcp:127.0.0.1:6380");
   CHECK(l.peer == "host-b");
   CHECK(l.target.to_string() == "tcp:127.0.0.1:6379");
-  const auto* peer_b = a.config->find_peer("host-b");
-  REQUIRE(peer_b);
+  const auto& peers = a.config->peers;
+  auto named_b = std::find_if(peers.begin(), peers.end(), [](const PeerConfig& p) { return p.name == "host-b"; });
+  REQUIRE(named_b != peers.end());
+  const PeerConfig* peer_b = &*named_b;
   // a's view of b matches b's own tunnel...
   CHECK(peer_b->address == b.config->tunnel.address);
   CHECK(peer_b->tcp_port == b.config->tunnel.tcp_port);
@@ -789,13 +792,13 @@ TEST_CASE("transport_mode_name spells each mode as the YAML does, and parses bac
   CHECK(rdmagw::transport_mode_name(TransportMode::kTcp) == "tcp");
   for (TransportMode m : {TransportMode::kAuto, TransportMode::kRdma, TransportMode::kTcp}) {
     std::string text = "node: a\ntunnel:\n  transport: " + std::string(rdmagw::transport_mode_name(m)) + "\n";
-    CHECK(parse_ok(text)->tunnel.transport == m);
+    CHECK(parse_config_ok(text)->tunnel.transport == m);
   }
 }
 
 TEST_CASE("a transport change is named with the YAML spelling when a reload refuses it", "[config]") {
-  auto running = parse_ok(lines({"node: a", "tunnel:", "  transport: tcp"}));
-  auto next = parse_ok(lines({"node: a", "tunnel:", "  transport: rdma"}));
+  auto running = parse_config_ok(lines({"node: a", "tunnel:", "  transport: tcp"}));
+  auto next = parse_config_ok(lines({"node: a", "tunnel:", "  transport: rdma"}));
   CHECK(rdmagw::restart_only_changes(*running, *next) == std::vector<std::string>{"tunnel.transport: tcp -> rdma"});
 }
 
@@ -824,7 +827,7 @@ TEST_CASE("timeouts out of range", "[config][errors]") {
                 {{3, 26, "tunnel.keepalive_interval_ms", "must be between 100 and 3600000"}});
   expect_errors(lines({kNode, "tunnel:", "  rdma_probe_interval_ms: 600001"}),
                 {{3, 27, "tunnel.rdma_probe_interval_ms", "must be between 0 and 600000, got 600001"}});
-  CHECK(parse_ok(lines({kNode, "tunnel:", "  rdma_probe_interval_ms: 0"}))->tunnel.rdma_probe_interval_ms == 0);
+  CHECK(parse_config_ok(lines({kNode, "tunnel:", "  rdma_probe_interval_ms: 0"}))->tunnel.rdma_probe_interval_ms == 0);
 }
 
 TEST_CASE("stream_window smaller than buffer_size", "[config][errors]") {
@@ -983,7 +986,7 @@ TEST_CASE("load_config_file: reads a file and names it in errors", "[config]") {
     out << "node: host-a\nlog_level: warn\n";
   }
   ConfigResult r = load_config_file(path);
-  INFO(dump(r));
+  INFO(error_lines(r));
   REQUIRE(r.config);
   CHECK(r.config->source_file == path);
   CHECK(r.config->log_level == "warn");
@@ -1012,7 +1015,7 @@ TEST_CASE("tunnel.rdma: values are read, defaults apply") {
                                          "    busy_poll_us: 10",
                                      }),
                                      "test.yaml");
-  INFO(dump(r));
+  INFO(error_lines(r));
   REQUIRE(r.config);
   const auto& rdma = r.config->tunnel.rdma;
   CHECK(rdma.device == "erdma_0");
@@ -1044,15 +1047,15 @@ TEST_CASE("tunnel.rdma: unknown keys, out-of-range values and a slab too small a
 
 TEST_CASE("tunnel.rdma.max_pinned: half the slab by default; checked against the slab and one session") {
   constexpr uint64_t kStride = 32768 + 512;
-  auto c = parse_ok(lines({kNode, "tunnel:", "  rdma:", "    slab_size: 256MiB"}));
+  auto c = parse_config_ok(lines({kNode, "tunnel:", "  rdma:", "    slab_size: 256MiB"}));
   const auto& rdma = c->tunnel.rdma;
   CHECK(rdma.max_pinned == 0);  // not set: the default applies
   CHECK(rdma.pinned_budget(kStride) == 128ull << 20);
   CHECK(rdma.session_limit(kStride) == (128ull << 20) / (kStride * 64));  // 63 sessions of 64 receives
   // The smallest slab holds 4 sessions' receives: half of it, 2.
-  auto small = parse_ok(lines({kNode, "tunnel:", "  rdma:", "    slab_size: 9MiB"}));
+  auto small = parse_config_ok(lines({kNode, "tunnel:", "  rdma:", "    slab_size: 9MiB"}));
   CHECK(small->tunnel.rdma.session_limit(kStride) == 2);
-  auto set = parse_ok(lines({kNode, "tunnel:", "  rdma:", "    max_pinned: 8MiB", "    recv_depth: 32"}));
+  auto set = parse_config_ok(lines({kNode, "tunnel:", "  rdma:", "    max_pinned: 8MiB", "    recv_depth: 32"}));
   CHECK(set->tunnel.rdma.max_pinned == 8ull << 20);
   CHECK(set->tunnel.rdma.session_limit(kStride) == (8ull << 20) / (kStride * 32));  // 7
   expect_errors(lines({kNode, "tunnel:", "  rdma:", "    slab_size: 64MiB", "    max_pinned: 65MiB"}),
@@ -1079,7 +1082,7 @@ TEST_CASE("transparent listeners: routes are read in order with their actions") 
                                          "        action: passthrough",
                                      }),
                                      "test.yaml");
-  INFO(dump(r));
+  INFO(error_lines(r));
   REQUIRE(r.config);
   const auto& l = r.config->listeners.at(0);
   CHECK(l.transparent);
@@ -1137,7 +1140,7 @@ TEST_CASE("services: action service routes by services.file, and its mistakes ar
                                          "      - {match: 0.0.0.0/0, action: passthrough}",
                                      }),
                                      "test.yaml");
-  INFO(dump(r));
+  INFO(error_lines(r));
   REQUIRE(r.config);
   CHECK(r.config->services.file == "/run/rdmagw-k8s/services.json");
   CHECK(r.config->listeners.at(0).routes.at(0).action == rdmagw::RouteConfig::Action::kService);
@@ -1169,7 +1172,7 @@ TEST_CASE("services: action service routes by services.file, and its mistakes ar
 }
 
 TEST_CASE("fleet: peer_cidrs, peer: destination, connect, session_idle_ms and max_sessions", "[config][fleet]") {
-  auto c = parse_ok(lines({
+  auto c = parse_config_ok(lines({
       "node: a",
       "tunnel:",
       "  tcp_port: 7000",
@@ -1220,7 +1223,7 @@ TEST_CASE("fleet: peer_cidrs, peer: destination, connect, session_idle_ms and ma
   inet_pton(AF_INET, "10.2.1.77", &in.sin_addr);
   CHECK(c->find_peer_cidr(reinterpret_cast<sockaddr*>(&in)) == nullptr);
 
-  auto defaults = parse_ok("node: a\n");
+  auto defaults = parse_config_ok("node: a\n");
   CHECK(defaults->tunnel.session_idle_ms == 300000);
   CHECK(defaults->tunnel.max_sessions == 1024);
   CHECK(defaults->tunnel.sessions_per_peer == 0);  // every worker may hold one
@@ -1266,11 +1269,11 @@ TEST_CASE("fleet: mistakes are reported at their key, and a route never dials ou
 }
 
 TEST_CASE("worker_cpus and tunnel.rdma_share", "[config]") {
-  auto c = parse_ok(lines({"node: a", "workers: 3", "worker_cpus: [0, 1]", "tunnel: {rdma_share: 25}"}));
+  auto c = parse_config_ok(lines({"node: a", "workers: 3", "worker_cpus: [0, 1]", "tunnel: {rdma_share: 25}"}));
   CHECK(c->worker_cpus == std::vector<unsigned>{0, 1});
   CHECK(c->tunnel.rdma_share == 25);
-  CHECK(parse_ok("node: a\n")->tunnel.rdma_share == 100);
-  CHECK(parse_ok("node: a\n")->worker_cpus.empty());
+  CHECK(parse_config_ok("node: a\n")->tunnel.rdma_share == 100);
+  CHECK(parse_config_ok("node: a\n")->worker_cpus.empty());
   expect_errors(lines({"node: a", "worker_cpus: []", "tunnel: {rdma_share: 101}"}),
                 {{2, 14, "worker_cpus", "empty list"}, {3, 22, "tunnel.rdma_share", "between 0 and 100"}});
   expect_errors(lines({"node: a", "worker_cpus: [0, 1024, x]"}),
@@ -1283,7 +1286,7 @@ TEST_CASE("text on which yaml-cpp's LoadAll never returns is refused at once (fo
   // anything: rdmagw --check on the first of them never returned.
   for (const char* text : {", a\n", ", a: 1}\n", "node: a\n, b\n"}) {
     ConfigResult r = parse_config_text(text, "hang.yaml");
-    INFO(text << "\n" << dump(r));
+    INFO(text << "\n" << error_lines(r));
     CHECK(r.config == nullptr);
     CHECK_FALSE(r.errors.empty());
   }
@@ -1295,14 +1298,15 @@ TEST_CASE("text on which yaml-cpp's LoadAll never returns is refused at once (fo
 }
 
 TEST_CASE("tunnel.limits: defaults, values, and the per-address limit within the total", "[config]") {
-  auto d = parse_ok(lines({kNode}));
+  auto d = parse_config_ok(lines({kNode}));
   CHECK(d->tunnel.limits.handshakes == 256);
   CHECK(d->tunnel.limits.handshakes_per_address == 32);
   CHECK(d->tunnel.limits.streams_per_session == 16384);
   CHECK(d->tunnel.limits.opens_per_second == 20000);
   CHECK(d->tunnel.limits.sessions_per_address == 32);
-  auto c = parse_ok(lines({kNode, "tunnel:", "  limits:", "    handshakes: 8", "    handshakes_per_address: 8",
-                           "    streams_per_session: 0", "    opens_per_second: 0", "    sessions_per_address: 2"}));
+  auto c =
+      parse_config_ok(lines({kNode, "tunnel:", "  limits:", "    handshakes: 8", "    handshakes_per_address: 8",
+                             "    streams_per_session: 0", "    opens_per_second: 0", "    sessions_per_address: 2"}));
   CHECK(c->tunnel.limits.handshakes == 8);
   CHECK(c->tunnel.limits.handshakes_per_address == 8);
   CHECK(c->tunnel.limits.streams_per_session == 0);
@@ -1325,10 +1329,10 @@ TEST_CASE("listeners[].socket_mode: unix listeners only, three octal digits", "[
                   "listeners:", "  - name: r", "    listen: unix:/run/rdmagw/r.sock", "    peer: b",
                   "    target: tcp:127.0.0.1:6379", mode_line});
   };
-  auto plain = parse_ok(unix_listener("    socket_mode: 0666"));
+  auto plain = parse_config_ok(unix_listener("    socket_mode: 0666"));
   CHECK(plain->listeners[0].socket_mode == 0666);
-  CHECK(parse_ok(unix_listener("    socket_mode: \"660\""))->listeners[0].socket_mode == 0660);
-  CHECK(parse_ok(unix_listener(""))->listeners[0].socket_mode == 0);
+  CHECK(parse_config_ok(unix_listener("    socket_mode: \"660\""))->listeners[0].socket_mode == 0660);
+  CHECK(parse_config_ok(unix_listener(""))->listeners[0].socket_mode == 0);
   expect_errors(unix_listener("    socket_mode: 0868"),
                 {{11, 18, "listeners[0].socket_mode", "'0868': not a file mode"}});
   expect_errors(unix_listener("    socket_mode: 01777"), {{11, 18, "listeners[0].socket_mode", "not a file mode"}});
@@ -1340,15 +1344,15 @@ TEST_CASE("listeners[].socket_mode: unix listeners only, three octal digits", "[
 }
 
 TEST_CASE("tunnel.tcp_splice: off by default, on when asked, a bad value named, a change needs a restart", "[config]") {
-  CHECK_FALSE(parse_ok(lines({"node: a"}))->tunnel.tcp_splice);
-  auto on = parse_ok(lines({"node: a", "tunnel:", "  tcp_splice: true"}));
+  CHECK_FALSE(parse_config_ok(lines({"node: a"}))->tunnel.tcp_splice);
+  auto on = parse_config_ok(lines({"node: a", "tunnel:", "  tcp_splice: true"}));
   CHECK(on->tunnel.tcp_splice);
-  CHECK_FALSE(parse_ok(lines({"node: a", "tunnel:", "  tcp_splice: false"}))->tunnel.tcp_splice);
+  CHECK_FALSE(parse_config_ok(lines({"node: a", "tunnel:", "  tcp_splice: false"}))->tunnel.tcp_splice);
   expect_errors(lines({kNode, "tunnel:", "  tcp_splice: sometimes"}),
                 {{3, 15, "tunnel.tcp_splice", "must be one of true, false, got 'sometimes'"}});
   // Authenticated records are opened in user space: splice would do nothing.
   expect_errors(lines({kNode, "tunnel:", "  tcp_splice: true", "  auth: {mode: psk, key_files: [/k]}"}),
                 {{3, 15, "tunnel.tcp_splice", "true does nothing with tunnel.auth.mode psk"}});
-  auto off = parse_ok(lines({"node: a"}));
+  auto off = parse_config_ok(lines({"node: a"}));
   CHECK(rdmagw::restart_only_changes(*off, *on) == std::vector<std::string>{"tunnel.tcp_splice: false -> true"});
 }

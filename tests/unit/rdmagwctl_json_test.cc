@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "test_support.h"
 #include "tools/rdmagwctl/json.h"
 #include "tools/rdmagwctl/table.h"
 #include "tools/rdmagwctl/views.h"
@@ -14,6 +15,7 @@ using rdmagw::ctl::parse_json;
 using rdmagw::ctl::Table;
 using rdmagw::ctl::to_json;
 using namespace rdmagw::ctl;
+using rdmagw::test::contains;
 
 namespace {
 
@@ -192,10 +194,6 @@ const char* kStatsExample = R"({
   "latency": {"stream_open": {"count": 10, "sum_seconds": 0.004},
               "target_connect": {"count": 0, "sum_seconds": 0},
               "session_rtt": {"count": 3, "sum_seconds": 0.0003}}})";
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 }  // namespace
 

@@ -8,12 +8,14 @@
 #include <string>
 
 #include "common/utf8.h"
+#include "test_support.h"
 #include "tools/rdmagwctl/json.h"
 #include "tools/rdmagwctl/table.h"
 #include "tools/rdmagwctl/terminal_text.h"
 #include "tools/rdmagwctl/views.h"
 
 using namespace rdmagw::ctl;
+using rdmagw::test::contains;
 
 namespace {
 
@@ -35,10 +37,6 @@ Json parse_ok(const std::string& text) {
   INFO("input: " << text << "\nerror: " << error);
   REQUIRE(v.has_value());
   return *v;
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
 }
 
 // Nothing a terminal acts on: no C0 control but the line ends, no DEL, only

@@ -6,17 +6,14 @@
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "test_support.h"
+
 using rdmagw::EndpointState;
 using rdmagw::parse_services_file;
 using rdmagw::ServiceTable;
+using rdmagw::test::ipv4;
 
 namespace {
-
-uint32_t ip(const char* text) {
-  in_addr a{};
-  REQUIRE(inet_pton(AF_INET, text, &a) == 1);
-  return ntohl(a.s_addr);
-}
 
 // An address as the table holds it, from either family's text.
 rdmagw::services_table::AddressRecord at(const char* text) {
@@ -75,8 +72,8 @@ TEST_CASE("a ClusterIP and port find the Service port, with its ready endpoints 
   auto endpoints = table->endpoints(*redis);
   REQUIRE(endpoints.size() == 4);
   REQUIRE(table->ready_count(*redis) == 2);
-  CHECK(rdmagw::service_address::ipv4(table->ready(*redis, 0).address) == ip("10.0.1.1"));
-  CHECK(rdmagw::service_address::ipv4(table->ready(*redis, 1).address) == ip("10.0.1.4"));
+  CHECK(rdmagw::service_address::ipv4(table->ready(*redis, 0).address) == ipv4("10.0.1.1"));
+  CHECK(rdmagw::service_address::ipv4(table->ready(*redis, 1).address) == ipv4("10.0.1.4"));
   CHECK(endpoints[0].port == 6380);
   CHECK(ServiceTable::has_rdmagw(endpoints[0]));
   CHECK(table->text(endpoints[0].pod) == "redis-0");
@@ -244,7 +241,7 @@ TEST_CASE("nodes with a node-mode rdmagw are read with their tunnel address, eac
   REQUIRE(on_b.endpoint);
   REQUIRE(on_c.endpoint);
   REQUIRE(table->node_tunnel(*on_b.endpoint));
-  CHECK(rdmagw::service_address::ipv4(*table->node_tunnel(*on_b.endpoint)) == ip("10.0.0.2"));
+  CHECK(rdmagw::service_address::ipv4(*table->node_tunnel(*on_b.endpoint)) == ipv4("10.0.0.2"));
   CHECK(table->node_name(*on_c.endpoint) == "node-c");
   CHECK(table->node_tunnel(*on_c.endpoint) == nullptr);
 

@@ -13,17 +13,13 @@
 
 #include "common/crc32c.h"
 #include "config/services_table_builder.h"
+#include "test_support.h"
 
 using namespace rdmagw;
 using namespace rdmagw::services_table;
+using rdmagw::test::ipv4;
 
 namespace {
-
-uint32_t ip(const char* text) {
-  in_addr a{};
-  REQUIRE(inet_pton(AF_INET, text, &a) == 1);
-  return ntohl(a.s_addr);
-}
 
 // An address as the table holds it, from either family's text.
 AddressRecord a(const char* text) {
@@ -128,8 +124,8 @@ TEST_CASE("a built table is found again in place: Services, ports, endpoints, re
     CHECK(table->service_name(*redis) == "default/redis");
     CHECK(table->text(redis->name) == "redis");
     REQUIRE(table->ready_count(*redis) == 2);
-    CHECK(rdmagw::service_address::ipv4(table->ready(*redis, 0).address) == ip("10.0.1.1"));
-    CHECK(rdmagw::service_address::ipv4(table->ready(*redis, 1).address) == ip("10.0.1.3"));
+    CHECK(rdmagw::service_address::ipv4(table->ready(*redis, 0).address) == ipv4("10.0.1.1"));
+    CHECK(rdmagw::service_address::ipv4(table->ready(*redis, 1).address) == ipv4("10.0.1.3"));
   }
   const ServiceTable::Port* sentinel = table->find_cluster_ip(a("10.96.0.10"), 26379);
   REQUIRE(sentinel);
@@ -163,7 +159,7 @@ TEST_CASE("a built table is found again in place: Services, ports, endpoints, re
   CHECK(table->node_name(*redis1.endpoint) == "node-b");
   const AddressRecord* tunnel = table->node_tunnel(*redis1.endpoint);
   REQUIRE(tunnel);
-  CHECK(rdmagw::service_address::ipv4(*tunnel) == ip("10.0.0.2"));
+  CHECK(rdmagw::service_address::ipv4(*tunnel) == ipv4("10.0.0.2"));
   CHECK(table->node_tunnel(*e.endpoint) == nullptr);  // node-a has none
   CHECK(table->node(*e.endpoint) == table->node(*table->find_endpoint(a("10.0.1.3"), 6380).endpoint));
 }

@@ -19,11 +19,13 @@
 #include "proxy/tunnel/peer_auth.h"
 #include "proxy/tunnel/session.h"
 #include "session_pair.h"
+#include "test_support.h"
 
 using namespace rdmagw;
 using namespace rdmagw::tunnel;
 using namespace rdmagw::test;
 using Catch::Matchers::Contains;
+using rdmagw::test::read_source_file;
 
 namespace {
 
@@ -418,11 +420,7 @@ TEST_CASE("auth: every authenticated transport seals its records, with the keys 
 
 namespace {
 
-std::string read_text(const std::string& name) {
-  std::ifstream in(std::string(RDMAGW_SOURCE_DIR) + "/tests/unit/certs/" + name);
-  REQUIRE(in);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+std::string read_text(const std::string& name) { return read_source_file("tests/unit/certs/" + name); }
 
 AuthKeyring cert_ring(const std::string& node, std::initializer_list<const char*> cas = {"ca-a.pem"},
                       bool encrypt = false) {

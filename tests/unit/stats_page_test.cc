@@ -9,19 +9,13 @@
 #include <sstream>
 #include <string>
 
+#include "test_support.h"
+
 using namespace rdmagw::admin;
 
 namespace {
 
-std::string source_page() {
-  const std::string path = std::string(RDMAGW_SOURCE_DIR) + "/proxy/admin/stats_page.html";
-  std::ifstream in(path, std::ios::binary);
-  INFO(path);
-  REQUIRE(in);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
+std::string source_page() { return rdmagw::test::read_source_file("proxy/admin/stats_page.html"); }
 
 }  // namespace
 
