@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// A JSON string literal, shared by the admin endpoint and rdmagwctl.
+// A JSON string literal, shared by the admin endpoint (json_writer.h) and
+// the access log's json format.
 #include <string>
 #include <string_view>
 

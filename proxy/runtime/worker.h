@@ -336,14 +336,13 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   std::unordered_map<tunnel::SessionToken, tunnel::Session*, tunnel::SessionTokenHash> by_token_;
   std::vector<WorkerImage> imports_;
   std::shared_ptr<std::vector<UniqueFd>> inherited_fds_;
-  unsigned next_rdma_worker_ = 0;
+  unsigned next_rdma_worker_ = 0;  // worker 0: where the next new RDMA session goes
   uint64_t ticks_ = 0;
   // The last RDMA session closed for tunnel.rdma.max_pinned: when, and how
   // many RDMA transports there were then (make_room_for_rdma).
   size_t rdma_count_at_eviction_ = SIZE_MAX;
   Clock::time_point rdma_eviction_at_{};
-  std::unordered_set<std::string> peer_claims_;  // peers this worker claimed (SessionDirectory::claim_peer)  // worker
-                                                 // 0: where the next new RDMA session goes
+  std::unordered_set<std::string> peer_claims_;  // peers this worker claimed (SessionDirectory::claim_peer)
   bool frozen_ = false;                          // a takeover is under way
   bool accepting_ = true;
   bool draining_ = false;
