@@ -51,12 +51,12 @@ struct NumberKey {
 
 // SECTION and NAME are the member path (tunnel.limits, handshakes): the key's
 // text is theirs, so the two cannot drift apart.
-#define RDMAGW_NUMBER_KEY(SECTION, NAME, MIN, MAX, FORM, ON_RELOAD)                                        \
-  NumberKey {                                                                                             \
-    #SECTION, #NAME, MIN, MAX, Form::FORM, OnReload::ON_RELOAD,                                          \
-        [](const Config& c) -> uint64_t { return c.SECTION.NAME; },                                     \
-        [](Config& c, uint64_t v) { c.SECTION.NAME = static_cast<decltype(c.SECTION.NAME)>(v); }        \
-  }
+// clang-format off
+#define RDMAGW_NUMBER_KEY(SECTION, NAME, MIN, MAX, FORM, ON_RELOAD)                               \
+  NumberKey{#SECTION, #NAME, MIN, MAX, Form::FORM, OnReload::ON_RELOAD,                           \
+            [](const Config& c) -> uint64_t { return c.SECTION.NAME; },                           \
+            [](Config& c, uint64_t v) { c.SECTION.NAME = static_cast<decltype(c.SECTION.NAME)>(v); }}
+// clang-format on
 
 inline constexpr NumberKey kNumberKeys[] = {
     // Announced in HELLO; their ranges are the protocol's.
