@@ -212,6 +212,7 @@ struct TunnelConfig {
   uint32_t keepalive_interval_ms = 5000;          // tunnel.keepalive_interval_ms
   uint32_t keepalive_timeout_ms = 15000;          // tunnel.keepalive_timeout_ms
   uint32_t connect_timeout_ms = 3000;             // tunnel.connect_timeout_ms
+  uint32_t reconnect_min_ms = 50;                 // tunnel.reconnect_min_ms: the first backoff after a failed dial
   uint32_t reconnect_max_ms = 2000;               // tunnel.reconnect_max_ms: backoff ceiling
   uint32_t resume_timeout_ms = 10000;             // tunnel.resume_timeout_ms: 0 = sessions do not resume
   uint32_t rdma_probe_interval_ms =

@@ -66,6 +66,7 @@ inline constexpr NumberKey kNumberKeys[] = {
     RDMAGW_NUMBER_KEY(tunnel, keepalive_interval_ms, 100, 3'600'000, kCount, kRestart),
     RDMAGW_NUMBER_KEY(tunnel, keepalive_timeout_ms, 1, kU32Max, kCount, kRestart),
     RDMAGW_NUMBER_KEY(tunnel, connect_timeout_ms, 100, 600'000, kCount, kRestart),
+    RDMAGW_NUMBER_KEY(tunnel, reconnect_min_ms, 1, 600'000, kCount, kRestart),
     RDMAGW_NUMBER_KEY(tunnel, reconnect_max_ms, 100, 600'000, kCount, kRestart),
     RDMAGW_NUMBER_KEY(tunnel, resume_timeout_ms, 0, 600'000, kCount, kRestart),
     RDMAGW_NUMBER_KEY(tunnel, rdma_probe_interval_ms, 0, 600'000, kCount, kRestart),

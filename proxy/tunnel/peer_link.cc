@@ -354,7 +354,8 @@ void PeerLink::schedule_retry() {
   // A suspended session has only resume_timeout_ms: retry it at least every 250 ms.
   uint32_t ceiling = active_ && active_->wants_transport() ? std::min<uint32_t>(tunnel_.reconnect_max_ms, 250)
                                                            : tunnel_.reconnect_max_ms;
-  backoff_ms_ = backoff_ms_ == 0 ? 50 : std::min<uint32_t>(backoff_ms_ * 2, ceiling);
+  backoff_ms_ =
+      backoff_ms_ == 0 ? std::min(tunnel_.reconnect_min_ms, ceiling) : std::min<uint32_t>(backoff_ms_ * 2, ceiling);
   next_dial_ = loop_.now() + std::chrono::milliseconds(backoff_ms_);
 }
 

@@ -351,6 +351,34 @@ TEST_CASE("peer link: failed dials back off exponentially from 50 ms, capped at 
   CHECK(f.rdma.calls.empty());
 }
 
+TEST_CASE("peer link: the first backoff is tunnel.reconnect_min_ms, doubling from there") {
+  Fixture f(TransportMode::kTcp);  // reconnect_max_ms = 300
+  f.tunnel.reconnect_min_ms = 120;
+  f.link = std::make_unique<PeerLink>(f.loop, f.pool, f.peer, f.settings, f.tunnel, Connectors{&f.tcp, &f.rdma});
+  f.link->start();
+  REQUIRE(f.tcp.calls.size() == 1);
+  uint32_t n = 1;
+  for (uint32_t backoff : {120u, 240u, 300u, 300u}) {
+    f.tcp.fail("connection refused");
+    INFO("backoff " << backoff);
+    f.link->tick(f.t0 + std::chrono::milliseconds(backoff) - 1ms);
+    CHECK(f.tcp.calls.size() == n);
+    f.link->tick(f.t0 + std::chrono::milliseconds(backoff));
+    REQUIRE(f.tcp.calls.size() == n + 1);
+    ++n;
+  }
+  // Above the ceiling, the ceiling: every wait is reconnect_max_ms.
+  Fixture g(TransportMode::kTcp);
+  g.tunnel.reconnect_min_ms = 5000;
+  g.link = std::make_unique<PeerLink>(g.loop, g.pool, g.peer, g.settings, g.tunnel, Connectors{&g.tcp, &g.rdma});
+  g.link->start();
+  g.tcp.fail("connection refused");
+  g.link->tick(g.t0 + 299ms);
+  CHECK(g.tcp.calls.size() == 1);
+  g.link->tick(g.t0 + 300ms);
+  CHECK(g.tcp.calls.size() == 2);
+}
+
 TEST_CASE("peer link: a connector that fails at once counts as a failed dial and is retried") {
   Fixture f(TransportMode::kTcp);
   f.tcp.fail_at_once = "socket: Too many open files";
