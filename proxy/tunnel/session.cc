@@ -280,7 +280,7 @@ void Session::close(SessionEnd end, std::string_view reason, CloseMode mode) {
   // refuses their calls.
   for (auto& [id, stream] : streams_) queue_event(*stream, kEventLost);
   blocked_streams_.clear();
-  closed_to_announce_ = true;
+  owner_events_ |= kOwnerClosed;
   request_dispatch();
 }
 
@@ -421,8 +421,7 @@ void Session::unqueue_events(Stream& stream) {
 void Session::flush() {
   assert(!parsing_);
   assert(gathered_.empty() && "a transport did not end its batch (TransportSink::on_frames_end)");
-  if (open_to_announce_) {
-    open_to_announce_ = false;
+  if (take_owner_event(kOwnerOpen)) {
     // A session that ended in the same batch never served: its owner counts
     // it as a failed attempt (backoff), not as one that came up.
     if (owner_ && state_ == State::kOpen) owner_->on_session_open(*this);
@@ -436,17 +435,14 @@ void Session::flush() {
     dispatch(*stream, std::exchange(stream->events_, 0));
   }
   events_.clear();
-  if (suspended_to_announce_) {
-    suspended_to_announce_ = false;
+  if (take_owner_event(kOwnerSuspended)) {
     if (owner_ && state_ == State::kResuming) owner_->on_session_suspended(*this);
   }
   maybe_ack(false);
-  if (draining_to_announce_) {
-    draining_to_announce_ = false;
+  if (take_owner_event(kOwnerDraining)) {
     if (owner_) owner_->on_session_draining(*this);
   }
-  if (closed_to_announce_) {
-    closed_to_announce_ = false;
+  if (take_owner_event(kOwnerClosed)) {
     if (owner_) owner_->on_session_closed(*this, end_, end_reason_);
   }
 }
@@ -549,7 +545,8 @@ bool Session::open_stream(Stream& stream, std::string_view target, uint8_t* buff
     // Ids are never reused: a session whose ids ran out carries its streams
     // to the end, and new ones go to a fresh session.
     log::info("session_ids_exhausted").kv("peer", peer_label()).kv("last_id", id);
-    draining_announced_ = draining_to_announce_ = true;
+    draining_announced_ = true;
+    owner_events_ |= kOwnerDraining;
     request_dispatch();
   }
   return true;
@@ -849,7 +846,8 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
         goaway_received_ = true;
         log::info("session_goaway").kv("peer", peer_label()).kv("streams", streams_.size());
         if (!draining_announced_) {
-          draining_announced_ = draining_to_announce_ = true;
+          draining_announced_ = true;
+          owner_events_ |= kOwnerDraining;
           request_dispatch();
         }
       }
@@ -932,7 +930,7 @@ void Session::open_now() {
       .kv("role", role_ == Role::kDialer ? "dialer" : "acceptor")
       .kv("remote", remote_address_)
       .kv("resumable", resumable_);
-  open_to_announce_ = true;
+  owner_events_ |= kOwnerOpen;
   request_dispatch();
 }
 

@@ -477,7 +477,6 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   Clock::time_point link_started_;  // the current transport's handshake began
   Clock::time_point suspended_at_;
   TransportKind suspended_kind_ = TransportKind::kTcp;
-  bool suspended_to_announce_ = false;  // owner: on_session_suspended
   TransportKind transport_kind_;
   std::string remote_address_;
   SessionOwner* owner_;
@@ -534,10 +533,17 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   static constexpr size_t kMaxGatheredPieces = 256;  // delivered in parts beyond
   std::vector<Stream*> gathered_streams_, delivering_streams_;
   std::vector<iovec> sorted_pieces_;
-  bool open_to_announce_ = false;      // owner: on_session_open
-  bool draining_to_announce_ = false;  // owner: on_session_draining
-  bool draining_announced_ = false;
-  bool closed_to_announce_ = false;  // owner: on_session_closed
+  // What the owner is still to hear (SessionOwner's hooks), told by flush()
+  // in this order, each once however often it was queued: open before the
+  // streams' events, then suspended, draining, closed.
+  enum OwnerEvent : uint8_t { kOwnerOpen = 1, kOwnerSuspended = 2, kOwnerDraining = 4, kOwnerClosed = 8 };
+  uint8_t owner_events_ = 0;
+  bool take_owner_event(OwnerEvent event) {
+    bool queued = owner_events_ & event;
+    owner_events_ &= static_cast<uint8_t>(~event);
+    return queued;
+  }
+  bool draining_announced_ = false;  // on_session_draining was queued once (never again)
   SessionEnd end_ = SessionEnd::kLocalClose;
   std::string end_reason_;
   // GOAWAY ("open no more streams here", docs/protocol.md), one state per

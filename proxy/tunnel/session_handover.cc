@@ -33,7 +33,7 @@ void Session::thaw() {
   frozen_ = false;
   // resume_timeout_ms counts from now: the takeover's time was not the peer's fault.
   suspended_at_ = loop().now();
-  suspended_to_announce_ = true;
+  owner_events_ |= kOwnerSuspended;
   request_dispatch();
 }
 

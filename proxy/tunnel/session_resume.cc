@@ -181,7 +181,7 @@ void Session::resumed() {
       .kv("resend_bytes", frames_->size());
   kick();
   notify_blocked_streams();
-  open_to_announce_ = true;
+  owner_events_ |= kOwnerOpen;
   request_dispatch();
 }
 
@@ -235,7 +235,7 @@ void Session::suspend(std::string_view reason) {
       .kv("streams", streams_.size())
       .kv("unacknowledged_bytes", frames_->retained() + frames_->size())
       .kv("reason", reason);
-  suspended_to_announce_ = true;
+  owner_events_ |= kOwnerSuspended;
   request_dispatch();
 }
 
