@@ -147,18 +147,29 @@ int run_reload(const CommandContext& ctx) {
   return kExitFailure;
 }
 
-int run_drain(const CommandContext& ctx, const DrainOptions& options) {
-  HttpRequest request = post("/drain");
-  HttpResponse response;
+namespace {
+
+// POSTs to `target`: true on a 2xx answer; otherwise prints why (no answer,
+// or the error the server sent: a 409 says why it would not) and false.
+bool post_accepted(const CommandContext& ctx, const char* target, HttpResponse* response) {
+  HttpRequest request = post(target);
   std::string error;
-  if (!ctx.admin.send(request, &response, &error)) {
+  if (!ctx.admin.send(request, response, &error)) {
     print_error(error);
-    return kExitFailure;
+    return false;
   }
-  if (response.status < 200 || response.status > 299) {
-    print_error(ctx.admin.describe_http_error(request, response));
-    return kExitFailure;
+  if (response->status < 200 || response->status > 299) {
+    print_error(ctx.admin.describe_http_error(request, *response));
+    return false;
   }
+  return true;
+}
+
+}  // namespace
+
+int run_drain(const CommandContext& ctx, const DrainOptions& options) {
+  HttpResponse response;
+  if (!post_accepted(ctx, "/drain", &response)) return kExitFailure;
   if (ctx.json) {
     print_answer_as_json(response);
   } else {
@@ -175,18 +186,8 @@ int run_drain(const CommandContext& ctx, const DrainOptions& options) {
 }
 
 int run_undrain(const CommandContext& ctx) {
-  HttpRequest request = post("/undrain");
   HttpResponse response;
-  std::string error;
-  if (!ctx.admin.send(request, &response, &error)) {
-    print_error(error);
-    return kExitFailure;
-  }
-  // 409 says why not (shutting down, a port taken): the drain goes on.
-  if (response.status < 200 || response.status > 299) {
-    print_error(ctx.admin.describe_http_error(request, response));
-    return kExitFailure;
-  }
+  if (!post_accepted(ctx, "/undrain", &response)) return kExitFailure;  // the drain goes on
   if (ctx.json)
     print_answer_as_json(response);
   else
