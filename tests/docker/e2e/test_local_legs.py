@@ -119,10 +119,15 @@ def test_injected_sidecars_redirect_both_pods_legs(lab):
         "sha256sum < /tmp/value; sha256sum < /tmp/back; stat -c %s /tmp/back")
     sent, back, size = podman("exec", app, "sh", "-c", script).stdout.split("\n")[:3]
     assert int(size) == 1048576 and sent == back, (size, sent, back)
-    # Both directions of each leg pass the programs; beyond max_in_flight
-    # unread a message goes by TCP, so not all of it need be redirected.
+    # Both directions of each leg pass the programs: every byte is counted,
+    # redirected or by TCP. How much goes by TCP depends on how fast the
+    # readers read (past max_in_flight unread a message goes by TCP; a busy
+    # machine makes that most of it), but rdmagw's own sends toward an
+    # application start redirected and are split at max_in_flight before it
+    # first asks how much is unread: the megabyte each sidecar sends (the
+    # SET to the server, the reply to the client) redirects at least that.
     for sidecar in (server, client):
         legs = stats(sidecar)["local_legs"]
         moved = legs["bytes_redirected"] - before[sidecar]["bytes_redirected"]
         total = moved + legs["bytes_tcp"] - before[sidecar]["bytes_tcp"]
-        assert moved >= 1048576 and total >= 2 * 1048576, (sidecar, before[sidecar], legs)
+        assert total >= 2 * 1048576 and moved >= legs["max_in_flight"], (sidecar, before[sidecar], legs)
