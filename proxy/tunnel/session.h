@@ -114,8 +114,8 @@ class SessionOwner {
   }
 };
 
-// The tunnel's keys as the configuration has them (one name and one
-// default per key: config/config.h), shared with it rather than copied.
+// The tunnel's keys at their defaults (config/config.h: one name and one
+// default per key), one copy for every SessionSettings not given others.
 inline std::shared_ptr<const TunnelConfig> default_tunnel_config() {
   static const auto defaults = std::make_shared<const TunnelConfig>();
   return defaults;
@@ -130,7 +130,9 @@ struct SessionSettings {
   // (0: not resumable, kCapResume is not offered), and limits'
   // streams_per_session and opens_per_second (what a peer may ask of one
   // session: an OPEN beyond either is refused with RESET(resource); 0: no
-  // limit).
+  // limit). All restart-only: the keys a reload applies (session_idle_ms,
+  // max_sessions, ...) stay as they were at start here, and are read from
+  // the configuration, not from this.
   std::shared_ptr<const TunnelConfig> tunnel = default_tunnel_config();
   // This process's instance, the first half of the tokens it dials with
   // (0: drawn per session).

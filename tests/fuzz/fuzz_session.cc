@@ -8,7 +8,8 @@
 // authentication on, bit 2 resumable, bits 3-4 how many streams the owner
 // will hand out for the peer's OPENs, bit 5 (with bit 1) certificates
 // instead of a key (tests/unit/certs: the peer's certificate and signature
-// are parsed and checked, however they come). The next byte splits the rest into
+// are parsed and checked, however they come), bit 6 tunnel.limits of 2
+// streams and 3 OPENs a second (else no limits). The next byte splits the rest into
 // two deliveries (a frame cut across two reads).
 #include <cstddef>
 #include <cstdint>
@@ -66,10 +67,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   SessionSettings settings;
   settings.node = "fuzz";
-  tunnel_keys(settings).buffer_size = 4096;
-  tunnel_keys(settings).stream_window = 16384;
-  tunnel_keys(settings).session_budget = 65536;
-  tunnel_keys(settings).resume_timeout_ms = (mode & 4) ? 10000 : 0;
+  TunnelConfig& keys = tunnel_keys(settings);
+  keys.buffer_size = 4096;
+  keys.stream_window = 16384;
+  keys.session_budget = 65536;
+  keys.resume_timeout_ms = (mode & 4) ? 10000 : 0;
+  // Bit 6: tunnel.limits small enough for a peer's OPENs to reach them;
+  // else none.
+  keys.limits.streams_per_session = (mode & 64) ? 2 : 0;
+  keys.limits.opens_per_second = (mode & 64) ? 3 : 0;
   if (mode & 2) settings.auth = (mode & 32) ? &cert_keyring() : &keyring();
 
   BufferPool pool(kBufferHeadroom + settings.tunnel->buffer_size, 64);

@@ -100,6 +100,9 @@ struct Rig {
     else
       REQUIRE(rdmagw::baseline_io_uring_forced());  // every kernel CI runs on has buffer rings
     settings.node = "a";
+    // Streams end with their session (it does not resume), as the tests
+    // here expect.
+    tunnel_keys(settings).resume_timeout_ms = 0;
     auto t = make_io<FakeTransport>(loop, pool, kMaxPayload);
     transport = t.get();
     session = make_io<Session>(loop, pool, role, settings, std::move(t), &owner);

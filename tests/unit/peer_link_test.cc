@@ -222,6 +222,8 @@ struct Fixture {
     REQUIRE(ep);
     peer.tcp_endpoint = *ep;
     settings.node = "a";
+    // Sessions that do not resume, unless a test says they do.
+    tunnel_keys(settings).resume_timeout_ms = 0;
     tunnel.transport = mode;
     tunnel.connect_timeout_ms = 1000;
     tunnel.reconnect_max_ms = 300;

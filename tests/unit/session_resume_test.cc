@@ -453,6 +453,19 @@ TEST_CASE("takeover: the new process announces what the session announced, whate
   }
 }
 
+TEST_CASE("takeover: a version-1 image's max_data is tunnel.buffer_size where the file set it, else 16 KiB") {
+  SessionImage image;
+  TunnelConfig keys;
+  keys.buffer_size = 64 * kKiB;   // the new process's default, or the file's
+  image.own_max_data = 8 * kKiB;  // an image from version 2 on says
+  CHECK(announced_max_data(image, keys) == 8 * kKiB);
+  image.own_max_data = 0;  // a version-1 image does not
+  keys.buffer_size_given = false;
+  CHECK(announced_max_data(image, keys) == tunnel::kVersion1DefaultMaxData);
+  keys.buffer_size_given = true;
+  CHECK(announced_max_data(image, keys) == 64 * kKiB);
+}
+
 TEST_CASE("takeover: a session keeps what its first HELLO offered, through the resume of a newer process") {
   // An older process's HELLO did not offer origins (image version 3: no
   // capabilities): its peer sends none and expects none for the session's

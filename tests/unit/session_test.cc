@@ -36,9 +36,14 @@ SessionSettings settings_for(uint32_t max_data = 16 * kKiB, uint32_t stream_wind
                              uint64_t session_window = 32ull * kKiB * kKiB) {
   SessionSettings s;
   s.node = "self";
-  tunnel_keys(s).buffer_size = max_data;
-  tunnel_keys(s).stream_window = stream_window;
-  tunnel_keys(s).session_budget = session_window;
+  TunnelConfig& keys = tunnel_keys(s);
+  keys.buffer_size = max_data;
+  keys.stream_window = stream_window;
+  keys.session_budget = session_window;
+  // Sessions that do not resume and take any number of streams, unless a
+  // test says otherwise.
+  keys.resume_timeout_ms = 0;
+  keys.limits.streams_per_session = keys.limits.opens_per_second = 0;
   return s;
 }
 
