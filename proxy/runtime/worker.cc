@@ -111,8 +111,7 @@ Worker::~Worker() {
   links_.clear();
   retired_links_.clear();
   discovered_.clear();
-  for (auto& s : inbound_) s->disown();
-  inbound_.clear();
+  inbound_.reset();
   loop_.shut_down();
 }
 
@@ -175,6 +174,10 @@ bool Worker::init(std::string* error) {
   auth_keyring_.credentials = t.auth.mode == AuthMode::kCert ? t.auth.credentials : nullptr;
   auth_keyring_.encrypt = t.auth.encrypt;
   session_settings_.auth = &auth_keyring_;
+  inbound_ = std::make_unique<InboundSessions>(
+      loop_, *pool_, session_settings_, index_, directory_, metrics_,
+      [this](tunnel::Session& session, uint32_t id, std::string_view target, const tunnel::StreamOrigin* origin,
+             tunnel::ResetCode* refuse) { return open_stream_for_peer(session, id, target, origin, refuse); });
   // Restart-only settings: set once.
   own_ports_ = {t.tcp_port, t.rdma_port};
   std::string unused;
@@ -939,18 +942,18 @@ void Worker::describe_peers(std::vector<tunnel::PeerInfo>* out) const {
     out->emplace_back();
     link.describe(index_, &out->back());
   });
-  for (const auto& s : inbound_) {
+  inbound_->for_each([&](const tunnel::Session& s) {
     tunnel::PeerInfo peer;
     tunnel::SessionInfo info;
     info.worker = index_;
-    s->describe(&info);
+    s.describe(&info);
     peer.name = info.peer_node.empty() ? info.remote_address : info.peer_node;
     peer.transport = info.transport;
     peer.transport_reason = "chosen by the peer, which dialed us";
-    peer.state = s->open() ? "up" : "connecting";
+    peer.state = s.open() ? "up" : "connecting";
     peer.sessions.push_back(std::move(info));
     out->push_back(std::move(peer));
-  }
+  });
 }
 
 void Worker::describe_streams(std::vector<local::StreamInfo>* out) const {
@@ -965,139 +968,11 @@ void Worker::on_inbound(IoPtr<tunnel::Transport> transport) {
     transport->close(tunnel::CloseMode::kAbort);
     return;
   }
-  inbound_.push_back(make_io<tunnel::Session>(loop_, *pool_, tunnel::Session::Role::kAcceptor, session_settings_,
-                                              std::move(transport), this));
-  inbound_.back()->start();
+  inbound_->accept(std::move(transport));
 }
 
-void Worker::on_session_open(tunnel::Session& session) {
-  // A resumable one was counted when it named itself (on_session_identified).
-  if (session.resumable() || session.role() != tunnel::Session::Role::kAcceptor) return;
-  if (!room_for_inbound(session))
-    session.close(tunnel::SessionEnd::kLimit, "tunnel.limits.sessions_per_address reached", tunnel::CloseMode::kAbort);
-}
-
-bool Worker::room_for_inbound(tunnel::Session& session) {
-  uint32_t cap = config_->tunnel.limits.sessions_per_address;
-  std::string host = tunnel::host_of(session.remote_address());
-  size_t held = 0;
-  tunnel::Session* first_suspended = nullptr;
-  for (const auto& s : inbound_) {
-    if (s.get() == &session ||
-        (s->state() != tunnel::Session::State::kOpen && s->state() != tunnel::Session::State::kResuming))
-      continue;
-    if (tunnel::host_of(s->remote_address()) != host) continue;
-    ++held;
-    if (!first_suspended && s->state() == tunnel::Session::State::kResuming) first_suspended = s.get();
-  }
-  if (held < cap) return true;
-  std::string limit = "tunnel.limits.sessions_per_address (" + std::to_string(cap) + ") reached by " + host;
-  if (first_suspended) {
-    // It waits for a transport that may never come (a peer that opens
-    // sessions and drops them), and holds what it kept for a resend.
-    metrics_.address_sessions_closed.add();
-    first_suspended->close(tunnel::SessionEnd::kLimit, limit + ": closed to make room for a new session",
-                           tunnel::CloseMode::kAbort);
-    return true;
-  }
-  metrics_.address_sessions_refused.add();
-  uint64_t suppressed = 0;
-  if (address_limit_log_.allow(loop_.now(), &suppressed)) {
-    log::Line line = log::warn("session_refused");
-    line.kv("remote", session.remote_address()).kv("reason", limit + " and none of them is suspended");
-    if (suppressed) line.kv("suppressed", suppressed);
-  }
-  return false;
-}
-
-void Worker::on_session_closed(tunnel::Session& session, tunnel::SessionEnd, std::string_view) {
-  auto it = by_token_.find(session.token());
-  if (it != by_token_.end() && it->second == &session) {
-    by_token_.erase(it);
-    directory_.remove(session.token(), index_);
-  }
-  std::erase_if(inbound_, [&](const IoPtr<tunnel::Session>& s) { return s.get() == &session; });
-}
-
-bool Worker::on_session_identified(tunnel::Session& session) {
-  // A new session from a peer whose suspended sessions came from another
-  // instance of its process: that process is gone, and so is any chance
-  // of resuming them. Their streams are reset now, not at the timeout.
-  // The same peer is the same node name at the same address: the replicas
-  // of a Deployment share one ConfigMap, so one node name, and a replica's
-  // new session says nothing of another's.
-  for (auto& s : inbound_) {
-    if (s.get() == &session || s->state() != tunnel::Session::State::kResuming) continue;
-    if (s->peer_node() != session.peer_node() || s->token().instance == session.token().instance) continue;
-    if (tunnel::host_of(s->remote_address()) != tunnel::host_of(session.remote_address())) continue;
-    s->close(tunnel::SessionEnd::kPeerRestarted, "the peer's rdmagw restarted", tunnel::CloseMode::kAbort);
-  }
-  if (!room_for_inbound(session)) return false;
-  by_token_[session.token()] = &session;
-  directory_.add(session.token(), index_);
-  return true;
-}
-
-tunnel::Session* Worker::find_session(const tunnel::SessionToken& token) {
-  auto it = by_token_.find(token);
-  return it == by_token_.end() ? nullptr : it->second;
-}
-
-bool Worker::token_in_use(const tunnel::SessionToken& token) {
-  return by_token_.contains(token) || directory_.holder(token).has_value();
-}
-
-bool Worker::resume_elsewhere(const tunnel::SessionPayload& request, const tunnel::HelloPayload& hello,
-                              const tunnel::PeerProof& proof, IoPtr<tunnel::Transport>& transport) {
-  auto holder = directory_.holder(request.token);
-  if (!holder || *holder == index_) return false;
-  ResumeHandOff hand_off{nullptr, request, hello, transport->remote_address(), proof};
-  unsigned to = *holder;
-  SessionDirectory* directory = &directory_;
-  bool moving = transport->hand_off([hand_off, to, directory](tunnel::MovedConnection moved) mutable {
-    hand_off.moved = std::make_shared<tunnel::MovedConnection>(std::move(moved));
-    // The task runs on the holder's thread, while its loop runs (so while
-    // the Worker exists); if it stopped, the socket closes with the task.
-    Worker* target = directory->worker(to);
-    if (!target) return;
-    directory->post(to, [target, hand_off] { target->adopt_resume(hand_off); });
-  });
-  if (!moving) return false;
-  log::info("session_resume_handed_off").kv("to_worker", to).kv("remote", hand_off.remote);
-  transport.reset();  // retired: deleted once its hand-off is done
-  return true;
-}
-
-void Worker::adopt_resume(const ResumeHandOff& hand_off) {
-  tunnel::MovedConnection& moved = *hand_off.moved;
-  auto transport = make_io<transport::TcpTransport>(loop_, *pool_, std::move(moved.fd), config_->tunnel.buffer_size,
-                                                    hand_off.remote, config_->tunnel.tcp_splice);
-  transport->admit();  // the peer authenticated on the worker that handed it over
-  // Memory first: failing once the session has taken the transport would
-  // leave it without one mid-resume.
-  if (!transport->take_full_buffers() ||
-      (moved.sealer && !transport->adopt_ciphers(std::move(moved.sealer), std::move(moved.opener)))) {
-    log::warn("session_resume_refused").kv("remote", hand_off.remote).kv("reason", "out of memory");
-    transport->close(tunnel::CloseMode::kAbort);
-    return;
-  }
-  tunnel::Session* session = frozen_ ? nullptr : find_session(hand_off.request.token);
-  if (!session || !session->can_resume_from(hand_off.hello, hand_off.request.received)) {
-    // It ended meanwhile: the dialer sees the connection close, asks again,
-    // and is then told the session is unknown.
-    log::warn("session_resume_refused").kv("remote", hand_off.remote).kv("reason", "the session ended meanwhile");
-    transport->close(tunnel::CloseMode::kAbort);
-    return;
-  }
-  session->take_over(std::move(transport), hand_off.request.received, false, hand_off.proof);
-}
-
-void Worker::on_session_draining(tunnel::Session&) {
-  // The dialer drains: its open streams finish here, it opens no more.
-}
-
-tunnel::Stream* Worker::on_stream_open(tunnel::Session& session, uint32_t id, std::string_view target,
-                                       const tunnel::StreamOrigin* origin, tunnel::ResetCode* refuse) {
+tunnel::Stream* Worker::open_stream_for_peer(tunnel::Session& session, uint32_t id, std::string_view target,
+                                             const tunnel::StreamOrigin* origin, tunnel::ResetCode* refuse) {
   std::string error;
   auto endpoint = parse_endpoint(target, &error);
   // Authorization by peer: by the address of the peer's end of the session.
@@ -1171,7 +1046,7 @@ void Worker::stop_accepting() {
   ::close(tunnel_.tcp_fds[index_]);
   tunnel_.tcp_fds[index_] = -1;
   for_each_link([](tunnel::PeerLink& link) { link.begin_shutdown(); });
-  for (auto& s : inbound_) s->send_goaway();
+  inbound_->for_each([](tunnel::Session& s) { s.send_goaway(); });
 }
 
 void Worker::start_accepting(ListenerSet listeners, UniqueFd tunnel_fd) {
@@ -1202,7 +1077,7 @@ void Worker::begin_drain() {
 
 void Worker::close_everything(std::string_view reason, tunnel::CloseMode mode) {
   for_each_link([&](tunnel::PeerLink& link) { link.close_all(reason, mode); });
-  for (auto& s : inbound_) s->close(tunnel::SessionEnd::kLocalClose, reason, mode);
+  if (inbound_) inbound_->for_each([&](tunnel::Session& s) { s.close(tunnel::SessionEnd::kLocalClose, reason, mode); });
 }
 
 void Worker::describe_discovered(std::vector<DiscoveredState>* out) const {
@@ -1233,14 +1108,14 @@ std::string Worker::own_proof_change(const Config& next) const {
 void Worker::reauthenticate_sessions(const std::string& reason) {
   size_t moved = 0;
   auto renew = [&](tunnel::Session& s) { moved += s.reauthenticate(reason) ? 1 : 0; };
-  for (auto& s : inbound_) renew(*s);
+  inbound_->for_each(renew);
   for_each_link([&](tunnel::PeerLink& link) { link.for_each_session(renew); });
   if (moved) log::info("sessions_reauthenticating").kv("sessions", moved).kv("reason", reason);
 }
 
 void Worker::recheck_peers() {
   // Closing only queues the session's end: nothing here is freed meanwhile.
-  for (auto& s : inbound_) s->recheck_peer();
+  inbound_->for_each([](tunnel::Session& s) { s.recheck_peer(); });
   for_each_link([](tunnel::PeerLink& link) { link.for_each_session([](tunnel::Session& s) { s.recheck_peer(); }); });
 }
 
@@ -1278,7 +1153,7 @@ void Worker::tick() {
     const tunnel::PeerLink& link = *entry.second;
     return link.dormant() && (crowded || now - link.last_used() >= forget_after);
   });
-  for (auto& s : inbound_) s->tick(now);
+  inbound_->for_each([&](tunnel::Session& s) { s.tick(now); });
 
   int level = stop_level_.load(std::memory_order_relaxed);
   if (level >= static_cast<int>(StopLevel::kDrain) && !draining_) begin_drain();

@@ -31,6 +31,7 @@
 #include "proxy/local/redirected_leg.h"
 #include "proxy/local/stream_host.h"
 #include "proxy/local/stream_info.h"
+#include "proxy/runtime/inbound_sessions.h"
 #include "proxy/runtime/listener_sockets.h"
 #include "proxy/runtime/service_router.h"
 #include "proxy/runtime/session_directory.h"
@@ -57,7 +58,7 @@ struct TunnelSockets {
 
 enum class StopLevel : int { kRunning = 0, kDrain = 1, kNow = 2 };
 
-class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserver, private tunnel::SessionBudget {
+class Worker final : private tunnel::InboundObserver, private tunnel::SessionBudget {
  public:
   // `mailbox` and `metrics` outlive the worker (the runtime owns them, so
   // that the admin thread can use them at any time).
@@ -122,17 +123,9 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   // process's; it outlives the worker).
   void redirect_local_legs(local::LocalRedirect& redirect) { local_redirect_ = &redirect; }
 
-  // SessionOwner, for sessions peers dialed to us.
-  void on_session_open(tunnel::Session& session) override;
-  void on_session_closed(tunnel::Session& session, tunnel::SessionEnd end, std::string_view reason) override;
-  void on_session_draining(tunnel::Session& session) override;
-  tunnel::Stream* on_stream_open(tunnel::Session& session, uint32_t id, std::string_view target,
-                                 const tunnel::StreamOrigin* origin, tunnel::ResetCode* refuse) override;
-  bool on_session_identified(tunnel::Session& session) override;
-  tunnel::Session* find_session(const tunnel::SessionToken& token) override;
-  bool token_in_use(const tunnel::SessionToken& token) override;
-  bool resume_elsewhere(const tunnel::SessionPayload& request, const tunnel::HelloPayload& hello,
-                        const tunnel::PeerProof& proof, IoPtr<tunnel::Transport>& transport) override;
+  // Another worker's connection asks to resume a session this worker holds
+  // (InboundSessions::resume_elsewhere there); on this worker's thread.
+  void adopt_resume(const ResumeHandOff& hand_off) { inbound_->adopt_resume(hand_off, frozen_); }
 
  private:
   // InboundObserver: a peer dialed us (either transport).
@@ -200,15 +193,10 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   sockaddr_storage service_tunnel_address(const ServiceTable& table, const ServiceTable::Endpoint& endpoint,
                                           const sockaddr_storage& endpoint_address) const;
   void begin_drain();
-  // Another worker's connection asks to resume a session this worker holds.
-  struct ResumeHandOff {
-    std::shared_ptr<tunnel::MovedConnection> moved;  // the socket (and ciphers, when encrypted)
-    tunnel::SessionPayload request;
-    tunnel::HelloPayload hello;
-    std::string remote;
-    tunnel::PeerProof proof;  // what the peer proved itself with on this connection
-  };
-  void adopt_resume(const ResumeHandOff& hand_off);
+  // A stream a peer opens on a session it dialed to us (InboundSessions):
+  // to its target if targets allow it; else refused, logged and counted.
+  tunnel::Stream* open_stream_for_peer(tunnel::Session& session, uint32_t id, std::string_view target,
+                                       const tunnel::StreamOrigin* origin, tunnel::ResetCode* refuse);
   // Worker 0's RDMA listener: which worker accepts a connect request (see
   // make_tunnel_listeners). True when another worker takes it.
   bool place_rdma_request(const tunnel::SessionToken* session, transport::IncomingConnect& connect,
@@ -327,13 +315,7 @@ class Worker final : public tunnel::SessionOwner, private tunnel::InboundObserve
   log::LogLimiter service_log_{1, 5};
   // Refused sessions (max_sessions): at most a line a second per worker.
   log::LogLimiter session_limit_log_{1, 5};
-  // tunnel.limits.sessions_per_address: whether `session`, new from a peer,
-  // may stay; makes room by closing that address's first suspended session.
-  bool room_for_inbound(tunnel::Session& session);
-  log::LogLimiter address_limit_log_{1, 5};
-  std::vector<IoPtr<tunnel::Session>> inbound_;  // sessions peers dialed to us
-  // Resumable inbound sessions by token: where a resume request finds its session.
-  std::unordered_map<tunnel::SessionToken, tunnel::Session*, tunnel::SessionTokenHash> by_token_;
+  std::unique_ptr<InboundSessions> inbound_;  // sessions peers dialed to us (made by init())
   std::vector<WorkerImage> imports_;
   std::shared_ptr<std::vector<UniqueFd>> inherited_fds_;
   unsigned next_rdma_worker_ = 0;  // worker 0: where the next new RDMA session goes

@@ -24,11 +24,11 @@ void Worker::freeze_for_takeover() {
   for (auto& t : tunnel_listeners_) t->stop();
   tunnel_listeners_.clear();
   for_each_link([](tunnel::PeerLink& link) { link.freeze(); });
-  for (auto& s : inbound_) {
-    if (!s->freeze())
-      s->close(tunnel::SessionEnd::kLocalClose, "takeover: a session without resumption cannot move",
-               tunnel::CloseMode::kAbort);
-  }
+  inbound_->for_each([](tunnel::Session& s) {
+    if (!s.freeze())
+      s.close(tunnel::SessionEnd::kLocalClose, "takeover: a session without resumption cannot move",
+              tunnel::CloseMode::kAbort);
+  });
   for (local::LocalConnection* c = host_->first; c; c = c->next_in_host()) c->freeze();
 }
 
@@ -52,7 +52,7 @@ bool Worker::export_for_takeover(WorkerImage* out) {
   for_each_link([&](tunnel::PeerLink& link) {
     for (tunnel::Session* s : link.frozen_sessions()) add(*s);
   });
-  for (auto& s : inbound_) add(*s);
+  inbound_->for_each(add);
   for (const local::LocalConnection* c = host_->first; c; c = c->next_in_host())
     if (!c->ending()) c->export_image(&out->connections, index);
   return true;
@@ -71,7 +71,7 @@ void Worker::thaw_after_takeover() {
   if (!make_tunnel_listeners(&error)) log::error("takeover_thaw_failed").kv("reason", error);
   for (auto& t : tunnel_listeners_) t->start(this);
   for_each_link([](tunnel::PeerLink& link) { link.thaw(); });
-  for (auto& s : inbound_) s->thaw();
+  inbound_->for_each([](tunnel::Session& s) { s.thaw(); });
   for (local::LocalConnection* c = host_->first; c; c = c->next_in_host()) c->thaw();
 }
 
@@ -108,16 +108,7 @@ void Worker::import_image(const WorkerImage& image) {
     if (s.dialer) {
       if (tunnel::PeerLink* link = find_or_discover(s.peer_label)) session = link->adopt(s);
     } else {
-      auto in = make_io<tunnel::Session>(loop_, *pool_, session_settings_, s, this);
-      if (in->restored_frames()) {
-        session = in.get();
-        by_token_[s.token] = session;
-        directory_.add(s.token, index_);
-        inbound_.push_back(std::move(in));
-      } else {
-        in->disown();
-        in->close(tunnel::SessionEnd::kOutOfBuffers, "out of buffers", tunnel::CloseMode::kAbort);
-      }
+      session = inbound_->adopt_image(s);
     }
     if (!session)
       log::warn("takeover_session_dropped")
