@@ -25,6 +25,9 @@ namespace {
 
 constexpr auto kAskTimeout = std::chrono::milliseconds(2000);
 constexpr auto kReloadTimeout = std::chrono::milliseconds(10000);
+// Why an undrain is refused once SIGTERM started the drain.
+constexpr const char* kStopNotUndone =
+    "rdmagw is shutting down (SIGTERM); that drain ends in a stop and cannot be undone";
 
 double unix_now() {
   timespec ts;
@@ -817,7 +820,7 @@ bool Runtime::undrain(std::string* error) {
     return false;
   }
   if (stop_level_.load() != static_cast<int>(StopLevel::kRunning)) {
-    *error = "rdmagw is shutting down (SIGTERM); that drain ends in a stop and cannot be undone";
+    *error = kStopNotUndone;
     return false;
   }
   if (!draining_) return true;  // accepting already: nothing to undo
@@ -842,7 +845,7 @@ bool Runtime::undrain(std::string* error) {
     std::lock_guard lock(mu_);
     // A SIGTERM that came meanwhile wins: what was opened closes unused.
     if (stop_level_.load() != static_cast<int>(StopLevel::kRunning)) {
-      *error = "rdmagw is shutting down (SIGTERM); that drain ends in a stop and cannot be undone";
+      *error = kStopNotUndone;
       return false;
     }
     for (const auto& socket : listeners)
