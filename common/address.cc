@@ -126,6 +126,15 @@ std::string sockaddr_to_string(const sockaddr* sa, socklen_t len) {
   return "unknown";
 }
 
+std::string sockaddr_ip_text(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET)
+    return inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof(buf)) ? buf : "";
+  if (sa->sa_family == AF_INET6)
+    return inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof(buf)) ? buf : "";
+  return {};
+}
+
 std::string peer_address(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);

@@ -47,6 +47,9 @@ bool is_loopback_address(const sockaddr_storage& address);
 
 // Formats any socket address as text for logs ("127.0.0.1:5000", "unix:...").
 std::string sockaddr_to_string(const sockaddr* sa, socklen_t len);
+// An IPv4 or IPv6 socket's address alone, without its port ("10.0.0.5",
+// "fd00::5"); empty for another family.
+std::string sockaddr_ip_text(const sockaddr* sa);
 // The connected socket's peer as sockaddr_to_string writes it; "unknown" when
 // getpeername fails (the peer already gone).
 std::string peer_address(int fd);

@@ -3,7 +3,7 @@
 // Which worker holds each resumable session peers dialed to this process.
 // A peer's new connection lands on whichever worker the kernel picks
 // (SO_REUSEPORT); when it asks to resume a session another worker holds,
-// that worker gets the connection through its mailbox (Worker::on_session_token).
+// that worker gets the connection through its mailbox (InboundSessions::adopt_resume).
 // Shared by the workers: every call takes the lock, none is on the data
 // path (sessions register once, and are looked up once per resume).
 // It also keeps which workers hold a session to each peer when

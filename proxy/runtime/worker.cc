@@ -38,27 +38,6 @@ constexpr unsigned kReceiveRingBuffers = 256;
 constexpr unsigned kTrimEveryTicks = 20;  // ticks are 50 ms
 constexpr size_t kWarmBuffers = 64;       // free buffers never trimmed: the ones used last
 constexpr auto kTick = std::chrono::milliseconds(50);
-// How long a Service endpoint whose tunnel port refused a dial is reached
-// directly before the tunnel is tried again (one more refused dial a minute
-// at most, for a label that keeps lying).
-constexpr auto kRefusedTunnelMemory = std::chrono::seconds(60);
-
-// The address alone ("10.0.0.5", "fd00::5"): a discovered peer's name.
-std::string address_text(const sockaddr* sa) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  const void* addr = sa->sa_family == AF_INET6
-                         ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr)
-                         : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(sa)->sin_addr);
-  return inet_ntop(sa->sa_family, addr, buf, sizeof(buf)) ? std::string(buf) : std::string();
-}
-
-// A discovered peer's name back to an address that peer_cidrs can match
-// (they ignore the port).
-std::optional<Endpoint> endpoint_of_address(const std::string& address) {
-  std::string error;
-  return make_tcp_endpoint(address, 1, &error);
-}
-
 // Where this node's dials come from. In mode cert a peer checks that the
 // address a dialer connects from is in its certificate, which lists
 // tunnel.address (--check): dialling from there, rather than from whatever
@@ -96,7 +75,7 @@ Worker::Worker(unsigned index, std::shared_ptr<const Config> config, ListenerSet
 
 Worker::~Worker() {
   // Claims first: another worker must not hand a stream to one going away.
-  for (const std::string& peer : peer_claims_) directory_.release_peer(peer, index_);
+  if (links_) links_->release_claims();
   directory_.set_worker(index_, nullptr);
   // GET /stats must not ask about a slab that is going away (one that reads
   // the address just before this gets 0 from mincore once it is unmapped).
@@ -108,9 +87,7 @@ Worker::~Worker() {
   if (host_) host_->reset_all("worker stopped");
   listeners_.clear();
   tunnel_listeners_.clear();
-  links_.clear();
-  retired_links_.clear();
-  discovered_.clear();
+  links_.reset();
   inbound_.reset();
   loop_.shut_down();
 }
@@ -187,7 +164,15 @@ bool Worker::init(std::string* error) {
   tcp_connector_ = std::make_unique<transport::TcpConnector>(loop_, *pool_, t.buffer_size, t.tcp_splice, source);
   if (rdma_) rdma_connector_ = std::make_unique<transport::RdmaConnector>(loop_, *rdma_, t.buffer_size, source);
   if (!make_tunnel_listeners(error)) return false;
-  for (const PeerConfig& peer : config_->peers) links_.push_back(make_link(peer));
+  links_ = std::make_unique<PeerLinks>(PeerLinks::Wiring{loop_,
+                                                         *pool_,
+                                                         session_settings_,
+                                                         {tcp_connector_.get(), rdma_connector_.get()},
+                                                         rdma_.get(),
+                                                         directory_,
+                                                         index_,
+                                                         metrics_},
+                                       config_);
   for (auto& socket : initial_listeners_) listeners_.push_back(make_listener(std::move(socket)));
   initial_listeners_.clear();
   for (const WorkerImage& image : imports_) import_image(image);
@@ -261,109 +246,12 @@ void Worker::accept_rdma(PlacedRdmaRequest& request) {
   // the dialer retries.
 }
 
-std::unique_ptr<tunnel::PeerLink> Worker::make_link(const PeerConfig& peer) {
-  return std::make_unique<tunnel::PeerLink>(loop_, *pool_, peer, session_settings_, config_->tunnel,
-                                            tunnel::Connectors{tcp_connector_.get(), rdma_connector_.get()},
-                                            static_cast<tunnel::SessionBudget*>(this));
-}
-
-tunnel::PeerLink* Worker::discover(const sockaddr* destination, std::string* why) {
-  const PeerCidr* cidr = config_->find_peer_cidr(destination);
-  if (!cidr) {
-    *why = "destination is outside tunnel.peer_cidrs";
-    return nullptr;
-  }
-  std::string ip = address_text(destination);
-  auto it = discovered_.find(ip);
-  if (it != discovered_.end()) return it->second.get();
-  if (!accepting_) {
-    *why = "draining: no new peers";
-    return nullptr;
-  }
-  PeerConfig peer;
-  peer.name = ip;
-  peer.address = ip;
-  peer.tcp_port = cidr->tcp_port;
-  peer.rdma_port = cidr->rdma_port;
-  peer.discovered = true;
-  auto ep = make_tcp_endpoint(ip, cidr->tcp_port, why);
-  if (!ep) return nullptr;
-  peer.tcp_endpoint = *ep;
-  log::info("peer_discovered")
-      .kv("peer", ip)
-      .kv("tcp_port", peer.tcp_port)
-      .kv("rdma_port", peer.rdma_port)
-      .kv("cidr", cidr->cidr.to_string());
-  auto link = make_link(peer);
-  link->start();  // on demand: dials when the stream is submitted
-  return discovered_.emplace(ip, std::move(link)).first->second.get();
-}
-
-tunnel::PeerLink* Worker::find_or_discover(const std::string& name) {
-  if (tunnel::PeerLink* link = find_link(name)) return link;
-  auto ep = endpoint_of_address(name);
-  std::string error;
-  return ep ? discover(reinterpret_cast<const sockaddr*>(&ep->addr), &error) : nullptr;
-}
-
-tunnel::PeerLink* Worker::longest_idle_link(const tunnel::PeerLink& except, bool rdma_only) {
-  // On-demand links only (idle_since() says): one that is always connected
-  // would be dialled again at once.
-  tunnel::PeerLink* oldest = nullptr;
-  Clock::time_point oldest_since{};
-  for_each_link([&](tunnel::PeerLink& l) {
-    if (&l == &except || (rdma_only && l.active_transport() != tunnel::TransportKind::kRdma)) return;
-    auto since = l.idle_since();
-    if (since && (!oldest || *since < oldest_since)) {
-      oldest = &l;
-      oldest_since = *since;
-    }
-  });
-  return oldest;
-}
-
-bool Worker::make_room_for_session(const tunnel::PeerLink& link) {
-  size_t sessions = 0;
-  for_each_link([&](tunnel::PeerLink& l) { sessions += l.session_count(); });
-  uint32_t max = config_->tunnel.max_sessions;
-  if (sessions < max) return true;
-  // The session idle the longest goes.
-  tunnel::PeerLink* oldest = longest_idle_link(link, false);
-  std::string limit = "tunnel.max_sessions (" + std::to_string(max) + ") reached";
-  if (oldest && oldest->close_if_idle("closed to make room for a session to " + link.name() + ": " + limit)) {
-    metrics_.sessions_evicted.add();
-    log::info("session_evicted").kv("peer", oldest->name()).kv("for_peer", link.name()).kv("reason", limit);
-    return true;
-  }
-  metrics_.sessions_refused.add();
-  uint64_t suppressed = 0;
-  if (session_limit_log_.allow(loop_.now(), &suppressed)) {
-    log::Line line = log::warn("session_refused");
-    line.kv("peer", link.name()).kv("reason", limit + " and every session carries streams");
-    if (suppressed) line.kv("suppressed", suppressed);
-  }
-  return false;
-}
-
-bool Worker::may_hold_session(const tunnel::PeerLink& link) {
-  uint32_t cap = config_->tunnel.sessions_per_peer;
-  if (cap == 0 || peer_claims_.contains(link.name())) return true;
-  if (!directory_.claim_peer(link.name(), index_, cap)) return false;
-  peer_claims_.insert(link.name());
-  return true;
-}
-
-bool Worker::refused_recently(const tunnel::PeerLink& link) const {
-  std::optional<Clock::time_point> refused = link.refused_at();
-  return refused && !link.up() && loop_.now() - *refused < kRefusedTunnelMemory;
-}
-
 bool Worker::hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener,
                               const std::string& target, local::ListenerTerms& terms, const std::string& destination,
                               const sockaddr_storage* direct) {
   // Only a link that has nothing here would dial: one with a session, a
   // dial or waiting streams takes the stream itself.
-  if (config_->tunnel.sessions_per_peer == 0 || !link.finished() || may_hold_session(link)) return false;
+  if (config_->tunnel.sessions_per_peer == 0 || !link.finished() || links_->may_hold_session(link)) return false;
   std::optional<unsigned> to = directory_.peer_holder(link.name(), index_);
   Worker* target_worker = to ? directory_.worker(*to) : nullptr;
   if (!target_worker) return false;  // let go of meanwhile: carried here
@@ -387,7 +275,7 @@ bool Worker::hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::s
 
 void Worker::carry_handed_stream(HandedStream& handed) {
   if (!handed.fd.valid()) return;
-  tunnel::PeerLink* link = accepting_ ? find_or_discover(handed.peer) : nullptr;
+  tunnel::PeerLink* link = accepting_ ? links_->find_or_discover(handed.peer) : nullptr;
   metrics::ListenerMetrics* counters = &metrics_.listener(handed.listener);
   if (!link) {
     counters->accepted.add();
@@ -399,10 +287,8 @@ void Worker::carry_handed_stream(HandedStream& handed) {
     handed.fd.reset();  // abortive close armed: the application sees a reset
     return;
   }
-  // Claimed whatever the cap says now: the worker that sent it relies on it.
-  if (config_->tunnel.sessions_per_peer != 0 && directory_.claim_peer(link->name(), index_, UINT32_MAX))
-    peer_claims_.insert(link->name());
-  if (handed.direct_length != 0 && refused_recently(*link)) {
+  links_->claim_for_handed_stream(*link);
+  if (handed.direct_length != 0 && links_->refused_recently(*link)) {
     counters->accepted.add();
     local::DirectPipe::start(*host_, std::move(handed.fd), handed.direct, handed.direct_length, handed.listener,
                              counters, {}, std::move(handed.terms));
@@ -414,93 +300,12 @@ void Worker::carry_handed_stream(HandedStream& handed) {
   link->submit(stream);
 }
 
-void Worker::sync_peer_claims() {
-  bool capped = config_->tunnel.sessions_per_peer != 0;
-  // Which peers this worker's links (retired ones too) carry something to.
-  std::unordered_set<std::string> busy;
-  if (capped)
-    for_each_link([&](const tunnel::PeerLink& l) {
-      if (!l.finished()) busy.insert(l.name());
-    });
-  // A link carrying something holds a claim, even one that never asked:
-  // sessions adopted in a takeover, or open before a reload set the cap.
-  for (const std::string& peer : busy)
-    if (!peer_claims_.contains(peer) && directory_.claim_peer(peer, index_, UINT32_MAX)) peer_claims_.insert(peer);
-  for (auto it = peer_claims_.begin(); it != peer_claims_.end();) {
-    if (busy.contains(*it)) {
-      ++it;
-      continue;
-    }
-    directory_.release_peer(*it, index_);
-    it = peer_claims_.erase(it);
-  }
-}
-
-bool Worker::has_rdma_room() const { return !rdma_ || !rdma_->at_transport_limit(); }
-
-tunnel::SessionBudget::RdmaRoom Worker::make_room_for_rdma(const tunnel::PeerLink& link) {
-  if (has_rdma_room()) return RdmaRoom::kYes;
-  // The RDMA session idle the longest goes.
-  tunnel::PeerLink* oldest = longest_idle_link(link, true);
-  const TunnelConfig& t = config_->tunnel;
-  std::string limit = "tunnel.rdma.max_pinned (" + std::to_string(t.rdma.pinned_budget(pool_->buffer_size()) >> 20) +
-                      " MiB, " + std::to_string(rdma_->transport_limit()) + " RDMA sessions per worker) reached";
-  RdmaRoom room = RdmaRoom::kNo;
-  // A session closed to make room counts until its QP is gone (a flush and
-  // a disconnect later): meanwhile, close no other one for the same room.
-  bool closing_one =
-      rdma_->transports() >= rdma_count_at_eviction_ && loop_.now() - rdma_eviction_at_ < std::chrono::seconds(2);
-  if (closing_one) {
-    room = RdmaRoom::kSoon;
-  } else if (oldest &&
-             oldest->close_if_idle("closed to make room for an RDMA session to " + link.name() + ": " + limit)) {
-    metrics_.rdma_budget_evicted.add();
-    log::info("session_evicted").kv("peer", oldest->name()).kv("for_peer", link.name()).kv("reason", limit);
-    room = RdmaRoom::kSoon;
-    rdma_count_at_eviction_ = rdma_->transports();
-    rdma_eviction_at_ = loop_.now();
-  }
-  bool to_tcp = t.transport == TransportMode::kAuto;
-  if (to_tcp)
-    metrics_.rdma_budget_tcp.add();
-  else if (room == RdmaRoom::kNo)
-    metrics_.rdma_budget_refused.add();
-  uint64_t suppressed = 0;
-  if ((to_tcp || room == RdmaRoom::kNo) && session_limit_log_.allow(loop_.now(), &suppressed)) {
-    log::Line line = to_tcp ? log::info("transport_fallback") : log::warn("session_refused");
-    if (to_tcp)
-      line.kv("peer", link.name()).kv("from", "rdma").kv("to", "tcp").kv("reason", limit);
-    else
-      line.kv("peer", link.name()).kv("reason", limit + " and every RDMA session carries streams");
-    if (suppressed) line.kv("suppressed", suppressed);
-  }
-  return room;
-}
-
-void Worker::retire_undiscoverable() {
-  for (auto it = discovered_.begin(); it != discovered_.end();) {
-    auto ep = endpoint_of_address(it->first);
-    const PeerCidr* cidr = ep ? config_->find_peer_cidr(reinterpret_cast<const sockaddr*>(&ep->addr)) : nullptr;
-    tunnel::PeerLink& link = *it->second;
-    if (cidr && cidr->tcp_port == link.config().tcp_port && cidr->rdma_port == link.config().rdma_port) {
-      ++it;
-      continue;
-    }
-    // Outside peer_cidrs now, or at other ports: its streams finish on it.
-    for (tunnel::PendingStream* stream : link.take_waiting())
-      stream->abort(tunnel::ResetCode::kPeerGone, "peer " + link.name() + " left tunnel.peer_cidrs in a reload");
-    link.retire();
-    retired_links_.push_back(std::move(it->second));
-    it = discovered_.erase(it);
-  }
-}
-
 void Worker::run() {
   log::set_thread_worker(static_cast<int>(index_));
   mailbox_.start(loop_);
   for (auto& l : listeners_) l->acceptor->start();
   for (auto& t : tunnel_listeners_) t->start(this);
-  for (auto& link : links_) link->start();
+  links_->start();
   loop_.run(kTick, [this] { tick(); });
   mailbox_.close();
 }
@@ -510,17 +315,10 @@ std::unique_ptr<Worker::LocalListener> Worker::make_listener(std::shared_ptr<con
   LocalListener* l = local.get();
   l->socket = std::move(socket);
   l->counters = &metrics_.listener(l->socket->config.name);
-  l->link = l->socket->config.transparent ? nullptr : find_link(l->socket->config.peer);
+  l->link = l->socket->config.transparent ? nullptr : links_->find(l->socket->config.peer);
   l->acceptor = make_io<Acceptor>(loop_, l->socket->fds->fd_for(index_), l->socket->config.name,
                                   [this, l](UniqueFd client) { on_local_accept(*l, std::move(client)); });
   return local;
-}
-
-tunnel::PeerLink* Worker::find_link(const std::string& peer) const {
-  for (const auto& link : links_)
-    if (link->name() == peer) return link.get();
-  auto it = discovered_.find(peer);
-  return it == discovered_.end() ? nullptr : it->second.get();
 }
 
 void Worker::retire_listener(LocalListener& l) {
@@ -715,7 +513,7 @@ void Worker::on_transparent_accept(const LocalListener& local, UniqueFd fd, loca
         std::string target = route.has_target ? route.target.to_string() : "tcp:" + destination;
         std::string why = "route names an unknown peer";
         tunnel::PeerLink* link =
-            route.by_destination ? discover(reinterpret_cast<sockaddr*>(&dst), &why) : find_link(route.peer);
+            route.by_destination ? links_->discover(reinterpret_cast<sockaddr*>(&dst), &why) : links_->find(route.peer);
         if (!link) {
           reject(why, destination);
           return;
@@ -791,7 +589,7 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
   tunnel::PeerLink* link = nullptr;
   if (via.ss_family != AF_UNSPEC) {
     std::string why;
-    link = discover(reinterpret_cast<const sockaddr*>(&via), &why);
+    link = links_->discover(reinterpret_cast<const sockaddr*>(&via), &why);
     // A label that lies (or a sidecar that is gone while its endpoint is
     // still listed ready): the endpoint's tunnel port refused this worker's
     // last dial. Only with services.direct: fallback do its connections go
@@ -799,7 +597,7 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
     // streams that waited for the refused dial (divert_on_refusal).
     // Otherwise a reset on the path would take them out of the tunnel:
     // they wait for a session, and are reset if none comes.
-    if (link && direct == ServicesDirect::kFallback && refused_recently(*link)) {
+    if (link && direct == ServicesDirect::kFallback && links_->refused_recently(*link)) {
       why = "its tunnel port refused the connection (no rdmagw there, whatever the label says)";
       link = nullptr;
     }
@@ -807,7 +605,7 @@ bool Worker::route_to_service(const LocalListener& local, UniqueFd& fd, const so
       const std::string whose =
           ServiceTable::has_rdmagw(*choice.endpoint)
               ? "has rdmagw"
-              : "is behind its node's rdmagw at " + address_text(reinterpret_cast<const sockaddr*>(&via));
+              : "is behind its node's rdmagw at " + sockaddr_ip_text(reinterpret_cast<const sockaddr*>(&via));
       *why_refused = "the endpoint " + endpoint + " of " + table.service_name(*choice.port) + " " + whose + ", but " +
                      why + "; services.direct is " + std::string(services_direct_name(direct)) +
                      ", so it is not reached outside the tunnel";
@@ -873,46 +671,7 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
   if (!own_change.empty()) reauthenticate_sessions("re-authenticating: " + own_change);
   // Peers: one whose address changed is a new peer; its old link finishes
   // the streams it carries, like a removed one.
-  std::vector<std::unique_ptr<tunnel::PeerLink>> links;
-  for (const PeerConfig& peer : config_->peers) {
-    std::unique_ptr<tunnel::PeerLink> link;
-    for (auto& old : links_) {
-      if (old && old->name() == peer.name && old->config().address == peer.address &&
-          old->config().tcp_port == peer.tcp_port && old->config().rdma_port == peer.rdma_port &&
-          old->config().always_connected == peer.always_connected)
-        link = std::move(old);
-    }
-    if (!link) {
-      link = make_link(peer);
-      if (accepting_)
-        link->start();
-      else
-        link->begin_shutdown();
-    }
-    links.push_back(std::move(link));
-  }
-  for (auto& old : links_) {
-    if (!old) continue;
-    // Streams still waiting for a session go to the link that replaces
-    // this one (same name, new address); without one, the peer is gone.
-    tunnel::PeerLink* successor = nullptr;
-    for (auto& link : links)
-      if (link->name() == old->name()) successor = link.get();
-    for (tunnel::PendingStream* stream : old->take_waiting()) {
-      if (successor)
-        successor->submit(stream);
-      else
-        stream->abort(tunnel::ResetCode::kPeerGone, "peer " + old->name() + " was removed by a reload");
-    }
-    old->retire();
-    retired_links_.push_back(std::move(old));
-  }
-  links_ = std::move(links);
-  retire_undiscoverable();
-  for_each_link([&](tunnel::PeerLink& link) {
-    link.set_session_idle_ms(config_->tunnel.session_idle_ms);
-    link.set_rdma_share(config_->tunnel.rdma_share);
-  });
+  links_->apply(config_);
   if (!accepting_) return;  // drained: the listeners are closed until an undrain opens them
   // Listeners: the same sockets keep their acceptor (and the connections in
   // its backlog); only their settings change.
@@ -934,11 +693,11 @@ void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) 
   for (auto& l : listeners_)
     if (l) retire_listener(*l);  // what was not moved to `kept` was removed
   listeners_ = std::move(kept);
-  for (auto& l : listeners_) l->link = l->socket->config.transparent ? nullptr : find_link(l->socket->config.peer);
+  for (auto& l : listeners_) l->link = l->socket->config.transparent ? nullptr : links_->find(l->socket->config.peer);
 }
 
 void Worker::describe_peers(std::vector<tunnel::PeerInfo>* out) const {
-  for_each_link([&](const tunnel::PeerLink& link) {
+  links_->for_each([&](const tunnel::PeerLink& link) {
     out->emplace_back();
     link.describe(index_, &out->back());
   });
@@ -1045,7 +804,7 @@ void Worker::stop_accepting() {
   ::shutdown(tunnel_.tcp_fds[index_], SHUT_RDWR);
   ::close(tunnel_.tcp_fds[index_]);
   tunnel_.tcp_fds[index_] = -1;
-  for_each_link([](tunnel::PeerLink& link) { link.begin_shutdown(); });
+  links_->begin_shutdown();
   inbound_->for_each([](tunnel::Session& s) { s.send_goaway(); });
 }
 
@@ -1064,8 +823,7 @@ void Worker::start_accepting(ListenerSet listeners, UniqueFd tunnel_fd) {
   }
   // Links dial again as streams need them; sessions that finished their
   // streams meanwhile are gone, the rest carry new streams as before.
-  for (auto& link : links_) link->end_shutdown();
-  for (auto& [ip, link] : discovered_) link->end_shutdown();
+  links_->end_shutdown();
 }
 
 void Worker::begin_drain() {
@@ -1076,12 +834,8 @@ void Worker::begin_drain() {
 }
 
 void Worker::close_everything(std::string_view reason, tunnel::CloseMode mode) {
-  for_each_link([&](tunnel::PeerLink& link) { link.close_all(reason, mode); });
+  if (links_) links_->close_all(reason, mode);
   if (inbound_) inbound_->for_each([&](tunnel::Session& s) { s.close(tunnel::SessionEnd::kLocalClose, reason, mode); });
-}
-
-void Worker::describe_discovered(std::vector<DiscoveredState>* out) const {
-  for (const auto& [ip, link] : discovered_) out->push_back({ip, link->state_name(), link->last_error()});
 }
 
 std::string Worker::own_port_problem(const Endpoint& target) {
@@ -1109,21 +863,21 @@ void Worker::reauthenticate_sessions(const std::string& reason) {
   size_t moved = 0;
   auto renew = [&](tunnel::Session& s) { moved += s.reauthenticate(reason) ? 1 : 0; };
   inbound_->for_each(renew);
-  for_each_link([&](tunnel::PeerLink& link) { link.for_each_session(renew); });
+  links_->for_each([&](tunnel::PeerLink& link) { link.for_each_session(renew); });
   if (moved) log::info("sessions_reauthenticating").kv("sessions", moved).kv("reason", reason);
 }
 
 void Worker::recheck_peers() {
   // Closing only queues the session's end: nothing here is freed meanwhile.
   inbound_->for_each([](tunnel::Session& s) { s.recheck_peer(); });
-  for_each_link([](tunnel::PeerLink& link) { link.for_each_session([](tunnel::Session& s) { s.recheck_peer(); }); });
+  links_->for_each([](tunnel::PeerLink& link) { link.for_each_session([](tunnel::Session& s) { s.recheck_peer(); }); });
 }
 
 void Worker::tick() {
   Clock::time_point now = loop_.now();
   for (auto& l : listeners_) l->acceptor->tick();
   for (auto& t : tunnel_listeners_) t->tick();
-  for_each_link([&](tunnel::PeerLink& link) { link.tick(now); });
+  links_->tick(now);
   receive_ring_.refill();  // slots left empty while the pool was dry
   // About once a second: pages of buffers unused for that long go back to
   // the kernel (TCP only), so RSS comes down after a burst.
@@ -1139,20 +893,6 @@ void Worker::tick() {
   // GET /stats asks the kernel about this much of the slab, so that
   // answering it stays cheap (a TCP worker's slab reserves gigabytes).
   metrics_.set_buffer_slab(pool_->base(), pool_->residency_extent());
-  if ((!peer_claims_.empty() || config_->tunnel.sessions_per_peer != 0) && ticks_ % 10 == 0) sync_peer_claims();
-  std::erase_if(retired_links_, [](const auto& link) { return link->finished(); });
-  // A discovered peer without a session is forgotten 5 minutes after its
-  // last use (its counters stay), so that /peers says for that long why its
-  // session closed; sooner when many are remembered (a link without a
-  // session is small, but a scan of a large peer_cidrs must not pile them up).
-  constexpr auto kRememberDormant = std::chrono::minutes(5);
-  auto forget_after =
-      std::max<Clock::duration>(kRememberDormant, std::chrono::milliseconds(config_->tunnel.session_idle_ms));
-  bool crowded = discovered_.size() > std::max<size_t>(256, 4 * size_t{config_->tunnel.max_sessions});
-  std::erase_if(discovered_, [&](const auto& entry) {
-    const tunnel::PeerLink& link = *entry.second;
-    return link.dormant() && (crowded || now - link.last_used() >= forget_after);
-  });
   inbound_->for_each([&](tunnel::Session& s) { s.tick(now); });
 
   int level = stop_level_.load(std::memory_order_relaxed);

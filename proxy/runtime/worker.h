@@ -16,8 +16,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "common/buffer_pool.h"
@@ -33,6 +31,7 @@
 #include "proxy/local/stream_info.h"
 #include "proxy/runtime/inbound_sessions.h"
 #include "proxy/runtime/listener_sockets.h"
+#include "proxy/runtime/peer_links.h"
 #include "proxy/runtime/service_router.h"
 #include "proxy/runtime/session_directory.h"
 #include "proxy/runtime/takeover_image.h"
@@ -58,7 +57,7 @@ struct TunnelSockets {
 
 enum class StopLevel : int { kRunning = 0, kDrain = 1, kNow = 2 };
 
-class Worker final : private tunnel::InboundObserver, private tunnel::SessionBudget {
+class Worker final : private tunnel::InboundObserver {
  public:
   // `mailbox` and `metrics` outlive the worker (the runtime owns them, so
   // that the admin thread can use them at any time).
@@ -93,12 +92,8 @@ class Worker final : private tunnel::InboundObserver, private tunnel::SessionBud
   void count_service_streams(ServiceRouter::OpenCounts* out) const { services_.count_open(out); }
   // The links `peer: destination` and Services made, by address: their
   // state (PeerLink::state_name) and last dial failure.
-  struct DiscoveredState {
-    std::string address;
-    std::string_view state;
-    std::string error;
-  };
-  void describe_discovered(std::vector<DiscoveredState>* out) const;
+  using DiscoveredState = PeerLinks::DiscoveredState;
+  void describe_discovered(std::vector<DiscoveredState>* out) const { links_->describe_discovered(out); }
   void describe_streams(std::vector<local::StreamInfo>* out) const;
 
   // --- a takeover (docs/operations.md, "Takeover") ----------------------------
@@ -150,34 +145,7 @@ class Worker final : private tunnel::InboundObserver, private tunnel::SessionBud
   std::unique_ptr<LocalListener> make_listener(std::shared_ptr<const ListenerSocket> socket);
   // The listener was removed or we drain: stop listening and accepting.
   void retire_listener(LocalListener& listener);
-  std::unique_ptr<tunnel::PeerLink> make_link(const PeerConfig& peer);
-  // Every link: configured, retired by a reload, discovered.
-  template <class F>
-  void for_each_link(F&& f) const {
-    for (const auto& link : links_) f(*link);
-    for (const auto& link : retired_links_) f(*link);
-    for (const auto& [ip, link] : discovered_) f(*link);
-  }
-  // `peer: destination`: the link to the sidecar on the destination's host,
-  // made on first use; null (and *why) if the address is outside peer_cidrs.
-  tunnel::PeerLink* discover(const sockaddr* destination, std::string* why);
-  // A discovered link by its name (the host's address), made if that
-  // address lies in peer_cidrs (a takeover's sessions and streams).
-  tunnel::PeerLink* find_or_discover(const std::string& name);
-  // SessionBudget: tunnel.max_sessions.
-  bool make_room_for_session(const tunnel::PeerLink& link) override;
-  // Another link's session that carries nothing, idle the longest (of RDMA
-  // sessions only, if asked); null if none.
-  tunnel::PeerLink* longest_idle_link(const tunnel::PeerLink& except, bool rdma_only);
-  // tunnel.rdma.max_pinned: whether one more RDMA transport fits (SessionBudget).
-  RdmaRoom make_room_for_rdma(const tunnel::PeerLink& link) override;
-  bool has_rdma_room() const override;
-  // tunnel.sessions_per_peer (SessionBudget).
-  bool may_hold_session(const tunnel::PeerLink& link) override;
-  // A reload: discovered links outside the new peer_cidrs finish like removed peers.
-  void retire_undiscoverable();
   tunnel::HandshakeGate handshake_gate() { return tunnel::HandshakeGate(tunnel_.handshakes.get(), &metrics_); }
-  tunnel::PeerLink* find_link(const std::string& peer) const;
   void on_local_accept(LocalListener& listener, UniqueFd fd);
   void on_transparent_accept(const LocalListener& listener, UniqueFd fd, local::ListenerTerms terms);
   // `action: service`: false if the file does not know the destination (the
@@ -227,13 +195,7 @@ class Worker final : private tunnel::InboundObserver, private tunnel::SessionBud
   bool hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener, const std::string& target,
                         local::ListenerTerms& terms, const std::string& destination = {},
                         const sockaddr_storage* direct = nullptr);
-  // The link's last TCP dial was refused within kRefusedTunnelMemory and it
-  // has no session: its peer is reached directly meanwhile, when it can be.
-  bool refused_recently(const tunnel::PeerLink& link) const;
   void carry_handed_stream(HandedStream& stream);
-  // Keeps the claims in step with the links (at the tick): a link that
-  // carries something holds one, one that carries nothing lets it go.
-  void sync_peer_claims();
   void import_image(const WorkerImage& image);
   UniqueFd take_inherited(uint32_t index);
   // The tunnel's listeners of this worker (at init, after a failed takeover,
@@ -304,28 +266,17 @@ class Worker final : private tunnel::InboundObserver, private tunnel::SessionBud
   std::unique_ptr<tunnel::Connector> rdma_connector_;  // null without RDMA
   std::vector<std::unique_ptr<tunnel::TransportListener>> tunnel_listeners_;
   std::vector<std::unique_ptr<LocalListener>> listeners_;
-  std::vector<std::unique_ptr<tunnel::PeerLink>> links_;          // one per configured peer
-  std::vector<std::unique_ptr<tunnel::PeerLink>> retired_links_;  // removed by a reload, finishing
-  // Found by `peer: destination`, by the host's address; forgotten once
-  // without a session for 5 minutes (sooner when there are very many, see tick()).
-  std::unordered_map<std::string, std::unique_ptr<tunnel::PeerLink>> discovered_;
-  ServiceRouter services_;  // `action: service` routes
+  std::unique_ptr<PeerLinks> links_;  // the links this worker dials peers with (made by init())
+  ServiceRouter services_;            // `action: service` routes
   // Endpoints said to have rdmagw that lie outside tunnel.peer_cidrs: a
   // line a second at most.
   log::LogLimiter service_log_{1, 5};
-  // Refused sessions (max_sessions): at most a line a second per worker.
-  log::LogLimiter session_limit_log_{1, 5};
   std::unique_ptr<InboundSessions> inbound_;  // sessions peers dialed to us (made by init())
   std::vector<WorkerImage> imports_;
   std::shared_ptr<std::vector<UniqueFd>> inherited_fds_;
   unsigned next_rdma_worker_ = 0;  // worker 0: where the next new RDMA session goes
   uint64_t ticks_ = 0;
-  // The last RDMA session closed for tunnel.rdma.max_pinned: when, and how
-  // many RDMA transports there were then (make_room_for_rdma).
-  size_t rdma_count_at_eviction_ = SIZE_MAX;
-  Clock::time_point rdma_eviction_at_{};
-  std::unordered_set<std::string> peer_claims_;  // peers this worker claimed (SessionDirectory::claim_peer)
-  bool frozen_ = false;                          // a takeover is under way
+  bool frozen_ = false;  // a takeover is under way
   bool accepting_ = true;
   bool draining_ = false;
   bool closed_all_ = false;

@@ -23,7 +23,7 @@ void Worker::freeze_for_takeover() {
   // is given up at once so that the new process can listen on it.
   for (auto& t : tunnel_listeners_) t->stop();
   tunnel_listeners_.clear();
-  for_each_link([](tunnel::PeerLink& link) { link.freeze(); });
+  links_->for_each([](tunnel::PeerLink& link) { link.freeze(); });
   inbound_->for_each([](tunnel::Session& s) {
     if (!s.freeze())
       s.close(tunnel::SessionEnd::kLocalClose, "takeover: a session without resumption cannot move",
@@ -49,7 +49,7 @@ bool Worker::export_for_takeover(WorkerImage* out) {
     out->sessions.emplace_back();
     s.export_image(&out->sessions.back());
   };
-  for_each_link([&](tunnel::PeerLink& link) {
+  links_->for_each([&](tunnel::PeerLink& link) {
     for (tunnel::Session* s : link.frozen_sessions()) add(*s);
   });
   inbound_->for_each(add);
@@ -70,7 +70,7 @@ void Worker::thaw_after_takeover() {
   std::string error;
   if (!make_tunnel_listeners(&error)) log::error("takeover_thaw_failed").kv("reason", error);
   for (auto& t : tunnel_listeners_) t->start(this);
-  for_each_link([](tunnel::PeerLink& link) { link.thaw(); });
+  links_->for_each([](tunnel::PeerLink& link) { link.thaw(); });
   inbound_->for_each([](tunnel::Session& s) { s.thaw(); });
   for (local::LocalConnection* c = host_->first; c; c = c->next_in_host()) c->thaw();
 }
@@ -106,7 +106,7 @@ void Worker::import_image(const WorkerImage& image) {
       continue;
     }
     if (s.dialer) {
-      if (tunnel::PeerLink* link = find_or_discover(s.peer_label)) session = link->adopt(s);
+      if (tunnel::PeerLink* link = links_->find_or_discover(s.peer_label)) session = link->adopt(s);
     } else {
       session = inbound_->adopt_image(s);
     }
@@ -149,7 +149,7 @@ void Worker::import_image(const WorkerImage& image) {
     local::LocalStream* stream = local::LocalStream::restore(*host_, std::move(fd), s, session, counters);
     if (stream && !s.listener.empty()) stream->follow(adopted_terms(s.listener));
     if (stream && !stream->opened()) {
-      if (tunnel::PeerLink* link = find_or_discover(stream->peer()))
+      if (tunnel::PeerLink* link = links_->find_or_discover(stream->peer()))
         link->submit(stream);
       else
         stream->abort(tunnel::ResetCode::kPeerGone, "takeover: its peer is no longer configured");
