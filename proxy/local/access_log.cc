@@ -146,6 +146,15 @@ void AccessLog::configure(const AccessLogConfig& config, std::string node) {
   node_ = std::move(node);
 }
 
+void AccessLog::write_refused(AccessRecord record) {
+  if (!enabled()) return;
+  std::string start = utc_timestamp(std::chrono::system_clock::now());
+  record.start = start;
+  record.reset = true;
+  record.ended_by = "rdmagw";
+  write(record);
+}
+
 void AccessLog::write(const AccessRecord& r) {
   if (!config_.enabled) return;
   uint64_t suppressed = 0;

@@ -89,6 +89,10 @@ class AccessLog {
   void configure(const AccessLogConfig& config, std::string node);
   bool enabled() const { return config_.enabled; }
   void write(const AccessRecord& record);
+  // The line of a connection, or a peer's stream, that ended before it was
+  // carried (refused at accept, an OPEN refused): started now, end=reset,
+  // by=rdmagw, with whatever else `record` says (its reason above all).
+  void write_refused(AccessRecord record);
 
  private:
   const AccessLogFile& file_;

@@ -130,8 +130,8 @@ class PeerLinks final : private tunnel::SessionBudget {
 
   Wiring wiring_;
   std::shared_ptr<const Config> config_;
-  std::vector<std::unique_ptr<tunnel::PeerLink>> links_;    // one per configured peer
-  std::vector<std::unique_ptr<tunnel::PeerLink>> retired_;  // removed by a reload, finishing
+  std::vector<std::unique_ptr<tunnel::PeerLink>> links_;                           // one per configured peer
+  std::vector<std::unique_ptr<tunnel::PeerLink>> retired_;                         // removed by a reload, finishing
   std::unordered_map<std::string, std::unique_ptr<tunnel::PeerLink>> discovered_;  // by the host's address
   std::unordered_set<std::string> claims_;  // peers this worker claimed (SessionDirectory::claim_peer)
   bool shut_down_ = false;

@@ -4,10 +4,13 @@
 // connections and its own sessions to every peer. Nothing on the data path
 // is shared with other workers, so nothing there takes a lock.
 //
-// The worker is where the layers are wired together: listeners (local/)
-// feed streams to peer links (tunnel/), which dial through the transports'
-// connectors (transport/); the transports' listeners hand inbound tunnels to
-// sessions the worker owns.
+// The worker is where the layers are wired together: its listeners'
+// connections go where its ConnectionRouter says, mostly as streams to its
+// PeerLinks (tunnel/), which dial through the transports' connectors
+// (transport/); the transports' listeners hand inbound tunnels to its
+// InboundSessions. What remains here is that wiring and the worker's life:
+// reload, drain and undrain, the takeover (worker_takeover.cc), the tick,
+// which targets a peer may open, and moving work between workers.
 #include <rdma/rdma_cma.h>
 
 #include <atomic>
@@ -29,6 +32,7 @@
 #include "proxy/local/redirected_leg.h"
 #include "proxy/local/stream_host.h"
 #include "proxy/local/stream_info.h"
+#include "proxy/runtime/connection_router.h"
 #include "proxy/runtime/inbound_sessions.h"
 #include "proxy/runtime/listener_sockets.h"
 #include "proxy/runtime/peer_links.h"
@@ -145,21 +149,10 @@ class Worker final : private tunnel::InboundObserver {
   std::unique_ptr<LocalListener> make_listener(std::shared_ptr<const ListenerSocket> socket);
   // The listener was removed or we drain: stop listening and accepting.
   void retire_listener(LocalListener& listener);
+  void on_local_accept(LocalListener& l, UniqueFd fd) {
+    router_->on_accept(*l.socket, *l.counters, l.link, std::move(fd));
+  }
   tunnel::HandshakeGate handshake_gate() { return tunnel::HandshakeGate(tunnel_.handshakes.get(), &metrics_); }
-  void on_local_accept(LocalListener& listener, UniqueFd fd);
-  void on_transparent_accept(const LocalListener& listener, UniqueFd fd, local::ListenerTerms terms);
-  // `action: service`: false if the file does not know the destination (the
-  // next route decides); true once it is carried, or (`fd` left open,
-  // *why_refused set) when the caller must reject it: no ready endpoint, or
-  // one that services.direct keeps from being reached outside the tunnel.
-  // `terms` go with the connection once it is carried.
-  bool route_to_service(const LocalListener& listener, UniqueFd& fd, const sockaddr_storage& destination,
-                        const std::string& destination_text, local::ListenerTerms& terms, std::string* why_refused);
-  // Where the rdmagw that carries a Service endpoint's streams accepts
-  // tunnels: the endpoint's own (its pod's sidecar) or its node's; AF_UNSPEC
-  // when there is none, or it is this host's own (reached directly).
-  sockaddr_storage service_tunnel_address(const ServiceTable& table, const ServiceTable::Endpoint& endpoint,
-                                          const sockaddr_storage& endpoint_address) const;
   void begin_drain();
   // A stream a peer opens on a session it dialed to us (InboundSessions):
   // to its target if targets allow it; else refused, logged and counted.
@@ -191,10 +184,10 @@ class Worker final : private tunnel::InboundObserver {
     sockaddr_storage direct{};
     socklen_t direct_length = 0;
   };
-  // `terms` move with the stream when it is handed over.
+  // ConnectionRouter::HandOver: `terms` move with the stream when it is
+  // handed over.
   bool hand_over_stream(tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener, const std::string& target,
-                        local::ListenerTerms& terms, const std::string& destination = {},
-                        const sockaddr_storage* direct = nullptr);
+                        local::ListenerTerms& terms, const std::string& destination, const sockaddr_storage* direct);
   void carry_handed_stream(HandedStream& stream);
   void import_image(const WorkerImage& image);
   UniqueFd take_inherited(uint32_t index);
@@ -230,19 +223,6 @@ class Worker final : private tunnel::InboundObserver {
   // Refused OPENs are the peer's to multiply: at most 10 lines a second
   // (bursts of 20) per worker; the metric counts them all.
   log::LogLimiter refusal_log_{10, 20};
-  // client_refused lines (a listener's clients: leaves the address out).
-  log::LogLimiter client_log_{5, 20};
-  // listeners[].clients: false (the connection reset, logged, counted) if
-  // the application's address is not among them.
-  bool admit_client(const LocalListener& listener, UniqueFd& fd);
-  // listeners[].max_connections and accepts_per_second: false (the
-  // connection reset, logged, counted) past either; else *terms is the
-  // connection's place in the count, and its idle timeout.
-  bool admit_within_limits(const LocalListener& listener, UniqueFd& fd, local::ListenerTerms* terms);
-  // The access line of a connection or a peer's stream that ended before it
-  // was carried (refused at accept, an OPEN refused): the fields any line
-  // has, end=reset by=rdmagw and the reason.
-  void write_refused_access(local::AccessRecord record);
   // A takeover's connection of listener `name`: counted there, never refused.
   local::ListenerTerms adopted_terms(const std::string& name);
   // Decides targets written tcp:self:PORT (this pod's own addresses).
@@ -266,11 +246,9 @@ class Worker final : private tunnel::InboundObserver {
   std::unique_ptr<tunnel::Connector> rdma_connector_;  // null without RDMA
   std::vector<std::unique_ptr<tunnel::TransportListener>> tunnel_listeners_;
   std::vector<std::unique_ptr<LocalListener>> listeners_;
-  std::unique_ptr<PeerLinks> links_;  // the links this worker dials peers with (made by init())
-  ServiceRouter services_;            // `action: service` routes
-  // Endpoints said to have rdmagw that lie outside tunnel.peer_cidrs: a
-  // line a second at most.
-  log::LogLimiter service_log_{1, 5};
+  std::unique_ptr<PeerLinks> links_;          // the links this worker dials peers with (made by init())
+  ServiceRouter services_;                    // `action: service` routes
+  std::unique_ptr<ConnectionRouter> router_;  // where accepted connections go (made by init())
   std::unique_ptr<InboundSessions> inbound_;  // sessions peers dialed to us (made by init())
   std::vector<WorkerImage> imports_;
   std::shared_ptr<std::vector<UniqueFd>> inherited_fds_;

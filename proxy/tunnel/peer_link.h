@@ -126,7 +126,7 @@ class PeerLink final : public SessionOwner, private DialObserver {
   // When its last TCP dial was refused (nothing listens on the peer's
   // tunnel port), if no connect has succeeded since: no rdmagw is there, as
   // far as this link knows. A Service endpoint said to have one is then
-  // reached directly (Worker::route_to_service).
+  // reached directly (ConnectionRouter::route_to_service).
   std::optional<Clock::time_point> refused_at() const { return refused_at_; }
   void submit(PendingStream* stream);
   // Shutdown: stop dialing, fail waiting streams. (GOAWAY is the acceptor's

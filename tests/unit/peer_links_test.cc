@@ -65,8 +65,8 @@ struct Rig {
     settings.metrics = &metrics;
     for (int i = 0; i < workers; ++i)
       worker[i] = std::make_unique<PeerLinks>(
-          PeerLinks::Wiring{loop, pool, settings, {&tcp, nullptr}, nullptr, directory, static_cast<unsigned>(i),
-                            metrics},
+          PeerLinks::Wiring{
+              loop, pool, settings, {&tcp, nullptr}, nullptr, directory, static_cast<unsigned>(i), metrics},
           config);
   }
   ~Rig() {
