@@ -57,8 +57,8 @@ bool ConnectionRouter::admit_client(const ListenerConfig& config, metrics::Liste
   return false;
 }
 
-bool ConnectionRouter::admit_within_limits(const ListenerSocket& socket, metrics::ListenerMetrics& counters, UniqueFd& fd,
-                                           local::ListenerTerms* terms) {
+bool ConnectionRouter::admit_within_limits(const ListenerSocket& socket, metrics::ListenerMetrics& counters,
+                                           UniqueFd& fd, local::ListenerTerms* terms) {
   const ListenerConfig& config = socket.config;
   local::ListenerLoad& load = *socket.fds->load();
   // The rate first: a connection it refuses never held a place in the count.
@@ -180,16 +180,16 @@ void ConnectionRouter::on_transparent_accept(const ListenerConfig& l, metrics::L
       case RouteConfig::Action::kTunnel: {
         std::string target = route.has_target ? route.target.to_string() : "tcp:" + destination;
         std::string why = "route names an unknown peer";
-        tunnel::PeerLink* link =
-            route.by_destination ? w_.links.discover(reinterpret_cast<sockaddr*>(&dst), &why) : w_.links.find(route.peer);
+        tunnel::PeerLink* link = route.by_destination ? w_.links.discover(reinterpret_cast<sockaddr*>(&dst), &why)
+                                                      : w_.links.find(route.peer);
         if (!link) {
           reject(why, destination);
           return;
         }
         log::debug("stream_routed").kv("listener", l.name).kv("destination", destination).kv("peer", link->name());
         if (w_.hand_over(*link, fd, l.name, target, terms, destination, nullptr)) return;
-        link->submit(local::LocalStream::from_client(w_.host, std::move(fd), l.name, &counters, link->name(),
-                                                     target, destination, {}, std::move(terms)));
+        link->submit(local::LocalStream::from_client(w_.host, std::move(fd), l.name, &counters, link->name(), target,
+                                                     destination, {}, std::move(terms)));
         return;
       }
     }
@@ -197,8 +197,9 @@ void ConnectionRouter::on_transparent_accept(const ListenerConfig& l, metrics::L
   reject("no route matches", destination);
 }
 
-sockaddr_storage ConnectionRouter::service_tunnel_address(const ServiceTable& table, const ServiceTable::Endpoint& endpoint,
-                                                const sockaddr_storage& endpoint_address) const {
+sockaddr_storage ConnectionRouter::service_tunnel_address(const ServiceTable& table,
+                                                          const ServiceTable::Endpoint& endpoint,
+                                                          const sockaddr_storage& endpoint_address) const {
   sockaddr_storage via{};  // AF_UNSPEC: reached directly
   if (ServiceTable::has_rdmagw(endpoint)) return endpoint_address;
   const services_table::AddressRecord* node = table.node_tunnel(endpoint);

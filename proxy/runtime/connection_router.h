@@ -63,8 +63,7 @@ class ConnectionRouter {
 
   // A connection `socket`'s listener accepted; `link`: a non-transparent
   // listener's peer (its streams go there).
-  void on_accept(const ListenerSocket& socket, metrics::ListenerMetrics& counters, tunnel::PeerLink* link,
-                 UniqueFd fd);
+  void on_accept(const ListenerSocket& socket, metrics::ListenerMetrics& counters, tunnel::PeerLink* link, UniqueFd fd);
 
  private:
   // listeners[].clients: false (the connection reset, logged, counted) if

@@ -149,14 +149,16 @@ bool Worker::init(std::string* error) {
   auth_keyring_.credentials = t.auth.mode == AuthMode::kCert ? t.auth.credentials : nullptr;
   auth_keyring_.encrypt = t.auth.encrypt;
   session_settings_.auth = &auth_keyring_;
+  // rdmagw's own ports are restart-only: set once.
+  std::vector<uint16_t> own_ports = {t.tcp_port, t.rdma_port};
+  std::string unused;
+  if (auto admin = parse_host_port(config_->admin, &unused)) own_ports.push_back(endpoint_port(*admin));
+  targets_ = std::make_unique<PeerTargets>(PeerTargets::Wiring{loop_, *host_, metrics_, services_, config_},
+                                           std::move(own_ports));
   inbound_ = std::make_unique<InboundSessions>(
       loop_, *pool_, session_settings_, index_, directory_, metrics_,
       [this](tunnel::Session& session, uint32_t id, std::string_view target, const tunnel::StreamOrigin* origin,
-             tunnel::ResetCode* refuse) { return open_stream_for_peer(session, id, target, origin, refuse); });
-  // Restart-only settings: set once.
-  own_ports_ = {t.tcp_port, t.rdma_port};
-  std::string unused;
-  if (auto admin = parse_host_port(config_->admin, &unused)) own_ports_.push_back(endpoint_port(*admin));
+             tunnel::ResetCode* refuse) { return targets_->open(session, id, target, origin, refuse); });
 
   std::optional<Endpoint> source = dial_source(t);
   tcp_connector_ = std::make_unique<transport::TcpConnector>(loop_, *pool_, t.buffer_size, t.tcp_splice, source);
@@ -173,8 +175,8 @@ bool Worker::init(std::string* error) {
                                        config_);
   router_ = std::make_unique<ConnectionRouter>(ConnectionRouter::Wiring{
       loop_, *host_, metrics_, *links_, services_, config_, local_redirect_,
-      [this](const services_table::AddressRecord& address) { return is_this_host(address); },
-      [this](const Endpoint& target) { return own_port_problem(target); },
+      [this](const services_table::AddressRecord& address) { return targets_->is_this_host(address); },
+      [this](const Endpoint& target) { return targets_->own_port_problem(target); },
       [this](tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener, const std::string& target,
              local::ListenerTerms& terms, const std::string& destination, const sockaddr_storage* direct) {
         return hand_over_stream(link, fd, listener, target, terms, destination, direct);
@@ -349,29 +351,6 @@ local::ListenerTerms Worker::adopted_terms(const std::string& name) {
   return terms;
 }
 
-bool Worker::on_this_node(const Endpoint& target) {
-  const ServiceTable* table = services_.table().get();
-  services_table::AddressRecord address{};
-  uint16_t port = 0;
-  if (!table || target.kind != Endpoint::Kind::kTcp ||
-      !service_address::from_sockaddr(reinterpret_cast<const sockaddr*>(&target.addr), &address, &port))
-    return false;
-  ServiceTable::EndpointRef ref = table->find_endpoint(address, port);
-  // Its own sidecar carries an endpoint that has one; the node's rdmagw
-  // only the others. Never one on this host's own addresses, whatever the
-  // EndpointSlices say (rdmagw's own ports, the kubelet's): the clients of
-  // a pod on the host's network reach it directly (service_tunnel_address).
-  if (!ref.endpoint || ServiceTable::has_rdmagw(*ref.endpoint) || is_local_address_(target)) return false;
-  const services_table::AddressRecord* node = table->node_tunnel(*ref.endpoint);
-  return node && is_this_host(*node);
-}
-
-bool Worker::is_this_host(const services_table::AddressRecord& address) const {
-  Endpoint e;
-  e.addr_len = service_address::to_sockaddr(address, 0, &e.addr);
-  return is_local_address_(e);
-}
-
 void Worker::apply(std::shared_ptr<const Config> config, ListenerSet listeners) {
   config_ = std::move(config);
   access_log_.configure(config_->access_log, config_->node);
@@ -446,68 +425,6 @@ void Worker::on_inbound(IoPtr<tunnel::Transport> transport) {
   inbound_->accept(std::move(transport));
 }
 
-tunnel::Stream* Worker::open_stream_for_peer(tunnel::Session& session, uint32_t id, std::string_view target,
-                                             const tunnel::StreamOrigin* origin, tunnel::ResetCode* refuse) {
-  std::string error;
-  auto endpoint = parse_endpoint(target, &error);
-  // Authorization by peer: by the address of the peer's end of the session.
-  auto peer = parse_host_port(tunnel::without_transport(session.remote_address()), &error);
-  // Mode cert: its certificate proved its node name too.
-  std::string_view proven = config_->tunnel.auth.mode == AuthMode::kCert ? session.peer_node() : std::string_view();
-  const TargetRule* admitted = nullptr;
-  TargetRefusal refusal =
-      !endpoint ? TargetRefusal::kNotListed
-                : config_->target_refusal(*endpoint, peer ? reinterpret_cast<const sockaddr*>(&peer->addr) : nullptr,
-                                          proven, target_facts_, &admitted);
-  // Never rdmagw itself, even where targets would allow it.
-  std::string own = endpoint && refusal == TargetRefusal::kNone ? own_port_problem(*endpoint) : std::string();
-  if (!own.empty()) refusal = TargetRefusal::kNotListed;
-  if (refusal != TargetRefusal::kNone) {
-    uint64_t suppressed = 0;
-    if (refusal_log_.allow(loop_.now(), &suppressed)) {
-      log::Line line = log::warn("stream_refused");
-      std::string who = proven.empty() ? "peers" : "node " + std::string(proven);
-      std::string detail = !endpoint      ? error
-                           : !own.empty() ? own
-                           : refusal == TargetRefusal::kNotForThisPeer
-                               ? "target is not open to " + who + " at " + tunnel::host_of(session.remote_address())
-                           : config_->has_this_node_target()
-                               ? "target is not in targets, nor an endpoint the services table puts on this node"
-                               : "target is not in targets";
-      line.kv("peer", session.peer_node())
-          .kv("remote", session.remote_address())
-          .kv("stream", id)
-          .kv("connection", origin ? local::connection_of(*origin).text() : std::string())
-          .kv("target", target)
-          .kv("reason", "not-allowed")
-          .kv("detail", detail);
-      if (suppressed) line.kv("suppressed", suppressed);
-    }
-    metrics_.failed(metrics::StreamFailure::kNotAllowed);
-    std::string connection, client, destination;
-    if (origin) {
-      connection = local::connection_of(*origin).text();
-      client = local::origin_address_text(origin->client);
-      destination = local::origin_address_text(origin->destination);
-    }
-    local::AccessRecord record;
-    record.direction = "inbound";
-    record.connection = connection;
-    record.client = client;
-    record.destination = destination;
-    record.remote = session.remote_address();
-    record.peer = session.peer_node();
-    record.transport = tunnel::transport_kind_name(session.transport_kind());
-    record.target = target;
-    record.reason = "not-allowed";
-    access_log_.write_refused(record);
-    *refuse = tunnel::ResetCode::kNotAllowed;
-    return nullptr;
-  }
-  bool proxy_header = admitted && admitted->proxy_protocol;
-  return local::LocalStream::to_target(*host_, session, id, *endpoint, origin, proxy_header, refuse);
-}
-
 void Worker::stop_accepting() {
   if (!accepting_) return;
   accepting_ = false;
@@ -552,14 +469,6 @@ void Worker::begin_drain() {
 void Worker::close_everything(std::string_view reason, tunnel::CloseMode mode) {
   if (links_) links_->close_all(reason, mode);
   if (inbound_) inbound_->for_each([&](tunnel::Session& s) { s.close(tunnel::SessionEnd::kLocalClose, reason, mode); });
-}
-
-std::string Worker::own_port_problem(const Endpoint& target) {
-  if (target.kind != Endpoint::Kind::kTcp) return {};
-  uint16_t port = endpoint_port(target);
-  if (std::find(own_ports_.begin(), own_ports_.end(), port) == own_ports_.end()) return {};
-  if (!local_addresses_.contains(target)) return {};
-  return target.to_string() + " is rdmagw's own admin or tunnel port on this host";
 }
 
 std::string Worker::own_proof_change(const Config& next) const {

@@ -8,9 +8,11 @@
 // connections go where its ConnectionRouter says, mostly as streams to its
 // PeerLinks (tunnel/), which dial through the transports' connectors
 // (transport/); the transports' listeners hand inbound tunnels to its
-// InboundSessions. What remains here is that wiring and the worker's life:
-// reload, drain and undrain, the takeover (worker_takeover.cc), the tick,
-// which targets a peer may open, and moving work between workers.
+// InboundSessions, whose streams open where its PeerTargets allow. What
+// remains here is that wiring and the worker's life: reload, drain and
+// undrain, the takeover (worker_takeover.cc), the tick, and moving work
+// between workers (RDMA connect requests, streams for a peer another worker
+// holds).
 #include <rdma/rdma_cma.h>
 
 #include <atomic>
@@ -22,7 +24,6 @@
 #include <vector>
 
 #include "common/buffer_pool.h"
-#include "common/local_addresses.h"
 #include "common/log_limiter.h"
 #include "common/metrics.h"
 #include "config/config.h"
@@ -36,6 +37,7 @@
 #include "proxy/runtime/inbound_sessions.h"
 #include "proxy/runtime/listener_sockets.h"
 #include "proxy/runtime/peer_links.h"
+#include "proxy/runtime/peer_targets.h"
 #include "proxy/runtime/service_router.h"
 #include "proxy/runtime/session_directory.h"
 #include "proxy/runtime/takeover_image.h"
@@ -154,10 +156,6 @@ class Worker final : private tunnel::InboundObserver {
   }
   tunnel::HandshakeGate handshake_gate() { return tunnel::HandshakeGate(tunnel_.handshakes.get(), &metrics_); }
   void begin_drain();
-  // A stream a peer opens on a session it dialed to us (InboundSessions):
-  // to its target if targets allow it; else refused, logged and counted.
-  tunnel::Stream* open_stream_for_peer(tunnel::Session& session, uint32_t id, std::string_view target,
-                                       const tunnel::StreamOrigin* origin, tunnel::ResetCode* refuse);
   // Worker 0's RDMA listener: which worker accepts a connect request (see
   // make_tunnel_listeners). True when another worker takes it.
   bool place_rdma_request(const tunnel::SessionToken* session, transport::IncomingConnect& connect,
@@ -220,24 +218,8 @@ class Worker final : private tunnel::InboundObserver {
   ProvidedBuffers receive_ring_;
   std::unique_ptr<local::StreamHost> host_;
   tunnel::AuthKeyring auth_keyring_;  // session_settings_.auth points here
-  // Refused OPENs are the peer's to multiply: at most 10 lines a second
-  // (bursts of 20) per worker; the metric counts them all.
-  log::LogLimiter refusal_log_{10, 20};
   // A takeover's connection of listener `name`: counted there, never refused.
   local::ListenerTerms adopted_terms(const std::string& name);
-  // Decides targets written tcp:self:PORT (this pod's own addresses).
-  LocalAddresses local_addresses_;
-  // The admin and tunnel ports (set at start; a reload cannot change them):
-  // no stream is opened to them
-  // on this host's own addresses, whatever a peer or the services file asks.
-  std::vector<uint16_t> own_ports_;
-  // Empty, or why `target` is refused: rdmagw's own admin or tunnel port.
-  std::string own_port_problem(const Endpoint& target);
-  LocalAddressTest is_local_address_ = [this](const Endpoint& e) { return local_addresses_.contains(e); };
-  // Whether the services table puts `target` on this node (services:this-node).
-  bool on_this_node(const Endpoint& target);
-  bool is_this_host(const services_table::AddressRecord& address) const;
-  TargetFacts target_facts_{is_local_address_, [this](const Endpoint& e) { return on_this_node(e); }};
   // Lines about accepted tunnel connections whose peer was never admitted.
   log::LogLimiter handshake_log_{5, 20};
   tunnel::SessionSettings session_settings_;
@@ -248,6 +230,7 @@ class Worker final : private tunnel::InboundObserver {
   std::vector<std::unique_ptr<LocalListener>> listeners_;
   std::unique_ptr<PeerLinks> links_;          // the links this worker dials peers with (made by init())
   ServiceRouter services_;                    // `action: service` routes
+  std::unique_ptr<PeerTargets> targets_;      // which targets peers may open (made by init())
   std::unique_ptr<ConnectionRouter> router_;  // where accepted connections go (made by init())
   std::unique_ptr<InboundSessions> inbound_;  // sessions peers dialed to us (made by init())
   std::vector<WorkerImage> imports_;

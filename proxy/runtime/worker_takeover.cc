@@ -123,7 +123,7 @@ void Worker::import_image(const WorkerImage& image) {
     // allows, as an OPEN's would (an image is checked like a peer's frames).
     std::string why;
     auto target = s.target_side ? parse_endpoint(s.target, &why) : std::nullopt;
-    if (s.target_side && fd.valid() && (!target || !config_->target_listed(*target, target_facts_))) {
+    if (s.target_side && fd.valid() && (!target || !config_->target_listed(*target, targets_->facts()))) {
       metrics_.failed(metrics::StreamFailure::kNotAllowed);
       log::warn("stream_reset")
           .kv("target", s.target)
