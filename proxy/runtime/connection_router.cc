@@ -44,7 +44,7 @@ bool ConnectionRouter::admit_client(const ListenerConfig& config, metrics::Liste
   record.listener = config.name;
   record.client = client;
   record.reason = "client-refused: not among the listener's clients";
-  w_.host.access_log->write_refused(record);
+  if (local::AccessLog* log = w_.host.access_log) log->write_refused(record);
   uint64_t suppressed = 0;
   if (client_log_.allow(w_.loop.now(), &suppressed)) {
     log::Line line = log::warn("client_refused");
@@ -77,7 +77,7 @@ bool ConnectionRouter::admit_within_limits(const ListenerSocket& socket, metrics
   record.listener = config.name;
   record.client = client;
   record.reason = within_rate ? "limit: max_connections" : "limit: accepts_per_second";
-  w_.host.access_log->write_refused(record);
+  if (local::AccessLog* log = w_.host.access_log) log->write_refused(record);
   uint64_t suppressed = 0;
   if (client_log_.allow(w_.loop.now(), &suppressed)) {
     log::Line line = log::warn("connection_refused");
@@ -141,7 +141,7 @@ void ConnectionRouter::on_transparent_accept(const ListenerConfig& l, metrics::L
     record.client = client;
     record.destination = destination;
     record.reason = why;
-    w_.host.access_log->write_refused(record);
+    if (local::AccessLog* log = w_.host.access_log) log->write_refused(record);
     log::warn("stream_rejected").kv("listener", l.name).kv("destination", destination).kv("reason", reason);
     set_abortive_close(fd.get());  // the fd closes as this returns: the application sees RST
   };

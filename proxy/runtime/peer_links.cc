@@ -34,7 +34,7 @@ PeerLinks::PeerLinks(Wiring wiring, std::shared_ptr<const Config> config)
   for (const PeerConfig& peer : config_->peers) links_.push_back(make_link(peer));
 }
 
-PeerLinks::~PeerLinks() = default;
+PeerLinks::~PeerLinks() { release_claims(); }
 
 std::unique_ptr<tunnel::PeerLink> PeerLinks::make_link(const PeerConfig& peer) {
   return std::make_unique<tunnel::PeerLink>(wiring_.loop, wiring_.pool, peer, wiring_.settings, config_->tunnel,

@@ -9,8 +9,8 @@
 // tunnel.sessions_per_peer through this worker's claims on peers in the
 // process's SessionDirectory.
 //
-// Which link a connection takes, and what happens when a link refuses it,
-// stay the worker's: this class only keeps the links and their budgets.
+// Which link a connection takes is ConnectionRouter's to decide; handing a
+// stream to the worker that holds its peer is the worker's.
 #include <sys/socket.h>
 
 #include <cstdint>
@@ -47,8 +47,8 @@ class PeerLinks final : private tunnel::SessionBudget {
   };
   // Makes a link per peer of `config` (none started: see start()).
   PeerLinks(Wiring wiring, std::shared_ptr<const Config> config);
-  // Links still here are destroyed (their waiting streams reset); claims
-  // must have been released first (release_claims).
+  // Claims still held are released; links still here are destroyed (their
+  // waiting streams reset).
   ~PeerLinks();
   PeerLinks(const PeerLinks&) = delete;
   PeerLinks& operator=(const PeerLinks&) = delete;

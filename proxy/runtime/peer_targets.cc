@@ -23,7 +23,7 @@ tunnel::Stream* PeerTargets::open(tunnel::Session& session, uint32_t id, std::st
   TargetRefusal refusal =
       !endpoint ? TargetRefusal::kNotListed
                 : w_.config->target_refusal(*endpoint, peer ? reinterpret_cast<const sockaddr*>(&peer->addr) : nullptr,
-                                          proven, facts_, &admitted);
+                                            proven, facts_, &admitted);
   // Never rdmagw itself, even where targets would allow it.
   std::string own = endpoint && refusal == TargetRefusal::kNone ? own_port_problem(*endpoint) : std::string();
   if (!own.empty()) refusal = TargetRefusal::kNotListed;
@@ -65,7 +65,7 @@ tunnel::Stream* PeerTargets::open(tunnel::Session& session, uint32_t id, std::st
     record.transport = tunnel::transport_kind_name(session.transport_kind());
     record.target = target;
     record.reason = "not-allowed";
-    w_.host.access_log->write_refused(record);
+    if (local::AccessLog* log = w_.host.access_log) log->write_refused(record);
     *refuse = tunnel::ResetCode::kNotAllowed;
     return nullptr;
   }

@@ -69,10 +69,6 @@ struct Rig {
               loop, pool, settings, {&tcp, nullptr}, nullptr, directory, static_cast<unsigned>(i), metrics},
           config);
   }
-  ~Rig() {
-    for (auto& w : worker)
-      if (w) w->release_claims();
-  }
   PeerLinks& links() { return *worker[0]; }
 
   // Completes the last dial; the peer answers HELLO.
@@ -150,7 +146,9 @@ TEST_CASE("peer links: tunnel.sessions_per_peer: a second worker may not dial th
   rig.loop.end_batch();
   REQUIRE(first->finished());
   Clock::time_point now = rig.loop.now();
-  for (int i = 1; i <= 10; ++i) rig.worker[0]->tick(now + i * 50ms);
+  for (int i = 1; i <= 9; ++i) rig.worker[0]->tick(now + i * 50ms);
+  CHECK(rig.directory.peer_holder("b", 1) == std::optional<unsigned>(0));  // not yet
+  rig.worker[0]->tick(now + 500ms);
   CHECK_FALSE(rig.directory.peer_holder("b", 1));
   CHECK(rig.worker[1]->may_hold_session(*second));
   CHECK(rig.directory.peer_holder("b", 0) == std::optional<unsigned>(1));
@@ -209,6 +207,33 @@ TEST_CASE("peer links: peers found by address inside peer_cidrs, not outside, no
     CHECK(waiting.abort_code == ResetCode::kPeerGone);
     CHECK(waiting.abort_reason.find("left tunnel.peer_cidrs") != std::string::npos);
   }
+}
+
+TEST_CASE("peer links: while shut down, a reload's new links dial nothing; undrain leaves retired links retired") {
+  Rig rig(config_with("", kPeersBC));
+  rig.links().start();
+  rig.links().begin_shutdown();
+  rig.links().apply(config_with("", "  - {name: b, address: 127.0.0.4, tcp_port: 17471}\n"));  // b re-addressed, c gone
+  tunnel::PeerLink* b = rig.links().find("b");
+  REQUIRE(b);
+  WaitingStream refused;
+  b->submit(&refused);
+  CHECK(refused.aborts == 1);
+  CHECK(refused.abort_code == ResetCode::kShutdown);
+  CHECK(rig.tcp.calls.empty());
+  rig.links().end_shutdown();
+  WaitingStream carried;
+  b->submit(&carried);
+  CHECK(carried.aborts == 0);
+  REQUIRE(rig.tcp.calls.size() == 1);
+  CHECK(rig.tcp.calls[0].endpoint == "tcp:127.0.0.4:17471");
+  // The old links of b and c were retired by the reload: they stay so.
+  std::vector<std::string> removed;
+  rig.links().for_each([&](const tunnel::PeerLink& l) {
+    if (l.state_name() == "removed") removed.push_back(l.name());
+  });
+  CHECK(removed.size() == 2);
+  rig.answer();
 }
 
 TEST_CASE("peer links: a reload moves a re-addressed peer's waiting streams to its new link, resets a removed one's") {
