@@ -17,6 +17,7 @@ PeerLink::PeerLink(EventLoop& loop, BufferPool& pool, const PeerConfig& peer, co
       tunnel_(tunnel),
       connectors_(connectors),
       budget_(budget),
+      choice_(tunnel_, connectors.rdma != nullptr, connectors.tcp != nullptr, settings.node, peer.address),
       last_used_(loop.now()) {
   settings_.peer_label = peer_.name;
   settings_.expected_peer = peer_.discovered ? std::string() : peer_.name;
@@ -41,38 +42,13 @@ PeerLink::~PeerLink() {
 
 void PeerLink::start() { dial(); }
 
-std::string PeerLink::rdma_share_reason() const {
-  return "tunnel.rdma_share is " + std::to_string(tunnel_.rdma_share) + "%, and this peer is not in that share";
-}
-
-bool PeerLink::in_rdma_share() const {
-  if (tunnel_.rdma_share >= 100) return true;
-  // FNV-1a: the same answer on every worker, restart and build.
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](std::string_view s) {
-    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  };
-  mix(settings_.node);
-  mix(std::string_view("\0", 1));
-  mix(peer_.address);
-  return h % 100 < tunnel_.rdma_share;
-}
-
-TransportKind PeerLink::preferred_kind() const {
-  if (!connectors_.rdma || tunnel_.transport == TransportMode::kTcp) return TransportKind::kTcp;
-  if (tunnel_.transport == TransportMode::kAuto && !in_rdma_share()) return TransportKind::kTcp;
-  // auto: RDMA until it has failed three times in a row, then TCP.
-  if (tunnel_.transport == TransportMode::kRdma || rdma_failures_ < 3) return TransportKind::kRdma;
-  return TransportKind::kTcp;
-}
-
 void PeerLink::dial() {
   if (frozen_ || dial_ || tcp_beside_ || shutting_down_ || !needs_dial()) return;
   if (!active_) {
-    dial_new_session(preferred_kind());
+    dial_new_session(choice_.preferred());
     return;
   }
-  dial(preferred_kind());
+  dial(choice_.preferred());
 }
 
 void PeerLink::dial_new_session(TransportKind kind) {
@@ -101,16 +77,15 @@ void PeerLink::dial(TransportKind kind) {
     // A session that was on RDMA gets its place back (its lost transport
     // freed it); one on TCP (put there for want of room) goes to RDMA only
     // if there is room, and closes nothing for it.
-    if (active_->transport_kind() != TransportKind::kRdma && !budget_->has_rdma_room() &&
-        tunnel_.transport == TransportMode::kAuto)
+    if (active_->transport_kind() != TransportKind::kRdma && !budget_->has_rdma_room() && choice_.falls_back_to_tcp())
       kind = TransportKind::kTcp;
   } else if (kind == TransportKind::kRdma && budget_ && !probing_) {
     SessionBudget::RdmaRoom room = budget_->make_room_for_rdma(*this);
     if (room != SessionBudget::RdmaRoom::kYes) {
-      if (tunnel_.transport == TransportMode::kAuto) {
+      if (choice_.falls_back_to_tcp()) {
         // TCP now; a resumable session moves to RDMA when there is room
         // (rdma_probe_interval_ms).
-        transport_reason_ = "tunnel.rdma.max_pinned reached: TCP instead";
+        choice_.set_reason("tunnel.rdma.max_pinned reached: TCP instead");
         kind = TransportKind::kTcp;
       } else {
         last_error_ = "tunnel.rdma.max_pinned reached on this worker";
@@ -142,15 +117,9 @@ void PeerLink::dial(TransportKind kind) {
   }
   dialing_kind_ = kind;
   // A probe has a session on TCP already; anything else waits for this dial.
-  if (kind == TransportKind::kRdma && !probing_ && tunnel_.transport == TransportMode::kAuto &&
-      tunnel_.rdma_head_start_ms > 0 && connectors_.tcp)
-    tcp_beside_at_ = loop_.now() + std::chrono::milliseconds(head_start_ms());
-}
-
-uint32_t PeerLink::head_start_ms() const {
-  // Never so long that the streams waiting for this session (which give up
-  // after connect_timeout_ms) could not be carried by TCP.
-  return std::min(tunnel_.rdma_head_start_ms, tunnel_.connect_timeout_ms / 2);
+  std::optional<uint32_t> head_start = choice_.tcp_head_start_ms();
+  if (kind == TransportKind::kRdma && !probing_ && head_start)
+    tcp_beside_at_ = loop_.now() + std::chrono::milliseconds(*head_start);
 }
 
 void PeerLink::dial_tcp_beside() {
@@ -165,7 +134,7 @@ void PeerLink::dial_tcp_beside() {
       .kv("from", "rdma")
       .kv("to", "tcp")
       .kv("reason", "the RDMA connect did not complete within tunnel.rdma_head_start_ms (" +
-                        std::to_string(head_start_ms()) + " ms): TCP dialled beside it")
+                        std::to_string(choice_.tcp_head_start_ms().value_or(0)) + " ms): TCP dialled beside it")
       .kv("dial", tcp_beside_ ? "started" : error);
 }
 
@@ -174,9 +143,9 @@ void PeerLink::on_tcp_beside_dialed(IoPtr<Transport> transport) {
   // TCP first: the RDMA attempt is cancelled; a resumable session moves to
   // RDMA once it connects (rdma_probe_interval_ms).
   dial_.reset();
-  ++rdma_failures_;
-  transport_reason_ = "the RDMA connect did not complete within tunnel.rdma_head_start_ms (" +
-                      std::to_string(head_start_ms()) + " ms); TCP instead";
+  choice_.rdma_failed();
+  choice_.set_reason("the RDMA connect did not complete within tunnel.rdma_head_start_ms (" +
+                     std::to_string(choice_.tcp_head_start_ms().value_or(0)) + " ms); TCP instead");
   if (shutting_down_) {
     transport->close(CloseMode::kAbort);
     return;
@@ -200,16 +169,15 @@ void PeerLink::on_tcp_beside_failed(std::string_view reason, bool refused) {
 
 bool PeerLink::should_probe_rdma(Clock::time_point now) const {
   // The budget and in_rdma_share() last: they cost more, and this runs every tick.
-  return tunnel_.transport == TransportMode::kAuto && connectors_.rdma && tunnel_.rdma_probe_interval_ms > 0 &&
-         !dial_ && !frozen_ && !shutting_down_ && now >= next_probe_ && active_ && active_->open() &&
-         active_->transport_kind() == TransportKind::kTcp && active_->resumable() && active_->peer_places_rdma() &&
-         (!budget_ || budget_->has_rdma_room()) && in_rdma_share();
+  return choice_.probes_rdma() && !dial_ && !frozen_ && !shutting_down_ && now >= next_probe_ && active_ &&
+         active_->open() && active_->transport_kind() == TransportKind::kTcp && active_->resumable() &&
+         active_->peer_places_rdma() && (!budget_ || budget_->has_rdma_room()) && choice_.in_rdma_share();
 }
 
 void PeerLink::probe_failed(std::string_view reason) {
-  ++rdma_failures_;
-  transport_reason_ = "RDMA failed (" + std::string(reason) + "); on TCP, trying RDMA again every " +
-                      std::to_string(tunnel_.rdma_probe_interval_ms) + " ms";
+  choice_.rdma_failed();
+  choice_.set_reason("RDMA failed (" + std::string(reason) + "); on TCP, trying RDMA again every " +
+                     std::to_string(tunnel_.rdma_probe_interval_ms) + " ms");
   log::debug("rdma_probe_failed").kv("peer", peer_.name).kv("reason", reason);
 }
 
@@ -225,17 +193,8 @@ void PeerLink::on_dialed(IoPtr<Transport> transport) {
   use_transport(std::move(transport), probe);
 }
 
-Clock::duration PeerLink::rdma_proving_time() const {
-  // Twice the keepalive timeout: a transport that carries nothing ends
-  // within one (the keepalive fails), so one that outlives two carries.
-  return std::chrono::milliseconds(2ull * tunnel_.keepalive_timeout_ms);
-}
-
 void PeerLink::use_transport(IoPtr<Transport> transport, bool probe) {
-  if (transport->kind() == TransportKind::kRdma)
-    rdma_since_ = loop_.now();
-  else
-    rdma_since_.reset();
+  choice_.carrying(transport->kind(), loop_.now());
   if (active_ && active_->wants_transport()) {
     // The suspended session goes on over it; its streams never noticed.
     active_->resume(std::move(transport));
@@ -253,7 +212,7 @@ void PeerLink::use_transport(IoPtr<Transport> transport, bool probe) {
         .kv("from", "tcp")
         .kv("to", "rdma")
         .kv("streams", active_->stream_count());
-    transport_reason_ = "RDMA CM connect succeeded again; moved from TCP";
+    choice_.set_reason("RDMA CM connect succeeded again; moved from TCP");
     last_transport_ = "rdma";
     active_->move_to(std::move(transport), "moving to RDMA");
     return;
@@ -287,8 +246,8 @@ void PeerLink::dial_failed(TransportKind kind, std::string reason, bool refused)
     connect_failed(kind, reason);
     return;
   }
-  ++rdma_failures_;
-  if (tunnel_.transport == TransportMode::kRdma) {
+  choice_.rdma_failed();
+  if (!choice_.falls_back_to_tcp()) {
     // rdma never falls back; it says why and retries with backoff. A
     // rejected connect does not end a suspended session at once (as a
     // refused TCP connect does): the peer's RDMA CM listener is away for a
@@ -308,27 +267,22 @@ void PeerLink::note_rdma_fallback(const std::string& reason, std::string transpo
       .kv("peer", peer_.name)
       .kv("from", "rdma")
       .kv("to", "tcp")
-      .kv("rdma_failures", rdma_failures_)
+      .kv("rdma_failures", choice_.rdma_failures())
       .kv("reason", reason);
-  transport_reason_ = std::move(transport_reason);
+  choice_.set_reason(std::move(transport_reason));
 }
 
 void PeerLink::open_session(IoPtr<Transport> transport) {
   refused_at_.reset();  // something listens there after all
   TransportKind kind = transport->kind();
-  transport_reason_ = kind == TransportKind::kRdma               ? "RDMA CM connect succeeded"
-                      : tunnel_.transport == TransportMode::kTcp ? "configured"
-                      : !connectors_.rdma                        ? "no usable RDMA device here"
-                      : !in_rdma_share()                         ? rdma_share_reason()
-                      : transport_reason_.empty()                ? "RDMA failed; falling back"
-                                                                 : transport_reason_;
+  const std::string& reason = choice_.opened_on(kind);
   std::string name(transport_kind_name(kind));
   if (name != last_transport_) {
     log::info("transport_selected")
         .kv("peer", peer_.name)
         .kv("transport", name)
         .kv("mode", transport_mode_name(tunnel_.transport))
-        .kv("reason", transport_reason_);
+        .kv("reason", reason);
     last_transport_ = name;
   }
   active_ = make_io<Session>(loop_, pool_, Session::Role::kDialer, settings_, std::move(transport), this);
@@ -428,7 +382,7 @@ void PeerLink::tick(Clock::time_point now) {
     pop_waiting()->abort(ResetCode::kPeerGone, "no session to peer " + peer_.name + " within connect_timeout_ms");
   if (needs_dial() && !dial_ && !tcp_beside_ && !shutting_down_ && now >= next_dial_) dial();
   if (tcp_beside_at_ && now >= *tcp_beside_at_) dial_tcp_beside();
-  if (rdma_since_ && rdma_failures_ > 0 && now - *rdma_since_ >= rdma_proving_time()) rdma_failures_ = 0;
+  choice_.tick(now);
   if (should_probe_rdma(now)) {
     next_probe_ = now + std::chrono::milliseconds(tunnel_.rdma_probe_interval_ms);
     probing_ = true;
@@ -462,7 +416,7 @@ void PeerLink::on_session_closed(Session& session, SessionEnd end, std::string_v
   last_used_ = loop_.now();
   if (&session == active_.get()) {
     active_.reset();  // retired: deleted once its transport is done
-    rdma_since_.reset();
+    choice_.session_ended();
     // On demand with nothing waiting: no session is wanted, so none is
     // dialled, and its end is no failure to retry.
     if (!shutting_down_ && needs_dial()) connect_failed(session.transport_kind(), std::string(reason));
@@ -478,15 +432,12 @@ void PeerLink::on_session_suspended(Session& session) {
   next_dial_ = loop_.now();
   // (A move to RDMA suspends and resumes in one step: the session has its
   // new transport already, and the one it left is no failure.)
-  if (rdma_since_ && session.wants_transport()) {
-    auto lived = loop_.now() - *rdma_since_;
-    rdma_since_.reset();
-    if (lived < rdma_proving_time()) {
+  if (session.wants_transport()) {
+    if (std::optional<Clock::duration> lived = choice_.transport_lost(loop_.now())) {
       // It connected but could not carry: as good as a failed RDMA dial,
       // and in auto the session resumes on TCP as after one.
-      ++rdma_failures_;
-      if (tunnel_.transport == TransportMode::kAuto && connectors_.tcp && !dial_ && !tcp_beside_) {
-        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(lived).count();
+      if (choice_.falls_back_to_tcp() && connectors_.tcp && !dial_ && !tcp_beside_) {
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*lived).count();
         std::string reason = "the RDMA transport failed " + std::to_string(ms) +
                              " ms after it came up (under twice tunnel.keepalive_timeout_ms)";
         note_rdma_fallback(reason, reason + "; falling back");
@@ -651,12 +602,8 @@ void PeerLink::describe(unsigned worker, PeerInfo* out) const {
   out->address = peer_.address;
   out->tcp_port = peer_.tcp_port;
   out->rdma_port = peer_.rdma_port;
-  out->transport = std::string(transport_kind_name(active_ ? active_->transport_kind() : preferred_kind()));
-  out->transport_reason = !transport_reason_.empty()                 ? transport_reason_
-                          : tunnel_.transport == TransportMode::kTcp ? "configured"
-                          : !connectors_.rdma                        ? "no usable RDMA device here"
-                          : !in_rdma_share()                         ? rdma_share_reason()
-                                                                     : "RDMA device available";
+  out->transport = std::string(transport_kind_name(active_ ? active_->transport_kind() : choice_.preferred()));
+  out->transport_reason = choice_.reason();
   out->state = std::string(state_name());
   out->last_error = last_error_;
   out->waiting_streams = waiting_.size();

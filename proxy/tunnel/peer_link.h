@@ -21,6 +21,7 @@
 #include "proxy/io/event_loop.h"
 #include "proxy/tunnel/session.h"
 #include "proxy/tunnel/transport.h"
+#include "proxy/tunnel/transport_choice.h"
 #include "proxy/tunnel/tunnel_info.h"
 
 namespace rdmagw::tunnel {
@@ -106,7 +107,7 @@ class PeerLink final : public SessionOwner, private DialObserver {
   // tunnel.rdma_share: in auto, whether this peer is among the share whose
   // sessions use RDMA. Stable for a pair of hosts (a hash of this node's
   // name and the peer's address), so raising the share only adds peers.
-  bool in_rdma_share() const;
+  bool in_rdma_share() const { return choice_.in_rdma_share(); }
   // Sessions this link holds (active and draining): what max_sessions counts.
   size_t session_count() const { return (active_ ? 1 : 0) + draining_.size(); }
   // Its active session carries no stream and no stream waits: since when
@@ -190,9 +191,8 @@ class PeerLink final : public SessionOwner, private DialObserver {
 
   void dial();
   void dial(TransportKind kind);
-  // Happy Eyeballs (tcp_beside_): RDMA's head start (rdma_head_start_ms, at
-  // most half of connect_timeout_ms); start it once due; its outcome.
-  uint32_t head_start_ms() const;
+  // Happy Eyeballs (tcp_beside_, TransportChoice::tcp_head_start_ms):
+  // start it once due; its outcome.
   void dial_tcp_beside();
   void on_tcp_beside_dialed(IoPtr<Transport> transport);
   void on_tcp_beside_failed(std::string_view reason, bool refused);
@@ -202,8 +202,6 @@ class PeerLink final : public SessionOwner, private DialObserver {
   // (resumable, the peer places RDMA connects): time to try RDMA again.
   bool should_probe_rdma(Clock::time_point now) const;
   void probe_failed(std::string_view reason);
-  TransportKind preferred_kind() const;
-  std::string rdma_share_reason() const;
   void dial_failed(TransportKind kind, std::string reason, bool refused);
   // No session (and one is wanted: connect: always, or streams wait), or
   // one suspended that waits for a transport.
@@ -227,6 +225,7 @@ class PeerLink final : public SessionOwner, private DialObserver {
   TunnelConfig tunnel_;
   Connectors connectors_;
   SessionBudget* budget_;
+  TransportChoice choice_;  // which transport each dial uses, and why (reads tunnel_)
 
   IoPtr<Session> active_;
   std::vector<IoPtr<Session>> draining_;
@@ -259,22 +258,14 @@ class PeerLink final : public SessionOwner, private DialObserver {
   uint32_t backoff_ms_ = 0;
   uint32_t failures_ = 0;
 
-  uint32_t rdma_failures_ = 0;  // consecutive; in auto, 3 of them switch the peer to TCP
-  // When the active session's RDMA transport came up. One that fails sooner
-  // than rdma_proving_time() (it connected, then could not carry: a link
-  // that reorders or drops most packets) counts as a failed RDMA attempt;
-  // one that lasts that long clears rdma_failures_.
-  std::optional<Clock::time_point> rdma_since_;
-  Clock::duration rdma_proving_time() const;
   // In auto: logs transport_fallback (from rdma to tcp) and says why in /peers.
   void note_rdma_fallback(const std::string& reason, std::string transport_reason);
   bool probing_ = false;  // dial_ is an RDMA connect for a session open on TCP
   Clock::time_point next_probe_;
-  std::string last_transport_;    // logged when the choice changes
-  std::string transport_reason_;  // why the last session used its transport
-  std::string last_error_;        // last dial failure, cleared when a session opens
-  std::string last_close_;        // why the last session ended ("" if none has)
-  Clock::time_point last_used_;   // a stream was carried or waited last (discovered links are forgotten after)
+  std::string last_transport_;   // logged when the choice changes
+  std::string last_error_;       // last dial failure, cleared when a session opens
+  std::string last_close_;       // why the last session ended ("" if none has)
+  Clock::time_point last_used_;  // a stream was carried or waited last (discovered links are forgotten after)
   std::optional<Clock::time_point> idle_since_;
   std::optional<Clock::time_point> refused_at_;
   bool retired_ = false;
