@@ -172,7 +172,7 @@ bool LocalStream::describe(StreamInfo* out) const {
     out->state = "connecting";
   else if (phase_ == Phase::kWaiting)
     out->state = "waiting";
-  else if (upstream_ != Upstream::kOpen || downstream_ != Downstream::kOpen)
+  else if (read_closed_ || fin_received())
     out->state = "half-closed";
   else
     out->state = "open";
@@ -344,7 +344,7 @@ void LocalStream::attach(tunnel::Session& session) {
       .kv("connection", connection())
       .kv("target", target_);
   if (eof) {
-    upstream_ = Upstream::kFinSent;
+    read_closed_ = true;
     session.send_fin(*this);
     maybe_done();
     watch_for_errors();  // nothing more is read: a reset would go unseen
@@ -378,8 +378,8 @@ void LocalStream::abort(ResetCode code, std::string_view reason) {
 // --- socket -> tunnel --------------------------------------------------------
 
 void LocalStream::start_reading() {
-  if (frozen_ || recv_posted_ || upstream_ != Upstream::kOpen || closing_ || phase_ == Phase::kConnecting ||
-      parked_buffer_ || !session())
+  if (frozen_ || recv_posted_ || read_closed_ || closing_ || phase_ == Phase::kConnecting || parked_buffer_ ||
+      !session())
     return;
   // Only stream credit is held while the receive waits: an idle connection
   // must not pin any of the session's shared budget, nor any buffer.
@@ -411,7 +411,7 @@ void LocalStream::on_recv(int res, uint32_t flags) {
   if (buffer) host_.pool.release(buffer);
   if (frozen_ && res == -ECANCELED) return;  // a takeover stopped it
   if (res == 0) {
-    upstream_ = Upstream::kFinSent;
+    read_closed_ = true;
     session()->send_fin(*this);
     maybe_done();
     watch_for_errors();  // nothing more is read: a reset would go unseen
@@ -447,7 +447,7 @@ tunnel::Stream::Delivery LocalStream::on_peer_data(std::span<const iovec> pieces
   // io_uring round trip; whatever the socket does not take now is queued as
   // usual. Errors are left to the queued send to report.
   size_t skip = 0;  // bytes of `pieces` already in the socket
-  if (!sending_ && phase_ != Phase::kConnecting && to_socket_.empty() && downstream_ != Downstream::kShut) {
+  if (!sending_ && phase_ != Phase::kConnecting && to_socket_.empty() && !write_shut_) {
     msghdr m{};
     m.msg_iov = const_cast<iovec*>(pieces.data());  // sendmsg does not write it
     m.msg_iovlen = std::min<size_t>(pieces.size(), IOV_MAX);
@@ -491,8 +491,7 @@ tunnel::Stream::Delivery LocalStream::on_peer_piped(std::span<const uint8_t> hea
   // now, the piped ones by splice (they never enter user space). What the
   // socket does not take is queued, read out of the pipe: the pipe must be
   // empty when this returns.
-  bool nothing_ahead =
-      !sending_ && phase_ != Phase::kConnecting && to_socket_.empty() && downstream_ != Downstream::kShut;
+  bool nothing_ahead = !sending_ && phase_ != Phase::kConnecting && to_socket_.empty() && !write_shut_;
   // A redirected leg: these sends carry at most `limit` bytes in all.
   size_t limit = nothing_ahead ? send_limit() : 0;
   if (nothing_ahead && head.size() <= limit) {
@@ -570,16 +569,16 @@ void LocalStream::on_send(int res, uint32_t) {
 }
 
 void LocalStream::on_peer_fin() {
-  if (downstream_ == Downstream::kOpen) downstream_ = Downstream::kFinReceived;
+  // fin_received() says so already (the session set it while parsing).
   maybe_shutdown_write();
 }
 
 void LocalStream::maybe_shutdown_write() {
-  if (frozen_ || downstream_ != Downstream::kFinReceived || sending_ || phase_ == Phase::kConnecting || closing_ ||
+  if (frozen_ || !fin_received() || write_shut_ || sending_ || phase_ == Phase::kConnecting || closing_ ||
       !to_socket_.empty())
     return;
   ::shutdown(fd_.get(), SHUT_WR);
-  downstream_ = Downstream::kShut;
+  write_shut_ = true;
   maybe_done();
 }
 
@@ -630,7 +629,7 @@ void LocalStream::on_error_poll(int res, uint32_t) {
 // --- the end -------------------------------------------------------------------
 
 void LocalStream::maybe_done() {
-  if (upstream_ != Upstream::kFinSent || downstream_ != Downstream::kShut || closing_) return;
+  if (!read_closed_ || !write_shut_ || closing_) return;
   // Our FIN could not leave (the session closed under us): the session's
   // end, dispatched later in this batch, resets the stream instead.
   if (session() && !tunnel_done()) return;

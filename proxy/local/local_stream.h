@@ -177,27 +177,25 @@ class LocalStream final : public LocalConnection, public tunnel::Stream, public 
   bool error_poll_posted_ = false;  // watching for a reset while not reading
   bool sending_ = false;
   // The stream's life (docs/protocol.md, "Stream life cycle"): where it
-  // stands as a whole, then one state per direction. HALF-CLOSED (local) is
-  // Upstream::kFinSent, HALF-CLOSED (remote) Downstream::kFinReceived or
-  // kShut; both FINs and every byte written (kFinSent and kShut) is CLOSED,
-  // which ends it cleanly. closing_ marks the end, clean or a reset.
+  // stands as a whole, then each direction. What crossed the tunnel is
+  // tunnel::Stream's (fin_sent(): our FIN is queued on the session;
+  // fin_received(): the peer's FIN arrived); what happened to the socket
+  // is here. HALF-CLOSED (local) is read_closed_, HALF-CLOSED (remote) is
+  // fin_received(); read_closed_ and write_shut_ (with both FINs crossed)
+  // is CLOSED, which ends it cleanly. closing_ marks the end, clean or a
+  // reset.
   enum class Phase : uint8_t {
     kWaiting,     // client side: no session has opened it yet
     kConnecting,  // target side: it has its stream id, the target's connect is under way
     kOpen,        // on a session (or done with it), bytes flowing as each direction allows
   };
-  enum class Upstream : uint8_t {  // application -> peer
-    kOpen,
-    kFinSent,  // EOF from the socket; FIN sent
-  };
-  enum class Downstream : uint8_t {  // peer -> application
-    kOpen,
-    kFinReceived,  // the peer's FIN; bytes for the socket may still be queued
-    kShut,         // every byte written, then shutdown(SHUT_WR)
-  };
   Phase phase_ = Phase::kWaiting;
-  Upstream upstream_ = Upstream::kOpen;
-  Downstream downstream_ = Downstream::kOpen;
+  // Application -> peer: EOF read from the socket, and FIN asked of the
+  // session (which fin_sent() confirms once it is queued).
+  bool read_closed_ = false;
+  // Peer -> application: after the peer's FIN, every byte written to the
+  // socket, then shutdown(SHUT_WR).
+  bool write_shut_ = false;
   bool closing_ = false;
   bool frozen_ = false;      // a takeover is moving it: no I/O
   uint64_t bytes_up_ = 0;    // socket -> tunnel

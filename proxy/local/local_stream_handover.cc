@@ -35,9 +35,9 @@ bool LocalStream::export_image(HandoverImages* out, const SessionIndex& sessions
   image.target_side = target_side_;
   image.opened = phase_ != Phase::kWaiting;
   image.connecting = phase_ == Phase::kConnecting;
-  image.read_closed = upstream_ == Upstream::kFinSent;
-  image.remote_fin = downstream_ != Downstream::kOpen;
-  image.write_shut = downstream_ == Downstream::kShut;
+  image.read_closed = read_closed_;
+  image.remote_fin = fin_received();
+  image.write_shut = write_shut_;
   image.listener = listener_;
   image.peer = peer_;
   image.target = target_;
@@ -89,10 +89,8 @@ LocalStream* LocalStream::restore(StreamHost& host, UniqueFd fd, const LocalStre
   // The image's flags are the states' (takeover_image.cc refuses flags no
   // state has: connecting without a stream id, shut without the peer's FIN).
   s->phase_ = image.connecting ? Phase::kConnecting : image.opened ? Phase::kOpen : Phase::kWaiting;
-  s->upstream_ = image.read_closed ? Upstream::kFinSent : Upstream::kOpen;
-  s->downstream_ = image.write_shut   ? Downstream::kShut
-                   : image.remote_fin ? Downstream::kFinReceived
-                                      : Downstream::kOpen;
+  s->read_closed_ = image.read_closed;
+  s->write_shut_ = image.write_shut;
   s->listener_ = image.listener;
   s->peer_ = image.peer;
   s->target_ = image.target;
@@ -121,7 +119,10 @@ LocalStream* LocalStream::restore(StreamHost& host, UniqueFd fd, const LocalStre
   // slot was claimed before any worker admits): the leg carries on before
   // the first read or send here.
   if (image.leg.present && host.redirector) s->leg_ = RedirectedLeg::restore(*host.redirector, image.leg);
-  if (session) session->restore_stream(*s, image.tunnel);
+  if (session)
+    session->restore_stream(*s, image.tunnel);
+  else
+    s->restore_peer_fin(image.remote_fin);  // both FINs had crossed: the session is gone
   if (!ok) {
     s->fail("stream_failed", "rdmagw", metrics::StreamFailure::kResource, tunnel::ResetCode::kResource,
             "out of buffers for the bytes a takeover moved");
@@ -140,7 +141,7 @@ void LocalStream::resume_io() {
   pump_send();
   maybe_shutdown_write();
   start_reading();
-  if (upstream_ == Upstream::kFinSent || parked_buffer_) watch_for_errors();
+  if (read_closed_ || parked_buffer_) watch_for_errors();
   maybe_done();
 }
 

@@ -51,6 +51,10 @@ class Stream {
  protected:
   Stream() = default;
   virtual ~Stream() = default;
+  // A stream a takeover rebuilt without a session (its session had ended
+  // after both FINs crossed): whether the peer's FIN had arrived. One with
+  // a session gets its state from Session::restore_stream.
+  void restore_peer_fin(bool received) { fin_received_ = received; }
 
   // Payload from the peer: every DATA (and OPEN) payload of one transport
   // batch for this stream, in order, as pieces of the transport's receive

@@ -74,7 +74,7 @@ const std::string& TransportChoice::opened_on(TransportKind kind) {
 }
 
 std::string TransportChoice::reason() const {
-  return !reason_.empty()                             ? reason_
+  return !reason_.empty()                           ? reason_
          : tunnel_.transport == TransportMode::kTcp ? "configured"
          : !has_rdma_                               ? "no usable RDMA device here"
          : !in_rdma_share()                         ? rdma_share_reason()

@@ -29,8 +29,7 @@ class TransportChoice {
   // `tunnel`: the link's own copy of the keys, which a reload's
   // rdma_share changes in place; it outlives this. `has_rdma`, `has_tcp`:
   // the connectors this process has.
-  TransportChoice(const TunnelConfig& tunnel, bool has_rdma, bool has_tcp, std::string node,
-                  std::string peer_address)
+  TransportChoice(const TunnelConfig& tunnel, bool has_rdma, bool has_tcp, std::string node, std::string peer_address)
       : tunnel_(tunnel),
         has_rdma_(has_rdma),
         has_tcp_(has_tcp),

@@ -657,6 +657,52 @@ TEST_CASE("local: a session lost after both FINs lets the app read all data and 
   CHECK(failed(rig, metrics::StreamFailure::kPeerGone) == 0);
 }
 
+TEST_CASE("local: a takeover moves a stream whose session ended after both FINs; the app still reads all, then EOF") {
+  SessionSettings settings;
+  tunnel_keys(settings).stream_window = 1024 * 1024;
+  Rig rig(settings);
+  ClientStream c = open_client(rig, {}, /*app_rcvbuf=*/4096, /*proxy_sndbuf=*/4096);
+  app_send(c.pair.app, "request");
+  REQUIRE(::shutdown(c.pair.app.get(), SHUT_WR) == 0);
+  REQUIRE(rig.run_until([&] { return rig.sent(FrameType::kFin, 1).size() == 1; }));
+  const std::string body = pattern(512 * 1024);
+  for (size_t off = 0; off < body.size(); off += kPayload)
+    REQUIRE(rig.inject(test::data_bytes(1, std::string_view(body).substr(off, kPayload))));
+  REQUIRE(rig.inject(test::fin_bytes(1)));
+  rig.loop.end_batch();
+  rig.transport->fail("connection reset by peer");
+  rig.transport = nullptr;
+  rig.loop.end_batch();
+  REQUIRE(rig.owner.closed == 1);
+  // Detached, bytes still queued for the app: the old process's side.
+  auto* old = dynamic_cast<LocalStream*>(rig.host.first);
+  REQUIRE(old);
+  REQUIRE_FALSE(old->session());
+  old->freeze();
+  REQUIRE(rig.run_until([&] { return old->quiet(); }));
+  local::HandoverImages images;
+  REQUIRE(old->export_image(&images, {}));
+  REQUIRE(images.streams.size() == 1);
+  const local::LocalStreamImage image = images.streams[0];
+  CHECK(image.session < 0);  // no session goes with it
+  CHECK(image.read_closed);
+  CHECK(image.remote_fin);
+  CHECK_FALSE(image.write_shut);
+  CHECK_FALSE(image.to_socket.empty());
+  UniqueFd moved(::dup(images.fds[image.fd]));
+  REQUIRE(moved.valid());
+  old->forget();
+  rig.loop.end_batch();
+  // The new process's side: what is queued goes out, then the write side shuts.
+  REQUIRE(LocalStream::restore(rig.host, std::move(moved), image, nullptr, nullptr));
+  AppRead r = app_read_to_end(rig, c.pair.app.get());
+  CHECK(r.error == 0);
+  CHECK(r.eof);
+  CHECK(r.bytes.size() == body.size());
+  CHECK(r.bytes == body);
+  REQUIRE(rig.run_until([&] { return rig.host.live == 0; }));
+}
+
 // --- waiting for a session ------------------------------------------------------------------
 
 TEST_CASE("local: a stream waiting for a session that is aborted resets the app") {

@@ -105,7 +105,8 @@ TEST_CASE("transport choice: rdma_share picks peers by node and address, and say
   CHECK(in < 140);
   // The node counts too: one peer is in the share of some nodes only.
   int nodes_in = 0;
-  for (int i = 0; i < 200; ++i) nodes_in += TransportChoice(t, true, true, "node-" + std::to_string(i), "10.0.1.1").in_rdma_share();
+  for (int i = 0; i < 200; ++i)
+    nodes_in += TransportChoice(t, true, true, "node-" + std::to_string(i), "10.0.1.1").in_rdma_share();
   CHECK(nodes_in > 60);
   CHECK(nodes_in < 140);
 }
