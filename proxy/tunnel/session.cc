@@ -344,7 +344,7 @@ void Session::attach(Stream& stream, uint32_t id, uint64_t send_window) {
 
 void Session::detach(Stream& stream) {
   if (stream.session_ != this) return;
-  drop_gathered(stream);
+  gathered_.drop(stream);
   unqueue_events(stream);
   if (stream.waits_for_session_) std::erase(blocked_streams_, &stream);
   // Bytes the stream still held are dropped with it: return them to the
@@ -643,57 +643,16 @@ void Session::return_credit(Stream& stream, uint32_t n) {
 void Session::gather(Stream& stream, std::span<const uint8_t> bytes) {
   // A batch of many tiny frames is delivered in parts, so that what a
   // session keeps for delivery stays small (the pieces are valid mid-parse).
-  if (gathered_.size() >= kMaxGatheredPieces) deliver_gathered();
-  if (stream.gathered_pieces_ == 0) {
-    stream.gather_order_ = static_cast<uint32_t>(gathered_streams_.size());
-    gathered_streams_.push_back(&stream);
-  }
-  ++stream.gathered_pieces_;
-  stream.gathered_bytes_ += static_cast<uint32_t>(bytes.size());  // within the stream window: no overflow
-  gathered_.push_back({&stream, iovec{const_cast<uint8_t*>(bytes.data()), bytes.size()}});
-}
-
-void Session::drop_gathered(Stream& stream) {
-  if (stream.gathered_pieces_ == 0) return;
-  for (auto& g : gathered_)
-    if (g.stream == &stream) g.stream = nullptr;
-  std::erase(gathered_streams_, &stream);
-  stream.gathered_pieces_ = stream.gathered_bytes_ = 0;
+  if (gathered_.full()) deliver_gathered();
+  gathered_.add(stream, bytes);
 }
 
 void Session::deliver_gathered() {
   if (gathered_.empty()) return;
   ParsingScope scope(parsing_);
-  // Taken out first: a delivery that ends the session (out of buffers for
-  // a frame) must not deliver again from inside.
-  delivering_.swap(gathered_);
-  delivering_streams_.swap(gathered_streams_);
-  gathered_.clear();
-  gathered_streams_.clear();
-  // Fewest bytes first; ties in order of arrival. std::sort works in place.
-  std::sort(delivering_streams_.begin(), delivering_streams_.end(), [](const Stream* a, const Stream* b) {
-    return a->gathered_bytes_ != b->gathered_bytes_ ? a->gathered_bytes_ < b->gathered_bytes_
-                                                    : a->gather_order_ < b->gather_order_;
+  gathered_.deliver([this](Stream& s, std::span<const iovec> pieces, uint32_t offered) {
+    if (s.session_ == this) settle_delivery(s, s.on_peer_data(pieces), offered);  // (one that left was dropped)
   });
-  // Each stream's pieces side by side, in their order (a counting sort).
-  uint32_t cursor = 0;
-  for (Stream* s : delivering_streams_) {
-    s->gather_order_ = cursor;
-    cursor += s->gathered_pieces_;
-  }
-  sorted_pieces_.resize(cursor);
-  for (const auto& g : delivering_)
-    if (g.stream) sorted_pieces_[g.stream->gather_order_++] = g.piece;
-  for (Stream* s : delivering_streams_) {
-    uint32_t count = s->gathered_pieces_;
-    if (s->session_ != this || count == 0) continue;  // left meanwhile (cannot happen today)
-    std::span<const iovec> pieces(sorted_pieces_.data() + s->gather_order_ - count, count);
-    uint32_t offered = s->gathered_bytes_;
-    s->gathered_pieces_ = s->gathered_bytes_ = 0;
-    settle_delivery(*s, s->on_peer_data(pieces), offered);
-  }
-  delivering_.clear();
-  delivering_streams_.clear();
 }
 
 void Session::settle_delivery(Stream& stream, Stream::Delivery d, uint32_t offered) {

@@ -36,6 +36,7 @@
 #include "config/config.h"
 #include "proxy/io/event_loop.h"
 #include "proxy/tunnel/frame.h"
+#include "proxy/tunnel/payload_batch.h"
 #include "proxy/tunnel/peer_auth.h"
 #include "proxy/tunnel/session_image.h"
 #include "proxy/tunnel/stream.h"
@@ -411,12 +412,11 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // Peer bytes for `stream`, mid-parse: kept as a piece of the transport's
   // buffer until the batch ends (deliver_gathered).
   void gather(Stream& stream, std::span<const uint8_t> bytes);
-  // Hands each stream the pieces of this batch, the streams with the fewest
-  // bytes first: a 64-byte reply does not wait behind a bulk stream's
-  // quarter megabyte of the same batch. What a stream delivers at once
-  // returns as credit; bytes it cannot keep reset it (RESET(resource)).
-  // Called at the end of each batch, and before the session lets its
-  // transport go (the pieces live in its buffer).
+  // Hands each stream the pieces of this batch (PayloadBatch: the fewest
+  // bytes first). What a stream delivers at once returns as credit; bytes
+  // it cannot keep reset it (RESET(resource)). Called at the end of each
+  // batch, and before the session lets its transport go (the pieces live
+  // in its buffer).
   void deliver_gathered();
   // The DATA frame being handled came through on_piped_frame(): its
   // payload is the frame's span, then these bytes in the pipe.
@@ -431,8 +431,6 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   // not keep them, return credit for what it wrote at once.
   // `offered`: the payload bytes the stream was handed in that delivery.
   void settle_delivery(Stream& stream, Stream::Delivery d, uint32_t offered);
-  // A stream leaving mid-batch: its pieces are dropped.
-  void drop_gathered(Stream& stream);
   // `n` bytes of `stream` left this host: stream and session credit return.
   void return_credit(Stream& stream, uint32_t n);
   void grant_session();
@@ -524,17 +522,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   ReceiveWindow session_receive_;
   std::vector<Stream*> blocked_streams_;  // short of session credit, in order
   std::vector<Stream*> events_;           // streams with Event bits to dispatch
-  // This batch's payload pieces, in arrival order, and their streams in
-  // order of first arrival; the delivery's copies of both, and the pieces
-  // sorted by stream (all reused: no allocation per batch once warm).
-  struct GatheredPiece {
-    Stream* stream;
-    iovec piece;
-  };
-  std::vector<GatheredPiece> gathered_, delivering_;
-  static constexpr size_t kMaxGatheredPieces = 256;  // delivered in parts beyond
-  std::vector<Stream*> gathered_streams_, delivering_streams_;
-  std::vector<iovec> sorted_pieces_;
+  PayloadBatch gathered_;                 // this transport batch's stream payloads, until it ends
   // What the owner is still to hear (SessionOwner's hooks), told by flush()
   // in this order, each once however often it was queued: open before the
   // streams' events, then suspended, draining, closed.

@@ -82,6 +82,7 @@ class Stream {
 
  private:
   friend class Session;
+  friend class PayloadBatch;
   Session* session_ = nullptr;
   uint32_t id_ = 0;
   SendCredit send_;
@@ -92,7 +93,7 @@ class Stream {
   bool waits_for_session_ = false;  // in the session's list of streams short of session credit
   uint8_t events_ = 0;              // Session::Event bits queued for dispatch
   // Payload of the current transport batch, waiting for its delivery
-  // (Session::deliver_gathered).
+  // (PayloadBatch).
   uint32_t gathered_pieces_ = 0;
   uint32_t gathered_bytes_ = 0;
   uint32_t gather_order_ = 0;                  // first arrival in the batch, then the delivery cursor
