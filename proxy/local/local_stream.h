@@ -20,6 +20,14 @@
 // The socket carries SO_LINGER 0 from the start: whatever ends the stream
 // other than a clean close in both directions (including rdmagw dying)
 // reaches the application as a reset, never as a clean EOF.
+//
+// Why one class of this size (about 50 methods): the two directions, the
+// connect on the far side, the session's events and a takeover all act on
+// the same socket and the same two in-flight operations, whose order is
+// what keeps bytes in order. It is split by file (local_stream.cc,
+// local_stream_handover.cc for the takeover) and what stands alone is
+// outside: the queue (ByteQueue), the redirected leg (RedirectedLeg), the
+// PROXY header, the origin, the tunnel half (tunnel::Stream).
 #include <sys/uio.h>
 
 #include <memory>

@@ -4,6 +4,12 @@
 // thread, waits for signals, and applies reloads. It is also what the admin
 // endpoint asks (admin::Backend): counters are read directly, everything a
 // worker owns is asked for through the worker's mailbox.
+//
+// Why one class of this size (about 40 methods): it is the one owner of
+// the process's threads, sockets and configuration, and each admin call
+// or signal is one of its methods. It is split by file: runtime.cc (start,
+// signals, reload, drain and undrain, what the admin endpoint asks),
+// runtime_takeover.cc, runtime_local_legs.cc.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

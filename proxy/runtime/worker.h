@@ -13,6 +13,11 @@
 // undrain, the takeover (worker_takeover.cc), the tick, and moving work
 // between workers (RDMA connect requests, streams for a peer another worker
 // holds).
+//
+// Why about 40 methods: half are the runtime's calls through the mailbox,
+// one per step of a worker's life (start, reload, drain, undrain, the
+// takeover's four steps, describe); the rest wire those steps to the parts
+// above. worker_takeover.cc holds the takeover's.
 #include <rdma/rdma_cma.h>
 
 #include <atomic>

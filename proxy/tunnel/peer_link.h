@@ -7,9 +7,18 @@
 // out) keeps its streams while new ones go to a fresh session.
 //
 // It dials through the transports' Connectors only (transport.h): which
-// transport to use is its choice (tunnel.transport, falling back from RDMA
-// to TCP in auto, and moving a session back onto RDMA once an RDMA connect
-// succeeds again), how to dial is theirs.
+// transport each dial uses, and why, its TransportChoice says; how to dial
+// is the connectors'.
+//
+// Why one class of this size (about 60 methods): it is the state machine
+// of one peer's dials and sessions, whose parts move together on every
+// event: a dial, a TCP dial racing a slow RDMA one, an RDMA probe beside
+// an open session, a suspended session waiting for a transport, sessions
+// draining, waiting streams with their deadlines, a takeover's freeze. A
+// dial's outcome, a session's open, suspension, drain or end, and each
+// tick touch several of them at once. What stands alone is outside: the
+// choice of transport (TransportChoice), the budgets (SessionBudget), the
+// sessions (Session).
 #include <deque>
 #include <memory>
 #include <optional>

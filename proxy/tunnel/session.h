@@ -21,6 +21,17 @@
 // session is suspended (its streams notice nothing but a pause), the dialer
 // dials again and both sides resend from where the other stopped receiving
 // (docs/protocol.md, "Resumption"). session_resume.cc holds that part.
+//
+// Why one class of this size (about 130 methods in four files: session.cc
+// for frames and streams, session_auth.cc, session_resume.cc,
+// session_handover.cc for a takeover): the handshake, authentication,
+// resumption and a takeover act on one transport, one frame queue, one
+// stream table and one credit, at points the protocol interleaves (AUTH
+// between the HELLOs, SESSION before the first DATA, a resume resending
+// from the kept queue). What stands alone is outside: a batch's payloads
+// (PayloadBatch), credit (SendCredit, ReceiveWindow), parsing
+// (FrameReader, deliver_frames), keys (AuthKeyring), the takeover's state
+// (SessionImage).
 #include <cstdint>
 #include <memory>
 #include <span>

@@ -16,6 +16,12 @@
 // sealed whole: the header authenticated, the frames encrypted into a slab
 // buffer of its own, then the tag (docs/rdma.md); the receiver opens it in
 // place in its receive buffer.
+//
+// Why one class of this size (about 35 methods): the Transport seam's
+// contract, RDMA CM's events, the queue pair's send and receive queues,
+// credits and sealing all act on one QP whose errors end all of them.
+// What stands alone is outside: the device and budget (RdmaContext), the
+// credit arithmetic (rdma_credits.h), the connect (RdmaConnector).
 #include <infiniband/verbs.h>
 #include <linux/time_types.h>
 #include <rdma/rdma_cma.h>
