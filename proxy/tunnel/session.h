@@ -250,12 +250,10 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   const SessionToken& token() const { return token_; }
   // Open or resuming, and may still open streams of its own (no GOAWAY, ids left).
   bool can_open_streams() const;
-  bool goaway_received() const { return goaway_received_; }
   const std::string& peer_node() const { return peer_node_; }
   TransportKind transport_kind() const { return transport_kind_; }
   size_t stream_count() const { return streams_.size(); }
   const SessionCounters& counters() const { return counters_; }
-  int64_t rtt_us() const { return rtt_us_; }
   // For the admin endpoint (GET /peers); the caller sets `worker`.
   void describe(SessionInfo* out) const;
   // What the peer proved itself with on the current transport.

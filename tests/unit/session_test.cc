@@ -804,16 +804,21 @@ TEST_CASE("PING is answered by a PONG echoing its value") {
 TEST_CASE("PONG gives the round-trip time from the echoed clock") {
   Harness h(Session::Role::kDialer);
   h.handshake();
-  CHECK(h.s().rtt_us() == -1);
+  auto rtt_us = [&] {
+    SessionInfo info;
+    h.s().describe(&info);  // GET /peers' rtt_us
+    return info.rtt_us;
+  };
+  CHECK(rtt_us() == -1);
   h.inject(pong_bytes(static_cast<uint64_t>(clock_ns(h.loop.now() - 2ms))));
-  CHECK(h.s().rtt_us() == 2000);
+  CHECK(rtt_us() == 2000);
   // An echo from the future (a confused peer) leaves it alone.
   h.inject(pong_bytes(static_cast<uint64_t>(clock_ns(h.loop.now() + 1s))));
-  CHECK(h.s().rtt_us() == 2000);
+  CHECK(rtt_us() == 2000);
   // Values no PING of ours carried: they overflowed a signed subtraction
   // (UB; found by tests/fuzz/fuzz_session) and are ignored now.
   for (uint64_t crafted : {uint64_t{1} << 63, (uint64_t{1} << 63) + 7, ~uint64_t{0}}) h.inject(pong_bytes(crafted));
-  CHECK(h.s().rtt_us() == 2000);
+  CHECK(rtt_us() == 2000);
   CHECK(h.written().empty());
 }
 
@@ -823,8 +828,13 @@ TEST_CASE("GOAWAY: the owner hears on_session_draining at dispatch; no new strea
   FakeStream a("a", &h.log);
   REQUIRE(h.open(a, "first"));
   h.written();
+  SessionInfo before;
+  h.s().describe(&before);
+  CHECK(before.state == "open");
   h.inject(goaway_bytes());
-  CHECK(h.s().goaway_received());
+  SessionInfo after;
+  h.s().describe(&after);
+  CHECK(after.state == "draining");
   CHECK(!h.s().can_open_streams());
   CHECK(h.owner.draining == 0);
   h.end_batch();
