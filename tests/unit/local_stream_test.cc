@@ -629,16 +629,21 @@ TEST_CASE("local: a session lost mid-stream after the peer's FIN still resets th
   CHECK(failed(rig, metrics::StreamFailure::kPeerGone) == 1);
 }
 
-TEST_CASE("local: a session lost after both FINs lets the app read all data and a clean EOF") {
+namespace {
+SessionSettings wide_stream_window() {
   SessionSettings settings;
   tunnel_keys(settings).stream_window = 1024 * 1024;
-  Rig rig(settings);
-  // Small socket buffers: the reply cannot all be in the kernel yet when the session dies.
+  return settings;
+}
+
+// The app sends a request and its EOF, the peer answers with `body` and its
+// FIN, then the session dies while most of `body` still waits for the app
+// (small socket buffers: it cannot all be in the kernel yet).
+ClientStream both_fins_then_session_lost(Rig& rig, const std::string& body) {
   ClientStream c = open_client(rig, {}, /*app_rcvbuf=*/4096, /*proxy_sndbuf=*/4096);
   app_send(c.pair.app, "request");
   REQUIRE(::shutdown(c.pair.app.get(), SHUT_WR) == 0);
   REQUIRE(rig.run_until([&] { return rig.sent(FrameType::kFin, 1).size() == 1; }));
-  const std::string body = pattern(512 * 1024);
   for (size_t off = 0; off < body.size(); off += kPayload)
     REQUIRE(rig.inject(test::data_bytes(1, std::string_view(body).substr(off, kPayload))));
   REQUIRE(rig.inject(test::fin_bytes(1)));
@@ -647,7 +652,15 @@ TEST_CASE("local: a session lost after both FINs lets the app read all data and 
   rig.transport->fail("connection reset by peer");
   rig.transport = nullptr;
   rig.loop.end_batch();
-  CHECK(rig.owner.closed == 1);
+  REQUIRE(rig.owner.closed == 1);
+  return c;
+}
+}  // namespace
+
+TEST_CASE("local: a session lost after both FINs lets the app read all data and a clean EOF") {
+  Rig rig(wide_stream_window());
+  const std::string body = pattern(512 * 1024);
+  ClientStream c = both_fins_then_session_lost(rig, body);
   AppRead r = app_read_to_end(rig, c.pair.app.get());
   CHECK(r.error == 0);
   CHECK(r.eof);
@@ -658,22 +671,9 @@ TEST_CASE("local: a session lost after both FINs lets the app read all data and 
 }
 
 TEST_CASE("local: a takeover moves a stream whose session ended after both FINs; the app still reads all, then EOF") {
-  SessionSettings settings;
-  tunnel_keys(settings).stream_window = 1024 * 1024;
-  Rig rig(settings);
-  ClientStream c = open_client(rig, {}, /*app_rcvbuf=*/4096, /*proxy_sndbuf=*/4096);
-  app_send(c.pair.app, "request");
-  REQUIRE(::shutdown(c.pair.app.get(), SHUT_WR) == 0);
-  REQUIRE(rig.run_until([&] { return rig.sent(FrameType::kFin, 1).size() == 1; }));
+  Rig rig(wide_stream_window());
   const std::string body = pattern(512 * 1024);
-  for (size_t off = 0; off < body.size(); off += kPayload)
-    REQUIRE(rig.inject(test::data_bytes(1, std::string_view(body).substr(off, kPayload))));
-  REQUIRE(rig.inject(test::fin_bytes(1)));
-  rig.loop.end_batch();
-  rig.transport->fail("connection reset by peer");
-  rig.transport = nullptr;
-  rig.loop.end_batch();
-  REQUIRE(rig.owner.closed == 1);
+  ClientStream c = both_fins_then_session_lost(rig, body);
   // Detached, bytes still queued for the app: the old process's side.
   auto* old = dynamic_cast<LocalStream*>(rig.host.first);
   REQUIRE(old);
