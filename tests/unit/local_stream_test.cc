@@ -655,18 +655,23 @@ ClientStream both_fins_then_session_lost(Rig& rig, const std::string& body) {
   REQUIRE(rig.owner.closed == 1);
   return c;
 }
-}  // namespace
 
-TEST_CASE("local: a session lost after both FINs lets the app read all data and a clean EOF") {
-  Rig rig(wide_stream_window());
-  const std::string body = pattern(512 * 1024);
-  ClientStream c = both_fins_then_session_lost(rig, body);
+// The app reads `body` whole, then a clean EOF; the stream ends.
+void app_reads_all_then_eof(Rig& rig, ClientStream& c, const std::string& body) {
   AppRead r = app_read_to_end(rig, c.pair.app.get());
   CHECK(r.error == 0);
   CHECK(r.eof);
   CHECK(r.bytes.size() == body.size());
   CHECK(r.bytes == body);
   REQUIRE(rig.run_until([&] { return rig.host.live == 0; }));
+}
+}  // namespace
+
+TEST_CASE("local: a session lost after both FINs lets the app read all data and a clean EOF") {
+  Rig rig(wide_stream_window());
+  const std::string body = pattern(512 * 1024);
+  ClientStream c = both_fins_then_session_lost(rig, body);
+  app_reads_all_then_eof(rig, c, body);
   CHECK(failed(rig, metrics::StreamFailure::kPeerGone) == 0);
 }
 
@@ -695,12 +700,7 @@ TEST_CASE("local: a takeover moves a stream whose session ended after both FINs;
   rig.loop.end_batch();
   // The new process's side: what is queued goes out, then the write side shuts.
   REQUIRE(LocalStream::restore(rig.host, std::move(moved), image, nullptr, nullptr));
-  AppRead r = app_read_to_end(rig, c.pair.app.get());
-  CHECK(r.error == 0);
-  CHECK(r.eof);
-  CHECK(r.bytes.size() == body.size());
-  CHECK(r.bytes == body);
-  REQUIRE(rig.run_until([&] { return rig.host.live == 0; }));
+  app_reads_all_then_eof(rig, c, body);
 }
 
 // --- waiting for a session ------------------------------------------------------------------
