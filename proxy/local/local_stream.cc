@@ -574,7 +574,7 @@ void LocalStream::on_peer_fin() {
 }
 
 void LocalStream::maybe_shutdown_write() {
-  if (frozen_ || !fin_received() || write_shut_ || sending_ || phase_ == Phase::kConnecting || closing_ ||
+  if (frozen_ || !peer_fin_settled() || write_shut_ || sending_ || phase_ == Phase::kConnecting || closing_ ||
       !to_socket_.empty())
     return;
   ::shutdown(fd_.get(), SHUT_WR);

@@ -310,6 +310,10 @@ void get_connections(Reader& r, local::HandoverImages* c, size_t sessions, FdChe
     if (!s.proxy_header.empty() && !s.connecting) r.fail("a PROXY header for a stream no longer connecting");
     if (s.proxy_header.size() > 64) r.fail("a PROXY header of " + std::to_string(s.proxy_header.size()) + " bytes");
     if (s.write_shut && !s.remote_fin) r.fail("a stream shut towards its socket without the peer's FIN");
+    // On a session, the peer's FIN is the session's record of it (what the
+    // new process restores); the stream's own copy must say the same.
+    if (s.session >= 0 && s.remote_fin != s.tunnel.fin_received)
+      r.fail("a stream whose FIN from the peer differs from its session's record");
     c->streams.push_back(std::move(s));
   }
   n = r.count("passthrough connections");

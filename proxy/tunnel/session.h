@@ -312,7 +312,12 @@ class Session final : public IoObject, public Flushable, private TransportSink {
  private:
   ~Session() override;
 
-  enum Event : uint8_t { kEventFin = 1, kEventReset = 2, kEventCredit = 4, kEventLost = 8 };
+  enum Event : uint8_t {
+    kEventFin = Stream::kEventFinBit,
+    kEventReset = Stream::kEventResetBit,
+    kEventCredit = 4,
+    kEventLost = 8
+  };
   // What the current transport delivers next.
   enum class Link : uint8_t {
     kNone,     // no transport

@@ -33,7 +33,14 @@ class Stream {
   uint32_t stream_id() const { return id_; }     // 0 before it was opened
   Session* session() const { return session_; }  // null while detached
   bool fin_sent() const { return fin_sent_; }
+  // The peer's FIN arrived: set while the session parses, before
+  // on_peer_fin() is called at the end of the batch.
   bool fin_received() const { return fin_received_; }
+  // The peer's FIN arrived and nothing the session parsed after it for this
+  // stream waits to be dispatched: what a stream may act on. A RESET parsed
+  // behind the FIN in the same batch is dispatched first (and wins), so a
+  // stream must not finish cleanly on the FIN before it.
+  bool peer_fin_settled() const { return fin_received_ && !(events_ & (kEventFinBit | kEventResetBit)); }
   // Both FINs crossed the tunnel: nothing more is owed to or by the session.
   bool tunnel_done() const { return fin_sent_ && fin_received_; }
   // Why it may not send (GET /streams): bytes of stream credit left, and
@@ -91,7 +98,9 @@ class Stream {
   bool fin_received_ = false;
   bool wants_credit_ = false;       // took no stream credit: waiting for a WINDOW
   bool waits_for_session_ = false;  // in the session's list of streams short of session credit
-  uint8_t events_ = 0;              // Session::Event bits queued for dispatch
+  // Session::Event bits queued for dispatch (these two are Session's too).
+  static constexpr uint8_t kEventFinBit = 1, kEventResetBit = 2;
+  uint8_t events_ = 0;
   // Payload of the current transport batch, waiting for its delivery
   // (PayloadBatch).
   uint32_t gathered_pieces_ = 0;

@@ -526,6 +526,28 @@ TEST_CASE("local: peer RESET reaches the app as ECONNRESET, not EOF") {
   CHECK(failed(rig, metrics::StreamFailure::kTargetRefused) == 1);
 }
 
+TEST_CASE("local: a peer RESET parsed right behind its FIN wins, whatever runs before the batch ends") {
+  Rig rig;
+  ClientStream c = open_client(rig);
+  app_send(c.pair.app, "request");
+  REQUIRE(::shutdown(c.pair.app.get(), SHUT_WR) == 0);
+  REQUIRE(rig.run_until([&] { return rig.sent(FrameType::kFin, 1).size() == 1; }));
+  // FIN then RESET in one receive: both parsed, neither dispatched yet.
+  REQUIRE(rig.inject(test::cat({test::fin_bytes(1), test::reset_bytes(1, ResetCode::kRefused)})));
+  // Something of the stream's own runs first (here a takeover that failed
+  // and carries on; a send completion in the same loop batch is the same):
+  // it must not end the stream cleanly on the FIN alone.
+  auto* stream = dynamic_cast<LocalStream*>(rig.host.first);
+  REQUIRE(stream);
+  stream->freeze();
+  stream->thaw();
+  rig.loop.end_batch();
+  REQUIRE(rig.run_until([&] { return rig.host.live == 0; }));
+  AppRead r = app_read_to_end(rig, c.pair.app.get());
+  CHECK(r.error == ECONNRESET);
+  CHECK_FALSE(r.eof);
+}
+
 TEST_CASE("local: an app reset (SO_LINGER 0 close) sends RESET(cancel) to the peer") {
   Rig rig;
   ClientStream c = open_client(rig);

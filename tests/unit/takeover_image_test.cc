@@ -328,7 +328,15 @@ TEST_CASE("takeover image: stream flags that are no stream state are refused", "
   CHECK(error == "a stream shut towards its socket without the peer's FIN");
 
   p = sample();
+  REQUIRE(p.workers[0].connections.streams[0].session >= 0);
+  p.workers[0].connections.streams[0].remote_fin = true;  // the session's record says otherwise
+  p.workers[0].connections.streams[0].tunnel.fin_received = false;
+  CHECK_FALSE(decodes(encode_process_image(p), &error));
+  CHECK(error == "a stream whose FIN from the peer differs from its session's record");
+
+  p = sample();
   p.workers[0].connections.streams[0].remote_fin = true;
+  p.workers[0].connections.streams[0].tunnel.fin_received = true;
   p.workers[0].connections.streams[0].write_shut = true;
   CHECK(decodes(encode_process_image(p), &error));
 }
