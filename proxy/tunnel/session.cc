@@ -643,7 +643,12 @@ void Session::return_credit(Stream& stream, uint32_t n) {
 void Session::gather(Stream& stream, std::span<const uint8_t> bytes) {
   // A batch of many tiny frames is delivered in parts, so that what a
   // session keeps for delivery stays small (the pieces are valid mid-parse).
-  if (gathered_.full()) deliver_gathered();
+  if (gathered_.full()) {
+    deliver_gathered();
+    // That delivery may have ended the session (a RESET that could not be
+    // queued): nothing will deliver again, and the streams hear of the end.
+    if (state_ == State::kClosed) return;
+  }
   gathered_.add(stream, bytes);
 }
 

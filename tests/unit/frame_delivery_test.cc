@@ -25,9 +25,10 @@ namespace {
 
 // Records what it is handed, in order ("data 1 3" for DATA on stream 1 with
 // 3 payload bytes, "end" for on_frames_end); refuses the frames of
-// `refuse` (a session closing its transport); on a frame of stream
-// `rebind_on` points the transport's sink at `next` (a resume handing the
-// transport to the session it resumes).
+// `refuse` (a session closing its transport, which unbinds its sink, as
+// both transports' close() does); on a frame of stream `rebind_on` points
+// the transport's sink at `next` (a resume handing the transport to the
+// session it resumes).
 struct RecordingSink final : TransportSink {
   std::string name;
   std::vector<std::string>* log;
@@ -40,7 +41,10 @@ struct RecordingSink final : TransportSink {
   bool on_frame(const FrameHeader& h, std::span<const uint8_t> payload) override {
     std::string type = h.type == FrameType::kData ? "data" : h.type == FrameType::kFin ? "fin" : "window";
     log->push_back(name + " " + type + " " + std::to_string(h.stream_id) + " " + std::to_string(payload.size()));
-    if (h.type == refuse) return false;
+    if (h.type == refuse) {
+      if (binding) *binding = nullptr;
+      return false;
+    }
     if (rebind_on != 0 && h.stream_id == rebind_on) *binding = next;
     return true;
   }
@@ -48,30 +52,33 @@ struct RecordingSink final : TransportSink {
   void on_transport_closed(metrics::TransportLoss, std::string_view) override {}
 };
 
-// TcpTransport's policy: stops after the frame that started record
-// protection (`opening` flips), never goes on after a refusal.
+// TcpTransport's policy: stops after a frame that started record
+// protection (opening_started_ no longer what it was when the delivery
+// began), never goes on after a refusal.
 struct TcpLikePolicy {
-  bool closed_flag = false;
-  bool opening = false;
+  bool closed_ = false;
+  bool opening_started_ = false;
+  bool was_opening = false;
   uint32_t open_on = 0;  // a frame of this stream starts protection
   std::vector<FrameType> headers;
-  bool closed() const { return closed_flag; }
+  bool closed() const { return closed_; }
   void on_header(const FrameHeader& h) {
     headers.push_back(h.type);
-    if (open_on != 0 && h.stream_id == open_on) opening = true;
+    if (open_on != 0 && h.stream_id == open_on) opening_started_ = true;
   }
-  bool after_frame() const { return !opening; }
+  bool after_frame() const { return opening_started_ == was_opening; }
   bool after_refusal() const { return false; }
 };
 
 // RdmaTransport's policy: every frame of a message; after a refusal, on
 // only while flushing on close.
 struct RdmaLikePolicy {
-  bool flushing_on_close = false;
-  bool closed() const { return false; }
+  bool flushing_on_close_ = false;
+  bool closed_ = false;
+  bool closed() const { return closed_; }
   void on_header(const FrameHeader&) {}
   bool after_frame() const { return true; }
-  bool after_refusal() const { return flushing_on_close; }
+  bool after_refusal() const { return flushing_on_close_; }
 };
 
 const FrameReader kReader(16384);
@@ -124,7 +131,7 @@ TEST_CASE("frame delivery: a malformed frame ends the delivery with the reason; 
   RdmaLikePolicy policy;
   Delivery d = deliver_frames(kReader, bytes, sink, policy);
   CHECK(d.end == Delivery::End::kMalformed);
-  CHECK_FALSE(d.reason.empty());
+  CHECK(d.reason == "unknown frame type 238");
   CHECK(d.consumed == data_bytes(1, "ok").size());
   CHECK(log == std::vector<std::string>{"a data 1 2", "a end"});
 }
@@ -134,6 +141,7 @@ TEST_CASE("frame delivery: a refused frame ends it on TCP; RDMA flushing on clos
   RecordingSink a("a", &log);
   a.refuse = FrameType::kWindow;
   TransportSink* sink = &a;
+  a.binding = &sink;
   Bytes bytes = cat({data_bytes(1, "abc"), window_bytes(1, 7), data_bytes(1, "de")});
   SECTION("TCP") {
     TcpLikePolicy policy;
@@ -149,12 +157,13 @@ TEST_CASE("frame delivery: a refused frame ends it on TCP; RDMA flushing on clos
     CHECK(d.end == Delivery::End::kRefused);
     CHECK(log == std::vector<std::string>{"a data 1 3", "a window 1 4"});
   }
-  SECTION("RDMA, flushing on close") {
-    RdmaLikePolicy policy{true};
+  SECTION("RDMA, flushing on close: the rest of the message is read and dropped") {
+    RdmaLikePolicy policy;
+    policy.flushing_on_close_ = true;
     Delivery d = deliver_frames(kReader, bytes, sink, policy);
-    CHECK(d.end == Delivery::End::kAllUsed);
+    CHECK(d.end == Delivery::End::kStopped);
     CHECK(d.consumed == bytes.size());
-    CHECK(log == std::vector<std::string>{"a data 1 3", "a window 1 4", "a data 1 2", "a end"});
+    CHECK(log == std::vector<std::string>{"a data 1 3", "a window 1 4"});
   }
 }
 
@@ -166,6 +175,13 @@ TEST_CASE("frame delivery: TCP stops after the frame that turned protection on; 
   Bytes bytes = cat({first, data_bytes(1, "sealed")});
   TcpLikePolicy policy;
   policy.open_on = 5;
+  SECTION("protection already on: the frames are records, delivered on") {
+    policy.opening_started_ = policy.was_opening = true;
+    Delivery all = deliver_frames(kReader, bytes, sink, policy);
+    CHECK(all.end == Delivery::End::kAllUsed);
+    CHECK(all.consumed == bytes.size());
+    return;
+  }
   Delivery d = deliver_frames(kReader, bytes, sink, policy);
   CHECK(d.end == Delivery::End::kStopped);
   CHECK(d.consumed == first.size());
@@ -200,7 +216,7 @@ TEST_CASE("frame delivery: a closed transport delivers nothing") {
   RecordingSink a("a", &log);
   TransportSink* sink = &a;
   TcpLikePolicy policy;
-  policy.closed_flag = true;
+  policy.closed_ = true;
   Delivery d = deliver_frames(kReader, data_bytes(1, "x"), sink, policy);
   CHECK(d.end == Delivery::End::kStopped);
   CHECK(d.consumed == 0);

@@ -2,7 +2,8 @@
 // PayloadBatch (proxy/tunnel/payload_batch.h) by itself: streams handed
 // their pieces fewest bytes first (ties in order of arrival), each stream's
 // pieces side by side in their order, a dropped stream passed over, and a
-// delivery that adds to (or delivers) the batch starting a new one.
+// delivery that delivers again from inside (its session ending) handing
+// nothing out twice.
 #include "proxy/tunnel/payload_batch.h"
 
 #include <catch2/catch.hpp>

@@ -1422,6 +1422,39 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a full batch whose delivery ends the session keeps no piece of the frames after it") {
+  Harness h(Session::Role::kDialer, settings_for(1 * kKiB, 1 * kKiB, 1 * kKiB));
+  h.handshake(hello(1 * kKiB, 1 * kKiB, 1 * kKiB));
+  FakeStream a("a", &h.log);
+  REQUIRE(h.open(a));
+  h.written();
+  // The control backlog at its limit (a peer that sends PINGs but reads
+  // none of our PONGs): the next control frame ends the session.
+  Bytes pings;
+  size_t pong = kHeaderSize + 8;
+  for (size_t i = 0; i < (1 * kKiB + kControlBacklogLimit) / pong + 1; ++i) {
+    Bytes p = ping_bytes(i);
+    pings.insert(pings.end(), p.begin(), p.end());
+  }
+  h.inject(pings);
+  REQUIRE(h.s().state() == Session::State::kOpen);
+  // One receive of more one-byte DATA frames than a batch keeps: the
+  // delivery of the first full batch is refused by the stream, its RESET
+  // cannot be queued, and the session ends mid-parse.
+  a.refuse_data = true;
+  Bytes data;
+  for (size_t i = 0; i < PayloadBatch::kMaxPieces + 2; ++i) {
+    Bytes d = data_bytes(1, "x");
+    data.insert(data.end(), d.begin(), d.end());
+  }
+  h.inject(data);
+  CHECK(h.s().state() == Session::State::kClosed);
+  h.end_batch();  // dispatches: no piece of a frame after the end is left to deliver (asserted)
+  // The stream was handed the first batch only, and ends with its reset.
+  CHECK(a.received.size() == PayloadBatch::kMaxPieces);
+  CHECK(a.resets == std::vector<ResetCode>{ResetCode::kResource});
+}
+
 TEST_CASE("a FIN that could not be queued does not count as sent: the stream is not tunnel_done") {
   Harness h(Session::Role::kDialer, settings_for(1 * kKiB, 1 * kKiB, 1 * kKiB));
   h.handshake(hello(1 * kKiB, 1 * kKiB, 1 * kKiB));

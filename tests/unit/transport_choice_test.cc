@@ -92,15 +92,26 @@ TEST_CASE("transport choice: rdma_share picks peers by node and address, and say
   t.rdma_share = 100;  // the link's copy, changed in place by a reload
   CHECK(c.in_rdma_share());
   CHECK(c.preferred() == TransportKind::kRdma);
-  // About half of many peers at 50%, the same ones on every ask.
+  // The same answer on every worker, restart and build: FNV-1a of node,
+  // NUL, address, modulo 100, below the share. Pinned: ("a", "10.0.0.2")
+  // hashes to 23, ("host-a", "10.0.0.5") to 41, ("node-1", "fd00::7") to 54.
+  struct Pinned {
+    const char* node;
+    const char* address;
+    uint32_t at;
+  };
+  for (Pinned p : {Pinned{"a", "10.0.0.2", 23}, Pinned{"host-a", "10.0.0.5", 41}, Pinned{"node-1", "fd00::7", 54}}) {
+    INFO(p.node << " " << p.address);
+    t.rdma_share = p.at;
+    CHECK_FALSE(TransportChoice(t, true, true, p.node, p.address).in_rdma_share());
+    t.rdma_share = p.at + 1;
+    CHECK(TransportChoice(t, true, true, p.node, p.address).in_rdma_share());
+  }
+  // About half of many peers at 50%.
   t.rdma_share = 50;
   int in = 0;
-  for (int i = 0; i < 200; ++i) {
-    TransportChoice p(t, true, true, "a", "10.0.1." + std::to_string(i));
-    bool first = p.in_rdma_share();
-    CHECK(p.in_rdma_share() == first);
-    in += first;
-  }
+  for (int i = 0; i < 200; ++i)
+    in += TransportChoice(t, true, true, "a", "10.0.1." + std::to_string(i)).in_rdma_share();
   CHECK(in > 60);
   CHECK(in < 140);
   // The node counts too: one peer is in the share of some nodes only.
