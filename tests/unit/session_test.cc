@@ -1422,14 +1422,11 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("a full batch whose delivery ends the session keeps no piece of the frames after it") {
-  Harness h(Session::Role::kDialer, settings_for(1 * kKiB, 1 * kKiB, 1 * kKiB));
-  h.handshake(hello(1 * kKiB, 1 * kKiB, 1 * kKiB));
-  FakeStream a("a", &h.log);
-  REQUIRE(h.open(a));
-  h.written();
-  // The control backlog at its limit (a peer that sends PINGs but reads
-  // none of our PONGs): the next control frame ends the session.
+namespace {
+// A session with 1 KiB windows whose outbound queue is just past the
+// control backlog limit (the peer sent PINGs and read none of our PONGs):
+// still open, and the next control frame it queues ends it.
+void fill_control_backlog(Harness& h) {
   Bytes pings;
   size_t pong = kHeaderSize + 8;
   for (size_t i = 0; i < (1 * kKiB + kControlBacklogLimit) / pong + 1; ++i) {
@@ -1438,6 +1435,18 @@ TEST_CASE("a full batch whose delivery ends the session keeps no piece of the fr
   }
   h.inject(pings);
   REQUIRE(h.s().state() == Session::State::kOpen);
+}
+}  // namespace
+
+TEST_CASE("a full batch whose delivery ends the session keeps no piece of the frames after it") {
+  Harness h(Session::Role::kDialer, settings_for(1 * kKiB, 1 * kKiB, 1 * kKiB));
+  h.handshake(hello(1 * kKiB, 1 * kKiB, 1 * kKiB));
+  FakeStream a("a", &h.log);
+  REQUIRE(h.open(a));
+  h.written();
+  // The control backlog at its limit (a peer that sends PINGs but reads
+  // none of our PONGs): the next control frame ends the session.
+  fill_control_backlog(h);
   // One receive of more one-byte DATA frames than a batch keeps: the
   // delivery of the first full batch is refused by the stream, its RESET
   // cannot be queued, and the session ends mid-parse.
@@ -1469,14 +1478,7 @@ TEST_CASE("a FIN that could not be queued does not count as sent: the stream is 
   // The outbound queue is past the control backlog limit: a peer that sends
   // PINGs but reads none of our PONGs (the same happens with the pool out of
   // buffers).
-  Bytes pings;
-  size_t pong = kHeaderSize + 8;
-  for (size_t i = 0; i < (1 * kKiB + kControlBacklogLimit) / pong + 1; ++i) {
-    Bytes p = ping_bytes(i);
-    pings.insert(pings.end(), p.begin(), p.end());
-  }
-  h.inject(pings);
-  REQUIRE(h.s().state() == Session::State::kOpen);
+  fill_control_backlog(h);
   size_t before = h.transport->queued_bytes();
   REQUIRE(before > 1 * kKiB + kControlBacklogLimit);
   bool tunnel_done_when_lost = true;
