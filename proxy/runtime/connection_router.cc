@@ -205,7 +205,7 @@ sockaddr_storage ConnectionRouter::service_tunnel_address(const ServiceTable& ta
   const services_table::AddressRecord* node = table.node_tunnel(endpoint);
   // A pod on the node's own network (at the node's address) is reached
   // directly: the node's rdmagw opens nothing on its own host's addresses.
-  if (!node || *node == endpoint.address || w_.is_this_host(*node)) return via;
+  if (!node || *node == endpoint.address || w_.host_facts.is_this_host(*node)) return via;
   service_address::to_sockaddr(*node, 0, &via);
   return via;
 }
@@ -280,7 +280,7 @@ bool ConnectionRouter::route_to_service(const ListenerConfig& l, metrics::Listen
     Endpoint direct_to;
     direct_to.addr = choice.address;
     direct_to.addr_len = choice.address_len;
-    if (std::string own = w_.own_port_problem(direct_to); !own.empty()) {
+    if (std::string own = w_.host_facts.own_port_problem(direct_to); !own.empty()) {
       *why_refused = "the endpoint " + endpoint + " of " + table.service_name(*choice.port) + ": " + own;
       return true;
     }

@@ -28,6 +28,7 @@
 #include "proxy/local/stream_info.h"
 #include "proxy/runtime/listener_sockets.h"
 #include "proxy/runtime/peer_links.h"
+#include "proxy/runtime/peer_targets.h"
 #include "proxy/runtime/service_router.h"
 
 namespace rdmagw {
@@ -53,10 +54,8 @@ class ConnectionRouter {
     // Null: no local redirect; else where the connect4 program kept the
     // destinations of the connections it captured.
     local::LocalRedirect* redirect = nullptr;
-    // Whether `address` is one of this host's own.
-    std::function<bool(const services_table::AddressRecord& address)> is_this_host;
-    // Empty, or why `target` is refused: rdmagw's own admin or tunnel port.
-    std::function<std::string(const Endpoint& target)> own_port_problem;
+    // What this host is: its own addresses, rdmagw's own ports.
+    PeerTargets& host_facts;
     HandOver hand_over;
   };
   explicit ConnectionRouter(Wiring wiring) : w_(std::move(wiring)) {}

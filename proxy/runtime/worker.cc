@@ -174,9 +174,7 @@ bool Worker::init(std::string* error) {
                                                          metrics_},
                                        config_);
   router_ = std::make_unique<ConnectionRouter>(ConnectionRouter::Wiring{
-      loop_, *host_, metrics_, *links_, services_, config_, local_redirect_,
-      [this](const services_table::AddressRecord& address) { return targets_->is_this_host(address); },
-      [this](const Endpoint& target) { return targets_->own_port_problem(target); },
+      loop_, *host_, metrics_, *links_, services_, config_, local_redirect_, *targets_,
       [this](tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener, const std::string& target,
              local::ListenerTerms& terms, const std::string& destination, const sockaddr_storage* direct) {
         return hand_over_stream(link, fd, listener, target, terms, destination, direct);

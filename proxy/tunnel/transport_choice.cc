@@ -63,22 +63,27 @@ std::string TransportChoice::rdma_share_reason() const {
   return "tunnel.rdma_share is " + std::to_string(tunnel_.rdma_share) + "%, and this peer is not in that share";
 }
 
+std::optional<std::string> TransportChoice::tcp_by_setting() const {
+  if (tunnel_.transport == TransportMode::kTcp) return "configured";
+  if (!has_rdma_) return "no usable RDMA device here";
+  if (!in_rdma_share()) return rdma_share_reason();
+  return std::nullopt;
+}
+
 const std::string& TransportChoice::opened_on(TransportKind kind) {
-  reason_ = kind == TransportKind::kRdma               ? "RDMA CM connect succeeded"
-            : tunnel_.transport == TransportMode::kTcp ? "configured"
-            : !has_rdma_                               ? "no usable RDMA device here"
-            : !in_rdma_share()                         ? rdma_share_reason()
-            : reason_.empty()                          ? "RDMA failed; falling back"
-                                                       : reason_;
+  if (kind == TransportKind::kRdma) {
+    reason_ = "RDMA CM connect succeeded";
+  } else if (std::optional<std::string> setting = tcp_by_setting()) {
+    reason_ = std::move(*setting);
+  } else if (reason_.empty()) {
+    reason_ = "RDMA failed; falling back";
+  }
   return reason_;
 }
 
 std::string TransportChoice::reason() const {
-  return !reason_.empty()                           ? reason_
-         : tunnel_.transport == TransportMode::kTcp ? "configured"
-         : !has_rdma_                               ? "no usable RDMA device here"
-         : !in_rdma_share()                         ? rdma_share_reason()
-                                                    : "RDMA device available";
+  if (!reason_.empty()) return reason_;
+  return tcp_by_setting().value_or("RDMA device available");
 }
 
 }  // namespace rdmagw::tunnel

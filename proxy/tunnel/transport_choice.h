@@ -85,6 +85,9 @@ class TransportChoice {
 
  private:
   std::string rdma_share_reason() const;
+  // Why the settings alone put this peer on TCP (tcp mode, no RDMA device,
+  // outside rdma_share); nullopt when they allow RDMA.
+  std::optional<std::string> tcp_by_setting() const;
   // Twice the keepalive timeout: a transport that carries nothing ends
   // within one (the keepalive fails), so one that outlives two carries.
   Clock::duration rdma_proving_time() const;
