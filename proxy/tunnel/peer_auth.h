@@ -2,7 +2,7 @@
 #pragma once
 // Mutual authentication of two sidecars with a pre-shared key: the proofs
 // the AUTH frames carry (docs/protocol.md, "Authentication"). The exchange
-// itself is the session's (session_auth.cc); this is the cryptography.
+// itself is an AuthExchange's (auth_exchange.h); this is the cryptography.
 //
 // Each side draws a fresh 32-byte nonce per transport. A proof is
 // HMAC-SHA256 under a key over a transcript: a label, the prover's role, the

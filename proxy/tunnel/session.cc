@@ -89,45 +89,14 @@ Session::Session(EventLoop& loop, BufferPool& pool, Role role, const SessionSett
   token_.nonce = draw();
   started_wall_ = Clock::now();
   if (settings_.metrics && !settings_.peer_label.empty())
-    peer_metrics_ = &settings_.metrics->peer(settings_.peer_label);
+    tally_.set_peer(&settings_.metrics->peer(settings_.peer_label));
   uint32_t opens = settings_.tunnel->limits.opens_per_second;
   peer_opens_ = TokenBucket(opens, opens);
 }
 
 Session::~Session() {
   // Streams were detached by close(); none is touched here (see IoObject).
-  count_session_closed();
-}
-
-void Session::count_bytes_out(uint64_t n) {
-  counters_.bytes_out += n;
-  if (peer_metrics_) peer_metrics_->bytes_sent.add(n);
-}
-
-void Session::count_bytes_in(uint64_t n) {
-  counters_.bytes_in += n;
-  if (peer_metrics_) peer_metrics_->bytes_received.add(n);
-}
-
-void Session::count_bytes_queued(uint64_t n) {
-  counters_.bytes_queued += n;
-  if (peer_metrics_) peer_metrics_->bytes_queued.add(n);
-}
-
-void Session::count_credit_stall() {
-  ++counters_.credit_stalls;
-  if (peer_metrics_) peer_metrics_->credit_stalls.add();
-}
-
-void Session::count_stream_opened() {
-  ++counters_.streams_opened;
-  if (peer_metrics_) peer_metrics_->streams_opened.add();
-}
-
-void Session::count_session_closed() {
-  if (!counted_gauge_) return;
-  counted_gauge_->sub();
-  counted_gauge_ = nullptr;
+  // tally_ lowers the sessions gauge it raised.
 }
 
 void Session::describe(SessionInfo* out) const {
@@ -145,14 +114,14 @@ void Session::describe(SessionInfo* out) const {
   out->age_ms = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_wall_).count());
   out->streams = streams_.size();
-  out->streams_opened = counters_.streams_opened;
-  out->bytes_sent = counters_.bytes_out;
-  out->bytes_received = counters_.bytes_in;
-  out->queued_bytes = counters_.bytes_queued;
-  out->credit_stalls = counters_.credit_stalls;
+  out->streams_opened = tally_.totals().streams_opened;
+  out->bytes_sent = tally_.totals().bytes_out;
+  out->bytes_received = tally_.totals().bytes_in;
+  out->queued_bytes = tally_.totals().bytes_queued;
+  out->credit_stalls = tally_.totals().credit_stalls;
   out->resumable = resumable_;
-  out->resumes = counters_.resumes;
-  out->resent_bytes = counters_.resent_bytes;
+  out->resumes = tally_.totals().resumes;
+  out->resent_bytes = tally_.totals().resent_bytes;
   if (transport_) transport_->describe(out);
 }
 
@@ -186,7 +155,7 @@ bool Session::send_hello() {
   uint8_t* out = transport_->outbound().handshake().append_contiguous(size);
   if (!out) return false;
   encode_hello(out, hello);
-  ++counters_.frames_out;
+  ++tally_.totals().frames_out;
   // AUTH follows HELLO at once (the appended bytes stay put until sent).
   if (auth_enabled() && !send_auth_after_hello(std::span<const uint8_t>(out + kHeaderSize, size - kHeaderSize)))
     return false;
@@ -263,7 +232,7 @@ void Session::close(SessionEnd end, std::string_view reason, CloseMode mode) {
   state_ = State::kClosed;
   end_ = end;
   end_reason_ = std::string(reason);
-  count_session_closed();
+  tally_.count_closed();
   if (logged) {
     log::Line line = log::info("session_closed");
     line.kv("peer", peer_label())
@@ -395,7 +364,7 @@ bool Session::send_control(FrameType type, uint32_t id, uint64_t value, size_t v
     encode_u32_frame(out, type, id, static_cast<uint32_t>(value));
   else
     encode_empty_frame(out, type, id);
-  ++counters_.frames_out;
+  ++tally_.totals().frames_out;
   kick();
   return true;
 }
@@ -537,9 +506,9 @@ bool Session::open_stream(Stream& stream, std::string_view target, uint8_t* buff
   next_local_id_ += 2;
   attach(stream, id, peer_hello_.stream_window - first_len);
   session_send_.take(first_len);
-  count_bytes_out(first_len);
-  ++counters_.frames_out;
-  count_stream_opened();
+  tally_.bytes_out(first_len);
+  ++tally_.totals().frames_out;
+  tally_.stream_opened();
   kick();
   if (next_local_id_ > settings_.max_stream_id) {
     // Ids are never reused: a session whose ids ran out carries its streams
@@ -556,7 +525,7 @@ uint32_t Session::take_stream_credit(Stream& stream, uint32_t want) {
   if (!stream_api_usable(stream)) return 0;
   uint64_t n = std::min<uint64_t>({want, peer_hello_.max_data, stream.send_.available()});
   if (n == 0) {
-    count_credit_stall();
+    tally_.credit_stall();
     stream.wants_credit_ = true;
     return 0;
   }
@@ -574,7 +543,7 @@ bool Session::take_session_credit(Stream& stream, uint32_t n) {
     session_send_.take(n);
     return true;
   }
-  count_credit_stall();
+  tally_.credit_stall();
   if (!stream.waits_for_session_) {
     stream.waits_for_session_ = true;
     blocked_streams_.push_back(&stream);
@@ -602,8 +571,8 @@ void Session::send_data(Stream& stream, uint8_t* buffer, uint32_t len) {
     encode_header(frame, FrameType::kData, stream.id_, len);
     frames_->adopt(buffer, kBufferHeadroom - kHeaderSize, static_cast<uint32_t>(kBufferHeadroom + len));
   }
-  count_bytes_out(len);
-  ++counters_.frames_out;
+  tally_.bytes_out(len);
+  ++tally_.totals().frames_out;
   kick();
 }
 
@@ -676,7 +645,7 @@ void Session::settle_delivery(Stream& stream, Stream::Delivery d, uint32_t offer
   // returns only as the socket takes it. Counted so that operators (and
   // the RDMA lab bench) see how much of the payload a slow reader makes
   // rdmagw copy.
-  if (offered > d.delivered) count_bytes_queued(offered - d.delivered);
+  if (offered > d.delivered) tally_.bytes_queued(offered - d.delivered);
 }
 
 void Session::deliver_piped(Stream& stream, std::span<const uint8_t> head, PipedPayload piped) {
@@ -709,8 +678,7 @@ void Session::on_transport_closed(metrics::TransportLoss loss, std::string_view 
   // its clean end (FIN, RDMA disconnect) right after our proof is the only
   // answer we get. A reset, a local abort (ss -K), a timeout or an error
   // here is the transport failing, not a refusal: the session dials again.
-  if (auth_ && role_ == Role::kDialer && auth_->expect != AuthStep::kChallenge &&
-      loss == metrics::TransportLoss::kPeerClosed) {
+  if (auth_ && auth_->our_proof_sent() && loss == metrics::TransportLoss::kPeerClosed) {
     if (settings_.auth->certificates())
       auth_failed(AuthFailure::kMismatch,
                   "the peer ended the connection after our certificate: it did not accept it (do the two sides "
@@ -737,7 +705,7 @@ bool Session::on_frame(const FrameHeader& h, std::span<const uint8_t> payload) {
 }
 
 bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payload) {
-  ++counters_.frames_in;
+  ++tally_.totals().frames_in;
   last_receive_ = loop().now();
   if (h.type == FrameType::kAuth && !auth_enabled())
     return protocol_error(
@@ -798,7 +766,7 @@ bool Session::handle_frame(const FrameHeader& h, std::span<const uint8_t> payloa
       if (value <= now && now - value <= kMaxRttNs) {
         rtt_us_ = static_cast<int64_t>((now - value) / 1000);
         if (settings_.metrics) settings_.metrics->session_rtt.observe_us(static_cast<uint64_t>(rtt_us_));
-        if (peer_metrics_) peer_metrics_->rtt_us.set(rtt_us_);
+        if (tally_.peer()) tally_.peer()->rtt_us.set(rtt_us_);
       }
       return true;
     }
@@ -852,8 +820,8 @@ bool Session::accept_hello(HelloPayload hello) {
   session_send_ = SendCredit(peer_hello_.session_window);
   if (peer_hello_.session_window > own_.session_window)
     session_send_reserve_ = peer_hello_.session_window - own_.session_window;
-  if (settings_.metrics && !peer_metrics_)
-    peer_metrics_ = &settings_.metrics->peer(peer_node_.empty() ? metrics::WorkerMetrics::kUnnamedPeer : peer_node_);
+  if (settings_.metrics && !tally_.peer())
+    tally_.set_peer(&settings_.metrics->peer(peer_node_.empty() ? metrics::WorkerMetrics::kUnnamedPeer : peer_node_));
   if (role_ == Role::kAcceptor && !send_hello()) {
     close(SessionEnd::kOutOfBuffers, "out of buffers", CloseMode::kAbort);
     return false;
@@ -876,16 +844,9 @@ bool Session::accept_hello(HelloPayload hello) {
   return true;
 }
 
-void Session::count_session_open() {
-  if (!peer_metrics_ || counted_gauge_) return;
-  counted_gauge_ =
-      transport_kind_ == TransportKind::kRdma ? &peer_metrics_->sessions_rdma : &peer_metrics_->sessions_tcp;
-  counted_gauge_->add();
-}
-
 void Session::open_now() {
   state_ = State::kOpen;
-  count_session_open();
+  tally_.count_open(transport_kind_);
   last_ping_ = loop().now();
   if (goaway_out_ == GoawayOut::kPending) send_goaway();
   log::info("session_open")
@@ -909,7 +870,7 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
   if (first > own_.stream_window || !session_receive_.on_receive(first))
     return protocol_error("OPEN first bytes exceed the window");
   highest_remote_id_ = id;
-  count_bytes_in(first);
+  tally_.bytes_in(first);
 
   ResetCode refuse = ResetCode::kRefused;
   Stream* stream = nullptr;
@@ -921,13 +882,13 @@ bool Session::on_open(const FrameHeader& h, std::span<const uint8_t> payload) {
     stream = owner_->on_stream_open(*this, id, open.target, open.has_origin ? &open.origin : nullptr, &refuse);
   }
   if (!stream) {
-    if (goaway_out_ != GoawayOut::kSent) ++counters_.streams_refused;
+    if (goaway_out_ != GoawayOut::kSent) ++tally_.totals().streams_refused;
     session_receive_.on_delivered(first);
     send_control(FrameType::kReset, id, static_cast<uint32_t>(refuse), 4);
     grant_session();
     return true;
   }
-  count_stream_opened();
+  tally_.stream_opened();
   attach(*stream, id, peer_hello_.stream_window);
   stream->receive_.on_receive(first);
   if (first > 0) gather(*stream, open.first_bytes);
@@ -971,7 +932,7 @@ bool Session::on_data(const FrameHeader& h, std::span<const uint8_t> payload) {
   if (!stream->receive_.on_receive(n))
     return protocol_error("DATA overruns the window of stream " + std::to_string(h.stream_id));
   if (!session_receive_.on_receive(n)) return protocol_error("DATA exceeds the session window");
-  count_bytes_in(n);
+  tally_.bytes_in(n);
   if (piped_.fd >= 0)
     deliver_piped(*stream, payload, piped_);
   else if (n > 0)

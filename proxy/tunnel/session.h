@@ -22,16 +22,17 @@
 // dials again and both sides resend from where the other stopped receiving
 // (docs/protocol.md, "Resumption"). session_resume.cc holds that part.
 //
-// Why one class of this size (about 130 methods in four files: session.cc
+// Why one class of this size (about 110 methods in four files: session.cc
 // for frames and streams, session_auth.cc, session_resume.cc,
-// session_handover.cc for a takeover): the handshake, authentication,
-// resumption and a takeover act on one transport, one frame queue, one
-// stream table and one credit, at points the protocol interleaves (AUTH
-// between the HELLOs, SESSION before the first DATA, a resume resending
-// from the kept queue). What stands alone is outside: a batch's payloads
-// (PayloadBatch), credit (SendCredit, ReceiveWindow), parsing
-// (FrameReader, deliver_frames), keys (AuthKeyring), the takeover's state
-// (SessionImage).
+// session_handover.cc for a takeover): the handshake, resumption and a
+// takeover act on one transport, one frame queue, one stream table and one
+// credit, at points the protocol interleaves (AUTH between the HELLOs,
+// SESSION before the first DATA, a resume resending from the kept queue).
+// What stands alone is outside: the authentication exchange
+// (AuthExchange: the session only follows its outcomes), a batch's payloads
+// (PayloadBatch), credit (SendCredit, ReceiveWindow), parsing (FrameReader,
+// deliver_frames), counting (SessionTally), keys (AuthKeyring), the
+// takeover's state (SessionImage).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -46,10 +47,12 @@
 #include "common/token_bucket.h"
 #include "config/config.h"
 #include "proxy/io/event_loop.h"
+#include "proxy/tunnel/auth_exchange.h"
 #include "proxy/tunnel/frame.h"
 #include "proxy/tunnel/payload_batch.h"
 #include "proxy/tunnel/peer_auth.h"
 #include "proxy/tunnel/session_image.h"
+#include "proxy/tunnel/session_tally.h"
 #include "proxy/tunnel/stream.h"
 #include "proxy/tunnel/stream_window.h"
 #include "proxy/tunnel/transport.h"
@@ -170,16 +173,6 @@ struct SessionSettings {
   std::string expected_peer;
 };
 
-struct SessionCounters {
-  uint64_t frames_in = 0, frames_out = 0;
-  uint64_t bytes_in = 0, bytes_out = 0;  // stream payload bytes
-  uint64_t bytes_queued = 0;  // of bytes_in: not taken by the socket on arrival, copied into a stream's queue
-  uint64_t streams_opened = 0, streams_refused = 0;
-  uint64_t credit_stalls = 0;
-  uint64_t resumes = 0;       // transports it resumed on
-  uint64_t resent_bytes = 0;  // session frame bytes sent again after a resume
-};
-
 class Session final : public IoObject, public Flushable, private TransportSink {
  public:
   enum class Role { kDialer, kAcceptor };
@@ -253,7 +246,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   const std::string& peer_node() const { return peer_node_; }
   TransportKind transport_kind() const { return transport_kind_; }
   size_t stream_count() const { return streams_.size(); }
-  const SessionCounters& counters() const { return counters_; }
+  const SessionCounters& counters() const { return tally_.totals(); }
   // For the admin endpoint (GET /peers); the caller sets `worker`.
   void describe(SessionInfo* out) const;
   // What the peer proved itself with on the current transport.
@@ -322,7 +315,7 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   enum class Link : uint8_t {
     kNone,     // no transport
     kHello,    // the peer's HELLO
-    kAuth,     // the peer's AUTH (authenticated tunnels: auth_->expect says which)
+    kAuth,     // the peer's AUTH (authenticated tunnels: auth_ knows which)
     kSession,  // the peer's SESSION (resumable sessions)
     kReady,    // session frames
   };
@@ -337,37 +330,23 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   bool handle_frame(const FrameHeader& header, std::span<const uint8_t> payload);
   bool send_hello();
 
-  // --- authentication (session_auth.cc) ---
+  // --- authentication (session_auth.cc; the exchange: auth_exchange.h) ---
   bool auth_enabled() const { return settings_.auth && settings_.auth->enabled(); }
+  std::unique_ptr<AuthExchange> new_auth_exchange();
   // After our HELLO (whose payload is `hello`): the dialer's challenge, or
   // the acceptor's proof.
   bool send_auth_after_hello(std::span<const uint8_t> hello);
-  bool send_auth(const AuthPayload& auth);
-  // Our AUTH challenge (a nonce; the dialer's: the address it dialed; with
-  // certificates: a fresh key share), and our proof (an HMAC, or our
-  // certificate and signature).
-  bool send_challenge();
-  bool send_proof();
-  bool on_auth_challenge(const AuthPayload& got);
-  bool on_auth_proof(const AuthPayload& got);
-  bool on_auth_signature(const AuthPayload& got);
-  // With certificates: the record keys come from the two key shares.
-  bool protect_records_with_shares();
   // The peer's HELLO on an authenticated tunnel: held until its proof.
   bool hold_hello(std::span<const uint8_t> payload, HelloPayload hello);
   bool on_auth(std::span<const uint8_t> payload);
+  // What the link expects next, the peer admitted, or the transport ended.
+  bool follow_auth(AuthExchange::Outcome outcome);
   // Ends this transport without a word to the peer; logs once per address.
   bool auth_failed(AuthFailure failure, std::string_view reason);
   // Ends the session: the peer's proof no longer holds (`why`). Logged and
   // counted; the peer is told the end is meant, so it does not resume.
   void revoke(std::string_view why);
-  // The transport seals what it sends from now on and opens what it
-  // receives after the current frame (authenticated; encrypted with
-  // tunnel.auth.encrypt), with keys derived from `key` and both nonces.
-  bool protect_records(std::span<const uint8_t> key);
-  AuthTranscript auth_transcript(bool with_acceptor_hello) const;
   void open_now();
-  void count_session_open();
 
   // --- resumption (session_resume.cc) ---
   bool send_session(SessionKind kind);
@@ -454,12 +433,6 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   void unqueue_events(Stream& stream);
   void dispatch(Stream& stream, uint8_t events);
   void notify_blocked_streams();
-  void count_bytes_out(uint64_t n);
-  void count_bytes_in(uint64_t n);
-  void count_credit_stall();
-  void count_bytes_queued(uint64_t n);
-  void count_stream_opened();
-  void count_session_closed();
   void request_dispatch();
   bool stream_api_usable(const Stream& stream) const;
 
@@ -508,18 +481,8 @@ class Session final : public IoObject, public Flushable, private TransportSink {
     uint32_t stream_window = 0;
     uint64_t session_window = 0;
   } own_;
-  // One transport's authentication, while it runs (session_auth.cc).
-  struct AuthExchange {
-    AuthStep expect = AuthStep::kChallenge;  // the peer's next AUTH
-    AuthValue dialer_nonce{}, acceptor_nonce{};
-    IpBytes dialed{};  // the acceptor's address as the dialer dialed it
-    // Mode cert: our X25519 key pair, both public keys, the peer's certificate.
-    KeyShare own_share;
-    std::array<uint8_t, kAuthShareSize> dialer_share{}, acceptor_share{};
-    std::vector<uint8_t> peer_certificate;
-    std::vector<uint8_t> dialer_hello, acceptor_hello;  // HELLO payloads as sent
-    HelloPayload peer_hello;                            // held until the peer's proof verifies
-  };
+  // This transport's authentication, while it runs (auth_exchange.h): it
+  // writes to transport_, so it goes when the transport does.
   std::unique_ptr<AuthExchange> auth_;
   PeerProof peer_proof_;  // set by each transport's authentication
 
@@ -564,10 +527,8 @@ class Session final : public IoObject, public Flushable, private TransportSink {
   Clock::time_point last_receive_;
   Clock::time_point last_ping_;
   int64_t rtt_us_ = -1;
-  SessionCounters counters_;
+  SessionTally tally_;
   Clock::time_point started_wall_;
-  metrics::PeerMetrics* peer_metrics_ = nullptr;
-  metrics::Gauge* counted_gauge_ = nullptr;  // the sessions gauge this session raised
 };
 
 }  // namespace rdmagw::tunnel

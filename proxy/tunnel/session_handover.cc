@@ -79,13 +79,13 @@ void Session::export_image(SessionImage* out) const {
   out->transport_kind = static_cast<uint8_t>(transport_kind_);
   out->age_ms = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_wall_).count());
-  out->frames_in = counters_.frames_in;
-  out->frames_out = counters_.frames_out;
-  out->bytes_in = counters_.bytes_in;
-  out->bytes_out = counters_.bytes_out;
-  out->streams_opened = counters_.streams_opened;
-  out->resumes = counters_.resumes;
-  out->resent_bytes = counters_.resent_bytes;
+  out->frames_in = tally_.totals().frames_in;
+  out->frames_out = tally_.totals().frames_out;
+  out->bytes_in = tally_.totals().bytes_in;
+  out->bytes_out = tally_.totals().bytes_out;
+  out->streams_opened = tally_.totals().streams_opened;
+  out->resumes = tally_.totals().resumes;
+  out->resent_bytes = tally_.totals().resent_bytes;
   out->blocked.clear();
   for (const Stream* s : blocked_streams_) out->blocked.push_back(s->id_);
 }
@@ -126,13 +126,13 @@ Session::Session(EventLoop& loop, BufferPool& pool, const SessionSettings& setti
   peer_opens_ = TokenBucket(keys.limits.opens_per_second, keys.limits.opens_per_second);
   goaway_out_ = image.goaway_sent ? GoawayOut::kSent : GoawayOut::kNone;
   goaway_received_ = draining_announced_ = image.goaway_received;
-  counters_.frames_in = image.frames_in;
-  counters_.frames_out = image.frames_out;
-  counters_.bytes_in = image.bytes_in;
-  counters_.bytes_out = image.bytes_out;
-  counters_.streams_opened = image.streams_opened;
-  counters_.resumes = image.resumes;
-  counters_.resent_bytes = image.resent_bytes;
+  tally_.totals().frames_in = image.frames_in;
+  tally_.totals().frames_out = image.frames_out;
+  tally_.totals().bytes_in = image.bytes_in;
+  tally_.totals().bytes_out = image.bytes_out;
+  tally_.totals().streams_opened = image.streams_opened;
+  tally_.totals().resumes = image.resumes;
+  tally_.totals().resent_bytes = image.resent_bytes;
   frames_->set_retain(true);
   frames_->set_base(image.frames_base);
   restored_frames_ = restore_frames(image.frames);
@@ -140,7 +140,7 @@ Session::Session(EventLoop& loop, BufferPool& pool, const SessionSettings& setti
     std::string label = role_ == Role::kDialer && !settings_.peer_label.empty() ? settings_.peer_label
                         : peer_node_.empty() ? std::string(metrics::WorkerMetrics::kUnnamedPeer)
                                              : peer_node_;
-    peer_metrics_ = &settings_.metrics->peer(label);
+    tally_.set_peer(&settings_.metrics->peer(label));
   }
   log::info("session_adopted")
       .kv("peer", peer_label())

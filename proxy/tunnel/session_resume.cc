@@ -31,7 +31,7 @@ bool Session::send_session(SessionKind kind) {
     return false;
   }
   encode_session(out, SessionPayload{token_, kind, received_});
-  ++counters_.frames_out;
+  ++tally_.totals().frames_out;
   transport_->request_send();
   return true;
 }
@@ -124,6 +124,7 @@ bool Session::can_resume_from(const HelloPayload& hello, uint64_t peer_received)
 void Session::take_over(IoPtr<Transport> transport, uint64_t peer_received, bool started, PeerProof proof) {
   assert(!parsing_);
   peer_proof_ = std::move(proof);
+  auth_.reset();  // the new transport was authenticated by the session that had it
   if (transport_) {
     // The dialer gave up on the old transport before we noticed: so do we.
     transport_->close(CloseMode::kAbort);
@@ -154,7 +155,7 @@ bool Session::resend_from(uint64_t peer_received) {
   peer_acked_ = peer_received;
   if (sent > peer_received) {
     uint64_t again = sent - peer_received;
-    counters_.resent_bytes += again;
+    tally_.totals().resent_bytes += again;
     if (settings_.metrics) settings_.metrics->resent_bytes.add(again);
   }
   apply_acks();
@@ -162,15 +163,15 @@ bool Session::resend_from(uint64_t peer_received) {
 }
 
 void Session::resumed() {
-  ++counters_.resumes;
+  ++tally_.totals().resumes;
   if (settings_.metrics)
     settings_.metrics->session_resumes[static_cast<size_t>(suspended_kind_)][static_cast<size_t>(transport_kind_)]
         .add();
   state_ = State::kOpen;
   last_receive_ = last_ping_ = loop().now();
   // The gauge follows the transport, which may be of another kind now.
-  count_session_closed();
-  count_session_open();
+  tally_.count_closed();
+  tally_.count_open(transport_kind_);
   log::info("session_resumed")
       .kv("peer", peer_label())
       .kv("transport", transport_kind_name(transport_kind_))
@@ -241,6 +242,7 @@ void Session::suspend(std::string_view reason) {
 
 void Session::drop_transport() {
   deliver_gathered();  // the pieces live in the transport's buffer
+  auth_.reset();       // it writes to the transport
   if (transport_) {
     transport_->close(CloseMode::kAbort);
     old_transports_.push_back(std::move(transport_));
