@@ -29,8 +29,8 @@ std::string_view step_name(AuthStep step) {
 }
 }  // namespace
 
-AuthExchange::AuthExchange(AuthRole role, const AuthKeyring& keyring, Transport& transport,
-                           std::string expected_peer, uint64_t* frames_out)
+AuthExchange::AuthExchange(AuthRole role, const AuthKeyring& keyring, Transport& transport, std::string expected_peer,
+                           uint64_t* frames_out)
     : role_(role),
       keyring_(keyring),
       transport_(transport),
@@ -170,9 +170,7 @@ AuthExchange::Outcome AuthExchange::on_peer_hello(std::span<const uint8_t> paylo
   (dialer() ? acceptor_hello_ : dialer_hello_).assign(payload.begin(), payload.end());
   peer_hello_ = std::move(hello);
   // Acceptor: the dialer's challenge comes next; dialer: the acceptor's proof.
-  expect_ = !dialer()        ? AuthStep::kChallenge
-            : certificates() ? AuthStep::kCertificate
-                             : AuthStep::kProof;
+  expect_ = !dialer() ? AuthStep::kChallenge : certificates() ? AuthStep::kCertificate : AuthStep::kProof;
   expects_hello_ = false;
   return waiting();
 }
@@ -266,10 +264,9 @@ AuthExchange::Outcome AuthExchange::on_signature(const AuthPayload& got) {
   VerifiedPeer peer;
   std::string detail;
   AuthFailure failure = AuthFailure::kMalformed;
-  if (!keyring_.credentials->verify_peer(peer_certificate_, where,
-                                         dialer() ? std::string_view(expected_peer_) : std::string_view(),
-                                         signed_transcript(dialer() ? AuthRole::kAcceptor : AuthRole::kDialer, t),
-                                         got.blob, &peer, &failure, &detail))
+  if (!keyring_.credentials->verify_peer(
+          peer_certificate_, where, dialer() ? std::string_view(expected_peer_) : std::string_view(),
+          signed_transcript(dialer() ? AuthRole::kAcceptor : AuthRole::kDialer, t), got.blob, &peer, &failure, &detail))
     return refused(failure, std::move(detail));
   // The certificate says who the peer is; its HELLO must not say otherwise.
   if (peer_hello_.node != peer.name)

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// One transport's authentication (docs/protocol.md, "Authentication"), from
-// this side's HELLO to the peer's proof:
+// One transport's authentication (docs/protocol.md, "Authentication"): the
+// dialer's from its HELLO to the acceptor's proof, the acceptor's from the
+// dialer's HELLO to its own proof:
 //
 //   dialer   -> HELLO, AUTH(challenge: dialer nonce, the address it dialed)
 //   acceptor -> AUTH(challenge: acceptor nonce)   only if that address is ours
@@ -13,12 +14,14 @@
 // X25519 key share, and a proof is a certificate and a signature.
 //
 // An AuthExchange queues this side's AUTH frames on the transport it was made
-// for, checks the peer's, and turns the transport's protected records on
-// where the exchange says (the dialer right after its proof, the acceptor
-// once the dialer's proof holds). It does not send or check HELLO, and it
-// decides nothing about the session: each step returns an Outcome, and the
-// session (session_auth.cc) follows it: what its transport delivers next,
-// admitting the peer, or ending the transport without a word.
+// for, checks the peer's (and that the peer's HELLO authenticates as this
+// side does, and names the node its certificate names), and turns the
+// transport's protected records on where the exchange says (the dialer right
+// after its proof, the acceptor once the dialer's proof holds). It neither
+// sends HELLO nor decides anything about the session: each step returns an
+// Outcome, and the session (session_auth.cc) follows it: what its transport
+// delivers next (nothing else passes before the proofs), admitting the
+// peer, or ending the transport without a word.
 #include <array>
 #include <cstdint>
 #include <span>

@@ -29,7 +29,8 @@
 // credit, at points the protocol interleaves (AUTH between the HELLOs,
 // SESSION before the first DATA, a resume resending from the kept queue).
 // What stands alone is outside: the authentication exchange
-// (AuthExchange: the session only follows its outcomes), a batch's payloads
+// (AuthExchange; the session lets nothing past its link before the proofs,
+// and admits the peer or ends the transport as each step says), a batch's payloads
 // (PayloadBatch), credit (SendCredit, ReceiveWindow), parsing (FrameReader,
 // deliver_frames), counting (SessionTally), keys (AuthKeyring), the
 // takeover's state (SessionImage).
@@ -481,8 +482,8 @@ class Session final : public IoObject, public Flushable, private TransportSink {
     uint32_t stream_window = 0;
     uint64_t session_window = 0;
   } own_;
-  // This transport's authentication, while it runs (auth_exchange.h): it
-  // writes to transport_, so it goes when the transport does.
+  // This transport's authentication, while it runs (auth_exchange.h). It
+  // writes to transport_: it goes when it ends, fails, or the transport goes.
   std::unique_ptr<AuthExchange> auth_;
   PeerProof peer_proof_;  // set by each transport's authentication
 

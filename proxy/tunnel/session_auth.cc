@@ -76,8 +76,10 @@ bool Session::follow_auth(AuthExchange::Outcome outcome) {
     case Kind::kRefused:
       return auth_failed(outcome.failure, outcome.reason);
     case Kind::kProtocolError:
+      auth_.reset();
       return protocol_error(std::move(outcome.reason));
     case Kind::kOutOfBuffers:
+      auth_.reset();
       close(SessionEnd::kOutOfBuffers, "out of buffers", CloseMode::kAbort);
       return false;
   }

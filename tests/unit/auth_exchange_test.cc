@@ -4,6 +4,8 @@
 // (HELLOs as the sessions would send them). What each step sends, where
 // records are turned on, and what each refusal says. Sessions that
 // authenticate end to end: session_auth_test.cc.
+#include "proxy/tunnel/auth_exchange.h"
+
 #include <catch2/catch.hpp>
 #include <memory>
 #include <string>
@@ -12,7 +14,6 @@
 #include "common/node_credentials.h"
 #include "common/secret_keys.h"
 #include "fake_transport.h"
-#include "proxy/tunnel/auth_exchange.h"
 #include "test_support.h"
 
 using namespace rdmagw;
@@ -89,8 +90,7 @@ struct Exchanges {
     acceptor_wire = make_io<FakeTransport>(loop, pool, 4 * kKiB);
     dialer = std::make_unique<AuthExchange>(AuthRole::kDialer, dialer_ring, *dialer_wire, std::move(expected_peer),
                                             &dialer_frames);
-    acceptor = std::make_unique<AuthExchange>(AuthRole::kAcceptor, acceptor_ring, *acceptor_wire, "",
-                                              &acceptor_frames);
+    acceptor = std::make_unique<AuthExchange>(AuthRole::kAcceptor, acceptor_ring, *acceptor_wire, "", &acceptor_frames);
   }
   ~Exchanges() {
     dialer.reset();
@@ -127,7 +127,9 @@ struct Exchanges {
     REQUIRE(deliver(*dialer, auth_frames(*acceptor_wire)).kind == Kind::kWaiting);
     CHECK(dialer->expects_hello());  // the acceptor's HELLO follows its proof of us
     CHECK(dialer->our_proof_sent());
-    CHECK(dialer_wire->protected_records);  // right after our proof
+    CHECK(dialer_wire->protected_records);  // right after our proof, which goes in clear
+    CHECK(dialer_wire->queued_at_protect > 0);
+    CHECK(dialer_wire->queued_at_protect == dialer_wire->queued_bytes());
   }
 };
 
@@ -157,6 +159,7 @@ TEST_CASE("auth exchange: psk, each side proves itself and turns its records on 
   REQUIRE(Exchanges::deliver(*x.dialer, answer).kind == Kind::kWaiting);
   CHECK(x.dialer->expects_hello());
   CHECK(x.dialer_wire->protected_records);
+  CHECK(x.dialer_wire->queued_at_protect == x.dialer_wire->queued_bytes());  // the proof in clear, then records
   CHECK(x.dialer_wire->protection == (encrypt ? Protection::kEncrypt : Protection::kAuthenticate));
   std::vector<Frame> dialer_proof = Exchanges::auth_frames(*x.dialer_wire);
   REQUIRE(dialer_proof.size() == 1);
@@ -165,6 +168,7 @@ TEST_CASE("auth exchange: psk, each side proves itself and turns its records on 
   AuthExchange::Outcome proved = Exchanges::deliver(*x.acceptor, dialer_proof);
   REQUIRE(proved.kind == Kind::kProved);
   CHECK(x.acceptor_wire->protected_records);  // before its HELLO, which goes in a record
+  CHECK(x.acceptor_wire->queued_at_protect == 0);
   PeerProof proof = x.acceptor->take_peer_proof();
   CHECK(proof.kind == PeerProof::Kind::kKey);
   CHECK(proof.key == x.acceptor_ring.keys->id(0));
@@ -255,11 +259,12 @@ TEST_CASE("auth exchange: a HELLO that does not authenticate as this side does i
     bool acceptor_encrypts;
     const char* reason;
   };
-  Case c = GENERATE(Case{"no auth", 0, false, "the peer does not authenticate"},
-                    Case{"an older rdmagw", kCapAuth, false, "the peer is an older rdmagw"},
-                    Case{"certificates", kCapAuth | kCapBound | kCapCert, false, "the peer authenticates with a cert"},
-                    Case{"encrypts", kCapAuth | kCapBound | kCapEncrypt, false, "the peer encrypts"},
-                    Case{"does not encrypt", kCapAuth | kCapBound, true, "this side encrypts"});
+  Case c = GENERATE(
+      Case{"no auth", 0, false, "the peer does not authenticate (its tunnel.auth.mode is none, or it is no rdmagw)"},
+      Case{"an older rdmagw", kCapAuth, false, "the peer is an older rdmagw"},
+      Case{"certificates", kCapAuth | kCapBound | kCapCert, false, "the peer authenticates with a cert"},
+      Case{"encrypts", kCapAuth | kCapBound | kCapEncrypt, false, "the peer encrypts"},
+      Case{"does not encrypt", kCapAuth | kCapBound, true, "this side encrypts"});
   INFO(c.name);
   Exchanges x(psk_ring(std::string(40, 'k')), psk_ring(std::string(40, 'k'), c.acceptor_encrypts));
   HelloPayload h = x.dialer_hello.decoded;
@@ -312,4 +317,14 @@ TEST_CASE("auth exchange: a HELLO that names another node than the peer's certif
   REQUIRE(o.kind == Kind::kRefused);
   CHECK(o.failure == AuthFailure::kWrongName);
   CHECK_THAT(o.reason, Contains("the peer calls itself impostor in HELLO, but its certificate names acceptor"));
+}
+
+TEST_CASE("auth exchange: a dialer whose acceptor does not authenticate says which setting") {
+  Exchanges x(psk_ring(std::string(40, 'k')), psk_ring(std::string(40, 'k')));
+  HelloPayload h = x.acceptor_hello.decoded;
+  h.capabilities = 0;
+  AuthExchange::Outcome o = x.dialer->on_peer_hello(x.acceptor_hello.payload(), h);
+  REQUIRE(o.kind == Kind::kRefused);
+  CHECK(o.failure == AuthFailure::kMismatch);
+  CHECK(o.reason == "the peer does not authenticate (its tunnel.auth.mode is none)");
 }

@@ -174,6 +174,7 @@ class FakeTransport final : public tunnel::Transport {
   bool protect(const tunnel::CipherKey& send, const tunnel::CipherKey& receive, tunnel::Protection how,
                std::string*) override {
     protected_records = true;
+    queued_at_protect = out_.size();
     protection = how;
     send_key = send;
     receive_key = receive;
@@ -197,6 +198,9 @@ class FakeTransport final : public tunnel::Transport {
   IpBytes local_ip = test_ip(1);
   IpBytes remote_ip = test_ip(1);
   bool protected_records = false;
+  // What was queued (and not yet drained) when protect() was called: the
+  // bytes that go in clear.
+  size_t queued_at_protect = 0;
   tunnel::Protection protection = tunnel::Protection::kEncrypt;
   tunnel::CipherKey send_key{}, receive_key{};
 

@@ -2,11 +2,12 @@
 // tunnel::SessionTally: a session's totals, and the same into its peer's
 // metrics once it knows its peer; the sessions gauge raised once and
 // lowered once, by the tally's end at the latest.
+#include "proxy/tunnel/session_tally.h"
+
 #include <catch2/catch.hpp>
 #include <optional>
 
 #include "common/metrics.h"
-#include "proxy/tunnel/session_tally.h"
 
 using namespace rdmagw;
 using namespace rdmagw::tunnel;
@@ -51,6 +52,7 @@ TEST_CASE("session tally: the sessions gauge of the transport's kind, raised onc
   tally->count_closed();
   CHECK(peer.sessions_tcp.value() == 0);
   tally->count_open(TransportKind::kTcp);
+  REQUIRE(peer.sessions_tcp.value() == 1);
   tally.reset();  // its end lowers what it raised
   CHECK(peer.sessions_tcp.value() == 0);
 }
