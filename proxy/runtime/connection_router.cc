@@ -19,6 +19,32 @@
 
 namespace rdmagw {
 
+ConnectionRouter::OriginalDestination ConnectionRouter::from_kernel(local::LocalRedirect* redirect) {
+  return [redirect](int fd, const ListenerConfig& listener, sockaddr_storage* out, socklen_t* len, int* error) {
+    // Captured at connect() with the local legs redirected: the programs
+    // kept it by the client's end.
+    if (redirect) {
+      sockaddr_storage client{};
+      socklen_t client_len = sizeof(client);
+      if (getpeername(fd, reinterpret_cast<sockaddr*>(&client), &client_len) == 0)
+        if (std::optional<sockaddr_storage> meant = redirect->take_destination(client)) {
+          *out = *meant;
+          *len = sizeof(sockaddr_in);
+          return true;
+        }
+    }
+    // Where the application meant to go, before iptables REDIRECT sent it
+    // here. io_uring's getsockopt serves SOL_SOCKET only, so this one is
+    // synchronous.
+    *len = sizeof(*out);
+    int rc = listener.listen.addr.ss_family == AF_INET6 ? getsockopt(fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, out, len)
+                                                        : getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, out, len);
+    if (rc == 0) return true;
+    *error = errno;
+    return false;
+  };
+}
+
 bool ConnectionRouter::admit_client(const ListenerConfig& config, metrics::ListenerMetrics& counters, UniqueFd& fd) {
   if (config.clients.empty()) return true;
   sockaddr_storage peer{};
@@ -110,26 +136,10 @@ void ConnectionRouter::on_accept(const ListenerSocket& socket, metrics::Listener
 
 void ConnectionRouter::on_transparent_accept(const ListenerConfig& l, metrics::ListenerMetrics& counters, UniqueFd fd,
                                              local::ListenerTerms terms) {
-  // Where the application meant to go, before iptables REDIRECT sent it here.
-  // io_uring's getsockopt serves SOL_SOCKET only, so this one is synchronous.
-  // Or, captured at connect() with the local legs redirected, where the
-  // programs kept it by the client's end.
   sockaddr_storage dst{};
   socklen_t len = sizeof(dst);
-  int rc = -1;
-  if (w_.redirect) {
-    sockaddr_storage client{};
-    socklen_t client_len = sizeof(client);
-    if (getpeername(fd.get(), reinterpret_cast<sockaddr*>(&client), &client_len) == 0)
-      if (std::optional<sockaddr_storage> meant = w_.redirect->take_destination(client)) {
-        dst = *meant;
-        len = sizeof(sockaddr_in);
-        rc = 0;
-      }
-  }
-  if (rc != 0)
-    rc = l.listen.addr.ss_family == AF_INET6 ? getsockopt(fd.get(), SOL_IPV6, IP6T_SO_ORIGINAL_DST, &dst, &len)
-                                             : getsockopt(fd.get(), SOL_IP, SO_ORIGINAL_DST, &dst, &len);
+  int error = 0;
+  bool known = w_.original_destination(fd.get(), l, &dst, &len, &error);
   auto reject = [&](std::string_view reason, const std::string& destination) {
     counters.accepted.add();
     w_.metrics.failed(metrics::StreamFailure::kRejected);
@@ -145,8 +155,8 @@ void ConnectionRouter::on_transparent_accept(const ListenerConfig& l, metrics::L
     log::warn("stream_rejected").kv("listener", l.name).kv("destination", destination).kv("reason", reason);
     set_abortive_close(fd.get());  // the fd closes as this returns: the application sees RST
   };
-  if (rc != 0) {
-    reject(std::string("no original destination (not redirected by iptables?): ") + strerror(errno), "?");
+  if (!known) {
+    reject(std::string("no original destination (not redirected by iptables?): ") + strerror(error), "?");
     return;
   }
   std::string destination = sockaddr_to_string(reinterpret_cast<sockaddr*>(&dst), len);

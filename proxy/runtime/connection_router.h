@@ -43,6 +43,15 @@ class ConnectionRouter {
   using HandOver =
       std::function<bool(tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener, const std::string& target,
                          local::ListenerTerms& terms, const std::string& destination, const sockaddr_storage* direct)>;
+  // Where a transparent listener's connection `fd` meant to go: true with
+  // *out and *len set; false with errno's value in *error.
+  using OriginalDestination =
+      std::function<bool(int fd, const ListenerConfig& listener, sockaddr_storage* out, socklen_t* len, int* error)>;
+  // The kernel's answer: where the connect4 program kept it by the client's
+  // end (`redirect`, null when the local legs are not redirected), else
+  // netfilter's (iptables REDIRECT).
+  static OriginalDestination from_kernel(local::LocalRedirect* redirect);
+
   struct Wiring {
     EventLoop& loop;
     local::StreamHost& host;
@@ -51,9 +60,8 @@ class ConnectionRouter {
     ServiceRouter& services;
     // The worker's configuration, as reloads replace it.
     const std::shared_ptr<const Config>& config;
-    // Null: no local redirect; else where the connect4 program kept the
-    // destinations of the connections it captured.
-    local::LocalRedirect* redirect = nullptr;
+    // A transparent listener's connections' destinations (from_kernel).
+    OriginalDestination original_destination;
     // What this host is: its own addresses, rdmagw's own ports.
     PeerTargets& host_facts;
     HandOver hand_over;

@@ -174,7 +174,7 @@ bool Worker::init(std::string* error) {
                                                          metrics_},
                                        config_);
   router_ = std::make_unique<ConnectionRouter>(ConnectionRouter::Wiring{
-      loop_, *host_, metrics_, *links_, services_, config_, local_redirect_, *targets_,
+      loop_, *host_, metrics_, *links_, services_, config_, ConnectionRouter::from_kernel(local_redirect_), *targets_,
       [this](tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener, const std::string& target,
              local::ListenerTerms& terms, const std::string& destination, const sockaddr_storage* direct) {
         return hand_over_stream(link, fd, listener, target, terms, destination, direct);
