@@ -12,13 +12,16 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/address.h"
 #include "common/unique_fd.h"
+#include "proxy/admin/admin_routes.h"
 #include "proxy/admin/stats_page.h"
 
 using namespace rdmagw;
@@ -433,4 +436,34 @@ TEST_CASE("admin server: stop() is prompt, repeatable, and closes idle connectio
   // The port is free again.
   AdminServer again(backend);
   REQUIRE(again.start(loopback(port), &error));
+}
+
+// The table at the top of docs/admin.md and the routes the server answers
+// (the 404 answer lists them) are the same set: an endpoint added to one
+// fails this until it is in the other.
+TEST_CASE("admin routes: docs/admin.md's endpoint table is exactly what the server answers", "[admin][docs]") {
+  std::ifstream doc(std::string(RDMAGW_SOURCE_DIR) + "/docs/admin.md");
+  REQUIRE(doc);
+  std::vector<std::string> documented;
+  std::string line;
+  while (std::getline(doc, line)) {
+    // "| GET | `/streams?offset=N&limit=M` | ..."
+    for (const char* method : {"GET", "POST"}) {
+      std::string head = "| " + std::string(method) + " | `";
+      if (line.rfind(head, 0) != 0) continue;
+      std::string path = line.substr(head.size(), line.find('`', head.size()) - head.size());
+      documented.push_back(std::string(method) + " " + path.substr(0, path.find('?')));
+    }
+  }
+  FakeBackend backend;
+  Response answer = handle_request(backend, "GET", "/no-such-endpoint", "");
+  REQUIRE(answer.status == 404);
+  std::vector<std::string> served;
+  std::istringstream listed(answer.body);
+  while (std::getline(listed, line))
+    if (line.rfind("  ", 0) == 0) served.push_back(line.substr(2));
+  REQUIRE_FALSE(served.empty());
+  std::sort(documented.begin(), documented.end());
+  std::sort(served.begin(), served.end());
+  CHECK(documented == served);
 }

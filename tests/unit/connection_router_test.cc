@@ -153,8 +153,8 @@ struct Rig {
         *targets,
         [this](tunnel::PeerLink& link, UniqueFd& fd, const std::string& listener, const std::string& target,
                local::ListenerTerms& terms, const std::string& destination, const sockaddr_storage* direct) {
-          handed.push_back(Handed{link.name(), listener, target, destination, direct != nullptr, std::move(fd),
-                                  std::move(terms)});
+          handed.push_back(
+              Handed{link.name(), listener, target, destination, direct != nullptr, std::move(fd), std::move(terms)});
           return true;
         }});
     for (const ListenerConfig& l : config->listeners) {
