@@ -130,7 +130,6 @@ std::vector<std::string> restart_only_changes(const Config& running, const Confi
   d.check("local_legs.redirect", running.local_legs.redirect, next.local_legs.redirect);
   d.check("local_legs.cgroup", running.local_legs.cgroup, next.local_legs.cgroup);
   d.check("local_legs.cgroup_fs", running.local_legs.cgroup_fs, next.local_legs.cgroup_fs);
-  d.check("local_legs.max_in_flight", running.local_legs.max_in_flight, next.local_legs.max_in_flight);
   return out;
 }
 
@@ -152,8 +151,6 @@ std::vector<std::string> describe_changes(const Config& running, const Config& n
   d.check("access_log.enabled", al.enabled, nl.enabled);
   d.check("access_log.path", al.path, nl.path);
   d.check("access_log.format", std::string(al.json ? "json" : "kv"), std::string(nl.json ? "json" : "kv"));
-  d.check("access_log.lines_per_second", al.lines_per_second, nl.lines_per_second);
-  d.check("metrics.peer_series", running.metrics.peer_series, next.metrics.peer_series);
   d.check("services.file", running.services.file, next.services.file);
   d.check("services.direct", std::string(services_direct_name(running.services.direct)),
           std::string(services_direct_name(next.services.direct)));

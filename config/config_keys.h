@@ -4,8 +4,8 @@
 // and no others (config_parser.cc), and tests/unit/config_keys_test.cc
 // checks that each one is classified for reload (config_diff.cc) and has a
 // row in docs/configuration.md. A new key added here fails that test until
-// both are done. The tunnel's numeric keys come from number_keys.h, which
-// classifies them itself.
+// both are done. The numeric keys of sections come from number_keys.h,
+// which classifies them itself.
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,10 +20,7 @@ using Keys = std::vector<std::string_view>;
 inline const Keys kTop = {"node",      "admin",      "admin_token_file", "workers",    "worker_cpus",
                           "tunnel",    "peers",      "listeners",        "targets",    "shutdown_timeout_ms",
                           "log_level", "access_log", "services",         "local_legs", "metrics"};
-inline const Keys kAccessLog = {"enabled", "path", "format", "lines_per_second"};
 inline const Keys kServices = {"file", "direct"};
-inline const Keys kMetrics = {"peer_series"};
-inline const Keys kLocalLegs = {"redirect", "cgroup", "cgroup_fs", "max_in_flight"};
 // `head`, then the numeric keys of `section` (number_keys.h), then `tail`.
 inline Keys section_keys(Keys head, std::string_view section, const Keys& tail = {}) {
   for (const NumberKey& k : kNumberKeys)
@@ -32,6 +29,9 @@ inline Keys section_keys(Keys head, std::string_view section, const Keys& tail =
   return head;
 }
 
+inline const Keys kAccessLog = section_keys({"enabled", "path", "format"}, "access_log");
+inline const Keys kMetrics = section_keys({}, "metrics");
+inline const Keys kLocalLegs = section_keys({"redirect", "cgroup", "cgroup_fs"}, "local_legs");
 inline const Keys kTunnel = section_keys({"address", "tcp_port", "rdma_port", "transport"}, "tunnel",
                                          {"tcp_splice", "rdma", "auth", "limits", "peer_cidrs"});
 inline const Keys kPeerCidr = {"cidr", "tcp_port", "rdma_port"};  // tunnel.peer_cidrs[] in mapping form

@@ -370,9 +370,9 @@ class Parser {
   std::vector<ListenUse> parse_listeners(const Value& v, const std::vector<std::string>& peer_names, Config* cfg);
   void parse_targets(const Value& v, Config* cfg);
   std::string services_file_;  // services.file, read before targets
-  void parse_access_log(const Value& v, AccessLogConfig* a);
-  void parse_metrics(const Value& v, MetricsConfig* m);
-  void parse_local_legs(const Value& v, LocalLegsConfig* l);
+  void parse_access_log(const Value& v, Config* cfg);
+  void parse_metrics(const Value& v, Config* cfg);
+  void parse_local_legs(const Value& v, Config* cfg);
   void parse_cert_auth(const Value& v, const Fields& f, const Value* mode, AuthConfig* a);
 
   std::string file_;
@@ -700,9 +700,9 @@ void Parser::parse(const YAML::Node& root, Config* cfg) {
   if (const Value* v = find(fields, "log_level")) {
     if (auto s = get_choice(*v, {"debug", "info", "warn", "error"})) cfg->log_level = *s;
   }
-  if (const Value* v = find(fields, "access_log")) parse_access_log(*v, &cfg->access_log);
-  if (const Value* v = find(fields, "metrics")) parse_metrics(*v, &cfg->metrics);
-  if (const Value* v = find(fields, "local_legs")) parse_local_legs(*v, &cfg->local_legs);
+  if (const Value* v = find(fields, "access_log")) parse_access_log(*v, cfg);
+  if (const Value* v = find(fields, "metrics")) parse_metrics(*v, cfg);
+  if (const Value* v = find(fields, "local_legs")) parse_local_legs(*v, cfg);
 
   // Nothing may listen on the tunnel's own TCP address.
   if (tunnel_listen) {
@@ -950,17 +950,16 @@ void Parser::parse_cert_auth(const Value& v, const Fields& f, const Value* mode,
   OPENSSL_cleanse(key_pem.data(), key_pem.size());
 }
 
-void Parser::parse_metrics(const Value& v, MetricsConfig* m) {
+void Parser::parse_metrics(const Value& v, Config* cfg) {
   std::optional<Fields> maybe = read_map(v, config_keys::kMetrics, true);
-  if (!maybe) return;
-  // At most the peers a worker counts apart (metrics::WorkerMetrics::kMaxPeers).
-  read_number(*maybe, "peer_series", &m->peer_series, 0, 1024, false);
+  if (maybe) read_number_keys(*maybe, "metrics", cfg);
 }
 
-void Parser::parse_access_log(const Value& v, AccessLogConfig* a) {
+void Parser::parse_access_log(const Value& v, Config* cfg) {
   std::optional<Fields> maybe = read_map(v, config_keys::kAccessLog, true);
   if (!maybe) return;
   const Fields& f = *maybe;
+  AccessLogConfig* a = &cfg->access_log;
   if (const Value* e = find(f, "enabled")) {
     if (auto on = get_choice(*e, {"true", "false"})) a->enabled = *on == "true";
   }
@@ -981,15 +980,14 @@ void Parser::parse_access_log(const Value& v, AccessLogConfig* a) {
               "json needs access_log.path: the process log's lines are key=value (use kv, or give a path)");
     }
   }
-  if (const Value* n = find(f, "lines_per_second")) {
-    if (auto rate = get_uint(*n, 1, 1000000)) a->lines_per_second = static_cast<uint32_t>(*rate);
-  }
+  read_number_keys(f, "access_log", cfg);
 }
 
-void Parser::parse_local_legs(const Value& v, LocalLegsConfig* l) {
+void Parser::parse_local_legs(const Value& v, Config* cfg) {
   std::optional<Fields> maybe = read_map(v, config_keys::kLocalLegs, true);
   if (!maybe) return;
   const Fields& f = *maybe;
+  LocalLegsConfig* l = &cfg->local_legs;
   const Value* redirect = find(f, "redirect");
   if (redirect) {
     if (auto on = get_choice(*redirect, {"true", "false"})) l->redirect = *on == "true";
@@ -1018,9 +1016,7 @@ void Parser::parse_local_legs(const Value& v, LocalLegsConfig* l) {
         l->cgroup_fs = *p;
     }
   }
-  if (const Value* n = find(f, "max_in_flight")) {
-    if (auto bytes = get_size(*n, 16 * 1024, 64 * 1024 * 1024)) l->max_in_flight = *bytes;
-  }
+  read_number_keys(f, "local_legs", cfg);
 }
 
 void Parser::parse_services(const Value& v, ServicesConfig* s) {

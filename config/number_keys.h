@@ -1,21 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The tunnel's numeric keys, each once: its range, its form, what a reload
-// does with it, and the member of Config it fills, which has the key's own
-// name (the key tunnel.limits.handshakes is Config::tunnel.limits.handshakes,
-// by construction: the macro below spells both from one token).
+// The configuration's numeric keys that sit in a section of their own (the
+// tunnel's, access_log's, metrics', local_legs'), each once: its range, its
+// form, what a reload does with it, and the member of Config it fills, which
+// has the key's own name (the key tunnel.limits.handshakes is
+// Config::tunnel.limits.handshakes, by construction: the macro below spells
+// both from one token).
 //
 // Everything else follows from this table: the parser reads these keys
 // (config_parser.cc), config_keys.h lists them, config_diff.cc refuses or
 // reports a change to them, GET /config shows them (admin_render.cc), and
 // tests/unit/config_keys_test.cc changes each one. Adding a numeric tunnel
-// key is one line here, its member in config.h, the code that uses it, and
-// its row in docs/configuration.md (which that test demands).
+// key (or one of those sections') is one line here, its member in config.h,
+// the code that uses it, and its row in docs/configuration.md (which that
+// test demands).
 //
 // Keys whose checks relate them to others (stream_window at least
 // buffer_size, ...) are checked where their section is parsed; keys that are
-// not plain numbers (ports, addresses, choices) and tunnel.rdma.max_pinned
-// (0 stands for a computed budget) are parsed by hand.
+// not plain numbers (ports, addresses, choices), tunnel.rdma.max_pinned (0
+// stands for a computed budget), top-level numbers and those of list items
+// (listeners[].max_connections, ...) are parsed by hand.
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -40,7 +44,7 @@ enum class OnReload {
 };
 
 struct NumberKey {
-  std::string_view section;  // "tunnel", "tunnel.limits", "tunnel.rdma"
+  std::string_view section;  // "tunnel", "tunnel.limits", "tunnel.rdma", "access_log", "metrics", "local_legs"
   std::string_view name;     // the key within its section
   uint64_t min, max;
   Form form;
@@ -86,6 +90,11 @@ inline constexpr NumberKey kNumberKeys[] = {
     RDMAGW_NUMBER_KEY(tunnel.rdma, send_depth, 8, 8192, kCount, kRestart),
     RDMAGW_NUMBER_KEY(tunnel.rdma, busy_poll_us, 0, 1'000'000, kCount, kRestart),
     RDMAGW_NUMBER_KEY(tunnel.rdma, inline_threshold, 0, 96, kCount, kRestart),
+    RDMAGW_NUMBER_KEY(access_log, lines_per_second, 1, 1'000'000, kCount, kApply),
+    // At most the peers a worker counts apart (metrics::WorkerMetrics::kMaxPeers).
+    RDMAGW_NUMBER_KEY(metrics, peer_series, 0, 1024, kCount, kApply),
+    // The sockmap programs' bound is set when they are attached, at start.
+    RDMAGW_NUMBER_KEY(local_legs, max_in_flight, 16 * 1024, 64 * kMiB, kSize, kRestart),
 };
 
 #undef RDMAGW_NUMBER_KEY

@@ -398,8 +398,11 @@ std::string render_config_json(const Config& config, uint64_t generation) {
   w.key("access_log").begin_object().field("enabled", config.access_log.enabled);
   if (!config.access_log.path.empty()) w.field("path", config.access_log.path);
   w.field("format", config.access_log.json ? "json" : "kv");
-  w.field("lines_per_second", config.access_log.lines_per_second).end_object();
-  w.key("metrics").begin_object().field("peer_series", config.metrics.peer_series).end_object();
+  write_number_keys(w, config, "access_log");
+  w.end_object();
+  w.key("metrics").begin_object();
+  write_number_keys(w, config, "metrics");
+  w.end_object();
   if (!config.services.file.empty())
     w.key("services")
         .begin_object()
@@ -410,9 +413,9 @@ std::string render_config_json(const Config& config, uint64_t generation) {
       .begin_object()
       .field("redirect", config.local_legs.redirect)
       .field("cgroup", config.local_legs.cgroup)
-      .field("cgroup_fs", config.local_legs.cgroup_fs)
-      .field("max_in_flight", config.local_legs.max_in_flight)
-      .end_object();
+      .field("cgroup_fs", config.local_legs.cgroup_fs);
+  write_number_keys(w, config, "local_legs");
+  w.end_object();
   w.field("shutdown_timeout_ms", config.shutdown_timeout_ms).field("log_level", config.log_level);
   w.field("generation", generation);
   w.end_object();
