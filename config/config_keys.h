@@ -4,8 +4,8 @@
 // and no others (config_parser.cc), and tests/unit/config_keys_test.cc
 // checks that each one is classified for reload (config_diff.cc) and has a
 // row in docs/configuration.md. A new key added here fails that test until
-// both are done. The numeric keys of sections come from number_keys.h,
-// which classifies them itself.
+// both are done. The numeric keys number_keys.h lists come from there,
+// classified by it.
 #include <span>
 #include <string>
 #include <string_view>

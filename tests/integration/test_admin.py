@@ -20,8 +20,8 @@ from backends import EchoServer, prng_bytes
 from clients import wait_for, connect, echo_roundtrip, free_port, recv_exact, send_all
 from conftest import TEST_TRANSPORT
 
-ENDPOINTS = ["/live", "/ready", "/stats", "/metrics", "/peers", "/streams", "/config", "/reload", "/drain",
-             "/undrain"]
+ENDPOINTS = ["/live", "/ready", "/stats", "/metrics", "/peers", "/streams", "/services", "/config", "/reload",
+             "/drain", "/undrain"]
 
 
 def listener_stats(port: int, name: str) -> dict:

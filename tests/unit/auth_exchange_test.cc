@@ -61,12 +61,11 @@ struct Hello {
   std::span<const uint8_t> payload() const { return std::span<const uint8_t>(frame).subspan(kHeaderSize); }
 };
 
-AuthPayload auth_of(const Frame& f) {
-  AuthPayload a;
-  std::string reason;
-  REQUIRE(f.type() == FrameType::kAuth);
-  REQUIRE(decode_auth(f.payload, &a, &reason));
-  return a;
+// An AUTH frame's payload as the peer would send it.
+Bytes auth_payload(const AuthPayload& auth) {
+  Bytes frame(auth_frame_size(auth));
+  encode_auth(frame.data(), auth);
+  return Bytes(frame.begin() + kHeaderSize, frame.end());
 }
 
 // Both sides of one transport: two fake wire ends and an exchange on each.
@@ -142,7 +141,7 @@ TEST_CASE("auth exchange: psk, each side proves itself and turns its records on 
   REQUIRE(x.dialer->after_our_hello(x.dialer_hello.payload()).kind == Kind::kWaiting);
   std::vector<Frame> challenge = Exchanges::auth_frames(*x.dialer_wire);
   REQUIRE(challenge.size() == 1);
-  AuthPayload c = auth_of(challenge[0]);
+  AuthPayload c = challenge[0].auth();
   CHECK(c.step == AuthStep::kChallenge);
   CHECK(c.has_dialed);
   CHECK(c.dialed == FakeTransport::test_ip(1));
@@ -153,8 +152,8 @@ TEST_CASE("auth exchange: psk, each side proves itself and turns its records on 
   REQUIRE(Exchanges::deliver(*x.acceptor, challenge).kind == Kind::kWaiting);
   std::vector<Frame> answer = Exchanges::auth_frames(*x.acceptor_wire);
   REQUIRE(answer.size() == 1);
-  CHECK(auth_of(answer[0]).step == AuthStep::kChallenge);
-  CHECK_FALSE(auth_of(answer[0]).has_dialed);  // only a nonce
+  CHECK(answer[0].auth().step == AuthStep::kChallenge);
+  CHECK_FALSE(answer[0].auth().has_dialed);  // only a nonce
 
   REQUIRE(Exchanges::deliver(*x.dialer, answer).kind == Kind::kWaiting);
   CHECK(x.dialer->expects_hello());
@@ -163,7 +162,7 @@ TEST_CASE("auth exchange: psk, each side proves itself and turns its records on 
   CHECK(x.dialer_wire->protection == (encrypt ? Protection::kEncrypt : Protection::kAuthenticate));
   std::vector<Frame> dialer_proof = Exchanges::auth_frames(*x.dialer_wire);
   REQUIRE(dialer_proof.size() == 1);
-  CHECK(auth_of(dialer_proof[0]).step == AuthStep::kProof);
+  CHECK(dialer_proof[0].auth().step == AuthStep::kProof);
 
   AuthExchange::Outcome proved = Exchanges::deliver(*x.acceptor, dialer_proof);
   REQUIRE(proved.kind == Kind::kProved);
@@ -178,7 +177,7 @@ TEST_CASE("auth exchange: psk, each side proves itself and turns its records on 
   REQUIRE(x.acceptor->after_our_hello(x.acceptor_hello.payload()).kind == Kind::kFinished);
   std::vector<Frame> acceptor_proof = Exchanges::auth_frames(*x.acceptor_wire);
   REQUIRE(acceptor_proof.size() == 1);
-  CHECK(auth_of(acceptor_proof[0]).step == AuthStep::kProof);
+  CHECK(acceptor_proof[0].auth().step == AuthStep::kProof);
 
   REQUIRE(x.dialer->on_peer_hello(x.acceptor_hello.payload(), x.acceptor_hello.decoded).kind == Kind::kWaiting);
   CHECK_FALSE(x.dialer->expects_hello());
@@ -199,8 +198,8 @@ TEST_CASE("auth exchange: certificates, a key share in each challenge and a cert
   x.up_to_dialer_proof();
   std::vector<Frame> dialer_proof = Exchanges::auth_frames(*x.dialer_wire);
   REQUIRE(dialer_proof.size() == 2);
-  CHECK(auth_of(dialer_proof[0]).step == AuthStep::kCertificate);
-  CHECK(auth_of(dialer_proof[1]).step == AuthStep::kSignature);
+  CHECK(dialer_proof[0].auth().step == AuthStep::kCertificate);
+  CHECK(dialer_proof[1].auth().step == AuthStep::kSignature);
   REQUIRE(Exchanges::deliver(*x.acceptor, dialer_proof).kind == Kind::kProved);
   PeerProof proof = x.acceptor->take_peer_proof();
   CHECK(proof.kind == PeerProof::Kind::kCertificate);
@@ -281,18 +280,14 @@ TEST_CASE("auth exchange: AUTH frames out of turn or malformed are protocol erro
   SECTION("a proof before the challenge") {
     AuthPayload proof;
     proof.step = AuthStep::kProof;
-    Bytes frame(auth_frame_size(proof));
-    encode_auth(frame.data(), proof);
-    AuthExchange::Outcome o = x.acceptor->on_auth(std::span<const uint8_t>(frame).subspan(kHeaderSize));
+    AuthExchange::Outcome o = x.acceptor->on_auth(auth_payload(proof));
     REQUIRE(o.kind == Kind::kProtocolError);
     CHECK_THAT(o.reason, Contains("AUTH proof out of turn (challenge expected)"));
   }
   SECTION("a dialer's challenge without the address it dialed") {
     AuthPayload challenge;
     challenge.step = AuthStep::kChallenge;
-    Bytes frame(auth_frame_size(challenge));
-    encode_auth(frame.data(), challenge);
-    AuthExchange::Outcome o = x.acceptor->on_auth(std::span<const uint8_t>(frame).subspan(kHeaderSize));
+    AuthExchange::Outcome o = x.acceptor->on_auth(auth_payload(challenge));
     REQUIRE(o.kind == Kind::kProtocolError);
     CHECK_THAT(o.reason, Contains("does not name the address it dialed"));
   }

@@ -54,6 +54,14 @@ struct Frame {
     return tunnel::get_u64(payload.data());
   }
   std::string text() const { return std::string(payload.begin(), payload.end()); }
+  // An AUTH frame's payload, decoded (its blob points into `payload`).
+  tunnel::AuthPayload auth() const {
+    tunnel::AuthPayload a;
+    std::string reason;
+    if (type() != tunnel::FrameType::kAuth) throw std::runtime_error("not an AUTH frame");
+    if (!tunnel::decode_auth(payload, &a, &reason)) throw std::runtime_error("AUTH frame: " + reason);
+    return a;
+  }
   bool is(tunnel::FrameType t, uint32_t stream_id) const { return type() == t && id() == stream_id; }
 };
 

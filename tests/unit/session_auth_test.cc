@@ -54,14 +54,6 @@ Bytes auth_bytes(AuthStep step, const AuthValue& value, const IpBytes* dialed = 
   return out;
 }
 
-AuthPayload auth_of(const Frame& f) {
-  AuthPayload a;
-  std::string reason;
-  REQUIRE(f.type() == FrameType::kAuth);
-  REQUIRE(decode_auth(f.payload, &a, &reason));
-  return a;
-}
-
 // A stream opened over the pair carries `data` from dialer to acceptor.
 bool carries(Pair& p, const std::string& data) {
   FakeStream a, b;
@@ -298,7 +290,7 @@ TEST_CASE("auth: an acceptor facing a peer without the key") {
   auto w = acc.wire->written();
   // Before the peer proves anything: a nonce, nothing else (no HELLO, no name, no HMAC).
   REQUIRE(w.size() == 1);
-  AuthPayload challenge = auth_of(w[0]);
+  AuthPayload challenge = w[0].auth();
   CHECK(challenge.step == AuthStep::kChallenge);
 
   SECTION("a proof under another key ends the transport without a word") {
@@ -346,7 +338,7 @@ TEST_CASE("auth: an acceptor facing a peer without the key") {
     REQUIRE(decode_hello(answer[0].payload, &theirs, &reason));
     CHECK(theirs.node == "acceptor");
     CHECK((theirs.capabilities & kCapAuth) != 0);
-    AuthPayload proof = auth_of(answer[1]);
+    AuthPayload proof = answer[1].auth();
     CHECK(proof.step == AuthStep::kProof);
     CHECK(verify_auth_proof(right, AuthRole::kAcceptor, d.transcript(challenge.value, answer[0].payload), proof.value));
     CHECK(acc.session->open());
