@@ -52,6 +52,12 @@ AuthExchange::Outcome AuthExchange::protocol_error(std::string reason) {
   return o;
 }
 
+AuthExchange::Outcome AuthExchange::out_of_buffers() {
+  Outcome o;
+  o.kind = Outcome::Kind::kOutOfBuffers;
+  return o;
+}
+
 AuthExchange::Outcome AuthExchange::proved(PeerProof proof) {
   peer_proof_ = std::move(proof);
   Outcome o;
@@ -97,7 +103,7 @@ AuthExchange::Outcome AuthExchange::send_challenge() {
     c.share = own_share_.public_key();
     (dialer() ? dialer_share_ : acceptor_share_) = c.share;
   }
-  if (!send(c)) return Outcome{Outcome::Kind::kOutOfBuffers, {}, {}};
+  if (!send(c)) return out_of_buffers();
   return waiting();
 }
 
@@ -107,7 +113,7 @@ AuthExchange::Outcome AuthExchange::send_proof() {
     AuthPayload proof;
     proof.step = AuthStep::kProof;
     proof.value = auth_proof(keyring_.keys->key(0), role_, t);
-    if (!send(proof)) return Outcome{Outcome::Kind::kOutOfBuffers, {}, {}};
+    if (!send(proof)) return out_of_buffers();
     return waiting();
   }
   // Our certificate, then our signature over the handshake with it in.
@@ -122,7 +128,7 @@ AuthExchange::Outcome AuthExchange::send_proof() {
   AuthPayload sig;
   sig.step = AuthStep::kSignature;
   sig.blob = signature;
-  if (!send(cert) || !send(sig)) return Outcome{Outcome::Kind::kOutOfBuffers, {}, {}};
+  if (!send(cert) || !send(sig)) return out_of_buffers();
   return waiting();
 }
 

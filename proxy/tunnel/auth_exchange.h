@@ -84,6 +84,7 @@ class AuthExchange {
   static Outcome waiting() { return Outcome{}; }
   static Outcome refused(AuthFailure failure, std::string reason);
   static Outcome protocol_error(std::string reason);
+  static Outcome out_of_buffers();
 
   bool dialer() const { return role_ == AuthRole::kDialer; }
   bool certificates() const { return keyring_.certificates(); }
